@@ -1,0 +1,26 @@
+//! Honest measurement for Kairos: clocks, latency statistics and the machine-noise probe.
+//!
+//! Every figure Kairos reports passes through this crate, in this order:
+//!
+//! 1. [`clock`]: where time comes from. A [`Clock`] trait with a real monotonic clock (kernel
+//!    `CLOCK_MONOTONIC`, the base absolute sleeps use), a TSC clock where the TSC is stable, and a
+//!    [`VirtualClock`] that simulators advance by hand. [`clock::read_cost_ns`] measures what a read
+//!    costs, so a report can say how much of a figure is the ruler.
+//! 2. [`latency`]: HDR-histogram recorders and the [`LatencySummary`] every experiment prints
+//!    (min, mean, stddev, p50, p99, p99.9, p99.99, max), in JSON and CSV.
+//! 3. [`noise`]: the [`NoiseProbe`]. On a shared virtual machine a spinning thread sees gaps of
+//!    milliseconds whatever the system under test does; the probe measures them before, during and
+//!    after a run, with the kernel's steal time, so a reader can tell which spikes the machine made.
+//! 4. [`sys`]: the few syscalls the measurements need (pinning, SCHED_FIFO, absolute sleeps, thread
+//!    CPU time, `/proc` readings), fenced in one module.
+#![deny(unsafe_code)]
+
+pub mod clock;
+pub mod latency;
+pub mod noise;
+#[allow(unsafe_code)]
+pub mod sys;
+
+pub use clock::{Clock, MonotonicClock, TscClock, VirtualClock};
+pub use latency::{LatencyRecorder, LatencySummary};
+pub use noise::{NoiseConfig, NoiseProbe, NoiseReport};

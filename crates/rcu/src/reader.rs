@@ -1,0 +1,230 @@
+//! Reader handles: registration, quiescent states, going offline, and reader-side reclamation.
+//!
+//! A [`ReaderHandle`] owns one slot of the domain. Its fast path, [`ReaderHandle::quiescent`], is
+//! one `Acquire` load of the grace-period counter compared with the value the handle saw last;
+//! only when the counter moved does it store the new value into its slot (`Release`). No atomic
+//! read-modify-write, no fence. References obtained through [`crate::RcuCell::read`] borrow the
+//! handle, and `quiescent` and [`ReaderHandle::offline`] take it by `&mut`, so the compiler
+//! rejects any use of a reference across a quiescent state or while offline.
+//!
+//! Under the reader-reclaiming policies (`Inline`, `Throttle`, `Adaptive`) the slow path also
+//! takes ready callbacks from the queue (with `try_lock`: a reader never waits for a writer) and
+//! runs what its policy allows; leftovers stay with the handle and keep the slow path armed until
+//! they are done, handed to the reclaimer, or handed back to the queue when the handle is dropped.
+
+use crate::domain::Domain;
+use crate::policy::ReclaimPolicy;
+use crate::ready::Ready;
+use crate::sync::{self, AtomicU64, Ordering, fence};
+use std::fmt;
+
+/// A registered reader of one domain. `Send` (it may move to another thread between uses) but
+/// not `Sync`: one thread uses it at a time.
+pub struct ReaderHandle {
+    domain: Domain,
+    slot: usize,
+    /// The grace-period counter value last stored into the slot.
+    seen: u64,
+    /// Reclamation work is left over: take the slow path on the next quiescent state.
+    has_work: bool,
+    /// Callbacks whose grace period ended, taken by this reader and not yet run.
+    local: Ready,
+    /// Current per-call budget under `Adaptive`, in nanoseconds.
+    budget_ns: u64,
+    _not_sync: std::marker::PhantomData<std::cell::Cell<()>>,
+}
+
+impl fmt::Debug for ReaderHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReaderHandle")
+            .field("slot", &self.slot)
+            .field("seen", &self.seen)
+            .field("held_callbacks", &self.local.len())
+            .finish()
+    }
+}
+
+impl ReaderHandle {
+    pub(crate) fn new(domain: Domain, slot: usize) -> Self {
+        let budget_ns = match domain.shared.policy {
+            ReclaimPolicy::Adaptive { max_budget } => (max_budget.as_nanos() as u64 / 4).max(1),
+            _ => 0,
+        };
+        let mut handle = Self {
+            domain,
+            slot,
+            seen: 0,
+            has_work: false,
+            local: Ready::default(),
+            budget_ns,
+            _not_sync: std::marker::PhantomData,
+        };
+        handle.go_online();
+        handle
+    }
+
+    fn counter(&self) -> &AtomicU64 {
+        &self.domain.shared.slots[self.slot]
+    }
+
+    pub(crate) fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    fn go_online(&mut self) {
+        let gp = self.domain.shared.gp.load(Ordering::Acquire);
+        self.counter().store(gp, Ordering::SeqCst);
+        // Order the slot store before any later pointer load (the Dekker race with a writer that
+        // unlinks and then scans slots; the writer side has the matching fence in `poll`).
+        fence(Ordering::SeqCst);
+        self.seen = gp;
+    }
+
+    /// Announces a quiescent state: this thread holds no reference obtained through this handle.
+    /// Call it once per loop iteration (per burst of packets). Costs one load unless the
+    /// grace-period counter moved, then one store; under the reader-reclaiming policies it may
+    /// also run callbacks, within the policy's bound.
+    #[inline]
+    pub fn quiescent(&mut self) {
+        let gp = self.domain.shared.gp.load(Ordering::Acquire);
+        if gp != self.seen || self.has_work {
+            self.quiescent_slow(gp);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn quiescent_slow(&mut self, gp: u64) {
+        if gp != self.seen {
+            self.counter().store(gp, Ordering::Release);
+            self.seen = gp;
+        }
+        if self.domain.shared.policy.readers_reclaim() {
+            self.reclaim_step();
+        }
+    }
+
+    /// Takes ready callbacks and runs what the policy allows.
+    fn reclaim_step(&mut self) {
+        let shared = &self.domain.shared;
+        let adaptive = matches!(shared.policy, ReclaimPolicy::Adaptive { .. });
+        let took = match sync::try_lock(&shared.queue) {
+            Some(mut queue) => {
+                shared.take_ready(&mut queue, &mut self.local, true);
+                true
+            }
+            None => false,
+        };
+        if self.local.is_empty() {
+            self.has_work = !took;
+            return;
+        }
+        let outcome = match shared.policy {
+            ReclaimPolicy::Throttle { max_batch, budget } => {
+                shared.run_ready(&mut self.local, max_batch, budget.as_nanos().max(1) as u64)
+            }
+            ReclaimPolicy::Adaptive { .. } => {
+                shared.run_ready(&mut self.local, usize::MAX, self.budget_ns)
+            }
+            _ => shared.run_ready(&mut self.local, usize::MAX, u64::MAX),
+        };
+        shared
+            .stats
+            .reader_reclaim_calls
+            .fetch_add(1, Ordering::Relaxed);
+        shared
+            .stats
+            .reader_longest_reclaim_ns
+            .fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
+        if adaptive {
+            self.adapt(outcome.elapsed_ns);
+        }
+        self.has_work = !self.local.is_empty() || !took;
+    }
+
+    /// `Adaptive`: grow the budget while work is left over, shrink it while calls finish early,
+    /// and hand what the largest budget cannot finish to the reclaimer thread.
+    fn adapt(&mut self, elapsed_ns: u64) {
+        let ReclaimPolicy::Adaptive { max_budget } = self.domain.shared.policy else {
+            return;
+        };
+        let max_ns = (max_budget.as_nanos() as u64).max(1);
+        let min_ns = (max_ns / 16).max(1);
+        if !self.local.is_empty() {
+            if self.budget_ns >= max_ns {
+                self.spill();
+            }
+            self.budget_ns = (self.budget_ns.saturating_mul(2)).min(max_ns);
+        } else if elapsed_ns < self.budget_ns / 2 {
+            self.budget_ns = (self.budget_ns - self.budget_ns / 4).max(min_ns);
+        }
+    }
+
+    /// Hands every held callback to the reclaimer thread (never blocks: retried next time).
+    fn spill(&mut self) {
+        let shared = &self.domain.shared;
+        if let Some(mut queue) = sync::try_lock(&shared.queue) {
+            let count = self.local.len() as u64;
+            queue.spilled.append(&mut self.local);
+            drop(queue);
+            shared
+                .stats
+                .callbacks_spilled
+                .fetch_add(count, Ordering::Relaxed);
+            shared.wake_reclaimer();
+        }
+    }
+
+    /// Goes offline (before blocking, sleeping or waiting on I/O): grace periods stop waiting for
+    /// this reader until the returned guard is dropped or [`Offline::online`] is called. No
+    /// reference obtained through the handle can live across it.
+    pub fn offline(&mut self) -> Offline<'_> {
+        self.counter().store(0, Ordering::Release);
+        Offline { handle: self }
+    }
+
+    /// Runs `f` offline: `self.offline()` around a blocking call.
+    pub fn offline_while<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        let _offline = self.offline();
+        f()
+    }
+
+    /// Callbacks this reader has taken and not yet run.
+    pub fn held_callbacks(&self) -> usize {
+        self.local.len()
+    }
+
+    /// The current per-call budget under `Adaptive`, in nanoseconds (0 under other policies).
+    pub fn budget_ns(&self) -> u64 {
+        self.budget_ns
+    }
+}
+
+impl Drop for ReaderHandle {
+    fn drop(&mut self) {
+        self.counter().store(0, Ordering::Release);
+        let shared = &self.domain.shared;
+        if !self.local.is_empty() {
+            sync::lock(&shared.queue).spilled.append(&mut self.local);
+            shared.wake_reclaimer();
+        }
+        sync::lock(&shared.names)[self.slot] = None;
+    }
+}
+
+/// A reader that is offline; dropping it (or calling [`Offline::online`]) brings it back online.
+#[derive(Debug)]
+pub struct Offline<'a> {
+    handle: &'a mut ReaderHandle,
+}
+
+impl Offline<'_> {
+    /// Comes back online now.
+    pub fn online(self) {}
+}
+
+impl Drop for Offline<'_> {
+    fn drop(&mut self) {
+        self.handle.go_online();
+    }
+}
