@@ -267,10 +267,23 @@ impl Shared {
     }
 
     /// Moves every callback whose grace period has ended into `out` (spilled ones first, then
-    /// completed batches in order) and starts the next grace period if none is in flight.
-    pub(crate) fn take_ready(&self, queue: &mut Queue, out: &mut Ready, include_batches: bool) {
+    /// completed batches in order; batches only when `include_batches`) and starts the next grace
+    /// period if none is in flight. When that grace period ends at once (no reader online), its
+    /// batch is taken too. Returns whether a grace period is still in flight.
+    pub(crate) fn take_ready(
+        &self,
+        queue: &mut Queue,
+        out: &mut Ready,
+        include_batches: bool,
+    ) -> bool {
         out.append(&mut queue.spilled);
-        if include_batches {
+        if !include_batches {
+            if queue.sealed.is_empty() {
+                self.seal(queue);
+            }
+            return !queue.sealed.is_empty();
+        }
+        for _ in 0..2 {
             while let Some(batch) = queue.sealed.front() {
                 if !self.poll_value(batch.ticket) {
                     break;
@@ -279,15 +292,27 @@ impl Shared {
                     out.push(batch.callbacks);
                 }
             }
-        }
-        if queue.sealed.is_empty() {
+            if !queue.sealed.is_empty() || queue.unsealed.is_empty() {
+                break;
+            }
             self.seal(queue);
         }
+        !queue.sealed.is_empty()
     }
 
     /// Runs callbacks from `ready` until it is empty, `max` have run, or `budget_ns` has passed
     /// (checked after each callback; `u64::MAX` means no time limit and no clock reads).
     pub(crate) fn run_ready(&self, ready: &mut Ready, max: usize, budget_ns: u64) -> RunOutcome {
+        self.run_accounted(ready, max, budget_ns, true)
+    }
+
+    fn run_accounted(
+        &self,
+        ready: &mut Ready,
+        max: usize,
+        budget_ns: u64,
+        queued: bool,
+    ) -> RunOutcome {
         let start = sync::now_ns();
         let (mut ran, mut bytes) = (0usize, 0usize);
         while ran < max {
@@ -300,15 +325,15 @@ impl Shared {
             }
         }
         let elapsed_ns = sync::now_ns().saturating_sub(start);
-        self.account_run(ran, bytes);
+        self.account_run(ran, bytes, queued);
         RunOutcome { ran, elapsed_ns }
     }
 
-    fn account_run(&self, ran: usize, bytes: usize) {
-        if ran > 0 {
-            self.stats
-                .callbacks_run
-                .fetch_add(ran as u64, Ordering::Relaxed);
+    fn account_run(&self, ran: usize, bytes: usize, queued: bool) {
+        self.stats
+            .callbacks_run
+            .fetch_add(ran as u64, Ordering::Relaxed);
+        if queued && ran > 0 {
             self.stats.pending.fetch_sub(ran, Ordering::AcqRel);
             self.stats.pending_bytes.fetch_sub(bytes, Ordering::AcqRel);
         }
@@ -345,8 +370,10 @@ impl Shared {
             callbacks.len(),
             callbacks.iter().map(|c| c.bytes).sum::<usize>(),
         );
-        self.account_deferred(count, bytes);
         if self.policy == ReclaimPolicy::Direct || self.over_watermark(count) {
+            self.stats
+                .callbacks_deferred
+                .fetch_add(count as u64, Ordering::Relaxed);
             if self.policy != ReclaimPolicy::Direct {
                 self.stats
                     .watermark_fallbacks
@@ -355,6 +382,7 @@ impl Shared {
             self.run_synchronously(callbacks);
             return;
         }
+        self.account_deferred(count, bytes);
         let mut queue = sync::lock(&self.queue);
         queue.unsealed.extend(callbacks);
         if queue.sealed.is_empty() {
@@ -378,7 +406,7 @@ impl Shared {
         }
         let mut ready = Ready::default();
         ready.push(callbacks);
-        let outcome = self.run_ready(&mut ready, usize::MAX, u64::MAX);
+        let outcome = self.run_accounted(&mut ready, usize::MAX, u64::MAX, false);
         self.stats
             .writer_longest_reclaim_ns
             .fetch_max(outcome.elapsed_ns, Ordering::Relaxed);

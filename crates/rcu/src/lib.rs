@@ -46,6 +46,8 @@
 //! it freed; `tests/stress.rs` poisons every retired object before freeing it while many readers
 //! check they never see poison, and runs under valgrind in CI.
 
+#![cfg_attr(loom, allow(dead_code))]
+
 mod callback;
 mod cell;
 mod domain;

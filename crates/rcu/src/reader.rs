@@ -110,7 +110,15 @@ impl ReaderHandle {
         let adaptive = matches!(shared.policy, ReclaimPolicy::Adaptive { .. });
         let took = match sync::try_lock(&shared.queue) {
             Some(mut queue) => {
-                shared.take_ready(&mut queue, &mut self.local, true);
+                let in_flight = shared.take_ready(&mut queue, &mut self.local, true);
+                // This reader is quiescent throughout the call, so it may acknowledge the grace
+                // period it may just have started, and take that batch too if it was the last.
+                let gp = shared.gp.load(Ordering::Acquire);
+                if in_flight && gp != self.seen {
+                    shared.slots[self.slot].store(gp, Ordering::Release);
+                    self.seen = gp;
+                    shared.take_ready(&mut queue, &mut self.local, true);
+                }
                 true
             }
             None => false,

@@ -38,8 +38,7 @@ fn run(shared: &Shared, poll: Duration) {
         let in_flight = {
             let mut queue = sync::lock(&shared.queue);
             let take_batches = offload || !shared.any_reader_online();
-            shared.take_ready(&mut queue, &mut ready, take_batches);
-            !queue.sealed.is_empty()
+            shared.take_ready(&mut queue, &mut ready, take_batches)
         };
         if !ready.is_empty() {
             let outcome = shared.run_ready(&mut ready, usize::MAX, u64::MAX);
