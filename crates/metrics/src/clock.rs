@@ -135,10 +135,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let (t1, m1) = (tsc.now_ns(), MonotonicClock.now_ns());
         let (dt, dm) = ((t1 - t0) as f64, (m1 - m0) as f64);
-        assert!(
-            (dt / dm - 1.0).abs() < 0.02,
-            "tsc {dt} ns vs monotonic {dm} ns"
-        );
+        assert!((dt / dm - 1.0).abs() < 0.02, "tsc {dt} ns vs monotonic {dm} ns");
     }
 
     #[test]

@@ -55,11 +55,7 @@ impl LatencyRecorder {
 
     /// The value at `quantile` (0.0-1.0), or 0 when empty.
     pub fn value_at_quantile(&self, quantile: f64) -> u64 {
-        if self.histogram.is_empty() {
-            0
-        } else {
-            self.histogram.value_at_quantile(quantile)
-        }
+        if self.histogram.is_empty() { 0 } else { self.histogram.value_at_quantile(quantile) }
     }
 
     /// The summary statistics of the samples so far.
@@ -165,16 +161,8 @@ mod tests {
         assert!(within(s.p99, 9_900_000), "p99 {}", s.p99);
         assert!(within(s.p999, 9_990_000), "p999 {}", s.p999);
         assert!(within(s.max, 10_000_000), "max {}", s.max);
-        assert!(
-            (s.mean - 5_000_500.0).abs() / 5_000_500.0 < 0.002,
-            "mean {}",
-            s.mean
-        );
-        assert!(
-            (s.stddev - 2_886_751.0).abs() / 2_886_751.0 < 0.01,
-            "stddev {}",
-            s.stddev
-        );
+        assert!((s.mean - 5_000_500.0).abs() / 5_000_500.0 < 0.002, "mean {}", s.mean);
+        assert!((s.stddev - 2_886_751.0).abs() / 2_886_751.0 < 0.01, "stddev {}", s.stddev);
     }
 
     #[test]
@@ -211,10 +199,7 @@ mod tests {
         let mut out = Vec::new();
         r.summary().write_csv_row("baseline", &mut out).unwrap();
         let row = String::from_utf8(out).unwrap();
-        assert_eq!(
-            row.trim().split(',').count(),
-            LatencySummary::CSV_HEADER.split(',').count()
-        );
+        assert_eq!(row.trim().split(',').count(), LatencySummary::CSV_HEADER.split(',').count());
         assert!(row.starts_with("baseline,1,5,5.0,0.0,5,5,5,5,5"));
     }
 

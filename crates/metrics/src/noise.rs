@@ -45,10 +45,7 @@ pub struct NoiseConfig {
 impl NoiseConfig {
     /// Short windows for quick runs: 150 ms before and after, 1 ms every 100 ms during.
     pub fn quick() -> Self {
-        Self {
-            window: Duration::from_millis(150),
-            ..Self::default()
-        }
+        Self { window: Duration::from_millis(150), ..Self::default() }
     }
 }
 
@@ -169,8 +166,7 @@ impl GapMeter {
             self.account(now - last);
             last = now;
             reads = reads.wrapping_add(1);
-            if now >= end || (reads % 1024 == 0 && stop.is_some_and(|s| s.load(Ordering::Relaxed)))
-            {
+            if now >= end || (reads % 1024 == 0 && stop.is_some_and(|s| s.load(Ordering::Relaxed))) {
                 break;
             }
         }
@@ -195,10 +191,7 @@ impl GapMeter {
 
 fn steal_delta(before: &Option<Vec<u64>>, after: &Option<Vec<u64>>, core: usize) -> u64 {
     match (before, after) {
-        (Some(b), Some(a)) => a
-            .get(core)
-            .zip(b.get(core))
-            .map_or(0, |(a, b)| a.saturating_sub(*b)),
+        (Some(b), Some(a)) => a.get(core).zip(b.get(core)).map_or(0, |(a, b)| a.saturating_sub(*b)),
         _ => 0,
     }
 }
@@ -268,39 +261,24 @@ impl NoiseProbe {
                         let mut meter = GapMeter::new(core, floor);
                         while !stop.load(Ordering::Relaxed) {
                             meter.spin(sample_for, Some(&stop));
-                            let wake = sys::monotonic_ns()
-                                + every.saturating_sub(sample_for).as_nanos() as u64;
+                            let wake =
+                                sys::monotonic_ns() + every.saturating_sub(sample_for).as_nanos() as u64;
                             while !stop.load(Ordering::Relaxed) && sys::monotonic_ns() < wake {
                                 std::thread::sleep(Duration::from_millis(5).min(every));
                             }
                         }
-                        (
-                            CoreNoiseParts(meter.finish(0)),
-                            sys::thread_cpu_time_ns() - cpu_start,
-                        )
+                        (CoreNoiseParts(meter.finish(0)), sys::thread_cpu_time_ns() - cpu_start)
                     })
                     .expect("spawning a sampler thread")
             })
             .collect();
-        Self {
-            config,
-            before,
-            stop,
-            samplers,
-            started_ns: sys::monotonic_ns(),
-            steal_start,
-            clock_read_ns,
-        }
+        Self { config, before, stop, samplers, started_ns: sys::monotonic_ns(), steal_start, clock_read_ns }
     }
 
     /// Stops the sampler, measures the quiet window after the run, and reports.
     pub fn finish(self) -> NoiseReport {
         self.stop.store(true, Ordering::Relaxed);
-        let results: Vec<_> = self
-            .samplers
-            .into_iter()
-            .filter_map(|h| h.join().ok())
-            .collect();
+        let results: Vec<_> = self.samplers.into_iter().filter_map(|h| h.join().ok()).collect();
         let wall_ns = (sys::monotonic_ns() - self.started_ns).max(1);
         let steal_end = sys::steal_ns_per_core();
         let cpu_ns: u64 = results.iter().map(|(_, cpu)| cpu).sum();
@@ -312,29 +290,15 @@ impl NoiseProbe {
             })
             .collect();
         let during = DuringNoise {
-            duty_cycle: self.config.sample_for.as_secs_f64()
-                / self.config.sample_every.as_secs_f64(),
-            overhead_cpu_fraction: cpu_ns as f64
-                / (wall_ns as f64 * self.config.cores.len().max(1) as f64),
+            duty_cycle: self.config.sample_for.as_secs_f64() / self.config.sample_every.as_secs_f64(),
+            overhead_cpu_fraction: cpu_ns as f64 / (wall_ns as f64 * self.config.cores.len().max(1) as f64),
             wall_ns,
             cores,
         };
         let after = measure_window(&self.config);
-        let max_gap_ns = self
-            .before
-            .iter()
-            .chain(&during.cores)
-            .chain(&after)
-            .map(|c| c.max_gap_ns)
-            .max()
-            .unwrap_or(0);
-        NoiseReport {
-            before: self.before,
-            during,
-            after,
-            max_gap_ns,
-            clock_read_ns: self.clock_read_ns,
-        }
+        let max_gap_ns =
+            self.before.iter().chain(&during.cores).chain(&after).map(|c| c.max_gap_ns).max().unwrap_or(0);
+        NoiseReport { before: self.before, during, after, max_gap_ns, clock_read_ns: self.clock_read_ns }
     }
 }
 
@@ -360,10 +324,7 @@ mod tests {
         assert!(core.spun_ns >= 30_000_000, "spun {} ns", core.spun_ns);
         assert!(core.lost_ns <= core.spun_ns);
         assert!(core.max_gap_ns <= core.lost_ns.max(core.max_gap_ns));
-        assert!(
-            core.gaps_over_1ms <= core.gaps_over_100us
-                && core.gaps_over_100us <= core.gaps_over_10us
-        );
+        assert!(core.gaps_over_1ms <= core.gaps_over_100us && core.gaps_over_100us <= core.gaps_over_10us);
     }
 
     #[test]
@@ -373,19 +334,9 @@ mod tests {
             meter.account(gap);
         }
         let noise = meter.finish(7);
-        assert_eq!(
-            noise.gaps.count, 4,
-            "gaps at or under the floor are the loop itself"
-        );
+        assert_eq!(noise.gaps.count, 4, "gaps at or under the floor are the loop itself");
         assert_eq!(noise.lost_ns, 5_000 + 50_000 + 500_000 + 3_000_000);
-        assert_eq!(
-            (
-                noise.gaps_over_10us,
-                noise.gaps_over_100us,
-                noise.gaps_over_1ms
-            ),
-            (3, 2, 1)
-        );
+        assert_eq!((noise.gaps_over_10us, noise.gaps_over_100us, noise.gaps_over_1ms), (3, 2, 1));
         assert!(noise.max_gap_ns >= 2_997_000 && noise.max_gap_ns <= 3_003_000);
         assert_eq!(noise.steal_ns, 7);
     }

@@ -12,10 +12,7 @@ fn timespec_ns(ts: &libc::timespec) -> u64 {
 }
 
 fn read_clock(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec and `id` is a clock id the kernel defines;
     // clock_gettime writes only into `ts`.
     let rc = unsafe { libc::clock_gettime(id, &mut ts) };
@@ -44,12 +41,7 @@ pub fn sleep_until_ns(deadline_ns: u64) {
     loop {
         // SAFETY: `ts` is a valid timespec; with TIMER_ABSTIME the remainder pointer may be null.
         let rc = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &ts,
-                std::ptr::null_mut(),
-            )
+            libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut())
         };
         if rc != libc::EINTR {
             return;
@@ -60,10 +52,7 @@ pub fn sleep_until_ns(deadline_ns: u64) {
 /// Pins the calling thread to one core.
 pub fn pin_current_thread(core: usize) -> io::Result<()> {
     if core >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("core {core} out of range"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("core {core} out of range")));
     }
     // SAFETY: cpu_set_t is plain data for which all-zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -71,25 +60,15 @@ pub fn pin_current_thread(core: usize) -> io::Result<()> {
     unsafe { libc::CPU_SET(core, &mut set) };
     // SAFETY: pid 0 names the calling thread; `set` is a valid cpu_set_t of the size passed.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Makes the calling thread `SCHED_FIFO` at `priority` (1-99). Fails without `CAP_SYS_NICE`.
 pub fn set_fifo(priority: i32) -> io::Result<()> {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
+    let param = libc::sched_param { sched_priority: priority };
     // SAFETY: pid 0 names the calling thread; `param` is a valid sched_param.
     let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Sets the nice value of the calling thread (not the whole process: Linux niceness is per task).
@@ -98,29 +77,19 @@ pub fn set_nice(nice: i32) -> io::Result<()> {
     let tid = unsafe { libc::gettid() };
     // SAFETY: PRIO_PROCESS with a thread id sets that one task's niceness; no pointers involved.
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Locks current and future pages in memory so a real-time loop takes no page faults.
 pub fn lock_memory() -> io::Result<()> {
     // SAFETY: mlockall takes flags only.
     let rc = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Number of cores this process may run on.
 pub fn online_cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 /// The kernel release string (`uname -r`), or `"unknown"`.
@@ -195,21 +164,15 @@ mod tests {
 
     #[test]
     fn steal_is_parsed_per_core_in_nanoseconds() {
-        let stat = "cpu  10 0 5 100 0 0 0 7 0 0\ncpu0 5 0 2 50 0 0 0 3 0 0\ncpu1 5 0 3 50 0 0 0 4 0 0\nintr 1\n";
-        assert_eq!(
-            parse_steal_ns(stat, 100),
-            Some(vec![30_000_000, 40_000_000])
-        );
+        let stat =
+            "cpu  10 0 5 100 0 0 0 7 0 0\ncpu0 5 0 2 50 0 0 0 3 0 0\ncpu1 5 0 3 50 0 0 0 4 0 0\nintr 1\n";
+        assert_eq!(parse_steal_ns(stat, 100), Some(vec![30_000_000, 40_000_000]));
     }
 
     #[test]
     fn steal_of_this_machine_is_readable() {
         let steal = steal_ns_per_core().expect("/proc/stat readable");
-        assert!(
-            steal.len() >= online_cores(),
-            "{} cores in /proc/stat",
-            steal.len()
-        );
+        assert!(steal.len() >= online_cores(), "{} cores in /proc/stat", steal.len());
     }
 
     #[test]

@@ -19,10 +19,7 @@ pub(crate) struct Callback {
 }
 
 enum Kind {
-    Drop {
-        ptr: *mut (),
-        drop: unsafe fn(*mut ()),
-    },
+    Drop { ptr: *mut (), drop: unsafe fn(*mut ()) },
     Call(Box<dyn FnOnce() + Send>),
 }
 
@@ -43,10 +40,7 @@ impl Callback {
     /// A callback that drops `value`.
     pub(crate) fn drop_box<T: Send + 'static>(value: Box<T>) -> Self {
         Self {
-            kind: Kind::Drop {
-                ptr: Box::into_raw(value).cast(),
-                drop: drop_box::<T>,
-            },
+            kind: Kind::Drop { ptr: Box::into_raw(value).cast(), drop: drop_box::<T> },
             bytes: std::mem::size_of::<T>(),
         }
     }
@@ -56,21 +50,12 @@ impl Callback {
     /// # Safety
     /// `ptr` must come from `Box::<T>::into_raw` and be owned by this callback from now on.
     pub(crate) unsafe fn drop_raw<T: Send + 'static>(ptr: *mut T) -> Self {
-        Self {
-            kind: Kind::Drop {
-                ptr: ptr.cast(),
-                drop: drop_box::<T>,
-            },
-            bytes: std::mem::size_of::<T>(),
-        }
+        Self { kind: Kind::Drop { ptr: ptr.cast(), drop: drop_box::<T> }, bytes: std::mem::size_of::<T>() }
     }
 
     /// A callback that runs `f`, declared to free `bytes`.
     pub(crate) fn call(f: Box<dyn FnOnce() + Send>, bytes: usize) -> Self {
-        Self {
-            kind: Kind::Call(f),
-            bytes,
-        }
+        Self { kind: Kind::Call(f), bytes }
     }
 
     /// Runs the callback, consuming it.

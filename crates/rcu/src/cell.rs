@@ -6,7 +6,7 @@
 //! retires the old value through the domain's reclamation policy, so it is freed only after every
 //! reader that might hold it has passed a quiescent state.
 
-use crate::domain::Domain;
+use crate::domain::{Admission, Domain};
 use crate::error::Full;
 use crate::reader::ReaderHandle;
 use crate::sync::{AtomicPtr, Ordering};
@@ -20,19 +20,14 @@ pub struct RcuCell<T: Send + Sync + 'static> {
 
 impl<T: Send + Sync + 'static> fmt::Debug for RcuCell<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RcuCell")
-            .field("domain", &self.domain)
-            .finish_non_exhaustive()
+        f.debug_struct("RcuCell").field("domain", &self.domain).finish_non_exhaustive()
     }
 }
 
 impl<T: Send + Sync + 'static> RcuCell<T> {
     /// A cell in `domain` holding `value`.
     pub fn new(domain: &Domain, value: T) -> Self {
-        Self {
-            ptr: AtomicPtr::new(Box::into_raw(Box::new(value))),
-            domain: domain.clone(),
-        }
+        Self { ptr: AtomicPtr::new(Box::into_raw(Box::new(value))), domain: domain.clone() }
     }
 
     /// The current value. The reference lives until the reader's next `quiescent()` or
@@ -57,18 +52,15 @@ impl<T: Send + Sync + 'static> RcuCell<T> {
     /// the domain's policy says). Under `OnFull::Fail` at the watermark nothing is published
     /// and `value` comes back in the error.
     pub fn replace(&self, value: T) -> Result<(), Full<T>> {
-        if self.domain.refuses(1) {
-            return Err(Full {
-                value,
-                limit: self.domain.high_watermark(),
-            });
+        let admission = self.domain.admit_one();
+        if admission == Admission::Refused {
+            return Err(Full { value, limit: self.domain.high_watermark() });
         }
-        let old = self
-            .ptr
-            .swap(Box::into_raw(Box::new(value)), Ordering::SeqCst);
+        let old = self.ptr.swap(Box::into_raw(Box::new(value)), Ordering::SeqCst);
         // SAFETY: `old` came from `Box::into_raw`, was just unlinked (readers starting from now
-        // load the new pointer), and this call owned it: only the swap that removed it retires it.
-        unsafe { self.domain.retire_raw(old) };
+        // load the new pointer), and this call owned it: only the swap that removed it retires
+        // it. `admission` is not `Refused`.
+        unsafe { self.domain.retire_raw(admission, old) };
         Ok(())
     }
 
@@ -82,9 +74,7 @@ impl<T: Send + Sync + 'static> RcuCell<T> {
 #[cold]
 #[inline(never)]
 fn wrong_domain() -> ! {
-    panic!(
-        "RcuCell::read with a ReaderHandle of another domain: register the reader with the cell's domain"
-    )
+    panic!("RcuCell::read with a ReaderHandle of another domain: register the reader with the cell's domain")
 }
 
 impl<T: Send + Sync + 'static> Drop for RcuCell<T> {

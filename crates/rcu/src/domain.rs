@@ -101,10 +101,7 @@ impl fmt::Debug for DomainConfig {
 impl DomainConfig {
     /// The default configuration with `policy`.
     pub fn with_policy(policy: ReclaimPolicy) -> Self {
-        Self {
-            policy,
-            ..Self::default()
-        }
+        Self { policy, ..Self::default() }
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -116,8 +113,7 @@ impl DomainConfig {
         }
         match self.policy {
             ReclaimPolicy::Throttle { max_batch: 0, .. } => return Err(ConfigError::ZeroBatch),
-            ReclaimPolicy::Throttle { budget, .. }
-            | ReclaimPolicy::Adaptive { max_budget: budget }
+            ReclaimPolicy::Throttle { budget, .. } | ReclaimPolicy::Adaptive { max_budget: budget }
                 if budget.is_zero() =>
             {
                 return Err(ConfigError::ZeroBudget);
@@ -182,6 +178,17 @@ pub(crate) struct Counters {
     pub(crate) stalls_reported: AtomicU64,
 }
 
+/// How callbacks offered to `defer` are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Queued for a grace period; their backlog place is reserved.
+    Queued,
+    /// Run by the caller after a grace period (`Direct`, or at the watermark under `Synchronize`).
+    Synchronous,
+    /// Refused at the watermark (`OnFull::Fail`).
+    Refused,
+}
+
 /// What one run of callbacks did.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RunOutcome {
@@ -211,9 +218,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// Starts a grace period and returns its ticket.
     pub(crate) fn start(&self) -> Ticket {
-        self.stats
-            .grace_periods_started
-            .fetch_add(1, Ordering::Relaxed);
+        self.stats.grace_periods_started.fetch_add(1, Ordering::Relaxed);
         Ticket(self.gp.fetch_add(1, Ordering::SeqCst) + 1)
     }
 
@@ -239,9 +244,7 @@ impl Shared {
     pub(crate) fn any_reader_online(&self) -> bool {
         fence(Ordering::SeqCst);
         let used = self.slots_used.load(Ordering::Acquire);
-        self.slots[..used]
-            .iter()
-            .any(|slot| slot.load(Ordering::Acquire) != 0)
+        self.slots[..used].iter().any(|slot| slot.load(Ordering::Acquire) != 0)
     }
 
     /// Blocks until a grace period started now has ended.
@@ -259,10 +262,7 @@ impl Shared {
         if !queue.unsealed.is_empty() {
             let ticket = self.start();
             let callbacks = std::mem::take(&mut queue.unsealed);
-            queue.sealed.push_back(crate::callback::Batch {
-                ticket: ticket.0,
-                callbacks,
-            });
+            queue.sealed.push_back(crate::callback::Batch { ticket: ticket.0, callbacks });
         }
     }
 
@@ -270,12 +270,7 @@ impl Shared {
     /// completed batches in order; batches only when `include_batches`) and starts the next grace
     /// period if none is in flight. When that grace period ends at once (no reader online), its
     /// batch is taken too. Returns whether a grace period is still in flight.
-    pub(crate) fn take_ready(
-        &self,
-        queue: &mut Queue,
-        out: &mut Ready,
-        include_batches: bool,
-    ) -> bool {
+    pub(crate) fn take_ready(&self, queue: &mut Queue, out: &mut Ready, include_batches: bool) -> bool {
         out.append(&mut queue.spilled);
         if !include_batches {
             if queue.sealed.is_empty() {
@@ -306,13 +301,7 @@ impl Shared {
         self.run_accounted(ready, max, budget_ns, true)
     }
 
-    fn run_accounted(
-        &self,
-        ready: &mut Ready,
-        max: usize,
-        budget_ns: u64,
-        queued: bool,
-    ) -> RunOutcome {
+    fn run_accounted(&self, ready: &mut Ready, max: usize, budget_ns: u64, queued: bool) -> RunOutcome {
         let start = sync::now_ns();
         let (mut ran, mut bytes) = (0usize, 0usize);
         while ran < max {
@@ -330,27 +319,11 @@ impl Shared {
     }
 
     fn account_run(&self, ran: usize, bytes: usize, queued: bool) {
-        self.stats
-            .callbacks_run
-            .fetch_add(ran as u64, Ordering::Relaxed);
+        self.stats.callbacks_run.fetch_add(ran as u64, Ordering::Relaxed);
         if queued && ran > 0 {
             self.stats.pending.fetch_sub(ran, Ordering::AcqRel);
             self.stats.pending_bytes.fetch_sub(bytes, Ordering::AcqRel);
         }
-    }
-
-    fn account_deferred(&self, count: usize, bytes: usize) {
-        self.stats
-            .callbacks_deferred
-            .fetch_add(count as u64, Ordering::Relaxed);
-        let pending = self.stats.pending.fetch_add(count, Ordering::AcqRel) + count;
-        self.stats
-            .peak_pending
-            .fetch_max(pending, Ordering::Relaxed);
-        let pending_bytes = self.stats.pending_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        self.stats
-            .peak_pending_bytes
-            .fetch_max(pending_bytes, Ordering::Relaxed);
     }
 
     /// Wakes the reclaimer thread if it is parked.
@@ -363,26 +336,50 @@ impl Shared {
         }
     }
 
-    /// Accepts callbacks: queued, or run synchronously per the policy and the watermark.
-    /// `callbacks` is only consumed when accepted.
-    fn submit(&self, callbacks: Vec<Callback>) {
-        let (count, bytes) = (
-            callbacks.len(),
-            callbacks.iter().map(|c| c.bytes).sum::<usize>(),
-        );
-        if self.policy == ReclaimPolicy::Direct || self.over_watermark(count) {
-            self.stats
-                .callbacks_deferred
-                .fetch_add(count as u64, Ordering::Relaxed);
-            if self.policy != ReclaimPolicy::Direct {
-                self.stats
-                    .watermark_fallbacks
-                    .fetch_add(count as u64, Ordering::Relaxed);
-            }
-            self.run_synchronously(callbacks);
-            return;
+    /// Decides how `count` callbacks will be taken, reserving their place in the backlog when
+    /// they are to be queued (a compare-and-swap, so concurrent writers never pass the watermark).
+    pub(crate) fn admit(&self, count: usize) -> Admission {
+        if self.policy == ReclaimPolicy::Direct {
+            return Admission::Synchronous;
         }
-        self.account_deferred(count, bytes);
+        let mut pending = self.stats.pending.load(Ordering::Acquire);
+        loop {
+            if pending.saturating_add(count) > self.high_watermark {
+                return match self.on_full {
+                    OnFull::Fail => Admission::Refused,
+                    OnFull::Synchronize => Admission::Synchronous,
+                };
+            }
+            match self.stats.pending.compare_exchange_weak(
+                pending,
+                pending + count,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Admission::Queued,
+                Err(now) => pending = now,
+            }
+        }
+    }
+
+    /// Takes admitted callbacks: queues them (their backlog place is reserved) or runs them now.
+    pub(crate) fn dispatch(&self, admission: Admission, callbacks: Vec<Callback>) {
+        let (count, bytes) = (callbacks.len(), callbacks.iter().map(|c| c.bytes).sum::<usize>());
+        self.stats.callbacks_deferred.fetch_add(count as u64, Ordering::Relaxed);
+        match admission {
+            Admission::Queued => {}
+            Admission::Synchronous | Admission::Refused => {
+                if self.policy != ReclaimPolicy::Direct {
+                    self.stats.watermark_fallbacks.fetch_add(count as u64, Ordering::Relaxed);
+                }
+                self.run_synchronously(callbacks);
+                return;
+            }
+        }
+        let pending = self.stats.pending.load(Ordering::Relaxed);
+        self.stats.peak_pending.fetch_max(pending, Ordering::Relaxed);
+        let pending_bytes = self.stats.pending_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        self.stats.peak_pending_bytes.fetch_max(pending_bytes, Ordering::Relaxed);
         let mut queue = sync::lock(&self.queue);
         queue.unsealed.extend(callbacks);
         if queue.sealed.is_empty() {
@@ -394,11 +391,6 @@ impl Shared {
         }
     }
 
-    /// Whether accepting `count` more callbacks would pass the high watermark.
-    fn over_watermark(&self, count: usize) -> bool {
-        self.stats.pending.load(Ordering::Acquire) > self.high_watermark.saturating_sub(count)
-    }
-
     /// Runs `callbacks` on the calling thread once no reader can hold what they free.
     fn run_synchronously(&self, callbacks: Vec<Callback>) {
         if self.any_reader_online() {
@@ -407,16 +399,7 @@ impl Shared {
         let mut ready = Ready::default();
         ready.push(callbacks);
         let outcome = self.run_accounted(&mut ready, usize::MAX, u64::MAX, false);
-        self.stats
-            .writer_longest_reclaim_ns
-            .fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
-    }
-
-    /// Checks the watermark for `count` callbacks under `OnFull::Fail`.
-    fn refuses(&self, count: usize) -> bool {
-        self.on_full == OnFull::Fail
-            && self.policy != ReclaimPolicy::Direct
-            && self.over_watermark(count)
+        self.stats.writer_longest_reclaim_ns.fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
     }
 
     pub(crate) fn stats(&self) -> DomainStats {
@@ -490,9 +473,7 @@ impl Domain {
     /// A domain with `config`, starting its reclaimer and stall-detector threads if it needs them.
     pub fn new(config: DomainConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let slots = (0..config.max_readers)
-            .map(|_| Padded(AtomicU64::new(0)))
-            .collect();
+        let slots = (0..config.max_readers).map(|_| Padded(AtomicU64::new(0))).collect();
         let shared = Arc::new(Shared {
             gp: Padded(AtomicU64::new(1)),
             acked: Padded(AtomicU64::new(1)),
@@ -510,10 +491,7 @@ impl Domain {
             reclaimer: std::sync::OnceLock::new(),
             stall_reports: Mutex::new(Vec::new()),
         });
-        let threads = Threads {
-            shared: Arc::clone(&shared),
-            handles: std::sync::Mutex::new(Vec::new()),
-        };
+        let threads = Threads { shared: Arc::clone(&shared), handles: std::sync::Mutex::new(Vec::new()) };
         #[cfg(not(loom))]
         {
             let mut handles = threads.handles.lock().unwrap_or_else(|p| p.into_inner());
@@ -524,10 +502,7 @@ impl Domain {
                 handles.push(crate::stall::spawn(Arc::clone(&shared), stall));
             }
         }
-        Ok(Self {
-            shared,
-            _threads: std::sync::Arc::new(threads),
-        })
+        Ok(Self { shared, _threads: std::sync::Arc::new(threads) })
     }
 
     /// A domain with the default configuration and `policy`.
@@ -545,9 +520,7 @@ impl Domain {
                 names.len() - 1
             }
             None => {
-                return Err(RegisterError::TooManyReaders {
-                    max: self.shared.slots.len(),
-                });
+                return Err(RegisterError::TooManyReaders { max: self.shared.slots.len() });
             }
         };
         names[slot] = Some(name.into());
@@ -585,67 +558,55 @@ impl Domain {
     }
 
     /// Like [`Domain::defer`], declaring that `f` frees `bytes` (for the unreclaimed-memory count).
-    pub fn defer_sized<F: FnOnce() + Send + 'static>(
-        &self,
-        f: F,
-        bytes: usize,
-    ) -> Result<(), Full<F>> {
-        if self.shared.refuses(1) {
-            return Err(Full {
-                value: f,
-                limit: self.shared.high_watermark,
-            });
-        }
-        self.shared.submit(vec![Callback::call(Box::new(f), bytes)]);
-        Ok(())
+    pub fn defer_sized<F: FnOnce() + Send + 'static>(&self, f: F, bytes: usize) -> Result<(), Full<F>> {
+        self.offer(1, f, |f| vec![Callback::call(Box::new(f), bytes)])
     }
 
     /// Drops `value` once every reader online now has passed a quiescent state.
     pub fn defer_drop<T: Send + 'static>(&self, value: Box<T>) -> Result<(), Full<Box<T>>> {
-        if self.shared.refuses(1) {
-            return Err(Full {
-                value,
-                limit: self.shared.high_watermark,
-            });
-        }
-        self.shared.submit(vec![Callback::drop_box(value)]);
-        Ok(())
+        self.offer(1, value, |value| vec![Callback::drop_box(value)])
     }
 
     /// Drops every value after one grace period: one lock, one seal, and under `Direct` one wait,
     /// for the whole batch.
-    pub fn defer_drop_all<T: Send + 'static>(
-        &self,
-        values: Vec<Box<T>>,
-    ) -> Result<(), Full<Vec<Box<T>>>> {
+    pub fn defer_drop_all<T: Send + 'static>(&self, values: Vec<Box<T>>) -> Result<(), Full<Vec<Box<T>>>> {
         if values.is_empty() {
             return Ok(());
         }
-        if self.shared.refuses(values.len()) {
-            return Err(Full {
-                value: values,
-                limit: self.shared.high_watermark,
-            });
-        }
-        self.shared
-            .submit(values.into_iter().map(Callback::drop_box).collect());
-        Ok(())
+        self.offer(values.len(), values, |values| values.into_iter().map(Callback::drop_box).collect())
     }
 
-    /// Retires the box behind `ptr` (used by `RcuCell::replace`).
+    /// Admits `count` callbacks made from `value`, or hands `value` back when refused.
+    fn offer<V>(
+        &self,
+        count: usize,
+        value: V,
+        callbacks: impl FnOnce(V) -> Vec<Callback>,
+    ) -> Result<(), Full<V>> {
+        match self.shared.admit(count) {
+            Admission::Refused => Err(Full { value, limit: self.shared.high_watermark }),
+            admitted => {
+                self.shared.dispatch(admitted, callbacks(value));
+                Ok(())
+            }
+        }
+    }
+
+    /// Decides how one more callback would be taken (reserving its backlog place if queued).
+    pub(crate) fn admit_one(&self) -> Admission {
+        self.shared.admit(1)
+    }
+
+    /// Retires the box behind `ptr` (used by `RcuCell::replace`) as `admission` decided.
     ///
     /// # Safety
     /// `ptr` must come from `Box::<T>::into_raw`, be unreachable for readers that start after
-    /// this call, and be owned by the domain from now on.
-    pub(crate) unsafe fn retire_raw<T: Send + 'static>(&self, ptr: *mut T) {
+    /// this call, and be owned by the domain from now on. `admission` must come from
+    /// [`Domain::admit_one`] and not be `Refused`.
+    pub(crate) unsafe fn retire_raw<T: Send + 'static>(&self, admission: Admission, ptr: *mut T) {
         // SAFETY: forwarded from the caller's contract.
         let callback = unsafe { Callback::drop_raw(ptr) };
-        self.shared.submit(vec![callback]);
-    }
-
-    /// Whether `count` more callbacks would be refused now (`OnFull::Fail` at the watermark).
-    pub(crate) fn refuses(&self, count: usize) -> bool {
-        self.shared.refuses(count)
+        self.shared.dispatch(admission, vec![callback]);
     }
 
     /// The configured high watermark.
@@ -667,10 +628,7 @@ impl Domain {
         if !ready.is_empty() {
             sync::lock(&self.shared.queue).spilled.append(&mut ready);
         }
-        self.shared
-            .stats
-            .writer_longest_reclaim_ns
-            .fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
+        self.shared.stats.writer_longest_reclaim_ns.fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
         outcome.ran
     }
 

@@ -13,9 +13,7 @@ pub struct Full<T> {
 
 impl<T> fmt::Debug for Full<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Full")
-            .field("limit", &self.limit)
-            .finish_non_exhaustive()
+        f.debug_struct("Full").field("limit", &self.limit).finish_non_exhaustive()
     }
 }
 

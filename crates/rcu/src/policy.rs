@@ -56,10 +56,7 @@ impl ReclaimPolicy {
 
     /// Whether readers run callbacks under this policy.
     pub(crate) fn readers_reclaim(&self) -> bool {
-        matches!(
-            self,
-            Self::Inline | Self::Throttle { .. } | Self::Adaptive { .. }
-        )
+        matches!(self, Self::Inline | Self::Throttle { .. } | Self::Adaptive { .. })
     }
 
     /// Whether the domain needs a reclaimer thread.

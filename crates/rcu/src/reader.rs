@@ -131,19 +131,11 @@ impl ReaderHandle {
             ReclaimPolicy::Throttle { max_batch, budget } => {
                 shared.run_ready(&mut self.local, max_batch, budget.as_nanos().max(1) as u64)
             }
-            ReclaimPolicy::Adaptive { .. } => {
-                shared.run_ready(&mut self.local, usize::MAX, self.budget_ns)
-            }
+            ReclaimPolicy::Adaptive { .. } => shared.run_ready(&mut self.local, usize::MAX, self.budget_ns),
             _ => shared.run_ready(&mut self.local, usize::MAX, u64::MAX),
         };
-        shared
-            .stats
-            .reader_reclaim_calls
-            .fetch_add(1, Ordering::Relaxed);
-        shared
-            .stats
-            .reader_longest_reclaim_ns
-            .fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
+        shared.stats.reader_reclaim_calls.fetch_add(1, Ordering::Relaxed);
+        shared.stats.reader_longest_reclaim_ns.fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
         if adaptive {
             self.adapt(outcome.elapsed_ns);
         }
@@ -175,10 +167,7 @@ impl ReaderHandle {
             let count = self.local.len() as u64;
             queue.spilled.append(&mut self.local);
             drop(queue);
-            shared
-                .stats
-                .callbacks_spilled
-                .fetch_add(count, Ordering::Relaxed);
+            shared.stats.callbacks_spilled.fetch_add(count, Ordering::Relaxed);
             shared.wake_reclaimer();
         }
     }

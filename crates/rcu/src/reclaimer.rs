@@ -42,10 +42,7 @@ fn run(shared: &Shared, poll: Duration) {
         };
         if !ready.is_empty() {
             let outcome = shared.run_ready(&mut ready, usize::MAX, u64::MAX);
-            shared
-                .stats
-                .reclaimer_longest_batch_ns
-                .fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
+            shared.stats.reclaimer_longest_batch_ns.fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
             continue;
         }
         if shared.shutdown.load(Ordering::Acquire) {

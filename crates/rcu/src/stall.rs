@@ -30,10 +30,7 @@ pub struct StallConfig {
 impl StallConfig {
     /// Report readers stalled for `threshold`, with no callback.
     pub fn new(threshold: Duration) -> Self {
-        Self {
-            threshold,
-            on_stall: None,
-        }
+        Self { threshold, on_stall: None }
     }
 
     fn tick_ns(&self) -> u64 {
@@ -78,10 +75,7 @@ struct SlotWatch {
 impl StallDetector {
     /// A detector reporting stalls longer than `threshold`.
     pub fn new(threshold: Duration) -> Self {
-        Self {
-            threshold_ns: threshold.as_nanos() as u64,
-            ..Self::default()
-        }
+        Self { threshold_ns: threshold.as_nanos() as u64, ..Self::default() }
     }
 
     /// One tick at `now_ns`: `slots` are the readers' counters (0 = offline), `gp` the counter
@@ -94,10 +88,7 @@ impl StallDetector {
         let mut stalled = Vec::new();
         for (index, (&seen, watch)) in slots.iter().zip(self.slots.iter_mut()).enumerate() {
             if seen == 0 || seen >= gp {
-                *watch = SlotWatch {
-                    last_seen: seen,
-                    ..SlotWatch::default()
-                };
+                *watch = SlotWatch { last_seen: seen, ..SlotWatch::default() };
                 continue;
             }
             if watch.lagging_since_ns.is_none() || seen != watch.last_seen {
@@ -106,11 +97,7 @@ impl StallDetector {
                     Some((value, at)) if seen < value => at,
                     _ => now_ns,
                 };
-                *watch = SlotWatch {
-                    last_seen: seen,
-                    lagging_since_ns: Some(since),
-                    reported: false,
-                };
+                *watch = SlotWatch { last_seen: seen, lagging_since_ns: Some(since), reported: false };
             }
             if let Some(since) = watch.lagging_since_ns {
                 let stalled_ns = now_ns.saturating_sub(since);
@@ -147,11 +134,7 @@ fn watch(shared: &Shared, config: &StallConfig) {
         let gp = shared.gp.load(Ordering::Acquire);
         let used = shared.slots_used.load(Ordering::Acquire);
         slots.clear();
-        slots.extend(
-            shared.slots[..used]
-                .iter()
-                .map(|s| s.load(Ordering::Acquire)),
-        );
+        slots.extend(shared.slots[..used].iter().map(|s| s.load(Ordering::Acquire)));
         let probe = shared.start().value();
         for (slot, stalled_ns) in detector.tick(now, gp, &slots, probe) {
             let name = sync::lock(&shared.names)
@@ -159,10 +142,7 @@ fn watch(shared: &Shared, config: &StallConfig) {
                 .cloned()
                 .flatten()
                 .unwrap_or_else(|| format!("slot {slot}"));
-            let report = StallReport {
-                reader: name,
-                stalled_for: Duration::from_nanos(stalled_ns),
-            };
+            let report = StallReport { reader: name, stalled_for: Duration::from_nanos(stalled_ns) };
             shared.stats.stalls_reported.fetch_add(1, Ordering::Relaxed);
             if let Some(on_stall) = &config.on_stall {
                 on_stall(&report);
@@ -209,14 +189,8 @@ mod tests {
         assert_eq!(reports.len(), 1, "one report per stall: {reports:?}");
         let (at, (slot, stalled_ns)) = reports[0];
         assert_eq!(slot, 0);
-        assert!(
-            stalled_ns >= 10 * MS,
-            "reported at {stalled_ns} ns, before the threshold"
-        );
-        assert!(
-            at <= 10 * MS + 2 * tick,
-            "reported at {at} ns, later than threshold + 2 ticks"
-        );
+        assert!(stalled_ns >= 10 * MS, "reported at {stalled_ns} ns, before the threshold");
+        assert!(at <= 10 * MS + 2 * tick, "reported at {at} ns, later than threshold + 2 ticks");
     }
 
     #[test]

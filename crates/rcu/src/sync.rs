@@ -6,16 +6,12 @@
 //! the count limits in force.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
-};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{
-    AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence,
-};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 

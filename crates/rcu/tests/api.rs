@@ -29,15 +29,10 @@ fn counting(domain: &Domain, n: usize) -> Arc<AtomicUsize> {
 
 const ALL: [ReclaimPolicy; 5] = [
     ReclaimPolicy::Inline,
-    ReclaimPolicy::Throttle {
-        max_batch: 4,
-        budget: Duration::from_millis(1),
-    },
+    ReclaimPolicy::Throttle { max_batch: 4, budget: Duration::from_millis(1) },
     ReclaimPolicy::Offload,
     ReclaimPolicy::Direct,
-    ReclaimPolicy::Adaptive {
-        max_budget: Duration::from_micros(50),
-    },
+    ReclaimPolicy::Adaptive { max_budget: Duration::from_micros(50) },
 ];
 
 #[test]
@@ -67,17 +62,9 @@ fn a_callback_waits_for_every_online_reader() {
     let mut b = domain.register("b").unwrap();
     let ran = counting(&domain, 1);
     a.quiescent();
-    assert_eq!(
-        ran.load(Ordering::SeqCst),
-        0,
-        "b has not passed a quiescent state"
-    );
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "b has not passed a quiescent state");
     b.quiescent();
-    assert_eq!(
-        ran.load(Ordering::SeqCst),
-        1,
-        "b saw the grace period end and ran it inline"
-    );
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "b saw the grace period end and ran it inline");
     assert_eq!(domain.pending(), 0);
 }
 
@@ -94,16 +81,10 @@ fn polled_grace_periods_end_when_readers_pass_quiescent_states() {
     assert!(later > ticket);
     {
         let _offline = reader.offline();
-        assert!(
-            domain.poll(later),
-            "an offline reader does not hold grace periods"
-        );
+        assert!(domain.poll(later), "an offline reader does not hold grace periods");
     }
     let after_online = domain.start();
-    assert!(
-        !domain.poll(after_online),
-        "back online, it is waited for again"
-    );
+    assert!(!domain.poll(after_online), "back online, it is waited for again");
 }
 
 #[test]
@@ -146,14 +127,7 @@ fn direct_runs_callbacks_in_the_writer_at_once_when_no_reader_is_online() {
     let ran = counting(&domain, 3);
     assert_eq!(ran.load(Ordering::SeqCst), 3);
     let stats = domain.stats();
-    assert_eq!(
-        (
-            stats.callbacks_run,
-            stats.pending,
-            stats.reader_reclaim_calls
-        ),
-        (3, 0, 0)
-    );
+    assert_eq!((stats.callbacks_run, stats.pending, stats.reader_reclaim_calls), (3, 0, 0));
 }
 
 #[test]
@@ -167,17 +141,9 @@ fn direct_with_a_reader_online_waits_for_its_quiescent_state() {
         }
     });
     let ran = counting(&domain, 2);
-    assert_eq!(
-        ran.load(Ordering::SeqCst),
-        2,
-        "defer returns after running the callback"
-    );
+    assert_eq!(ran.load(Ordering::SeqCst), 2, "defer returns after running the callback");
     t.join().unwrap();
-    assert_eq!(
-        domain.stats().reader_reclaim_calls,
-        0,
-        "readers never run callbacks under Direct"
-    );
+    assert_eq!(domain.stats().reader_reclaim_calls, 0, "readers never run callbacks under Direct");
 }
 
 #[test]
@@ -199,11 +165,9 @@ fn offload_never_runs_callbacks_on_readers() {
 
 #[test]
 fn throttle_runs_at_most_max_batch_per_call_and_the_rest_later() {
-    let domain = Domain::with_policy(ReclaimPolicy::Throttle {
-        max_batch: 10,
-        budget: Duration::from_secs(1),
-    })
-    .unwrap();
+    let domain =
+        Domain::with_policy(ReclaimPolicy::Throttle { max_batch: 10, budget: Duration::from_secs(1) })
+            .unwrap();
     let mut reader = domain.register("r").unwrap();
     let ran = counting(&domain, 35);
     let mut per_call = Vec::new();
@@ -219,11 +183,7 @@ fn throttle_runs_at_most_max_batch_per_call_and_the_rest_later() {
 #[test]
 fn throttle_stops_a_call_once_the_time_budget_is_spent() {
     let budget = Duration::from_micros(200);
-    let domain = Domain::with_policy(ReclaimPolicy::Throttle {
-        max_batch: usize::MAX,
-        budget,
-    })
-    .unwrap();
+    let domain = Domain::with_policy(ReclaimPolicy::Throttle { max_batch: usize::MAX, budget }).unwrap();
     let mut reader = domain.register("r").unwrap();
     for _ in 0..100 {
         domain.defer(|| spin(50)).unwrap();
@@ -232,24 +192,14 @@ fn throttle_stops_a_call_once_the_time_budget_is_spent() {
     // The clock is checked after every callback: 4 x 50 us reach the budget; being preempted can
     // only make a call stop sooner.
     let first = 100 - domain.pending();
-    assert!(
-        (1..=5).contains(&first),
-        "ran {first} x 50 us callbacks within a 200 us budget"
-    );
-    assert_eq!(
-        reader.held_callbacks(),
-        100 - first,
-        "the rest wait with the reader"
-    );
+    assert!((1..=5).contains(&first), "ran {first} x 50 us callbacks within a 200 us budget");
+    assert_eq!(reader.held_callbacks(), 100 - first, "the rest wait with the reader");
     let mut calls = 1;
     while domain.pending() > 0 {
         reader.quiescent();
         calls += 1;
     }
-    assert!(
-        calls >= 20,
-        "100 x 50 us at 200 us per call takes at least 20 calls, took {calls}"
-    );
+    assert!(calls >= 20, "100 x 50 us at 200 us per call takes at least 20 calls, took {calls}");
 }
 
 #[test]
@@ -264,10 +214,8 @@ fn inline_runs_everything_ready_in_one_call() {
 
 #[test]
 fn adaptive_spills_what_its_largest_budget_cannot_finish() {
-    let domain = Domain::with_policy(ReclaimPolicy::Adaptive {
-        max_budget: Duration::from_micros(100),
-    })
-    .unwrap();
+    let domain =
+        Domain::with_policy(ReclaimPolicy::Adaptive { max_budget: Duration::from_micros(100) }).unwrap();
     let mut reader = domain.register("r").unwrap();
     for _ in 0..200 {
         domain.defer(|| spin(20)).unwrap();
@@ -275,10 +223,7 @@ fn adaptive_spills_what_its_largest_budget_cannot_finish() {
     for _ in 0..10 {
         reader.quiescent();
     }
-    assert!(
-        domain.barrier(Duration::from_secs(10)),
-        "the reclaimer finishes what readers spilled"
-    );
+    assert!(domain.barrier(Duration::from_secs(10)), "the reclaimer finishes what readers spilled");
     let stats = domain.stats();
     assert!(stats.callbacks_spilled > 0, "{stats:?}");
     assert_eq!(stats.callbacks_run, 200);
@@ -287,10 +232,8 @@ fn adaptive_spills_what_its_largest_budget_cannot_finish() {
 
 #[test]
 fn adaptive_budget_shrinks_when_calls_finish_early() {
-    let domain = Domain::with_policy(ReclaimPolicy::Adaptive {
-        max_budget: Duration::from_millis(1),
-    })
-    .unwrap();
+    let domain =
+        Domain::with_policy(ReclaimPolicy::Adaptive { max_budget: Duration::from_millis(1) }).unwrap();
     let mut reader = domain.register("r").unwrap();
     let start = reader.budget_ns();
     for _ in 0..50 {
@@ -298,12 +241,7 @@ fn adaptive_budget_shrinks_when_calls_finish_early() {
         reader.quiescent();
         reader.quiescent();
     }
-    assert!(
-        reader.budget_ns() < start,
-        "{} -> {}",
-        start,
-        reader.budget_ns()
-    );
+    assert!(reader.budget_ns() < start, "{} -> {}", start, reader.budget_ns());
     assert!(reader.budget_ns() >= 1_000_000 / 16);
 }
 
@@ -331,11 +269,8 @@ fn the_backlog_refuses_past_the_watermark_and_hands_the_value_back() {
 
 #[test]
 fn the_backlog_falls_back_to_a_synchronous_grace_period_past_the_watermark() {
-    let config = DomainConfig {
-        policy: ReclaimPolicy::Offload,
-        high_watermark: 2,
-        ..DomainConfig::default()
-    };
+    let config =
+        DomainConfig { policy: ReclaimPolicy::Offload, high_watermark: 2, ..DomainConfig::default() };
     let domain = Domain::new(config).unwrap();
     let ran = counting(&domain, 10);
     assert!(domain.stats().peak_pending <= 2, "{:?}", domain.stats());
@@ -348,17 +283,12 @@ fn the_backlog_falls_back_to_a_synchronous_grace_period_past_the_watermark() {
 fn pending_bytes_account_for_retired_objects() {
     let domain = Domain::with_policy(ReclaimPolicy::Inline).unwrap();
     let mut reader = domain.register("r").unwrap();
-    domain
-        .defer_drop_all((0..10).map(|_| Box::new([0u8; 256])).collect())
-        .unwrap();
+    domain.defer_drop_all((0..10).map(|_| Box::new([0u8; 256])).collect()).unwrap();
     let stats = domain.stats();
     assert_eq!((stats.pending, stats.pending_bytes), (10, 2_560));
     reader.quiescent();
     let stats = domain.stats();
-    assert_eq!(
-        (stats.pending, stats.pending_bytes, stats.peak_pending_bytes),
-        (0, 0, 2_560)
-    );
+    assert_eq!((stats.pending, stats.pending_bytes, stats.peak_pending_bytes), (0, 0, 2_560));
 }
 
 #[test]
@@ -374,10 +304,7 @@ fn manual_reclaim_is_bounded_by_count() {
 
 #[test]
 fn registration_is_bounded_and_slots_are_reused() {
-    let config = DomainConfig {
-        max_readers: 2,
-        ..DomainConfig::default()
-    };
+    let config = DomainConfig { max_readers: 2, ..DomainConfig::default() };
     let domain = Domain::new(config).unwrap();
     let a = domain.register("a").unwrap();
     let _b = domain.register("b").unwrap();
@@ -391,13 +318,7 @@ fn registration_is_bounded_and_slots_are_reused() {
 #[test]
 fn bad_configurations_are_refused_with_a_reason() {
     let cases = [
-        (
-            DomainConfig {
-                max_readers: 0,
-                ..DomainConfig::default()
-            },
-            ConfigError::NoReaders,
-        ),
+        (DomainConfig { max_readers: 0, ..DomainConfig::default() }, ConfigError::NoReaders),
         (
             DomainConfig::with_policy(ReclaimPolicy::Throttle {
                 max_batch: 0,
@@ -406,23 +327,12 @@ fn bad_configurations_are_refused_with_a_reason() {
             ConfigError::ZeroBatch,
         ),
         (
-            DomainConfig::with_policy(ReclaimPolicy::Adaptive {
-                max_budget: Duration::ZERO,
-            }),
+            DomainConfig::with_policy(ReclaimPolicy::Adaptive { max_budget: Duration::ZERO }),
             ConfigError::ZeroBudget,
         ),
+        (DomainConfig { high_watermark: 0, ..DomainConfig::default() }, ConfigError::ZeroWatermark),
         (
-            DomainConfig {
-                high_watermark: 0,
-                ..DomainConfig::default()
-            },
-            ConfigError::ZeroWatermark,
-        ),
-        (
-            DomainConfig {
-                stall: Some(StallConfig::new(Duration::ZERO)),
-                ..DomainConfig::default()
-            },
+            DomainConfig { stall: Some(StallConfig::new(Duration::ZERO)), ..DomainConfig::default() },
             ConfigError::ZeroStallThreshold,
         ),
     ];
@@ -455,11 +365,9 @@ fn dropping_the_domain_runs_what_is_left() {
 
 #[test]
 fn a_dropped_reader_hands_its_leftovers_back() {
-    let domain = Domain::with_policy(ReclaimPolicy::Throttle {
-        max_batch: 1,
-        budget: Duration::from_secs(1),
-    })
-    .unwrap();
+    let domain =
+        Domain::with_policy(ReclaimPolicy::Throttle { max_batch: 1, budget: Duration::from_secs(1) })
+            .unwrap();
     let mut reader = domain.register("r").unwrap();
     let ran = counting(&domain, 5);
     reader.quiescent();

@@ -17,9 +17,7 @@ struct Node {
 
 impl Node {
     fn new(value: u64) -> Self {
-        Self {
-            value: UnsafeCell::new(value),
-        }
+        Self { value: UnsafeCell::new(value) }
     }
 
     fn get(&self) -> u64 {
@@ -38,11 +36,7 @@ impl Drop for Node {
 unsafe impl Sync for Node {}
 
 fn domain(policy: ReclaimPolicy) -> Domain {
-    Domain::new(DomainConfig {
-        max_readers: 2,
-        ..DomainConfig::with_policy(policy)
-    })
-    .unwrap()
+    Domain::new(DomainConfig { max_readers: 2, ..DomainConfig::with_policy(policy) }).unwrap()
 }
 
 /// A reader holds a reference across the writer's replace and reclaim; then passes a quiescent
@@ -58,10 +52,7 @@ fn reader_holds_across_replace(policy: ReclaimPolicy) {
             assert!(first == 1 || first == 2, "saw {first}");
             reader.quiescent();
             let second = reader_cell.read(&reader).get();
-            assert!(
-                second >= first && second != u64::MAX,
-                "saw {second} after {first}"
-            );
+            assert!(second >= first && second != u64::MAX, "saw {second} after {first}");
             reader.quiescent();
         });
         cell.replace(Node::new(2)).unwrap();
