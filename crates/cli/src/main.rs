@@ -1,1 +1,204 @@
-fn main() {}
+//! `kairos`: the command-line front of the Kairos lab. It parses flags, calls the lab, prints a
+//! table (or, with `--json`, the summary as one JSON object on stdout) and sends progress to
+//! stderr. Errors are one line and a non-zero exit.
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use kairos_lab::{rcu_grace, rcu_latency};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "kairos",
+    version,
+    about = "Timely packet processing: mechanisms and the lab that measures them"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Realtime lateness under RCU callback storms, per reclamation policy (the source's Table 1).
+    RcuLatency(RcuLatencyArgs),
+    /// Grace-period latency, offline readers and stall detection of the RCU domain.
+    RcuGrace(RcuGraceArgs),
+    /// Runs every experiment (rcu-latency, rcu-grace).
+    Lab(LabArgs),
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Short runs (about a minute in all) instead of the full ones.
+    #[arg(long)]
+    quick: bool,
+    /// Print the summary as one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Where runs are written (a directory per experiment and run).
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+}
+
+#[derive(Args)]
+struct RcuLatencyArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Seconds per row and run (default: 1 with --quick, else 4).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Runs of every row, interleaved (default: 3 with --quick, else 5); verdicts use the median.
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Period of the realtime task, microseconds.
+    #[arg(long, default_value_t = 1_000)]
+    period_us: u64,
+    /// Storm sizes, callbacks per grace period (repeat or comma-separate).
+    #[arg(long, value_delimiter = ',', default_values_t = [1_660usize, 30_000])]
+    storm: Vec<usize>,
+    /// Extra work per callback, nanoseconds, on top of freeing a 256-byte node.
+    #[arg(long, default_value_t = 0)]
+    callback_work_ns: u64,
+    /// Core of the realtime task (default: the last core).
+    #[arg(long)]
+    rt_core: Option<usize>,
+    /// Core of the writer and the offload reclaimer.
+    #[arg(long, default_value_t = 0)]
+    housekeeping_core: usize,
+    /// SCHED_FIFO priority of the realtime task (0: do not ask).
+    #[arg(long, default_value_t = 80)]
+    priority: i32,
+    /// Throttle: callbacks per reader call.
+    #[arg(long, default_value_t = 256)]
+    throttle_batch: usize,
+    /// Throttle and Adaptive: time budget per reader call, microseconds.
+    #[arg(long, default_value_t = 20)]
+    budget_us: u64,
+    /// Do not run cyclictest beside the inline and offload rows.
+    #[arg(long)]
+    no_cyclictest: bool,
+    /// Only these rows (comma-separated: baseline, inline, throttle, adaptive, offload,
+    /// offload-same-core, direct, crossbeam-epoch).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+#[derive(Args)]
+struct RcuGraceArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Length of the run without stalls that checks for false reports, seconds
+    /// (default: 10 with --quick, else 60).
+    #[arg(long)]
+    clean_seconds: Option<f64>,
+}
+
+#[derive(Args)]
+struct LabArgs {
+    #[command(flatten)]
+    common: Common,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(error) = run(cli) {
+        eprintln!("kairos: error: {error:#}");
+        std::process::exit(1);
+    }
+}
+
+fn log(line: &str) {
+    eprintln!("kairos: {line}");
+}
+
+fn seconds(value: f64, flag: &str) -> Result<Duration> {
+    if !value.is_finite() || value <= 0.0 || value > 86_400.0 {
+        anyhow::bail!("{flag} must be a number of seconds between 0 and 86400, got {value}");
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+fn latency_config(args: &RcuLatencyArgs) -> Result<rcu_latency::RcuLatencyConfig> {
+    let mut config = if args.common.quick {
+        rcu_latency::RcuLatencyConfig::quick()
+    } else {
+        rcu_latency::RcuLatencyConfig::full()
+    };
+    if let Some(s) = args.seconds {
+        config.row_duration = seconds(s, "--seconds")?;
+    }
+    if let Some(runs) = args.runs {
+        config.repetitions = runs;
+    }
+    config.period = Duration::from_micros(args.period_us);
+    config.storms = args.storm.clone();
+    if config.storms.is_empty() || config.storms.contains(&0) {
+        anyhow::bail!("--storm needs one or more sizes above 0");
+    }
+    config.callback_work_ns = args.callback_work_ns;
+    if let Some(core) = args.rt_core {
+        config.realtime_core = core;
+    }
+    config.housekeeping_core = args.housekeeping_core;
+    config.fifo_priority = args.priority;
+    config.throttle_max_batch = args.throttle_batch;
+    config.budget = Duration::from_micros(args.budget_us);
+    config.cyclictest = !args.no_cyclictest;
+    config.only = args.only.clone();
+    config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(config)
+}
+
+fn grace_config(args: &RcuGraceArgs) -> Result<rcu_grace::RcuGraceConfig> {
+    let mut config = if args.common.quick {
+        rcu_grace::RcuGraceConfig::quick()
+    } else {
+        rcu_grace::RcuGraceConfig::full()
+    };
+    if let Some(s) = args.clean_seconds {
+        config.clean_run = seconds(s, "--clean-seconds")?;
+    }
+    Ok(config)
+}
+
+fn print<S: serde::Serialize>(json: bool, summary: &S, table: String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(summary)?);
+    } else {
+        print!("{table}");
+    }
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::RcuLatency(args) => {
+            let config = latency_config(&args)?;
+            let summary = rcu_latency::run(&config, &args.common.results, &log)?;
+            print(args.common.json, &summary, summary.table())
+        }
+        Command::RcuGrace(args) => {
+            let config = grace_config(&args)?;
+            let summary = rcu_grace::run(&config, &args.common.results, &log)?;
+            print(args.common.json, &summary, summary.table())
+        }
+        Command::Lab(args) => {
+            let c = &args.common;
+            let (latency, grace) = if c.quick {
+                (rcu_latency::RcuLatencyConfig::quick(), rcu_grace::RcuGraceConfig::quick())
+            } else {
+                (rcu_latency::RcuLatencyConfig::full(), rcu_grace::RcuGraceConfig::full())
+            };
+            let latency = rcu_latency::run(&latency, &c.results, &log)?;
+            let grace = rcu_grace::run(&grace, &c.results, &log)?;
+            if c.json {
+                println!("{}", serde_json::json!({ "rcu-latency": latency, "rcu-grace": grace }));
+            } else {
+                print!("{}\n{}", latency.table(), grace.table());
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,1 +1,17 @@
-//! Experiments.
+//! The Kairos lab: experiments that reproduce the source documents and measure the fixes.
+//!
+//! Each experiment is a module with a config (with `quick` and full presets), a `run` that returns
+//! a summary with stable field names, and writes `results/<experiment>/<run-id>/`. The shared
+//! pieces: [`machine`] (what the figures were measured on), [`output`] (results directories,
+//! progress bars) and [`plot`] (tail charts).
+//!
+//! Experiments:
+//! - [`rcu_latency`]: the source's Table 1 (realtime lateness under RCU callback storms) for each
+//!   reclamation policy, with crossbeam-epoch as a peer.
+//! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
+
+pub mod machine;
+pub mod output;
+pub mod plot;
+pub mod rcu_grace;
+pub mod rcu_latency;

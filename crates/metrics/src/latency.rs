@@ -31,11 +31,20 @@ impl LatencyRecorder {
         Self { histogram }
     }
 
+    /// A recorder sized up front for values up to `max_ns`, so recording never allocates (for
+    /// realtime loops); larger values are recorded as `max_ns`.
+    pub fn preallocated(max_ns: u64) -> Self {
+        let histogram = Histogram::new_with_max(max_ns.max(2), 3).expect("a max of at least 2 is valid");
+        Self { histogram }
+    }
+
     /// Records one sample in nanoseconds. Zero is kept as zero.
     #[inline]
     pub fn record(&mut self, value_ns: u64) {
-        // With auto-resize on, recording fails only on a value beyond u64 range, which a u64 isn't.
-        let _ = self.histogram.record(value_ns);
+        // Auto-resizing recorders take any u64; preallocated ones clamp to their maximum.
+        if self.histogram.record(value_ns).is_err() {
+            let _ = self.histogram.record(self.histogram.high());
+        }
     }
 
     /// Adds every sample of `other`.
@@ -178,6 +187,15 @@ mod tests {
         r.record(60_000_000_000);
         assert_eq!(r.count(), 2);
         assert!(r.max() >= 60_000_000_000 - 60_000_000);
+    }
+
+    #[test]
+    fn a_preallocated_recorder_clamps_instead_of_growing() {
+        let mut r = LatencyRecorder::preallocated(1_000_000);
+        r.record(10);
+        r.record(5_000_000);
+        assert_eq!(r.count(), 2);
+        assert!(r.max() >= 999_000 && r.max() <= 1_001_000, "{}", r.max());
     }
 
     #[test]

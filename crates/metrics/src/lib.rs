@@ -23,4 +23,4 @@ pub mod sys;
 
 pub use clock::{Clock, MonotonicClock, TscClock, VirtualClock};
 pub use latency::{LatencyRecorder, LatencySummary};
-pub use noise::{NoiseConfig, NoiseProbe, NoiseReport};
+pub use noise::{CoreNoise, DuringNoise, NoiseConfig, NoiseProbe, NoiseReport, Sampler};

@@ -223,31 +223,24 @@ pub fn measure_window(config: &NoiseConfig) -> Vec<CoreNoise> {
         .collect()
 }
 
-/// A running probe: the "before" window is done and the low-duty sampler is running.
+/// The low-duty sampler alone: spins `sample_for` every `sample_every` on each core until
+/// [`Sampler::finish`]. [`NoiseProbe`] runs one for the whole run; experiments may run one per
+/// configuration as well.
 #[derive(Debug)]
-pub struct NoiseProbe {
+pub struct Sampler {
     config: NoiseConfig,
-    before: Vec<CoreNoise>,
     stop: Arc<AtomicBool>,
-    samplers: Vec<JoinHandle<(CoreNoiseParts, u64)>>,
+    threads: Vec<JoinHandle<(CoreNoise, u64)>>,
     started_ns: u64,
     steal_start: Option<Vec<u64>>,
-    clock_read_ns: f64,
 }
 
-/// A sampler's result before steal is attached.
-#[derive(Debug)]
-struct CoreNoiseParts(CoreNoise);
-
-impl NoiseProbe {
-    /// Measures the quiet window before a run, then starts the sampler. Call [`NoiseProbe::finish`]
-    /// after the run.
-    pub fn start(config: NoiseConfig) -> Self {
-        let clock_read_ns = crate::clock::read_cost_ns(&crate::clock::MonotonicClock, 5);
-        let before = measure_window(&config);
+impl Sampler {
+    /// Starts one sampling thread per configured core.
+    pub fn start(config: &NoiseConfig) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let steal_start = sys::steal_ns_per_core();
-        let samplers = config
+        let threads = config
             .cores
             .iter()
             .map(|&core| {
@@ -267,34 +260,71 @@ impl NoiseProbe {
                                 std::thread::sleep(Duration::from_millis(5).min(every));
                             }
                         }
-                        (CoreNoiseParts(meter.finish(0)), sys::thread_cpu_time_ns() - cpu_start)
+                        (meter.finish(0), sys::thread_cpu_time_ns() - cpu_start)
                     })
-                    .expect("spawning a sampler thread")
+                    .expect("spawning a noise sampler thread")
             })
             .collect();
-        Self { config, before, stop, samplers, started_ns: sys::monotonic_ns(), steal_start, clock_read_ns }
+        Self { config: config.clone(), stop, threads, started_ns: sys::monotonic_ns(), steal_start }
     }
 
-    /// Stops the sampler, measures the quiet window after the run, and reports.
-    pub fn finish(self) -> NoiseReport {
+    /// Stops the sampling threads and reports what they saw.
+    pub fn finish(self) -> DuringNoise {
         self.stop.store(true, Ordering::Relaxed);
-        let results: Vec<_> = self.samplers.into_iter().filter_map(|h| h.join().ok()).collect();
+        let results: Vec<_> = self.threads.into_iter().filter_map(|h| h.join().ok()).collect();
         let wall_ns = (sys::monotonic_ns() - self.started_ns).max(1);
         let steal_end = sys::steal_ns_per_core();
         let cpu_ns: u64 = results.iter().map(|(_, cpu)| cpu).sum();
-        let cores: Vec<CoreNoise> = results
+        let cores = results
             .into_iter()
-            .map(|(CoreNoiseParts(mut c), _)| {
+            .map(|(mut c, _)| {
                 c.steal_ns = steal_delta(&self.steal_start, &steal_end, c.core);
                 c
             })
             .collect();
-        let during = DuringNoise {
+        DuringNoise {
             duty_cycle: self.config.sample_for.as_secs_f64() / self.config.sample_every.as_secs_f64(),
             overhead_cpu_fraction: cpu_ns as f64 / (wall_ns as f64 * self.config.cores.len().max(1) as f64),
             wall_ns,
             cores,
-        };
+        }
+    }
+}
+
+impl DuringNoise {
+    /// The longest gap any core's sampler saw.
+    pub fn max_gap_ns(&self) -> u64 {
+        self.cores.iter().map(|c| c.max_gap_ns).max().unwrap_or(0)
+    }
+
+    /// Total steal over all cores, in nanoseconds.
+    pub fn steal_ns(&self) -> u64 {
+        self.cores.iter().map(|c| c.steal_ns).sum()
+    }
+}
+
+/// A running probe: the "before" window is done and the low-duty sampler is running.
+#[derive(Debug)]
+pub struct NoiseProbe {
+    config: NoiseConfig,
+    before: Vec<CoreNoise>,
+    sampler: Sampler,
+    clock_read_ns: f64,
+}
+
+impl NoiseProbe {
+    /// Measures the quiet window before a run, then starts the sampler. Call [`NoiseProbe::finish`]
+    /// after the run.
+    pub fn start(config: NoiseConfig) -> Self {
+        let clock_read_ns = crate::clock::read_cost_ns(&crate::clock::MonotonicClock, 5);
+        let before = measure_window(&config);
+        let sampler = Sampler::start(&config);
+        Self { config, before, sampler, clock_read_ns }
+    }
+
+    /// Stops the sampler, measures the quiet window after the run, and reports.
+    pub fn finish(self) -> NoiseReport {
+        let during = self.sampler.finish();
         let after = measure_window(&self.config);
         let max_gap_ns =
             self.before.iter().chain(&during.cores).chain(&after).map(|c| c.max_gap_ns).max().unwrap_or(0);

@@ -50,6 +50,9 @@ impl Ticket {
     }
 }
 
+/// Code run at the start of a domain thread (pinning, priority).
+pub type ThreadInit = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 /// How a domain behaves. `Default` is `Offload` with 64 reader slots, a 1 M callback watermark
 /// and no stall detection.
 #[derive(Clone)]
@@ -65,7 +68,7 @@ pub struct DomainConfig {
     /// Report readers that stop passing quiescent states.
     pub stall: Option<StallConfig>,
     /// Run at the start of the reclaimer thread (pin it, lower its priority).
-    pub reclaimer_init: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
+    pub reclaimer_init: Option<ThreadInit>,
     /// How often the reclaimer thread checks a grace period in flight.
     pub reclaimer_poll: Duration,
 }
@@ -140,10 +143,14 @@ pub struct DomainStats {
     pub pending: u64,
     /// Most callbacks ever waiting at once.
     pub peak_pending: u64,
-    /// Bytes the waiting callbacks will free.
-    pub pending_bytes: u64,
-    /// Most bytes ever waiting at once.
-    pub peak_pending_bytes: u64,
+    /// Bytes retired and not yet freed (queued, held by readers, or waiting in a synchronous
+    /// grace period).
+    pub unreclaimed_bytes: u64,
+    /// Most bytes ever retired and not yet freed at once.
+    pub peak_unreclaimed_bytes: u64,
+    /// Longest single callback a reader ran in a budgeted call (the "one callback" by which a
+    /// call may pass its budget), in nanoseconds.
+    pub reader_longest_callback_ns: u64,
     /// Reader calls that ran at least one callback.
     pub reader_reclaim_calls: u64,
     /// Longest single reclamation call on a reader thread, in nanoseconds.
@@ -167,8 +174,9 @@ pub(crate) struct Counters {
     callbacks_run: AtomicU64,
     pending: AtomicUsize,
     peak_pending: AtomicUsize,
-    pending_bytes: AtomicUsize,
-    peak_pending_bytes: AtomicUsize,
+    unreclaimed_bytes: AtomicUsize,
+    peak_unreclaimed_bytes: AtomicUsize,
+    pub(crate) reader_longest_callback_ns: AtomicU64,
     pub(crate) reader_reclaim_calls: AtomicU64,
     pub(crate) reader_longest_reclaim_ns: AtomicU64,
     pub(crate) reclaimer_longest_batch_ns: AtomicU64,
@@ -194,6 +202,8 @@ pub(crate) enum Admission {
 pub(crate) struct RunOutcome {
     pub(crate) ran: usize,
     pub(crate) elapsed_ns: u64,
+    /// Longest single callback, measured only in budgeted runs.
+    pub(crate) longest_callback_ns: u64,
 }
 
 /// State shared by the domain, its readers, cells and threads.
@@ -304,25 +314,33 @@ impl Shared {
     fn run_accounted(&self, ready: &mut Ready, max: usize, budget_ns: u64, queued: bool) -> RunOutcome {
         let start = sync::now_ns();
         let (mut ran, mut bytes) = (0usize, 0usize);
+        let (mut last, mut longest_callback_ns) = (start, 0u64);
         while ran < max {
             let Some(callback) = ready.pop() else { break };
             bytes += callback.bytes;
             callback.run();
             ran += 1;
-            if budget_ns != u64::MAX && sync::now_ns().saturating_sub(start) >= budget_ns {
-                break;
+            if budget_ns != u64::MAX {
+                let now = sync::now_ns();
+                longest_callback_ns = longest_callback_ns.max(now.saturating_sub(last));
+                last = now;
+                if now.saturating_sub(start) >= budget_ns {
+                    break;
+                }
             }
         }
-        let elapsed_ns = sync::now_ns().saturating_sub(start);
+        // Budgeted runs end at their last clock read (which decided to stop); others read once.
+        let end = if budget_ns != u64::MAX { last } else { sync::now_ns() };
+        let elapsed_ns = end.saturating_sub(start);
         self.account_run(ran, bytes, queued);
-        RunOutcome { ran, elapsed_ns }
+        RunOutcome { ran, elapsed_ns, longest_callback_ns }
     }
 
     fn account_run(&self, ran: usize, bytes: usize, queued: bool) {
         self.stats.callbacks_run.fetch_add(ran as u64, Ordering::Relaxed);
+        self.stats.unreclaimed_bytes.fetch_sub(bytes, Ordering::AcqRel);
         if queued && ran > 0 {
             self.stats.pending.fetch_sub(ran, Ordering::AcqRel);
-            self.stats.pending_bytes.fetch_sub(bytes, Ordering::AcqRel);
         }
     }
 
@@ -366,6 +384,8 @@ impl Shared {
     pub(crate) fn dispatch(&self, admission: Admission, callbacks: Vec<Callback>) {
         let (count, bytes) = (callbacks.len(), callbacks.iter().map(|c| c.bytes).sum::<usize>());
         self.stats.callbacks_deferred.fetch_add(count as u64, Ordering::Relaxed);
+        let unreclaimed = self.stats.unreclaimed_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
+        self.stats.peak_unreclaimed_bytes.fetch_max(unreclaimed, Ordering::Relaxed);
         match admission {
             Admission::Queued => {}
             Admission::Synchronous | Admission::Refused => {
@@ -378,8 +398,6 @@ impl Shared {
         }
         let pending = self.stats.pending.load(Ordering::Relaxed);
         self.stats.peak_pending.fetch_max(pending, Ordering::Relaxed);
-        let pending_bytes = self.stats.pending_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes;
-        self.stats.peak_pending_bytes.fetch_max(pending_bytes, Ordering::Relaxed);
         let mut queue = sync::lock(&self.queue);
         queue.unsealed.extend(callbacks);
         if queue.sealed.is_empty() {
@@ -412,8 +430,9 @@ impl Shared {
             callbacks_run: load(&s.callbacks_run),
             pending: load_usize(&s.pending),
             peak_pending: load_usize(&s.peak_pending),
-            pending_bytes: load_usize(&s.pending_bytes),
-            peak_pending_bytes: load_usize(&s.peak_pending_bytes),
+            unreclaimed_bytes: load_usize(&s.unreclaimed_bytes),
+            peak_unreclaimed_bytes: load_usize(&s.peak_unreclaimed_bytes),
+            reader_longest_callback_ns: load(&s.reader_longest_callback_ns),
             reader_reclaim_calls: load(&s.reader_reclaim_calls),
             reader_longest_reclaim_ns: load(&s.reader_longest_reclaim_ns),
             reclaimer_longest_batch_ns: load(&s.reclaimer_longest_batch_ns),

@@ -61,8 +61,8 @@ mod stall;
 mod sync;
 
 pub use cell::RcuCell;
-pub use domain::{Domain, DomainConfig, DomainStats, Ticket};
+pub use domain::{Domain, DomainConfig, DomainStats, ThreadInit, Ticket};
 pub use error::{ConfigError, Full, RegisterError};
 pub use policy::{OnFull, ReclaimPolicy};
 pub use reader::{Offline, ReaderHandle};
-pub use stall::{StallConfig, StallDetector, StallReport};
+pub use stall::{OnStall, StallConfig, StallDetector, StallReport};

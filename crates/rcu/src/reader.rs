@@ -136,6 +136,7 @@ impl ReaderHandle {
         };
         shared.stats.reader_reclaim_calls.fetch_add(1, Ordering::Relaxed);
         shared.stats.reader_longest_reclaim_ns.fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
+        shared.stats.reader_longest_callback_ns.fetch_max(outcome.longest_callback_ns, Ordering::Relaxed);
         if adaptive {
             self.adapt(outcome.elapsed_ns);
         }
@@ -161,6 +162,8 @@ impl ReaderHandle {
     }
 
     /// Hands every held callback to the reclaimer thread (never blocks: retried next time).
+    /// It does not wake the reclaimer, which would be a system call on the reader's time; the
+    /// reclaimer polls for spills every millisecond under `Adaptive`.
     fn spill(&mut self) {
         let shared = &self.domain.shared;
         if let Some(mut queue) = sync::try_lock(&shared.queue) {
@@ -168,7 +171,6 @@ impl ReaderHandle {
             queue.spilled.append(&mut self.local);
             drop(queue);
             shared.stats.callbacks_spilled.fetch_add(count, Ordering::Relaxed);
-            shared.wake_reclaimer();
         }
     }
 

@@ -14,6 +14,9 @@ use crate::ready::Ready;
 use crate::sync::{self, Arc, Ordering};
 use std::time::Duration;
 
+/// How often the reclaimer looks for spilled callbacks under `Adaptive` (readers do not wake it).
+const SPILL_POLL: Duration = Duration::from_millis(1);
+
 pub(crate) fn spawn(shared: Arc<Shared>, config: &DomainConfig) -> std::thread::JoinHandle<()> {
     let init = config.reclaimer_init.clone();
     let poll = config.reclaimer_poll;
@@ -59,11 +62,7 @@ fn run(shared: &Shared, poll: Duration) {
             !queue.spilled.is_empty() || (offload && !queue.sealed.is_empty())
         };
         if !queued && !shared.shutdown.load(Ordering::Acquire) {
-            std::thread::park_timeout(if offload {
-                Duration::from_millis(100)
-            } else {
-                poll.max(Duration::from_millis(1))
-            });
+            std::thread::park_timeout(if offload { Duration::from_millis(100) } else { SPILL_POLL });
         }
         shared.reclaimer_idle.store(false, Ordering::SeqCst);
     }

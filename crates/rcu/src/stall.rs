@@ -18,13 +18,16 @@ use crate::sync::{self, Arc, Ordering};
 use std::fmt;
 use std::time::Duration;
 
+/// A stall report callback; it runs on the watchdog thread.
+pub type OnStall = std::sync::Arc<dyn Fn(&StallReport) + Send + Sync>;
+
 /// How stalls are detected and reported.
 #[derive(Clone)]
 pub struct StallConfig {
     /// A reader that passes no quiescent state for this long is reported.
     pub threshold: Duration,
     /// Called (on the watchdog thread) for each report.
-    pub on_stall: Option<std::sync::Arc<dyn Fn(&StallReport) + Send + Sync>>,
+    pub on_stall: Option<OnStall>,
 }
 
 impl StallConfig {
@@ -165,11 +168,10 @@ mod tests {
     #[test]
     fn a_reader_that_keeps_up_is_never_reported() {
         let mut d = StallDetector::new(Duration::from_millis(10));
-        let mut gp = 1;
-        for t in 0..1_000 {
+        for t in 0..1_000u64 {
             // The reader saw the previous probe each time.
+            let gp = t + 1;
             assert!(d.tick(t * MS / 4, gp, &[gp], gp + 1).is_empty());
-            gp += 1;
         }
     }
 

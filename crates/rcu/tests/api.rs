@@ -285,10 +285,10 @@ fn pending_bytes_account_for_retired_objects() {
     let mut reader = domain.register("r").unwrap();
     domain.defer_drop_all((0..10).map(|_| Box::new([0u8; 256])).collect()).unwrap();
     let stats = domain.stats();
-    assert_eq!((stats.pending, stats.pending_bytes), (10, 2_560));
+    assert_eq!((stats.pending, stats.unreclaimed_bytes), (10, 2_560));
     reader.quiescent();
     let stats = domain.stats();
-    assert_eq!((stats.pending, stats.pending_bytes, stats.peak_pending_bytes), (0, 0, 2_560));
+    assert_eq!((stats.pending, stats.unreclaimed_bytes, stats.peak_unreclaimed_bytes), (0, 0, 2_560));
 }
 
 #[test]

@@ -1,0 +1,78 @@
+//! Cross-check with `cyclictest` (Debian `rt-tests`) on the realtime core during a row.
+//!
+//! It runs at one priority below the experiment's task, so reclamation the task is made to do at
+//! its priority delays cyclictest's wake-ups too: an outside observer of the same stall.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running cyclictest, or why none runs.
+#[derive(Debug)]
+pub enum Cyclictest {
+    /// Running; collect with [`Cyclictest::finish`].
+    Running(Child),
+    /// Could not run; the reason is reported.
+    Skipped(String),
+}
+
+impl Cyclictest {
+    /// Starts cyclictest for `duration` on `core` at `priority` with `interval`.
+    pub fn start(core: usize, priority: i32, interval: Duration, duration: Duration) -> Self {
+        if priority <= 0 {
+            return Self::Skipped("SCHED_FIFO not granted (run as root)".into());
+        }
+        let secs = duration.as_secs().max(1);
+        let spawned = Command::new("cyclictest")
+            .args(["-m", "-q", "--policy=fifo"])
+            .arg(format!("-p{priority}"))
+            .arg(format!("-i{}", interval.as_micros().max(100)))
+            .arg(format!("-a{core}"))
+            .args(["-t1", "-D"])
+            .arg(format!("{secs}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        match spawned {
+            Ok(child) => Self::Running(child),
+            Err(e) => Self::Skipped(format!("cyclictest did not start ({e}); install Debian's rt-tests")),
+        }
+    }
+
+    /// Waits for cyclictest to finish; its maximum latency in microseconds, or why there is none.
+    pub fn finish(self) -> Result<u64, String> {
+        match self {
+            Self::Skipped(why) => Err(why),
+            Self::Running(child) => {
+                let output = child.wait_with_output().map_err(|e| format!("cyclictest: {e}"))?;
+                let text = String::from_utf8_lossy(&output.stdout);
+                parse_max_us(&text).ok_or_else(|| {
+                    format!(
+                        "cyclictest printed no result: {}",
+                        String::from_utf8_lossy(&output.stderr).trim()
+                    )
+                })
+            }
+        }
+    }
+}
+
+/// The `Max:` figure of cyclictest's summary line.
+pub fn parse_max_us(output: &str) -> Option<u64> {
+    output
+        .lines()
+        .filter_map(|line| line.split("Max:").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .max()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_line_is_parsed() {
+        let out = "T: 0 ( 4242) P:79 I:1000 C:   4999 Min:      3 Act:    5 Avg:    6 Max:     217\n";
+        assert_eq!(parse_max_us(out), Some(217));
+        assert_eq!(parse_max_us("no numbers here"), None);
+    }
+}

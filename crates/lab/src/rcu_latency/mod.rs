@@ -1,0 +1,345 @@
+//! `kairos rcu-latency`: the source's Table 1 on this machine, then the fix.
+//!
+//! Sarma and McKenney (USENIX 2004) ran a realtime task beside a workload that queued 1,660 RCU
+//! callbacks per grace period and saw its scheduling latency reach 711 us (811 us mean on their
+//! base kernel, about 400 us with each of their three fixes). Here the realtime task is a reader
+//! of a Kairos RCU domain, as a packet loop is: each period (default 1 ms) it wakes, reads an
+//! `RcuCell` a few times, calls `quiescent()`, and records its completion lateness (see
+//! [`realtime`]). A writer on the other core makes retire storms: N 256-byte nodes per grace
+//! period (1,660 as measured in the source, 30,000 as in its denial-of-service case), waits until
+//! they are reclaimed, pauses one period, and repeats.
+//!
+//! Rows (field `name`): `baseline` (no storm), `inline` (the reader that sees the grace period
+//! end frees everything: the problem), `throttle`, `adaptive`, `offload` (reclaimer thread on the
+//! other core), `offload-same-core` (reclaimer on the realtime core, which the realtime task
+//! preempts), `direct` (the writer frees after a grace period) and `crossbeam-epoch` (the same
+//! storm through crossbeam-epoch, whose readers collect garbage when they pin). Each row at each
+//! storm size.
+//!
+//! # Summary fields (stable)
+//! `machine` (cores, kernel, `sched_fifo`), `noise` (the probe's windows before and after the
+//! whole run and its sampling during it), `config`, `callback_ns` (calibrated cost of one
+//! callback: `p50`, `p999`), and `rows`: one object per row and storm with `name`, `storm`,
+//! `lateness_ns` {`mean`, `stddev`, `p50`, `p99`, `p999`, `p9999`, `max`} (all runs merged),
+//! `wakeup_ns` and `in_task_ns` (the same statistics for the two parts of lateness: waking up,
+//! and the time inside the task, where reclamation the task is made to do shows),
+//! `p999_per_run_ns`, `p999_median_ns` (what verdicts compare), `callbacks_per_s`,
+//! `peak_unreclaimed_bytes`, `longest_reclaim_ns` (the longest single reclamation call on the
+//! realtime reader: what it was made to pay), `reclaimer_longest_batch_ns`,
+//! `writer_longest_reclaim_ns`, `longest_callback_ns`, `periods`, `overruns`, `sched_fifo`, `noise` (the sampler during
+//! the row: `max_gap_ns`, `steal_ns`), `cyclictest_max_us` or `cyclictest_skipped`. `verdicts`
+//! compares rows with the baseline.
+
+pub mod cyclictest;
+mod peer;
+pub mod realtime;
+mod run;
+pub mod workload;
+
+use kairos_metrics::LatencySummary;
+use serde::Serialize;
+use std::time::Duration;
+
+pub use run::run;
+
+/// The experiment's knobs. [`RcuLatencyConfig::quick`] and [`RcuLatencyConfig::full`] are the
+/// presets the command offers.
+#[derive(Debug, Clone, Serialize)]
+pub struct RcuLatencyConfig {
+    /// How long each row runs, per repetition.
+    pub row_duration: Duration,
+    /// How many times every row runs (interleaved, so machine noise spreads over rows).
+    pub repetitions: usize,
+    /// The realtime task's period.
+    pub period: Duration,
+    /// Storm sizes (callbacks per grace period); every row runs at each.
+    pub storms: Vec<usize>,
+    /// Extra work per callback, ns, on top of freeing the node.
+    pub callback_work_ns: u64,
+    /// RcuCell reads per period (the "packet burst").
+    pub reads_per_period: usize,
+    /// Core of the realtime task.
+    pub realtime_core: usize,
+    /// Core of the writer and the offload reclaimer.
+    pub housekeeping_core: usize,
+    /// `SCHED_FIFO` priority of the realtime task (0: do not ask).
+    pub fifo_priority: i32,
+    /// Throttle: callbacks per reader call.
+    pub throttle_max_batch: usize,
+    /// Throttle and Adaptive: time budget per reader call.
+    pub budget: Duration,
+    /// Nice value of the offload reclaimer thread.
+    pub reclaimer_nice: i32,
+    /// Run cyclictest beside the inline and offload rows when possible.
+    pub cyclictest: bool,
+    /// Only these rows (empty: all).
+    pub only: Vec<String>,
+}
+
+impl RcuLatencyConfig {
+    /// About a minute: 15 rows, 3 runs of 1 s each.
+    pub fn quick() -> Self {
+        Self { row_duration: Duration::from_secs(1), repetitions: 3, ..Self::full() }
+    }
+
+    /// About 6 minutes: 15 rows, 5 runs of 4 s each.
+    pub fn full() -> Self {
+        let cores = kairos_metrics::sys::online_cores();
+        Self {
+            row_duration: Duration::from_secs(4),
+            repetitions: 5,
+            period: Duration::from_millis(1),
+            storms: vec![1_660, 30_000],
+            callback_work_ns: 0,
+            reads_per_period: 32,
+            realtime_core: cores.saturating_sub(1),
+            housekeeping_core: 0,
+            fifo_priority: 80,
+            throttle_max_batch: 256,
+            budget: Duration::from_micros(20),
+            reclaimer_nice: 5,
+            cyclictest: true,
+            only: Vec::new(),
+        }
+    }
+
+    /// Checks the knobs; the error says which one and how to fix it.
+    pub fn validate(&self) -> Result<(), String> {
+        let cores = kairos_metrics::sys::online_cores();
+        if self.period.is_zero() {
+            return Err("--period-us must be at least 1".into());
+        }
+        if self.row_duration < self.period * 100 {
+            return Err("--seconds must cover at least 100 periods".into());
+        }
+        if self.repetitions == 0 {
+            return Err("--runs must be at least 1".into());
+        }
+        if self.realtime_core >= cores || self.housekeeping_core >= cores {
+            return Err(format!("cores must be below {cores} (this machine has {cores})"));
+        }
+        if self.throttle_max_batch == 0 || self.budget.is_zero() {
+            return Err("--throttle-batch and --budget-us must be at least 1".into());
+        }
+        if !(1..=98).contains(&self.fifo_priority) && self.fifo_priority != 0 {
+            return Err("--priority must be 1-98, or 0 for no real-time priority".into());
+        }
+        for name in &self.only {
+            if !ROW_NAMES.contains(&name.as_str()) {
+                return Err(format!("unknown row {name:?}; rows are {}", ROW_NAMES.join(", ")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every row name, in report order.
+pub const ROW_NAMES: [&str; 8] = [
+    "baseline",
+    "inline",
+    "throttle",
+    "adaptive",
+    "offload",
+    "offload-same-core",
+    "direct",
+    "crossbeam-epoch",
+];
+
+/// One row of the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Configuration name (one of [`ROW_NAMES`]).
+    pub name: String,
+    /// Callbacks per grace period (0 for the baseline).
+    pub storm: usize,
+    /// Completion lateness of the realtime task, all runs merged.
+    pub lateness_ns: LatencySummary,
+    /// Wake-up lateness (woken minus release): the scheduler's and the machine's part.
+    pub wakeup_ns: LatencySummary,
+    /// Time inside the task's body (reads, quiescent state, reclamation it was made to do).
+    pub in_task_ns: LatencySummary,
+    /// p99.9 lateness of each run, sorted.
+    pub p999_per_run_ns: Vec<u64>,
+    /// Median of the runs' p99.9: what the verdicts compare (robust to one noisy run).
+    pub p999_median_ns: u64,
+    /// Callbacks run per second over the row.
+    pub callbacks_per_s: f64,
+    /// Most bytes retired and not yet freed at once.
+    pub peak_unreclaimed_bytes: u64,
+    /// Longest single reclamation call on the realtime reader (crossbeam: longest `pin()`).
+    pub longest_reclaim_ns: u64,
+    /// Longest run of callbacks on the reclaimer thread.
+    pub reclaimer_longest_batch_ns: u64,
+    /// Longest run of callbacks on the writer.
+    pub writer_longest_reclaim_ns: u64,
+    /// Longest single callback the realtime reader ran in a budgeted call.
+    pub longest_callback_ns: u64,
+    /// Periods measured.
+    pub periods: u64,
+    /// Periods whose work ended after the next release.
+    pub overruns: u64,
+    /// Whether the realtime task ran `SCHED_FIFO`.
+    pub sched_fifo: bool,
+    /// Machine noise during the row.
+    pub noise: RowNoise,
+    /// cyclictest's max on the realtime core during the row, us.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cyclictest_max_us: Option<u64>,
+    /// Why cyclictest did not run for this row (when it was asked to).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cyclictest_skipped: Option<String>,
+    /// Tail of the lateness distribution, for the plot: (ns, fraction later).
+    #[serde(skip)]
+    pub ccdf: Vec<(u64, f64)>,
+}
+
+/// The noise sampler's figures for one row.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RowNoise {
+    /// Longest gap a low-priority spinning thread saw on any core.
+    pub max_gap_ns: u64,
+    /// Steal time over all cores.
+    pub steal_ns: u64,
+    /// Gaps over 100 us, all cores.
+    pub gaps_over_100us: u64,
+}
+
+/// How the rows compare with the baseline, per storm size.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    /// Storm size.
+    pub storm: usize,
+    /// Baseline p99.9, ns.
+    pub baseline_p999_ns: u64,
+    /// inline p99.9 / baseline p99.9.
+    pub inline_p999_ratio: f64,
+    /// Bound for the bounded policies: 1.5 x baseline p99.9 + 20 us.
+    pub bounded_limit_ns: u64,
+    /// Per policy: p99.9 and whether it is within the bound.
+    pub bounded: Vec<(String, u64, bool)>,
+    /// Per budgeted policy: longest reader call, the budget plus one callback (the slowest the
+    /// reader ran, at least the calibrated p99.9), and whether it held.
+    pub budget_held: Vec<(String, u64, u64, bool)>,
+    /// inline's p99.9 time in the task body / the baseline's: reclamation's own share, free of
+    /// wake-up noise.
+    pub inline_in_task_p999_ratio: f64,
+    /// p99.9 time in the task body per row.
+    pub in_task_p999_ns: Vec<(String, u64)>,
+}
+
+/// How the process was prepared for realtime work.
+#[derive(Debug, Clone, Serialize)]
+pub struct RealtimeSetup {
+    /// `mlockall` succeeded (tried only when SCHED_FIFO is granted).
+    pub memory_locked: bool,
+    /// The allocator neither trims nor unmaps (no TLB shootdowns from frees).
+    pub heap_trimming_disabled: bool,
+    /// `/dev/cpu_dma_latency` held at 0 for the run: idle cores poll instead of halting, so a
+    /// wake-up never waits for the hypervisor to resume a halted vCPU (needs root).
+    pub no_idle_states: bool,
+}
+
+/// The whole result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Experiment name.
+    pub experiment: &'static str,
+    /// The machine.
+    pub machine: crate::machine::MachineInfo,
+    /// How the process was prepared.
+    pub realtime_setup: RealtimeSetup,
+    /// The noise probe over the whole run.
+    pub noise: kairos_metrics::NoiseReport,
+    /// The configuration.
+    pub config: RcuLatencyConfig,
+    /// Calibrated callback cost: (p50, p99.9) ns.
+    pub callback_ns: (u64, u64),
+    /// The rows.
+    pub rows: Vec<Row>,
+    /// Comparisons with the baseline.
+    pub verdicts: Vec<Verdict>,
+    /// Where the files went.
+    pub results_dir: String,
+}
+
+impl Summary {
+    /// The table a person reads.
+    pub fn table(&self) -> String {
+        let us = |ns: u64| ns as f64 / 1_000.0;
+        let mut out = String::new();
+        out.push_str(&format!(
+            "rcu-latency: {} | realtime task every {} us on core {}, {} | callback {:.0} ns (p99.9 {:.0} ns)\n",
+            self.machine.one_line(),
+            self.config.period.as_micros(),
+            self.config.realtime_core,
+            if self.rows.iter().any(|r| r.sched_fifo) { "SCHED_FIFO" } else { "normal priority (not root)" },
+            self.callback_ns.0,
+            self.callback_ns.1,
+        ));
+        out.push_str(&format!(
+            "{:<18} {:>6} {:>8} {:>8} {:>8} {:>8} {:>21} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8}\n",
+            "row", "storm", "mean", "stddev", "p99", "p99.9", "p99.9 median [range]", "p99.99", "max", "in-task", "cb/s", "peak KiB", "reclaim", "noise", "cyclic"
+        ));
+        out.push_str(&format!("{:<18} {:>6} {:>8} {:>8} {:>8} {:>8} {:>21} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10} {:>9} {:>8}\n",
+            "", "", "us", "us", "us", "us", "of runs, us", "us", "us", "p99.9 us", "", "", "max us", "gap us", "max us"));
+        for r in &self.rows {
+            let l = &r.lateness_ns;
+            out.push_str(&format!(
+                "{:<18} {:>6} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>21} {:>9.1} {:>9.1} {:>9.1} {:>10.0} {:>10.1} {:>10.1} {:>9.1} {:>8}\n",
+                r.name,
+                r.storm,
+                l.mean / 1_000.0,
+                l.stddev / 1_000.0,
+                us(l.p99),
+                us(l.p999),
+                format!(
+                    "{:.1} [{:.0}-{:.0}]",
+                    us(r.p999_median_ns),
+                    us(r.p999_per_run_ns.first().copied().unwrap_or(0)),
+                    us(r.p999_per_run_ns.last().copied().unwrap_or(0))
+                ),
+                us(l.p9999),
+                us(l.max),
+                us(r.in_task_ns.p999),
+                r.callbacks_per_s,
+                r.peak_unreclaimed_bytes as f64 / 1_024.0,
+                us(r.longest_reclaim_ns),
+                us(r.noise.max_gap_ns),
+                r.cyclictest_max_us.map_or("-".to_string(), |m| m.to_string()),
+            ));
+        }
+        for v in &self.verdicts {
+            out.push_str(&format!(
+                "storm {}: median p99.9 of inline = {:.1}x baseline ({:.1} us); bound for bounded policies {:.1} us:",
+                v.storm,
+                v.inline_p999_ratio,
+                us(v.baseline_p999_ns),
+                us(v.bounded_limit_ns)
+            ));
+            for (name, p999, ok) in &v.bounded {
+                out.push_str(&format!(" {name} {:.1} us {}", us(*p999), if *ok { "ok" } else { "OVER" }));
+            }
+            out.push('\n');
+            out.push_str(&format!("  time inside the task, p99.9 (reclamation's own share, no wake-up noise): inline = {:.0}x baseline;", v.inline_in_task_p999_ratio));
+            for (name, ns) in &v.in_task_p999_ns {
+                out.push_str(&format!(" {name} {:.1}", us(*ns)));
+            }
+            out.push_str(" us\n");
+            for (name, longest, bound, ok) in &v.budget_held {
+                out.push_str(&format!(
+                    "  {name}: longest reader call {:.1} us, budget + one callback {:.1} us: {}\n",
+                    us(*longest),
+                    us(*bound),
+                    if *ok { "held" } else { "EXCEEDED" }
+                ));
+            }
+        }
+        out.push_str(&format!(
+            "noise: longest gap before {:.1} us, after {:.1} us (a spinning thread, per core); results in {}\n",
+            us(self.noise.before.iter().map(|c| c.max_gap_ns).max().unwrap_or(0)),
+            us(self.noise.after.iter().map(|c| c.max_gap_ns).max().unwrap_or(0)),
+            self.results_dir
+        ));
+        out
+    }
+}
