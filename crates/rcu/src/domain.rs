@@ -400,7 +400,10 @@ impl Shared {
         self.stats.peak_pending.fetch_max(pending, Ordering::Relaxed);
         let mut queue = sync::lock(&self.queue);
         queue.unsealed.extend(callbacks);
-        if queue.sealed.is_empty() {
+        // Seal now when no grace period is in flight, or when the one in flight has already
+        // ended: the new grace period moves the counter, which sends readers to their slow path
+        // to take both batches.
+        if queue.sealed.front().is_none_or(|head| self.poll_value(head.ticket)) {
             self.seal(&mut queue);
         }
         drop(queue);

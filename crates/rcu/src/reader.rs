@@ -78,6 +78,9 @@ impl ReaderHandle {
         // unlinks and then scans slots; the writer side has the matching fence in `poll`).
         fence(Ordering::SeqCst);
         self.seen = gp;
+        // A grace period may have ended while this reader was away (or before it registered)
+        // with nobody left to notice: look at the queue on the next quiescent state.
+        self.has_work = self.domain.shared.policy.readers_reclaim();
     }
 
     /// Announces a quiescent state: this thread holds no reference obtained through this handle.
