@@ -5,9 +5,9 @@
 //! reclamation call.
 
 use super::RcuLatencyConfig;
-use super::run::{RowParts, spawn_realtime};
+use super::run::{RowParts, finish_row, spawn_realtime};
 use super::workload::{self, COUNTED_DROPS, Route};
-use anyhow::{Result, anyhow};
+use anyhow::Result;
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use kairos_metrics::{Clock, TscClock, sys};
 use std::sync::Arc;
@@ -78,13 +78,7 @@ pub(super) fn crossbeam_row(config: &RcuLatencyConfig, storm: usize) -> Result<R
         })
     });
 
-    std::thread::sleep(config.row_duration);
-    stop.store(true, Ordering::Relaxed);
-    let realtime = realtime.join().map_err(|_| anyhow!("the realtime thread panicked"))?;
-    if let Some(writer) = writer {
-        writer.join().map_err(|_| anyhow!("the writer thread panicked"))?;
-    }
-    let elapsed = started.elapsed();
+    let (realtime, elapsed) = finish_row(config, &stop, realtime, writer, started)?;
     Ok(RowParts {
         realtime,
         elapsed,

@@ -270,6 +270,23 @@ where
         .expect("spawning the realtime thread")
 }
 
+/// Lets a row run for its duration, stops it, and joins its threads.
+pub(super) fn finish_row(
+    config: &RcuLatencyConfig,
+    stop: &AtomicBool,
+    realtime: std::thread::JoinHandle<RealtimeRun>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    started: Instant,
+) -> Result<(RealtimeRun, Duration)> {
+    std::thread::sleep(config.row_duration);
+    stop.store(true, Ordering::Relaxed);
+    let realtime = realtime.join().map_err(|_| anyhow!("the realtime thread panicked"))?;
+    if let Some(writer) = writer {
+        writer.join().map_err(|_| anyhow!("the writer thread panicked"))?;
+    }
+    Ok((realtime, started.elapsed()))
+}
+
 fn kairos_row(config: &RcuLatencyConfig, name: &str, storm: usize) -> Result<RowParts> {
     let (policy, reclaimer_core) = policy_of(config, name);
     let nice = config.reclaimer_nice;
@@ -321,13 +338,7 @@ fn kairos_row(config: &RcuLatencyConfig, name: &str, storm: usize) -> Result<Row
         })
     });
 
-    std::thread::sleep(config.row_duration);
-    stop.store(true, Ordering::Relaxed);
-    let realtime = realtime.join().map_err(|_| anyhow!("the realtime thread panicked"))?;
-    if let Some(writer) = writer {
-        writer.join().map_err(|_| anyhow!("the writer thread panicked"))?;
-    }
-    let elapsed = started.elapsed();
+    let (realtime, elapsed) = finish_row(config, &stop, realtime, writer, started)?;
     let stats: DomainStats = domain.stats();
     Ok(RowParts {
         realtime,
