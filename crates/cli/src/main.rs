@@ -121,11 +121,7 @@ fn seconds(value: f64, flag: &str) -> Result<Duration> {
 }
 
 fn latency_config(args: &RcuLatencyArgs) -> Result<rcu_latency::RcuLatencyConfig> {
-    let mut config = if args.common.quick {
-        rcu_latency::RcuLatencyConfig::quick()
-    } else {
-        rcu_latency::RcuLatencyConfig::full()
-    };
+    let mut config = rcu_latency::RcuLatencyConfig::preset(args.common.quick);
     if let Some(s) = args.seconds {
         config.row_duration = seconds(s, "--seconds")?;
     }
@@ -152,11 +148,7 @@ fn latency_config(args: &RcuLatencyArgs) -> Result<rcu_latency::RcuLatencyConfig
 }
 
 fn grace_config(args: &RcuGraceArgs) -> Result<rcu_grace::RcuGraceConfig> {
-    let mut config = if args.common.quick {
-        rcu_grace::RcuGraceConfig::quick()
-    } else {
-        rcu_grace::RcuGraceConfig::full()
-    };
+    let mut config = rcu_grace::RcuGraceConfig::preset(args.common.quick);
     if let Some(s) = args.clean_seconds {
         config.clean_run = seconds(s, "--clean-seconds")?;
     }
@@ -186,11 +178,8 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Lab(args) => {
             let c = &args.common;
-            let (latency, grace) = if c.quick {
-                (rcu_latency::RcuLatencyConfig::quick(), rcu_grace::RcuGraceConfig::quick())
-            } else {
-                (rcu_latency::RcuLatencyConfig::full(), rcu_grace::RcuGraceConfig::full())
-            };
+            let (latency, grace) =
+                (rcu_latency::RcuLatencyConfig::preset(c.quick), rcu_grace::RcuGraceConfig::preset(c.quick));
             let latency = rcu_latency::run(&latency, &c.results, &log)?;
             let grace = rcu_grace::run(&grace, &c.results, &log)?;
             if c.json {

@@ -57,6 +57,11 @@ impl RcuGraceConfig {
         Self { samples: 2_000, stall_trials: 3, clean_run: Duration::from_secs(10), ..Self::full() }
     }
 
+    /// [`RcuGraceConfig::quick`] or [`RcuGraceConfig::full`].
+    pub fn preset(quick: bool) -> Self {
+        if quick { Self::quick() } else { Self::full() }
+    }
+
     /// About 75 s, with the 60 s clean run.
     pub fn full() -> Self {
         let cores = sys::online_cores();

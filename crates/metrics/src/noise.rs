@@ -353,7 +353,9 @@ mod tests {
         let core = &noise[0];
         assert!(core.spun_ns >= 30_000_000, "spun {} ns", core.spun_ns);
         assert!(core.lost_ns <= core.spun_ns);
-        assert!(core.max_gap_ns <= core.lost_ns.max(core.max_gap_ns));
+        // The longest gap is one of the gaps summed into `lost_ns` (the histogram rounds up by
+        // at most 0.1%).
+        assert!(core.max_gap_ns as f64 <= core.lost_ns as f64 * 1.001 + 1.0, "{core:?}");
         assert!(core.gaps_over_1ms <= core.gaps_over_100us && core.gaps_over_100us <= core.gaps_over_10us);
     }
 

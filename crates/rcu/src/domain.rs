@@ -659,8 +659,10 @@ impl Domain {
         self.shared.stats.pending.load(Ordering::Acquire)
     }
 
-    /// Waits until every callback deferred before this call has run, or `timeout` passes;
-    /// returns whether they all ran. Progress needs readers passing quiescent states.
+    /// Waits until at least as many callbacks have run as had been deferred when it was called
+    /// (callbacks run in deferral order except for readers' leftovers, so this is "everything
+    /// deferred so far" in practice), or `timeout` passes; returns whether the count was reached.
+    /// Progress needs readers passing quiescent states.
     pub fn barrier(&self, timeout: Duration) -> bool {
         let target = self.shared.stats.callbacks_deferred.load(Ordering::Acquire);
         let deadline = std::time::Instant::now() + timeout;

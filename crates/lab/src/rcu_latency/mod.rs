@@ -103,6 +103,11 @@ impl RcuLatencyConfig {
         }
     }
 
+    /// [`RcuLatencyConfig::quick`] or [`RcuLatencyConfig::full`].
+    pub fn preset(quick: bool) -> Self {
+        if quick { Self::quick() } else { Self::full() }
+    }
+
     /// Checks the knobs; the error says which one and how to fix it.
     pub fn validate(&self) -> Result<(), String> {
         let cores = kairos_metrics::sys::online_cores();
