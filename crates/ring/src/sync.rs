@@ -1,0 +1,69 @@
+//! The synchronisation primitives the ring uses, switched to `loom`'s under `cfg(loom)`, so the
+//! models in `tests/loom.rs` explore the code that ships.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A slot's payload: written by the one thread that owns the slot's position, read by the one
+/// thread that later claims it. The stamp protocol in `core` decides who owns it when.
+#[derive(Debug)]
+pub(crate) struct Payload<T>(
+    #[cfg(loom)] loom::cell::UnsafeCell<std::mem::MaybeUninit<T>>,
+    #[cfg(not(loom))] std::cell::UnsafeCell<std::mem::MaybeUninit<T>>,
+);
+
+impl<T: Copy> Payload<T> {
+    pub(crate) fn empty() -> Self {
+        #[cfg(loom)]
+        {
+            Self(loom::cell::UnsafeCell::new(std::mem::MaybeUninit::uninit()))
+        }
+        #[cfg(not(loom))]
+        {
+            Self(std::cell::UnsafeCell::new(std::mem::MaybeUninit::uninit()))
+        }
+    }
+
+    /// # Safety
+    /// The caller owns the slot's position for writing: no other thread reads or writes it.
+    #[inline]
+    pub(crate) unsafe fn write(&self, value: T) {
+        #[cfg(loom)]
+        // SAFETY: exclusive access is the caller's contract; loom checks it.
+        self.0.with_mut(|p| unsafe { (*p).write(value) });
+        #[cfg(not(loom))]
+        // SAFETY: exclusive access is the caller's contract.
+        unsafe {
+            (*self.0.get()).write(value);
+        }
+    }
+
+    /// # Safety
+    /// The caller has claimed the slot's position after its writer published it: the value is
+    /// initialised and no thread writes it until the caller releases the slot.
+    #[inline]
+    pub(crate) unsafe fn read(&self) -> T {
+        #[cfg(loom)]
+        // SAFETY: the caller's contract; loom checks it.
+        return self.0.with(|p| unsafe { (*p).assume_init() });
+        #[cfg(not(loom))]
+        // SAFETY: the caller's contract.
+        unsafe {
+            (*self.0.get()).assume_init()
+        }
+    }
+}
+
+/// Keeps a counter on a cache line of its own.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
