@@ -2,6 +2,8 @@
 //! table (or, with `--json`, the summary as one JSON object on stdout) and sends progress to
 //! stderr. Errors are one line and a non-zero exit.
 
+mod aoi_model;
+
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use kairos_lab::{rcu_grace, rcu_latency};
@@ -27,6 +29,8 @@ enum Command {
     RcuGrace(RcuGraceArgs),
     /// Runs every experiment (rcu-latency, rcu-grace).
     Lab(LabArgs),
+    /// Age of information of one queue: simulation beside the closed forms.
+    AoiModel(aoi_model::AoiModelArgs),
 }
 
 #[derive(Args, Clone)]
@@ -176,6 +180,7 @@ fn run(cli: Cli) -> Result<()> {
             let summary = rcu_grace::run(&config, &args.common.results, &log)?;
             print(args.common.json, &summary, summary.table())
         }
+        Command::AoiModel(args) => aoi_model::run(&args),
         Command::Lab(args) => {
             let c = &args.common;
             let (latency, grace) =

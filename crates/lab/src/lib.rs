@@ -8,8 +8,10 @@
 //! Experiments:
 //! - [`rcu_latency`]: the source's Table 1 (realtime lateness under RCU callback storms) for each
 //!   reclamation policy, with crossbeam-epoch as a peer.
+//! - [`aoi_model`]: age of information of one queue, simulated beside the closed forms.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
 
+pub mod aoi_model;
 pub mod machine;
 pub mod output;
 pub mod plot;

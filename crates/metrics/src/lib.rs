@@ -11,16 +11,20 @@
 //! 3. [`noise`]: the [`NoiseProbe`]. On a shared virtual machine a spinning thread sees gaps of
 //!    milliseconds whatever the system under test does; the probe measures them before, during and
 //!    after a run, with the kernel's steal time, so a reader can tell which spikes the machine made.
-//! 4. [`sys`]: the few syscalls the measurements need (pinning, SCHED_FIFO, absolute sleeps, thread
+//! 4. [`aoi`]: age of information: the exact sawtooth integral of a monitor's age, its peaks, and
+//!    a table of per-user age processes.
+//! 5. [`sys`]: the few syscalls the measurements need (pinning, SCHED_FIFO, absolute sleeps, thread
 //!    CPU time, `/proc` readings), fenced in one module.
 #![deny(unsafe_code)]
 
+pub mod aoi;
 pub mod clock;
 pub mod latency;
 pub mod noise;
 #[allow(unsafe_code)]
 pub mod sys;
 
+pub use aoi::{AgeProcess, AgeSummary, AgeTable, AgeTableSummary};
 pub use clock::{Clock, MonotonicClock, TscClock, VirtualClock};
 pub use latency::{LatencyRecorder, LatencySummary};
 pub use noise::{CoreNoise, DuringNoise, NoiseConfig, NoiseProbe, NoiseReport, Sampler};

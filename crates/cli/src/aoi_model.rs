@@ -1,0 +1,90 @@
+//! `kairos aoi-model`: flags and output of the queue-model command.
+
+use anyhow::{Result, bail};
+use clap::Args;
+use kairos_lab::aoi_model::{self, Arrival, Discipline, Service};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct AoiModelArgs {
+    /// Arrival law: poisson or periodic.
+    #[arg(long, default_value = "poisson")]
+    arrival: Arrival,
+    /// Service law: exp or det.
+    #[arg(long, default_value = "exp")]
+    service: Service,
+    /// Arrival rate lambda. Without it, sweeps the load over every discipline.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Service rate mu; ages are reported in units of 1/mu.
+    #[arg(long, default_value_t = 1.0)]
+    service_rate: f64,
+    /// fcfs, bufferless, lcfs-preemptive, drop-oldest or keep-latest.
+    #[arg(long, default_value = "fcfs")]
+    discipline: String,
+    /// Waiting places (fcfs: unbounded when absent; drop-oldest: 1 when absent).
+    #[arg(long)]
+    buffer: Option<usize>,
+    /// Arrivals simulated per point.
+    #[arg(long, default_value_t = 1_000_000)]
+    arrivals: u64,
+    /// Seed of the simulation.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Where the sweep's run directory is written.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+}
+
+pub fn run(args: &AoiModelArgs) -> Result<()> {
+    let discipline = Discipline::parse(&args.discipline, args.buffer).map_err(anyhow::Error::msg)?;
+    if !(args.service_rate.is_finite() && args.service_rate > 0.0) {
+        bail!("--service-rate must be a positive number, got {}", args.service_rate);
+    }
+    if args.arrivals == 0 {
+        bail!("--arrivals must be at least 1");
+    }
+    let Some(rate) = args.rate else {
+        let sweep = aoi_model::sweep(args.arrival, args.service, args.arrivals, args.seed, &args.results)?;
+        if args.json {
+            println!("{}", serde_json::to_string(&sweep)?);
+        } else {
+            print!("{}", aoi_model::table(&sweep));
+            if let Some(plot) = &sweep.plot {
+                println!("plot: {}", plot.display());
+            }
+        }
+        return Ok(());
+    };
+    if !(rate.is_finite() && rate > 0.0) {
+        bail!("--rate must be a positive number, got {rate}");
+    }
+    if matches!(discipline, Discipline::Fcfs { buffer: None }) && rate >= args.service_rate {
+        bail!(
+            "an unbounded FCFS queue at load {:.3} >= 1 has no steady state: lower --rate or give --buffer",
+            rate / args.service_rate
+        );
+    }
+    let p = aoi_model::point(
+        args.arrival,
+        args.service,
+        discipline,
+        rate,
+        args.service_rate,
+        args.arrivals,
+        args.seed,
+    );
+    if args.json {
+        println!("{}", serde_json::to_string(&p)?);
+    } else {
+        let closed = p.closed_form_avg_age.map_or("none known".to_string(), |c| format!("{c:.4}"));
+        println!(
+            "{} arrivals, {} service, {} at rho {:.3}: average age {:.4}, peak age {:.4} (units of 1/mu); closed form {closed}",
+            p.arrival, p.service, args.discipline, p.rho, p.avg_age, p.peak_age
+        );
+    }
+    Ok(())
+}

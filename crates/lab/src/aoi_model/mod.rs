@@ -1,0 +1,415 @@
+//! `kairos aoi-model`: the age of information of one source through one server, simulated on the
+//! virtual clock and set beside the closed forms of the literature.
+//!
+//! With `--rate`, one point: the simulated average and peak age (in units of the mean service
+//! time `1/mu`) and, where one is known, the closed form. Without it, a sweep of the load
+//! `rho = lambda/mu` for the chosen arrival and service laws and every discipline: a table and a
+//! plot of the simulated ages (solid) beside the model curves (dashed). The simulator
+//! measures with the same [`kairos_metrics::AgeProcess`] the forwarding experiments use, so the
+//! agreement checks the age calculator too.
+//!
+//! # JSON fields (stable)
+//! Point: `arrival`, `service`, `discipline`, `buffer`, `rate`, `service_rate`, `rho`,
+//! `arrivals`, `avg_age`, `peak_age`, `closed_form_avg_age` (null when none is known),
+//! `closed_form_peak_age`, `rel_error` (null without a closed form), `discarded`.
+//! Sweep: `arrival`, `service`, `points` (as above), `plot`.
+
+pub mod closed_form;
+pub mod sim;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::output::RunDir;
+use crate::plot::{Scales, XySeries, xy_chart};
+use sim::{SimConfig, simulate};
+
+/// When updates arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arrival {
+    Poisson,
+    Periodic,
+}
+
+/// How long service takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Service {
+    Exp,
+    Det,
+}
+
+/// What the queue does with an update that finds the server busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discipline {
+    /// First come first served with `buffer` waiting places (`None`: unbounded); arrivals
+    /// finding them taken are discarded (tail drop).
+    Fcfs { buffer: Option<usize> },
+    /// No waiting place: arrivals while busy are discarded (M/M/1/1).
+    Bufferless,
+    /// A new arrival preempts the update in service, which is discarded.
+    LcfsPreemptive,
+    /// `buffer` waiting places; a full queue discards its oldest update for the new one.
+    DropOldest { buffer: usize },
+    /// One waiting place per source holding the latest update (for one source: M/M/1/2*).
+    KeepLatest,
+}
+
+impl Discipline {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Discipline::Fcfs { .. } => "fcfs",
+            Discipline::Bufferless => "bufferless",
+            Discipline::LcfsPreemptive => "lcfs-preemptive",
+            Discipline::DropOldest { .. } => "drop-oldest",
+            Discipline::KeepLatest => "keep-latest",
+        }
+    }
+
+    /// Parses a discipline name with its buffer (`None`: unbounded, only meaningful for FCFS).
+    pub fn parse(name: &str, buffer: Option<usize>) -> Result<Self, String> {
+        Ok(match name {
+            "fcfs" => Discipline::Fcfs { buffer },
+            "bufferless" => Discipline::Bufferless,
+            "lcfs-preemptive" => Discipline::LcfsPreemptive,
+            "drop-oldest" => Discipline::DropOldest { buffer: buffer.unwrap_or(1) },
+            "keep-latest" => Discipline::KeepLatest,
+            other => {
+                return Err(format!(
+                    "unknown discipline '{other}' (use fcfs, bufferless, lcfs-preemptive, drop-oldest or keep-latest)"
+                ));
+            }
+        })
+    }
+
+    fn buffer(&self) -> Option<usize> {
+        match *self {
+            Discipline::Fcfs { buffer } => buffer,
+            Discipline::DropOldest { buffer } => Some(buffer),
+            Discipline::KeepLatest => Some(1),
+            Discipline::Bufferless | Discipline::LcfsPreemptive => Some(0),
+        }
+    }
+
+    fn label(&self) -> String {
+        match self.buffer() {
+            Some(b) if matches!(self, Discipline::Fcfs { .. } | Discipline::DropOldest { .. }) => {
+                format!("{} (buffer {b})", self.name())
+            }
+            _ => self.name().to_string(),
+        }
+    }
+}
+
+impl FromStr for Arrival {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "poisson" => Ok(Arrival::Poisson),
+            "periodic" => Ok(Arrival::Periodic),
+            other => Err(format!("unknown arrival law '{other}' (use poisson or periodic)")),
+        }
+    }
+}
+
+impl FromStr for Service {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "exp" => Ok(Service::Exp),
+            "det" => Ok(Service::Det),
+            other => Err(format!("unknown service law '{other}' (use exp or det)")),
+        }
+    }
+}
+
+impl fmt::Display for Arrival {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Arrival::Poisson => "poisson",
+            Arrival::Periodic => "periodic",
+        })
+    }
+}
+
+impl fmt::Display for Service {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Service::Exp => "exp",
+            Service::Det => "det",
+        })
+    }
+}
+
+/// One simulated point beside its closed form.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub arrival: Arrival,
+    pub service: Service,
+    pub discipline: &'static str,
+    pub buffer: Option<usize>,
+    pub rate: f64,
+    pub service_rate: f64,
+    pub rho: f64,
+    pub arrivals: u64,
+    pub avg_age: f64,
+    pub peak_age: f64,
+    pub closed_form_avg_age: Option<f64>,
+    pub closed_form_peak_age: Option<f64>,
+    pub rel_error: Option<f64>,
+    pub discarded: u64,
+}
+
+/// Simulates one configuration and sets the closed form beside it.
+pub fn point(
+    arrival: Arrival,
+    service: Service,
+    discipline: Discipline,
+    rate: f64,
+    service_rate: f64,
+    arrivals: u64,
+    seed: u64,
+) -> Point {
+    let result =
+        simulate(&SimConfig { arrival, service, discipline, rate, service_rate, batch: 1, arrivals, seed });
+    let rho = rate / service_rate;
+    let known = closed_form::known(arrival, service, discipline, rho);
+    let closed_form_avg_age = known.map(|k| k.0);
+    Point {
+        arrival,
+        service,
+        discipline: discipline.name(),
+        buffer: discipline.buffer(),
+        rate,
+        service_rate,
+        rho,
+        arrivals,
+        avg_age: result.avg_age,
+        peak_age: result.peak_age,
+        closed_form_avg_age,
+        closed_form_peak_age: known.and_then(|k| k.1),
+        rel_error: closed_form_avg_age.map(|c| (result.avg_age - c) / c),
+        discarded: result.discarded,
+    }
+}
+
+/// A sweep of the load for every discipline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sweep {
+    pub arrival: Arrival,
+    pub service: Service,
+    pub points: Vec<Point>,
+    pub plot: Option<PathBuf>,
+}
+
+/// The disciplines a sweep compares.
+pub fn sweep_disciplines() -> Vec<Discipline> {
+    vec![
+        Discipline::Fcfs { buffer: None },
+        Discipline::Bufferless,
+        Discipline::Fcfs { buffer: Some(1) },
+        Discipline::KeepLatest,
+        Discipline::LcfsPreemptive,
+    ]
+}
+
+/// Loads a sweep covers: under and over load.
+pub fn sweep_loads() -> Vec<f64> {
+    vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.2, 1.5, 2.0, 3.0]
+}
+
+/// Runs the sweep, writes `summary.json` and `aoi_model.png` under `results_root`.
+pub fn sweep(
+    arrival: Arrival,
+    service: Service,
+    arrivals: u64,
+    seed: u64,
+    results_root: &Path,
+) -> Result<Sweep> {
+    let mut points = Vec::new();
+    for discipline in sweep_disciplines() {
+        for rho in sweep_loads() {
+            // Unbounded FCFS has no steady state at or beyond full load.
+            if matches!(discipline, Discipline::Fcfs { buffer: None }) && rho >= 1.0 {
+                continue;
+            }
+            points.push(point(arrival, service, discipline, rho, 1.0, arrivals, seed));
+        }
+    }
+    let run = RunDir::create(results_root, "aoi-model")?;
+    let mut series = Vec::new();
+    for (color, discipline) in sweep_disciplines().into_iter().enumerate() {
+        let mine: Vec<&Point> = points
+            .iter()
+            .filter(|p| p.discipline == discipline.name() && p.buffer == discipline.buffer())
+            .collect();
+        series.push(XySeries {
+            name: format!("{} simulated", discipline.label()),
+            points: mine.iter().map(|p| (p.rho, p.avg_age)).collect(),
+            model: false,
+            color,
+        });
+        let model: Vec<(f64, f64)> =
+            mine.iter().filter_map(|p| p.closed_form_avg_age.map(|c| (p.rho, c))).collect();
+        if !model.is_empty() {
+            series.push(XySeries {
+                name: format!("{} closed form", discipline.label()),
+                points: model,
+                model: true,
+                color,
+            });
+        }
+    }
+    let plot = run.path().join("aoi_model.png");
+    xy_chart(
+        &plot,
+        &format!("Average age, {arrival} arrivals, {service} service"),
+        "load rho = lambda / mu",
+        "average age (units of 1/mu)",
+        Scales { log_x: true, log_y: true },
+        &series,
+    )?;
+    let sweep = Sweep { arrival, service, points, plot: Some(plot) };
+    run.write_json("summary.json", &sweep)?;
+    Ok(sweep)
+}
+
+/// The sweep as a text table.
+pub fn table(sweep: &Sweep) -> String {
+    let mut out = format!(
+        "{:<22} {:>6} {:>10} {:>12} {:>9} {:>10}\n",
+        "discipline", "rho", "avg age", "closed form", "error", "peak age"
+    );
+    for p in &sweep.points {
+        let name = match p.buffer {
+            Some(b) if p.discipline == "fcfs" || p.discipline == "drop-oldest" => {
+                format!("{} ({b})", p.discipline)
+            }
+            _ => p.discipline.to_string(),
+        };
+        let closed = p.closed_form_avg_age.map_or("-".to_string(), |c| format!("{c:.4}"));
+        let err = p.rel_error.map_or("-".to_string(), |e| format!("{:+.2}%", e * 100.0));
+        out.push_str(&format!(
+            "{name:<22} {:>6.2} {:>10.4} {closed:>12} {err:>9} {:>10.4}\n",
+            p.rho, p.avg_age, p.peak_age
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LONG: u64 = 2_000_000;
+
+    fn check(arrival: Arrival, service: Service, discipline: Discipline, rho: f64) {
+        let p = point(arrival, service, discipline, rho, 1.0, LONG, 7);
+        let closed = p.closed_form_avg_age.expect("a closed form is known");
+        let err = (p.avg_age - closed).abs() / closed;
+        assert!(
+            err < 0.02,
+            "{discipline:?} at rho {rho}: simulated {} vs {closed} ({:.2}%)",
+            p.avg_age,
+            err * 100.0
+        );
+        if let Some(peak) = p.closed_form_peak_age {
+            let err = (p.peak_age - peak).abs() / peak;
+            assert!(err < 0.02, "{discipline:?} peak at rho {rho}: {} vs {peak}", p.peak_age);
+        }
+    }
+
+    #[test]
+    fn mm1_fcfs_matches_kaul_yates_gruteser() {
+        for rho in [0.2, 0.5, 0.8] {
+            check(Arrival::Poisson, Service::Exp, Discipline::Fcfs { buffer: None }, rho);
+        }
+    }
+
+    #[test]
+    fn bufferless_matches_mm11() {
+        for rho in [0.5, 1.5] {
+            check(Arrival::Poisson, Service::Exp, Discipline::Bufferless, rho);
+        }
+    }
+
+    #[test]
+    fn lcfs_preemptive_matches_one_over_lambda_plus_one_over_mu() {
+        for rho in [0.5, 2.0] {
+            check(Arrival::Poisson, Service::Exp, Discipline::LcfsPreemptive, rho);
+        }
+    }
+
+    #[test]
+    fn keep_latest_and_one_slot_drop_oldest_match_mm12_star() {
+        for rho in [0.5, 1.5] {
+            check(Arrival::Poisson, Service::Exp, Discipline::KeepLatest, rho);
+            check(Arrival::Poisson, Service::Exp, Discipline::DropOldest { buffer: 1 }, rho);
+        }
+    }
+
+    #[test]
+    fn one_slot_fcfs_matches_mm12() {
+        check(Arrival::Poisson, Service::Exp, Discipline::Fcfs { buffer: Some(1) }, 0.7);
+    }
+
+    #[test]
+    fn md1_and_dm1_match() {
+        check(Arrival::Poisson, Service::Det, Discipline::Fcfs { buffer: None }, 0.5);
+        check(Arrival::Periodic, Service::Exp, Discipline::Fcfs { buffer: None }, 0.5);
+        check(Arrival::Periodic, Service::Det, Discipline::Fcfs { buffer: None }, 0.5);
+    }
+
+    #[test]
+    fn batches_stamped_together_add_half_a_batch_period() {
+        // Batches of K every K/R (batch arrival rate R/K), each update taking a constant S:
+        // only the first of a batch is informative, so the age is S + K/(2R).
+        let (k, rate_per_update, service) = (8usize, 0.5f64, 1.0f64);
+        let batch_rate = rate_per_update / k as f64;
+        let r = simulate(&SimConfig {
+            arrival: Arrival::Periodic,
+            service: Service::Det,
+            discipline: Discipline::Fcfs { buffer: None },
+            rate: batch_rate,
+            service_rate: 1.0 / service,
+            batch: k,
+            arrivals: 200_000,
+            seed: 1,
+        });
+        let model = closed_form::batch_avg(service, k as f64, rate_per_update);
+        assert!((r.avg_age - model).abs() / model < 0.02, "{} vs {model}", r.avg_age);
+    }
+
+    #[test]
+    fn keep_latest_stays_bounded_where_fcfs_explodes() {
+        let fcfs = point(
+            Arrival::Poisson,
+            Service::Exp,
+            Discipline::Fcfs { buffer: Some(64) },
+            1.5,
+            1.0,
+            200_000,
+            3,
+        );
+        let latest = point(Arrival::Poisson, Service::Exp, Discipline::KeepLatest, 1.5, 1.0, 200_000, 3);
+        assert!(
+            fcfs.avg_age > 10.0 * latest.avg_age,
+            "fcfs {} vs keep-latest {}",
+            fcfs.avg_age,
+            latest.avg_age
+        );
+    }
+
+    #[test]
+    fn names_parse() {
+        assert_eq!(Discipline::parse("fcfs", Some(4)).unwrap(), Discipline::Fcfs { buffer: Some(4) });
+        assert!(Discipline::parse("lifo", None).unwrap_err().contains("keep-latest"));
+        assert!("gamma".parse::<Service>().unwrap_err().contains("exp or det"));
+        assert!("bursty".parse::<Arrival>().unwrap_err().contains("poisson or periodic"));
+    }
+}
