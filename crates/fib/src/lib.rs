@@ -1,0 +1,154 @@
+//! A forwarding information base (FIB) read by the data path and written by the control path at
+//! the same time, with the synchronisations whose freshness the source compares.
+//!
+//! The FIB maps a user id to an [`AddrTuple`]: a next-hop MAC and the time stamp of the location
+//! update that wrote it (the source's address tuple; the stamp is what tells a fresh address from
+//! a stale one). The set of users is fixed when the FIB is built, as the source loads its FIB
+//! from a file; lookups go through a `hashbrown` table of that set like any hash-table FIB.
+//!
+//! [`Fib`] is the interface: per-thread readers ([`FibReader::lookup`], and
+//! [`FibReader::quiescent`] once per burst) and [`Fib::update`]. Implementations:
+//!
+//! - [`RcuFib`]: read-copy-update on `kairos-rcu`. Each write copies the entry into a new
+//!   allocation and publishes it with one pointer swap; the old copy is freed after a grace
+//!   period, by the writer itself (`ReclaimPolicy::Direct`, DPDK's synchronous mode that the
+//!   source ran) or by a reclaimer thread (`Offload`).
+//! - [`RwLockFib`]: the whole table under one write-preferring readers-writer lock (the source's
+//!   `rte_rwlock` around every lookup and every update). The std lock used is write-preferring:
+//!   `tests/api.rs` shows a waiting writer holding off new readers.
+//! - [`SeqlockFib`]: a sequence lock per entry. Readers never block the writer (they retry if a
+//!   write overlapped) and the writer never copies: the update-heavy case where the source found
+//!   both RCU and the RW lock wanting. Modelled with `loom` in `tests/loom.rs`.
+//! - [`PapayaFib`]: the `papaya` concurrent hash map, a well-kept peer.
+
+#[cfg(not(loom))]
+mod peer;
+#[cfg(not(loom))]
+mod rcu;
+#[cfg(not(loom))]
+mod rwlock;
+pub mod seqlock;
+mod sync;
+
+use std::fmt;
+use std::str::FromStr;
+
+#[cfg(not(loom))]
+pub use peer::{PapayaFib, PapayaReader};
+#[cfg(not(loom))]
+pub use rcu::{RcuFib, RcuFibReader};
+#[cfg(not(loom))]
+pub use rwlock::{RwLockFib, RwLockReader};
+#[cfg(not(loom))]
+pub use seqlock::{SeqlockFib, SeqlockReader};
+
+/// A user (a mobile terminal) as the FIB keys it.
+pub type UserId = u32;
+
+/// Where a user is: the next-hop MAC and the sender's time stamp of the location update that
+/// put it there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct AddrTuple {
+    pub mac: [u8; 6],
+    pub stamp_ns: u64,
+}
+
+impl AddrTuple {
+    pub fn new(mac: [u8; 6], stamp_ns: u64) -> Self {
+        Self { mac, stamp_ns }
+    }
+
+    /// The MAC in the low 48 bits of a `u64` (for word-sized atomic stores).
+    pub fn mac_word(&self) -> u64 {
+        let mut bytes = [0u8; 8];
+        bytes[..6].copy_from_slice(&self.mac);
+        u64::from_le_bytes(bytes)
+    }
+
+    pub fn from_words(mac: u64, stamp_ns: u64) -> Self {
+        let bytes = mac.to_le_bytes();
+        let mut m = [0u8; 6];
+        m.copy_from_slice(&bytes[..6]);
+        Self { mac: m, stamp_ns }
+    }
+}
+
+/// A FIB operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FibError {
+    #[error("user {0} is not in the FIB (the user set is fixed when the FIB is built)")]
+    UnknownUser(UserId),
+    #[error(
+        "the RCU backlog of retired entries is full ({0} waiting): readers are not passing quiescent states"
+    )]
+    Backlog(usize),
+    #[error("cannot register a FIB reader: {0}")]
+    Reader(String),
+    #[error("cannot build the FIB: {0}")]
+    Build(String),
+}
+
+/// A reader's view of a FIB: one per thread.
+pub trait FibReader {
+    /// The address tuple of `user`, or `None` if the user is not in the FIB.
+    fn lookup(&mut self, user: UserId) -> Option<AddrTuple>;
+    /// Tells the FIB that this reader holds no reference obtained before (once per burst).
+    fn quiescent(&mut self) {}
+}
+
+/// A FIB that readers and writers use concurrently.
+pub trait Fib: Send + Sync {
+    type Reader<'a>: FibReader
+    where
+        Self: 'a;
+
+    /// The name experiments print (`rcu`, `rwlock`, `seqlock`, `papaya`).
+    fn name(&self) -> &'static str;
+    /// A reader for the calling thread.
+    fn reader(&self) -> Result<Self::Reader<'_>, FibError>;
+    /// Sets `user`'s address tuple. Safe from several threads; the experiments use one writer.
+    fn update(&self, user: UserId, addr: AddrTuple) -> Result<(), FibError>;
+    /// Users in the FIB.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The implementations, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FibKind {
+    Rcu,
+    RwLock,
+    Seqlock,
+    Papaya,
+}
+
+impl FibKind {
+    pub const ALL: [FibKind; 4] = [FibKind::Rcu, FibKind::RwLock, FibKind::Seqlock, FibKind::Papaya];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FibKind::Rcu => "rcu",
+            FibKind::RwLock => "rwlock",
+            FibKind::Seqlock => "seqlock",
+            FibKind::Papaya => "papaya",
+        }
+    }
+}
+
+impl fmt::Display for FibKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for FibKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        FibKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| format!("unknown FIB '{s}' (use rcu, rwlock, seqlock or papaya)"))
+    }
+}
