@@ -1,0 +1,129 @@
+//! A port wrapper that misbehaves on purpose, for tests: it drops, duplicates, reorders and
+//! corrupts received packets with seeded probabilities. Corruption flips a bit of the encoded
+//! packet and decodes it again, as a damaged datagram would arrive: the checksum catches it and
+//! the packet is dropped and counted as invalid, never delivered altered.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::packet::{Packet, WIRE_LEN};
+use crate::port::{Capabilities, Port, PortError, PortStats};
+
+/// Probabilities per received packet.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Faults {
+    pub drop: f64,
+    pub duplicate: f64,
+    /// Swap with the next packet of the burst.
+    pub reorder: f64,
+    pub corrupt: f64,
+    pub seed: u64,
+}
+
+/// What the injector did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FaultCounts {
+    pub dropped: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub corrupted: u64,
+}
+
+#[derive(Debug)]
+pub struct FaultPort<P> {
+    inner: P,
+    faults: Faults,
+    rng: StdRng,
+    counts: FaultCounts,
+    /// Packets held over to the next burst (a duplicate that did not fit).
+    held: Vec<Packet>,
+    scratch: Vec<Packet>,
+    invalid: u64,
+}
+
+impl<P: Port> FaultPort<P> {
+    pub fn new(inner: P, faults: Faults) -> Self {
+        Self {
+            inner,
+            rng: StdRng::seed_from_u64(faults.seed),
+            faults,
+            counts: FaultCounts::default(),
+            held: Vec::new(),
+            scratch: Vec::new(),
+            invalid: 0,
+        }
+    }
+
+    pub fn counts(&self) -> FaultCounts {
+        self.counts
+    }
+
+    pub fn into_inner(self) -> P {
+        self.inner
+    }
+}
+
+impl<P: Port> Port for FaultPort<P> {
+    fn rx_burst(&mut self, out: &mut [Packet]) -> Result<usize, PortError> {
+        self.scratch.clear();
+        self.scratch.append(&mut self.held);
+        let room = out.len().saturating_sub(self.scratch.len());
+        let mut fresh = vec![Packet::default(); room];
+        let n = self.inner.rx_burst(&mut fresh)?;
+        for p in fresh.into_iter().take(n) {
+            let f = self.faults;
+            if self.rng.random_bool(f.drop.clamp(0.0, 1.0)) {
+                self.counts.dropped += 1;
+                continue;
+            }
+            if self.rng.random_bool(f.corrupt.clamp(0.0, 1.0)) {
+                self.counts.corrupted += 1;
+                let mut bytes = [0u8; WIRE_LEN];
+                p.encode(&mut bytes);
+                let bit = self.rng.random_range(0..WIRE_LEN * 8);
+                bytes[bit / 8] ^= 1 << (bit % 8);
+                match Packet::decode(&bytes) {
+                    Ok(mut q) => {
+                        q.rx_ns = p.rx_ns;
+                        self.scratch.push(q);
+                    }
+                    Err(_) => self.invalid += 1,
+                }
+                continue;
+            }
+            self.scratch.push(p);
+            if self.rng.random_bool(f.duplicate.clamp(0.0, 1.0)) {
+                self.counts.duplicated += 1;
+                self.scratch.push(p);
+            }
+        }
+        for i in 0..self.scratch.len().saturating_sub(1) {
+            if self.rng.random_bool(self.faults.reorder.clamp(0.0, 1.0)) {
+                self.scratch.swap(i, i + 1);
+                self.counts.reordered += 1;
+            }
+        }
+        let k = self.scratch.len().min(out.len());
+        out[..k].copy_from_slice(&self.scratch[..k]);
+        self.held.extend_from_slice(&self.scratch[k..]);
+        Ok(k)
+    }
+
+    fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, PortError> {
+        self.inner.tx_burst(packets)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn stats(&self) -> PortStats {
+        let mut s = self.inner.stats();
+        s.rx_invalid += self.invalid;
+        s
+    }
+
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+}

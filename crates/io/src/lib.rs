@@ -1,0 +1,25 @@
+//! Packet I/O for Kairos: the [`Port`] trait and its backends, the packet buffer pool, and the
+//! network-namespace testbed.
+//!
+//! - [`packet`]: the experiment's packet and its 60-byte wire form (validated, checksummed).
+//! - [`port`]: [`Port`]: `rx_burst` / `tx_burst` of packets with reception time stamps, and
+//!   [`Capabilities`] (max burst, where time stamps come from).
+//! - [`memory`]: two ports joined by rings in memory: the embedded default (no network, no root).
+//! - [`udp`]: UDP over `recvmmsg`/`sendmmsg` with kernel software RX time stamps.
+//! - [`fault`]: a wrapper that drops, duplicates, reorders and corrupts, for tests.
+//! - [`pool`]: fixed packet buffers passed between threads as indices.
+//! - [`testbed`]: source and forwarder namespaces joined by a veth pair, removed on drop.
+
+pub mod fault;
+pub mod memory;
+pub mod packet;
+pub mod pool;
+pub mod port;
+pub mod testbed;
+pub mod udp;
+
+pub use fault::{FaultCounts, FaultPort, Faults};
+pub use packet::{DecodeError, Kind, Packet, WIRE_LEN};
+pub use port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
+pub use testbed::{Testbed, TestbedError};
+pub use udp::UdpPort;

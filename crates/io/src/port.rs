@@ -1,0 +1,64 @@
+//! The `Port` trait: bursts of packets in and out, with reception time stamps.
+
+use crate::packet::Packet;
+
+/// What a port can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Most packets one `rx_burst` or `tx_burst` moves.
+    pub max_burst: usize,
+    /// Where `rx_ns` comes from.
+    pub rx_timestamps: RxTimestamps,
+}
+
+/// The source of a received packet's `rx_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RxTimestamps {
+    /// Read by the receiving thread when the burst was taken (in-memory ports).
+    Software,
+    /// The kernel's software receive time stamp (`SO_TIMESTAMPING`), taken when the datagram
+    /// entered the socket layer, converted to the experiment's monotonic clock.
+    Kernel,
+}
+
+/// Errors of a port (the I/O ones carry the OS error).
+#[derive(Debug, thiserror::Error)]
+pub enum PortError {
+    #[error("{what}: {source}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the peer port is gone")]
+    Disconnected,
+}
+
+impl PortError {
+    pub(crate) fn last_os(what: &'static str) -> Self {
+        PortError::Io { what, source: std::io::Error::last_os_error() }
+    }
+}
+
+/// Counters every port keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PortStats {
+    pub rx_packets: u64,
+    pub tx_packets: u64,
+    /// Packets `tx_burst` could not hand over (the caller still owns them).
+    pub tx_refused: u64,
+    /// Datagrams received that were not valid packets (dropped and counted).
+    pub rx_invalid: u64,
+}
+
+/// A place packets come in and go out, in bursts.
+pub trait Port: Send {
+    /// Receives up to `out.len()` packets without blocking; each gets its `rx_ns`.
+    fn rx_burst(&mut self, out: &mut [Packet]) -> Result<usize, PortError>;
+    /// Offers `packets`; returns how many were taken (the first ones), without blocking.
+    fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, PortError>;
+    fn capabilities(&self) -> Capabilities;
+    fn stats(&self) -> PortStats;
+    /// The backend's name as experiments print it (`memory`, `udp`).
+    fn name(&self) -> &'static str;
+}

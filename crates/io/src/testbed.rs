@@ -1,0 +1,189 @@
+//! A two-namespace testbed: a source namespace and a forwarder namespace joined by a veth pair,
+//! with addresses on a private range used only inside them. Namespaces are removed on drop, after
+//! a panic (drop runs while unwinding), and on Ctrl-C or SIGTERM (a signal thread removes every
+//! live testbed, then exits with status 130). Ones left by a killed run (SIGKILL) are named
+//! after their process id and removed by the next run.
+//!
+//! Needs root (CAP_NET_ADMIN and `ip` from iproute2); without it, [`Testbed::create`] says so.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::{Mutex, Once};
+
+/// Why a testbed could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum TestbedError {
+    #[error(
+        "the UDP backend needs network namespaces, which need root (CAP_NET_ADMIN): run as root, or use --backend memory"
+    )]
+    NotRoot,
+    #[error("`{command}` failed: {stderr}")]
+    Command { command: String, stderr: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The live testbeds' namespace names, for the signal handler.
+static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Source-side and forwarder-side addresses.
+pub const SOURCE_IP: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 1);
+pub const FORWARDER_IP: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 2);
+
+#[derive(Debug)]
+pub struct Testbed {
+    pub source_ns: String,
+    pub forwarder_ns: String,
+}
+
+fn ip(args: &[&str]) -> Result<(), TestbedError> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|source| TestbedError::Io { what: "cannot run `ip` (install iproute2)".into(), source })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(TestbedError::Command {
+            command: format!("ip {}", args.join(" ")),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
+fn remove_namespaces(names: &[String]) {
+    for name in names {
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+    }
+}
+
+fn install_signal_cleanup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let Ok(mut signals) =
+            signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+        else {
+            return;
+        };
+        std::thread::Builder::new()
+            .name("testbed-cleanup".into())
+            .spawn(move || {
+                if signals.forever().next().is_some() {
+                    let names = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
+                    remove_namespaces(&names);
+                    eprintln!("kairos: interrupted; removed network namespaces {}", names.join(", "));
+                    std::process::exit(130);
+                }
+            })
+            .ok();
+    });
+}
+
+/// Removes namespaces of earlier runs whose process is gone.
+fn remove_stale() {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or("");
+        let Some(rest) = name.strip_prefix("kairos-") else { continue };
+        let Some(pid) = rest.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            remove_namespaces(&[name.to_string()]);
+        }
+    }
+}
+
+impl Testbed {
+    /// Creates the two namespaces and the veth pair between them.
+    pub fn create() -> Result<Self, TestbedError> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(TestbedError::NotRoot);
+        }
+        install_signal_cleanup();
+        remove_stale();
+        let pid = std::process::id();
+        let bed =
+            Testbed { source_ns: format!("kairos-src-{pid}"), forwarder_ns: format!("kairos-fwd-{pid}") };
+        // Registered before creation, so a failure half-way is cleaned up by drop.
+        if let Ok(mut live) = LIVE.lock() {
+            live.push(bed.source_ns.clone());
+            live.push(bed.forwarder_ns.clone());
+        }
+        let (src, fwd) = (&bed.source_ns, &bed.forwarder_ns);
+        let (veth_src, veth_fwd) = (format!("ks{pid}"), format!("kf{pid}"));
+        ip(&["netns", "add", src])?;
+        ip(&["netns", "add", fwd])?;
+        ip(&[
+            "link", "add", &veth_src, "netns", src, "type", "veth", "peer", "name", &veth_fwd, "netns", fwd,
+        ])?;
+        ip(&["-n", src, "addr", "add", &format!("{SOURCE_IP}/30"), "dev", &veth_src])?;
+        ip(&["-n", fwd, "addr", "add", &format!("{FORWARDER_IP}/30"), "dev", &veth_fwd])?;
+        for (ns, dev) in [(src, &veth_src), (fwd, &veth_fwd)] {
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(bed)
+    }
+
+    /// A UDP socket bound to `port` on the source side.
+    pub fn source_socket(&self, port: u16) -> Result<UdpSocket, TestbedError> {
+        socket_in(&self.source_ns, SocketAddrV4::new(SOURCE_IP, port))
+    }
+
+    /// A UDP socket bound to `port` on the forwarder side.
+    pub fn forwarder_socket(&self, port: u16) -> Result<UdpSocket, TestbedError> {
+        socket_in(&self.forwarder_ns, SocketAddrV4::new(FORWARDER_IP, port))
+    }
+
+    pub fn source_addr(port: u16) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(SOURCE_IP, port))
+    }
+
+    pub fn forwarder_addr(port: u16) -> SocketAddr {
+        SocketAddr::V4(SocketAddrV4::new(FORWARDER_IP, port))
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        let names = [self.source_ns.clone(), self.forwarder_ns.clone()];
+        remove_namespaces(&names);
+        if let Ok(mut live) = LIVE.lock() {
+            live.retain(|n| !names.contains(n));
+        }
+    }
+}
+
+/// Creates a socket inside namespace `ns`: a helper thread enters the namespace (the calling
+/// thread's own namespace is left alone), binds, and hands the socket back; a socket stays in
+/// the namespace it was made in, whichever thread uses it.
+fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket, TestbedError> {
+    let path = format!("/var/run/netns/{ns}");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let file = std::fs::File::open(&path)
+                .map_err(|source| TestbedError::Io { what: format!("open {path}"), source })?;
+            // SAFETY: `file` is an open namespace file; setns changes only this thread.
+            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(TestbedError::Io {
+                    what: format!("setns {ns}"),
+                    source: std::io::Error::last_os_error(),
+                });
+            }
+            UdpSocket::bind(addr)
+                .map_err(|source| TestbedError::Io { what: format!("bind {addr} in {ns}"), source })
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(TestbedError::Io {
+                what: "namespace helper thread panicked".into(),
+                source: std::io::Error::other("panic"),
+            })
+        })
+    })
+}
