@@ -3,6 +3,7 @@
 //! stderr. Errors are one line and a non-zero exit.
 
 mod aoi_model;
+mod forward;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -31,6 +32,10 @@ enum Command {
     Lab(LabArgs),
     /// Age of information of one queue: simulation beside the closed forms.
     AoiModel(aoi_model::AoiModelArgs),
+    /// One run of the forwarding experiment: trace, token-bucket source, forwarder, FIB, ages.
+    Forward(forward::ForwardArgs),
+    /// The forwarding experiment's grid: the source's figures and the freshness variants.
+    Sweep(forward::SweepArgs),
 }
 
 #[derive(Args, Clone)]
@@ -181,6 +186,8 @@ fn run(cli: Cli) -> Result<()> {
             print(args.common.json, &summary, summary.table())
         }
         Command::AoiModel(args) => aoi_model::run(&args),
+        Command::Forward(args) => forward::forward(&args),
+        Command::Sweep(args) => forward::sweep(&args),
         Command::Lab(args) => {
             let c = &args.common;
             let (latency, grace) =

@@ -94,6 +94,11 @@ pub trait FibReader {
     fn lookup(&mut self, user: UserId) -> Option<AddrTuple>;
     /// Tells the FIB that this reader holds no reference obtained before (once per burst).
     fn quiescent(&mut self) {}
+    /// Runs `f` (a sleep) with the reader offline: writers waiting for readers do not wait for
+    /// this one meanwhile.
+    fn offline_while(&mut self, f: &mut dyn FnMut()) {
+        f()
+    }
 }
 
 /// A FIB that readers and writers use concurrently.

@@ -46,6 +46,12 @@ impl FibReader for PapayaReader<'_> {
     fn quiescent(&mut self) {
         self.pinned = self.map.pin();
     }
+
+    fn offline_while(&mut self, f: &mut dyn FnMut()) {
+        // Unpin while asleep, so the map's reclamation does not wait for this reader.
+        self.pinned = self.map.pin();
+        f();
+    }
 }
 
 impl Fib for PapayaFib {

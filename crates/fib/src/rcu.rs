@@ -61,6 +61,10 @@ impl FibReader for RcuFibReader<'_> {
     fn quiescent(&mut self) {
         self.handle.quiescent();
     }
+
+    fn offline_while(&mut self, f: &mut dyn FnMut()) {
+        self.handle.offline_while(f)
+    }
 }
 
 /// Under `ReclaimPolicy::Direct`, `update` waits for a grace period when readers are online: a

@@ -3,7 +3,10 @@
 //! ring holds); `rx_ns` is read from the monotonic clock when the burst is taken.
 
 use kairos_metrics::sys::monotonic_ns;
-use kairos_ring::{Consumer, Overflow, Producer, spsc};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kairos_ring::{Consumer, Doorbell, Overflow, Producer, spsc};
 
 use crate::packet::Packet;
 use crate::port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
@@ -16,6 +19,10 @@ pub struct MemoryPort {
     stats: PortStats,
     max_burst: usize,
     spare: Vec<Packet>,
+    /// Rung by the peer after it sends to us.
+    rx_bell: Arc<Doorbell>,
+    /// The peer's bell.
+    tx_bell: Arc<Doorbell>,
 }
 
 /// Two ports joined back to back: what one sends the other receives. `capacity` is each
@@ -24,9 +31,26 @@ pub fn pair(capacity: usize, max_burst: usize) -> (MemoryPort, MemoryPort) {
     let (a_tx, b_rx) = spsc(capacity.max(1), Overflow::DropNewest).expect("capacity is at least 1");
     let (b_tx, a_rx) = spsc(capacity.max(1), Overflow::DropNewest).expect("capacity is at least 1");
     let max_burst = max_burst.max(1);
+    let (a_bell, b_bell) = (Arc::new(Doorbell::new()), Arc::new(Doorbell::new()));
     (
-        MemoryPort { tx: a_tx, rx: a_rx, stats: PortStats::default(), max_burst, spare: Vec::new() },
-        MemoryPort { tx: b_tx, rx: b_rx, stats: PortStats::default(), max_burst, spare: Vec::new() },
+        MemoryPort {
+            tx: a_tx,
+            rx: a_rx,
+            stats: PortStats::default(),
+            max_burst,
+            spare: Vec::new(),
+            rx_bell: Arc::clone(&a_bell),
+            tx_bell: Arc::clone(&b_bell),
+        },
+        MemoryPort {
+            tx: b_tx,
+            rx: b_rx,
+            stats: PortStats::default(),
+            max_burst,
+            spare: Vec::new(),
+            rx_bell: b_bell,
+            tx_bell: a_bell,
+        },
     )
 }
 
@@ -47,6 +71,9 @@ impl Port for MemoryPort {
     fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, PortError> {
         let offered = &packets[..packets.len().min(self.max_burst)];
         let taken = self.tx.enqueue_burst(offered, &mut self.spare).taken;
+        if taken > 0 {
+            self.tx_bell.ring();
+        }
         self.stats.tx_packets += taken as u64;
         self.stats.tx_refused += (packets.len() - taken) as u64;
         Ok(taken)
@@ -62,5 +89,10 @@ impl Port for MemoryPort {
 
     fn name(&self) -> &'static str {
         "memory"
+    }
+
+    fn wait(&mut self, timeout: Duration) {
+        let rx = &self.rx;
+        self.rx_bell.wait(timeout, || !rx.is_empty());
     }
 }

@@ -61,4 +61,9 @@ pub trait Port: Send {
     fn stats(&self) -> PortStats;
     /// The backend's name as experiments print it (`memory`, `udp`).
     fn name(&self) -> &'static str;
+    /// Blocks until a packet may be waiting or `timeout` passed (for idle receivers that
+    /// should give their core away). The default sleeps briefly.
+    fn wait(&mut self, timeout: std::time::Duration) {
+        std::thread::sleep(timeout.min(std::time::Duration::from_micros(50)));
+    }
 }

@@ -221,4 +221,11 @@ impl Port for UdpPort {
     fn name(&self) -> &'static str {
         "udp"
     }
+
+    fn wait(&mut self, timeout: std::time::Duration) {
+        let mut fds = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ts = libc::timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
+        // SAFETY: one valid pollfd and a valid timespec, both outliving the call.
+        unsafe { libc::ppoll(&mut fds, 1, &ts, std::ptr::null()) };
+    }
 }

@@ -8,10 +8,13 @@
 //! Experiments:
 //! - [`rcu_latency`]: the source's Table 1 (realtime lateness under RCU callback storms) for each
 //!   reclamation policy, with crossbeam-epoch as a peer.
+//! - [`forward`]: the source's forwarding experiment (trace, token-bucket source, forwarder with
+//!   a FIB, age receiver) and `sweep`, its grid of figures.
 //! - [`aoi_model`]: age of information of one queue, simulated beside the closed forms.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
 
 pub mod aoi_model;
+pub mod forward;
 pub mod machine;
 pub mod output;
 pub mod plot;

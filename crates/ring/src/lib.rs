@@ -12,6 +12,8 @@
 //!   to admit the newest, so the queue holds the freshest entries offered.
 //! - [`keyed`]: keep-latest-per-key: a newer entry for a queued key replaces it in place.
 //!
+//! - [`Doorbell`]: lets a consumer sleep on an empty ring and its producer wake it.
+//!
 //! Dropped entries are counted per reason ([`RingStats`]) and, where the ring discards entries it
 //! had accepted, handed back to the producer so their buffers return to the pool.
 //!
@@ -19,11 +21,13 @@
 //! `tests/loom.rs` and stressed with several producers in `tests/stress.rs`.
 
 mod core;
+mod doorbell;
 mod keyed;
 mod policy;
 mod ring;
 mod sync;
 
+pub use doorbell::Doorbell;
 pub use keyed::{KeyedConsumer, KeyedProducer, keyed};
 pub use policy::{Admitted, Overflow, RingError, RingStats};
 pub use ring::{Consumer, Producer, SharedProducer, mpsc, spsc};

@@ -1,0 +1,190 @@
+//! The source host: a token-bucket sender replaying the trace, and the receiver that measures
+//! the app-update age of every user, on one thread (sender and receiver share one clock, as the
+//! source's did by living on one machine).
+//!
+//! The sender is the source's: with `cycles` the time per token (`1/R`), the bucket starts with
+//! one token and no cap; each round offers `K = min(B, tokens, left)` packets stamped with one
+//! time, and the port's answer `L` is what leaves the bucket. Between rounds the thread drains
+//! the receive port.
+//!
+//! The receiver keeps the source's semantics (its `calculator.cpp`): a data packet is
+//! *misaddressed* when the FIB stamp it carries is older than the send time of the last control
+//! packet for its user that preceded it in the trace; misaddressed and dropped packets do not
+//! lower the age.
+
+use kairos_io::{Kind, Packet, Port};
+use kairos_metrics::sys::monotonic_ns;
+use kairos_metrics::{AgeTable, AgeTableSummary};
+
+use super::trace::Trace;
+
+/// How the sender paces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Pace {
+    /// Token bucket at this many packets per second.
+    Rate(f64),
+    /// As fast as the port takes packets (measures the maximum rate).
+    Unlimited,
+}
+
+/// What the source measured.
+#[derive(Debug, Clone)]
+pub struct SourceResult {
+    pub sent: u64,
+    pub received: u64,
+    pub misaddressed: u64,
+    /// Data packets received more than once (fault injection only).
+    pub duplicates: u64,
+    pub ages: AgeTableSummary,
+    /// Mean packets per sender `tx_burst` that took any.
+    pub avg_batch: f64,
+    /// Mean packets offered per call that offered any (K).
+    pub avg_offered: f64,
+    pub send_start_ns: u64,
+    pub send_end_ns: u64,
+    /// Mean one-way-and-back latency of correctly received data packets, ns.
+    pub mean_latency_ns: f64,
+}
+
+impl SourceResult {
+    /// Packets per second the sender achieved.
+    pub fn sent_pps(&self) -> f64 {
+        self.sent as f64 / ((self.send_end_ns - self.send_start_ns).max(1) as f64 / 1e9)
+    }
+}
+
+struct Receiver {
+    expected_ctrl: Vec<u64>,
+    seen: Vec<bool>,
+    ages: AgeTable,
+    received: u64,
+    misaddressed: u64,
+    duplicates: u64,
+    latency_sum: u128,
+    last_rx_ns: u64,
+}
+
+impl Receiver {
+    fn take(&mut self, packets: &[Packet]) {
+        for p in packets {
+            if p.kind != Kind::Data {
+                continue;
+            }
+            let seq = p.seq as usize;
+            if seq >= self.seen.len() || self.seen[seq] {
+                self.duplicates += 1;
+                continue;
+            }
+            self.seen[seq] = true;
+            self.received += 1;
+            self.last_rx_ns = self.last_rx_ns.max(p.rx_ns);
+            if p.addr_stamp_ns < self.expected_ctrl[seq] {
+                self.misaddressed += 1;
+                continue;
+            }
+            self.latency_sum += u128::from(p.rx_ns.saturating_sub(p.sent_ns));
+            self.ages.deliver(p.user as usize, p.sent_ns, p.rx_ns);
+        }
+    }
+}
+
+/// Sends `trace` through `out` and receives on `inp` until every packet came back or `drain_ns`
+/// passed without any arriving after the last send.
+pub fn run(
+    trace: &Trace,
+    pace: Pace,
+    burst: usize,
+    out: &mut dyn Port,
+    inp: &mut dyn Port,
+    drain_ns: u64,
+) -> SourceResult {
+    let rows = &trace.rows;
+    let mut last_ctrl = vec![0u64; trace.users as usize];
+    let mut recv = Receiver {
+        expected_ctrl: vec![0; rows.len()],
+        seen: vec![false; rows.len()],
+        ages: AgeTable::new(trace.users as usize, 0),
+        received: 0,
+        misaddressed: 0,
+        duplicates: 0,
+        latency_sum: 0,
+        last_rx_ns: 0,
+    };
+    let data_total = rows.iter().filter(|r| !r.control).count() as u64;
+    let mut rx_buf = vec![Packet::default(); 64];
+    let mut batch: Vec<Packet> = Vec::with_capacity(burst);
+    let per_packet_ns = match pace {
+        Pace::Rate(r) => 1e9 / r,
+        Pace::Unlimited => 0.0,
+    };
+    let start = monotonic_ns();
+    recv.ages = AgeTable::new(trace.users as usize, start);
+    // One token at the start, as the source's `time_last_sent = start - cycles_per_packet`.
+    let mut time_last_sent = start as f64 - per_packet_ns;
+    let (mut next, mut calls, mut offered_calls, mut offered_sum) = (0usize, 0u64, 0u64, 0u64);
+    let mut end = start;
+    while next < rows.len() {
+        let now = monotonic_ns();
+        let tokens = if per_packet_ns == 0.0 {
+            burst
+        } else {
+            ((now as f64 - time_last_sent) / per_packet_ns).floor().max(0.0) as usize
+        };
+        let k = tokens.min(burst).min(rows.len() - next);
+        if k > 0 {
+            batch.clear();
+            for (i, row) in rows[next..next + k].iter().enumerate() {
+                batch.push(Packet {
+                    kind: if row.control { Kind::Control } else { Kind::Data },
+                    user: row.user,
+                    seq: (next + i) as u64,
+                    sent_ns: now,
+                    ..Packet::default()
+                });
+            }
+            let sent = out.tx_burst(&batch).unwrap_or(0);
+            offered_calls += 1;
+            offered_sum += k as u64;
+            for (i, row) in rows[next..next + sent].iter().enumerate() {
+                if row.control {
+                    last_ctrl[row.user as usize] = now;
+                } else {
+                    recv.expected_ctrl[next + i] = last_ctrl[row.user as usize];
+                }
+            }
+            if sent > 0 {
+                calls += 1;
+                end = now;
+            }
+            next += sent;
+            time_last_sent += sent as f64 * per_packet_ns;
+        }
+        let n = inp.rx_burst(&mut rx_buf).unwrap_or(0);
+        recv.take(&rx_buf[..n]);
+    }
+    // Drain what is still in flight.
+    let mut quiet_since = monotonic_ns();
+    while recv.received < data_total && monotonic_ns() - quiet_since < drain_ns {
+        let n = inp.rx_burst(&mut rx_buf).unwrap_or(0);
+        if n > 0 {
+            recv.take(&rx_buf[..n]);
+            quiet_since = monotonic_ns();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    let correct = recv.received - recv.misaddressed;
+    SourceResult {
+        sent: next as u64,
+        received: recv.received,
+        misaddressed: recv.misaddressed,
+        duplicates: recv.duplicates,
+        // The source's window: from the first to the last send time stamp.
+        ages: recv.ages.summary(end),
+        avg_batch: if calls == 0 { 0.0 } else { next as f64 / calls as f64 },
+        avg_offered: if offered_calls == 0 { 0.0 } else { offered_sum as f64 / offered_calls as f64 },
+        send_start_ns: start,
+        send_end_ns: end,
+        mean_latency_ns: if correct == 0 { 0.0 } else { recv.latency_sum as f64 / correct as f64 },
+    }
+}

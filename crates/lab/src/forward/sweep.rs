@@ -1,0 +1,696 @@
+//! `kairos sweep`: the grid of forwarding runs behind the source's figures and Kairos's variants.
+//!
+//! 1. **Maximum rate.** The highest offered rate at which the source's configuration (RCU,
+//!    1,000 users, CDR 0.01, rings of 64) loses under 2% of its data packets: doubled from
+//!    50 kpps until it loses more, then bisected three times. Every rate below is a fraction of
+//!    it (`rate_fractions`); above 1 is overload.
+//! 2. **Baseline (Fig. 3).** One user, no FIB: average age and average sender batch against R.
+//! 3. **Routing (Fig. 4).** 1,000 users, CDR 0.01 and 0.1, each FIB: average age, data and
+//!    control drops, misaddressed against R; per-user age at the highest sustainable rate beside
+//!    the Zipf oracle `S + (1/R)(1/p_i - 1/2)`.
+//! 4. **Update rate.** CDR from 0.001 to 0.5 at half the maximum rate, RCU against the RW lock
+//!    (and the seqlock): where the crossover falls.
+//! 5. **Beyond the source.** At CDR 0.1, every rate: the source's configuration against small
+//!    rings, drop-oldest, the latest-only slot per user, control first, the seqlock FIB, age
+//!    flushing, and all of them together. The report names the freshest per rate and its ratio.
+//!
+//! # Summary fields (stable)
+//! `machine`, `noise`, `config`, `max_rate_pps` (by backend), `rows` (each a
+//! [`super::Row`] with `experiment`), `per_user` (rank, measured and oracle age at the highest
+//! sustainable rate), `best_per_rate`, `checks`, `plots`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+use kairos_fib::FibKind;
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
+use serde::Serialize;
+
+use super::trace::Trace;
+use super::{Backend, ControlMode, Flush, ForwardConfig, RingPolicy, Row, run_once};
+use crate::aoi_model::closed_form::zipf_user_avg;
+use crate::machine::MachineInfo;
+use crate::output::{RunDir, progress};
+use crate::plot::{Scales, XySeries, xy_chart};
+
+/// The grid.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepConfig {
+    pub backends: Vec<Backend>,
+    /// Trace rows per run.
+    pub packets: usize,
+    pub users: u32,
+    pub cdrs: Vec<f64>,
+    pub rate_fractions: Vec<f64>,
+    /// CDRs of the update-rate sweep.
+    pub crossover_cdrs: Vec<f64>,
+    /// Rate (fraction of the maximum) of the update-rate sweep.
+    pub crossover_fraction: f64,
+    pub seed: u64,
+}
+
+impl SweepConfig {
+    pub fn quick() -> Self {
+        Self {
+            backends: vec![Backend::Memory],
+            packets: 40_000,
+            users: 1000,
+            cdrs: vec![0.01, 0.1],
+            rate_fractions: vec![0.25, 0.5, 0.8, 1.0, 2.0],
+            crossover_cdrs: vec![0.001, 0.01, 0.1, 0.5],
+            crossover_fraction: 0.5,
+            seed: 1,
+        }
+    }
+
+    pub fn full() -> Self {
+        Self {
+            packets: 400_000,
+            rate_fractions: vec![0.05, 0.1, 0.25, 0.5, 0.65, 0.8, 0.9, 1.0, 1.5, 2.0],
+            crossover_cdrs: vec![0.001, 0.003, 0.01, 0.03, 0.1, 0.2, 0.5],
+            ..Self::quick()
+        }
+    }
+
+    pub fn preset(quick: bool) -> Self {
+        if quick { Self::quick() } else { Self::full() }
+    }
+}
+
+/// A row with the part of the grid it belongs to.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepRow {
+    pub experiment: &'static str,
+    /// Offered rate as a fraction of the backend's maximum.
+    pub load: f64,
+    #[serde(flatten)]
+    pub row: Row,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PerUser {
+    pub rank: usize,
+    pub avg_age_ns: f64,
+    pub oracle_ns: f64,
+}
+
+/// The freshest configuration at one rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct Best {
+    /// `one user` (the baseline grid) or `cdr 0.1` (the routing grid).
+    pub grid: &'static str,
+    pub backend: Backend,
+    pub load: f64,
+    pub best: String,
+    pub best_age_ns: f64,
+    pub source_age_ns: f64,
+    /// `source_age_ns / best_age_ns`.
+    pub gain: f64,
+}
+
+/// The acceptance checks, computed from the rows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub held: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepSummary {
+    pub machine: MachineInfo,
+    pub noise: NoiseReport,
+    pub config: SweepConfig,
+    pub max_rate_pps: BTreeMap<String, f64>,
+    pub rows: Vec<SweepRow>,
+    pub per_user: Vec<PerUser>,
+    pub best_per_rate: Vec<Best>,
+    pub checks: Vec<Check>,
+    pub plots: Vec<PathBuf>,
+    pub results_dir: PathBuf,
+}
+
+/// The source's configuration at a rate.
+fn source_config(backend: Backend, fib: Option<FibKind>, rate: Option<f64>, label: &str) -> ForwardConfig {
+    ForwardConfig { backend, fib, rate_pps: rate, label: label.to_string(), ..ForwardConfig::default() }
+}
+
+/// A named change to the source's configuration.
+type Variant = (&'static str, fn(&mut ForwardConfig));
+
+/// The variants of the one-user baseline that do not need a FIB: (name, config change).
+fn baseline_variants() -> Vec<Variant> {
+    vec![
+        ("source: tail-drop 64", |_| {}),
+        ("drop-oldest 8", |c| {
+            c.forwarder.data_ring = 8;
+            c.forwarder.data_policy = RingPolicy::DropOldest;
+        }),
+        // A latest-only slot hands the data thread one packet per user at a time, so it is
+        // paired with flushing by age: a count flush would hold each packet until 63 more came.
+        ("latest-only slot per user", |c| {
+            c.forwarder.data_ring = 1;
+            c.forwarder.data_policy = RingPolicy::KeepLatest;
+            c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 };
+        }),
+        ("age flush 5 us", |c| c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 }),
+    ]
+}
+
+/// The variants of the "beyond the source" grid: (name, config change).
+fn variants() -> Vec<Variant> {
+    vec![
+        ("source: rcu, tail-drop 64", |_| {}),
+        ("small ring 8", |c| c.forwarder.data_ring = 8),
+        ("drop-oldest 8", |c| {
+            c.forwarder.data_ring = 8;
+            c.forwarder.data_policy = RingPolicy::DropOldest;
+        }),
+        ("latest-only slot per user", |c| {
+            c.forwarder.data_ring = 1000;
+            c.forwarder.data_policy = RingPolicy::KeepLatest;
+            c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 };
+        }),
+        ("control first", |c| c.forwarder.control = ControlMode::Inline),
+        ("seqlock FIB", |c| c.fib = Some(FibKind::Seqlock)),
+        ("age flush 5 us", |c| c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 }),
+        ("kairos: all of the above", |c| {
+            c.fib = Some(FibKind::Seqlock);
+            c.forwarder.data_ring = 1000;
+            c.forwarder.data_policy = RingPolicy::KeepLatest;
+            c.forwarder.control = ControlMode::Inline;
+            c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 };
+        }),
+    ]
+}
+
+pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<SweepSummary> {
+    let machine = MachineInfo::probe();
+    log(&format!("machine: {}", machine.one_line()));
+    let probe = NoiseProbe::start(NoiseConfig::quick());
+    let run_dir = RunDir::create(results_root, "sweep")?;
+    let traces: BTreeMap<String, Trace> = {
+        let mut t = BTreeMap::new();
+        t.insert("baseline".to_string(), Trace::generate(1, 0.0, config.packets, config.seed)?);
+        let mut cdrs = config.cdrs.clone();
+        cdrs.extend(&config.crossover_cdrs);
+        for cdr in cdrs {
+            t.entry(format!("{cdr}")).or_insert(Trace::generate(
+                config.users,
+                cdr,
+                config.packets,
+                config.seed,
+            )?);
+        }
+        t
+    };
+    traces["0.1"].save(&run_dir.path().join("trace-cdr0.1.txt")).ok();
+    let fibs = [FibKind::Rcu, FibKind::RwLock, FibKind::Seqlock, FibKind::Papaya];
+    let per_backend = 8
+        + config.rate_fractions.len()
+            * (baseline_variants().len() + config.cdrs.len() * fibs.len() + variants().len())
+        + config.crossover_cdrs.len() * 3;
+    let bar = progress((per_backend * config.backends.len()) as u64, "forwarding runs");
+    let mut rows = Vec::new();
+    let mut max_rate_pps = BTreeMap::new();
+    for &backend in &config.backends {
+        let mut go = |experiment: &'static str, load: f64, c: ForwardConfig, trace: &Trace| -> Result<Row> {
+            let row = run_once(&c, trace)?;
+            bar.inc(1);
+            rows.push(SweepRow { experiment, load, row: row.clone() });
+            Ok(row)
+        };
+        let trace = &traces["0.01"];
+        let data = trace.data_rows() as f64;
+        let mut probe = |rate: f64| -> Result<bool> {
+            let row = go(
+                "max-rate",
+                0.0,
+                source_config(backend, Some(FibKind::Rcu), Some(rate), "max-rate probe"),
+                trace,
+            )?;
+            Ok((data - row.received as f64) / data < 0.02)
+        };
+        let (mut good, mut bad) = (0.0, 50_000.0);
+        while bad < 64e6 && probe(bad)? {
+            good = bad;
+            bad *= 2.0;
+        }
+        for _ in 0..3 {
+            let mid = (good + bad) / 2.0;
+            if probe(mid)? { good = mid } else { bad = mid }
+        }
+        let max_rate = if good > 0.0 { good } else { 25_000.0 };
+        log(&format!("{backend}: maximum sustained rate {max_rate:.0} pps (under 2% data loss)"));
+        max_rate_pps.insert(backend.to_string(), max_rate);
+        for &f in &config.rate_fractions {
+            let rate = Some(max_rate * f);
+            for (name, change) in baseline_variants() {
+                let mut c = source_config(backend, None, rate, name);
+                change(&mut c);
+                let experiment = if name.starts_with("source") { "baseline" } else { "beyond-baseline" };
+                go(experiment, f, c, &traces["baseline"])?;
+            }
+            for &cdr in &config.cdrs {
+                for fib in fibs {
+                    let label = format!("{fib} cdr {cdr}");
+                    go(
+                        "routing",
+                        f,
+                        source_config(backend, Some(fib), rate, &label),
+                        &traces[&format!("{cdr}")],
+                    )?;
+                }
+            }
+            for (name, change) in variants() {
+                let mut c = source_config(backend, Some(FibKind::Rcu), rate, name);
+                change(&mut c);
+                go("beyond", f, c, &traces["0.1"])?;
+            }
+        }
+        for &cdr in &config.crossover_cdrs {
+            for fib in [FibKind::Rcu, FibKind::RwLock, FibKind::Seqlock] {
+                let rate = Some(max_rate * config.crossover_fraction);
+                let label = format!("{fib} cdr {cdr}");
+                go(
+                    "update-rate",
+                    config.crossover_fraction,
+                    source_config(backend, Some(fib), rate, &label),
+                    &traces[&format!("{cdr}")],
+                )?;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let noise = probe.finish();
+
+    let per_user = per_user(&rows, config, &traces["0.1"]);
+    let best_per_rate = best_per_rate(&rows);
+    let checks = checks(&rows, config);
+    let plots = plots(&rows, &per_user, &run_dir)?;
+    write_csv(&rows, &run_dir)?;
+    let summary = SweepSummary {
+        machine,
+        noise,
+        config: config.clone(),
+        max_rate_pps,
+        rows,
+        per_user,
+        best_per_rate,
+        checks,
+        plots,
+        results_dir: run_dir.path().to_path_buf(),
+    };
+    run_dir.write_json("summary.json", &summary)?;
+    Ok(summary)
+}
+
+/// Highest load at or under 1 (the highest sustainable rate).
+fn top_sustainable(config: &SweepConfig) -> f64 {
+    config.rate_fractions.iter().copied().filter(|f| *f <= 1.0).fold(0.0, f64::max)
+}
+
+fn per_user(rows: &[SweepRow], config: &SweepConfig, trace: &Trace) -> Vec<PerUser> {
+    let top = top_sustainable(config);
+    let Some(r) =
+        rows.iter().find(|r| r.experiment == "routing" && r.load == top && r.row.label == "rwlock cdr 0.1")
+    else {
+        return Vec::new();
+    };
+    let shares = trace.data_shares();
+    let data_fraction = trace.data_rows() as f64 / trace.rows.len().max(1) as f64;
+    let rate = r.row.sent_pps / 1e9;
+    r.row
+        .per_user_age_ns
+        .iter()
+        .enumerate()
+        .filter(|(u, _)| shares[*u] > 0.0)
+        .map(|(u, &age)| PerUser {
+            rank: u + 1,
+            avg_age_ns: age,
+            oracle_ns: zipf_user_avg(r.row.mean_latency_ns, rate, shares[u] * data_fraction),
+        })
+        .collect()
+}
+
+fn best_per_rate(rows: &[SweepRow]) -> Vec<Best> {
+    let mut out = Vec::new();
+    for (grid, members) in [("one user", &["baseline", "beyond-baseline"][..]), ("cdr 0.1", &["beyond"][..])]
+    {
+        let mut keys: Vec<(Backend, u64)> = rows
+            .iter()
+            .filter(|r| members.contains(&r.experiment))
+            .map(|r| (r.row.backend, r.load.to_bits()))
+            .collect();
+        keys.dedup();
+        for (backend, load) in keys {
+            let here: Vec<&SweepRow> = rows
+                .iter()
+                .filter(|r| {
+                    members.contains(&r.experiment) && r.row.backend == backend && r.load.to_bits() == load
+                })
+                .collect();
+            let Some(source) = here.iter().find(|r| r.row.label.starts_with("source")) else { continue };
+            let Some(best) = here.iter().min_by(|a, b| a.row.avg_age_ns.total_cmp(&b.row.avg_age_ns)) else {
+                continue;
+            };
+            out.push(Best {
+                grid,
+                backend,
+                load: f64::from_bits(load),
+                best: best.row.label.clone(),
+                best_age_ns: best.row.avg_age_ns,
+                source_age_ns: source.row.avg_age_ns,
+                gain: source.row.avg_age_ns / best.row.avg_age_ns.max(1.0),
+            });
+        }
+    }
+    out
+}
+
+fn checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
+    let mut out = Vec::new();
+    let find = |experiment: &str, load: f64, label: &str| {
+        rows.iter().find(|r| r.experiment == experiment && r.load == load && r.row.label.starts_with(label))
+    };
+    let beyond = |load: f64, label: &str| find("beyond", load, label);
+    // The queueing effect of the data ring shows in the one-user baseline; with 1,000 Zipf users
+    // the mean age is dominated by the gaps between a rare user's updates (see the report).
+    for &load in &config.rate_fractions {
+        let (Some(src), Some(latest)) =
+            (find("baseline", load, "source"), find("beyond-baseline", load, "latest-only"))
+        else {
+            continue;
+        };
+        let ratio = src.row.avg_age_ns / latest.row.avg_age_ns.max(1.0);
+        if load > 1.0 {
+            out.push(Check {
+                name: format!(
+                    "baseline, overload {load}x: latest-only slot at least 2x fresher than tail-drop 64"
+                ),
+                held: ratio >= 2.0,
+                detail: format!(
+                    "tail-drop {:.1} us, latest-only {:.1} us, ratio {ratio:.2}",
+                    src.row.avg_age_ns / 1e3,
+                    latest.row.avg_age_ns / 1e3
+                ),
+            });
+        } else if load <= 0.8 {
+            let worse = latest.row.avg_age_ns / src.row.avg_age_ns.max(1.0) - 1.0;
+            out.push(Check {
+                name: format!("baseline, load {load}: latest-only slot within 5% of tail-drop 64"),
+                held: worse <= 0.05,
+                detail: format!(
+                    "tail-drop {:.1} us, latest-only {:.1} us ({:+.1}%)",
+                    src.row.avg_age_ns / 1e3,
+                    latest.row.avg_age_ns / 1e3,
+                    worse * 100.0
+                ),
+            });
+        }
+    }
+    let top = top_sustainable(config);
+    let routing = |label: &str| {
+        rows.iter().find(|r| r.experiment == "routing" && r.load == top && r.row.label == label)
+    };
+    if let (Some(rcu), Some(rwl), Some(best)) =
+        (routing("rcu cdr 0.1"), routing("rwlock cdr 0.1"), beyond(top, "kairos"))
+    {
+        out.push(Check {
+            name: format!("CDR 0.1 at load {top}: best Kairos configuration misaddresses fewer than RCU and RW lock, no control drops"),
+            held: best.row.misaddressed < rcu.row.misaddressed.min(rwl.row.misaddressed) && best.row.ctrl_drops == 0,
+            detail: format!(
+                "misaddressed: kairos {}, rcu {}, rwlock {}; kairos control drops {}",
+                best.row.misaddressed, rcu.row.misaddressed, rwl.row.misaddressed, best.row.ctrl_drops
+            ),
+        });
+    }
+    out
+}
+
+fn series_by(
+    rows: &[SweepRow],
+    experiment: &str,
+    x: impl Fn(&SweepRow) -> f64,
+    y: impl Fn(&SweepRow) -> f64,
+    label: impl Fn(&SweepRow) -> String,
+) -> Vec<XySeries> {
+    let mut names: Vec<String> = Vec::new();
+    for r in rows.iter().filter(|r| r.experiment == experiment) {
+        let name = label(r);
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+        .iter()
+        .enumerate()
+        .map(|(color, name)| XySeries {
+            name: name.clone(),
+            points: rows
+                .iter()
+                .filter(|r| r.experiment == experiment && &label(r) == name)
+                .map(|r| (x(r), y(r)))
+                .collect(),
+            model: false,
+            color,
+        })
+        .collect()
+}
+
+fn plots(rows: &[SweepRow], per_user: &[PerUser], run: &RunDir) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let dir = run.path();
+    let mpps = |r: &SweepRow| r.row.rate_pps / 1e6;
+    let label = |r: &SweepRow| format!("{} {}", r.row.label, r.row.backend);
+    let log_xy = Scales { log_x: true, log_y: true };
+    let mut chart =
+        |name: &str, title: &str, xl: &str, yl: &str, scales: Scales, series: Vec<XySeries>| -> Result<()> {
+            let series: Vec<XySeries> = series.into_iter().filter(|s| !s.points.is_empty()).collect();
+            if series.is_empty() {
+                return Ok(());
+            }
+            let path = dir.join(name);
+            xy_chart(&path, title, xl, yl, scales, &series)?;
+            out.push(path);
+            Ok(())
+        };
+    chart(
+        "fig3a_baseline_age.png",
+        "Baseline (1 user, no FIB): average age vs offered rate",
+        "offered rate R (Mpps)",
+        "average age (us)",
+        log_xy,
+        series_by(rows, "baseline", mpps, |r| r.row.avg_age_ns / 1e3, label),
+    )?;
+    chart(
+        "fig3b_baseline_batch.png",
+        "Baseline: average sender batch vs offered rate",
+        "offered rate R (Mpps)",
+        "packets per tx_burst",
+        Scales { log_x: true, log_y: false },
+        series_by(rows, "baseline", mpps, |r| r.row.avg_batch, label),
+    )?;
+    chart(
+        "fig4_age.png",
+        "Routing (1000 users): average age vs offered rate",
+        "offered rate R (Mpps)",
+        "average age per user (us)",
+        log_xy,
+        series_by(rows, "routing", mpps, |r| r.row.avg_age_ns / 1e3, label),
+    )?;
+    let mut drops =
+        series_by(rows, "routing", mpps, |r| r.row.data_drops as f64 + 0.5, |r| format!("data {}", label(r)));
+    drops.extend(series_by(
+        rows,
+        "routing",
+        mpps,
+        |r| r.row.ctrl_drops as f64 + 0.5,
+        |r| format!("control {}", label(r)),
+    ));
+    for (i, s) in drops.iter_mut().enumerate() {
+        s.color = i;
+    }
+    chart(
+        "fig4_drops.png",
+        "Routing: packets dropped at the data and control rings (+0.5 for the log axis)",
+        "offered rate R (Mpps)",
+        "packets dropped",
+        log_xy,
+        drops,
+    )?;
+    chart(
+        "fig4_misaddressed.png",
+        "Routing: misaddressed data packets (+0.5 for the log axis)",
+        "offered rate R (Mpps)",
+        "misaddressed packets",
+        log_xy,
+        series_by(rows, "routing", mpps, |r| r.row.misaddressed as f64 + 0.5, label),
+    )?;
+    chart(
+        "fig4_fib_age.png",
+        "Routing: location-update age at the FIB",
+        "offered rate R (Mpps)",
+        "average location age (us)",
+        log_xy,
+        series_by(rows, "routing", mpps, |r| r.row.fib_age_ns / 1e3, label),
+    )?;
+    if !per_user.is_empty() {
+        chart(
+            "fig4c_per_user_age.png",
+            "Per-user average age at the highest sustainable rate (RW lock, CDR 0.1)",
+            "user rank (Zipf)",
+            "average age (us)",
+            log_xy,
+            vec![
+                XySeries {
+                    name: "measured".into(),
+                    points: per_user.iter().map(|p| (p.rank as f64, p.avg_age_ns / 1e3)).collect(),
+                    model: false,
+                    color: 0,
+                },
+                XySeries {
+                    name: "Zipf oracle S + (1/R)(1/p - 1/2)".into(),
+                    points: per_user.iter().map(|p| (p.rank as f64, p.oracle_ns / 1e3)).collect(),
+                    model: true,
+                    color: 1,
+                },
+            ],
+        )?;
+    }
+    chart(
+        "update_rate_crossover.png",
+        "Average age vs control/data ratio at a fixed rate",
+        "control/data ratio (CDR)",
+        "average age per user (us)",
+        log_xy,
+        series_by(
+            rows,
+            "update-rate",
+            |r| r.row.cdr,
+            |r| r.row.avg_age_ns / 1e3,
+            |r| format!("{} {}", r.row.fib, r.row.backend),
+        ),
+    )?;
+    let mut baseline_variants = series_by(rows, "baseline", mpps, |r| r.row.avg_age_ns / 1e3, label);
+    baseline_variants.extend(series_by(rows, "beyond-baseline", mpps, |r| r.row.avg_age_ns / 1e3, label));
+    for (i, s) in baseline_variants.iter_mut().enumerate() {
+        s.color = i;
+    }
+    chart(
+        "beyond_baseline_age.png",
+        "One user, no FIB: average age vs offered rate, tail drop against freshness-aware rings",
+        "offered rate R (Mpps)",
+        "average age (us)",
+        log_xy,
+        baseline_variants,
+    )?;
+    chart(
+        "beyond_age.png",
+        "CDR 0.1: average age vs offered rate, source configuration and Kairos variants",
+        "offered rate R (Mpps)",
+        "average age per user (us)",
+        log_xy,
+        series_by(rows, "beyond", mpps, |r| r.row.avg_age_ns / 1e3, label),
+    )?;
+    Ok(out)
+}
+
+fn write_csv(rows: &[SweepRow], run: &RunDir) -> Result<()> {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    w.write_record([
+        "experiment",
+        "load",
+        "label",
+        "backend",
+        "fib",
+        "ring_policy",
+        "ring_size",
+        "control",
+        "flush",
+        "cdr",
+        "users",
+        "rate_pps",
+        "sent_pps",
+        "avg_age_ns",
+        "peak_age_ns",
+        "data_drops",
+        "ctrl_drops",
+        "misaddressed",
+        "received",
+        "sent",
+        "avg_batch",
+        "fwd_avg_batch",
+        "fib_age_ns",
+        "tx_drops",
+        "pool_drops",
+        "mean_latency_ns",
+    ])?;
+    for s in rows {
+        let r = &s.row;
+        w.write_record([
+            s.experiment.to_string(),
+            s.load.to_string(),
+            r.label.clone(),
+            r.backend.to_string(),
+            r.fib.to_string(),
+            r.ring_policy.to_string(),
+            r.ring_size.to_string(),
+            format!("{:?}", r.control).to_lowercase(),
+            r.flush.to_string(),
+            r.cdr.to_string(),
+            r.users.to_string(),
+            format!("{:.0}", r.rate_pps),
+            format!("{:.0}", r.sent_pps),
+            format!("{:.0}", r.avg_age_ns),
+            format!("{:.0}", r.peak_age_ns),
+            r.data_drops.to_string(),
+            r.ctrl_drops.to_string(),
+            r.misaddressed.to_string(),
+            r.received.to_string(),
+            r.sent.to_string(),
+            format!("{:.3}", r.avg_batch),
+            format!("{:.3}", r.fwd_avg_batch),
+            format!("{:.0}", r.fib_age_ns),
+            r.tx_drops.to_string(),
+            r.pool_drops.to_string(),
+            format!("{:.0}", r.mean_latency_ns),
+        ])?;
+    }
+    let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;
+    run.write_text("rows.csv", &String::from_utf8_lossy(&bytes))?;
+    Ok(())
+}
+
+/// The text report.
+pub fn report(s: &SweepSummary) -> String {
+    let mut out = format!("machine: {}\n", s.machine.one_line());
+    for (backend, rate) in &s.max_rate_pps {
+        out.push_str(&format!("maximum rate ({backend}): {rate:.0} pps\n"));
+    }
+    out.push('\n');
+    out.push_str(&format!("{:<12} {:>5} {}\n", "experiment", "load", super::row_header()));
+    for r in &s.rows {
+        out.push_str(&format!("{:<12} {:>5.2} {}\n", r.experiment, r.load, super::row_line(&r.row)));
+    }
+    out.push_str("\nfreshest configuration per rate:\n");
+    for b in &s.best_per_rate {
+        out.push_str(&format!(
+            "  {:<8} {} load {:>4.2}: {} at {:.1} us vs the source's {:.1} us ({:.2}x)\n",
+            b.grid,
+            b.backend,
+            b.load,
+            b.best,
+            b.best_age_ns / 1e3,
+            b.source_age_ns / 1e3,
+            b.gain
+        ));
+    }
+    out.push_str("\nchecks:\n");
+    for c in &s.checks {
+        out.push_str(&format!("  [{}] {}: {}\n", if c.held { "held" } else { "NOT held" }, c.name, c.detail));
+    }
+    out.push_str(&format!("\nresults: {}\n", s.results_dir.display()));
+    out
+}
