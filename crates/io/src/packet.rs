@@ -62,6 +62,12 @@ pub enum DecodeError {
     Padding,
 }
 
+/// The CRC-32C the wire form carries over its first 56 bytes (for tests and fuzzers that build
+/// packets by hand).
+pub fn wire_checksum(bytes: &[u8; WIRE_LEN]) -> u32 {
+    CRC.checksum(&bytes[..56])
+}
+
 impl Packet {
     /// Encodes into `buf` (exactly [`WIRE_LEN`] bytes).
     pub fn encode(&self, buf: &mut [u8; WIRE_LEN]) {

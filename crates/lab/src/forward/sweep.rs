@@ -47,6 +47,8 @@ pub struct SweepConfig {
     pub crossover_cdrs: Vec<f64>,
     /// Rate (fraction of the maximum) of the update-rate sweep.
     pub crossover_fraction: f64,
+    /// Interleaved runs of each one-user configuration; the median (by average age) is kept.
+    pub repetitions: usize,
     pub seed: u64,
 }
 
@@ -60,6 +62,7 @@ impl SweepConfig {
             rate_fractions: vec![0.25, 0.5, 0.8, 1.0, 2.0],
             crossover_cdrs: vec![0.001, 0.01, 0.1, 0.5],
             crossover_fraction: 0.5,
+            repetitions: 3,
             seed: 1,
         }
     }
@@ -69,6 +72,7 @@ impl SweepConfig {
             packets: 400_000,
             rate_fractions: vec![0.05, 0.1, 0.25, 0.5, 0.65, 0.8, 0.9, 1.0, 1.5, 2.0],
             crossover_cdrs: vec![0.001, 0.003, 0.01, 0.03, 0.1, 0.2, 0.5],
+            repetitions: 5,
             ..Self::quick()
         }
     }
@@ -215,11 +219,31 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
     let mut rows = Vec::new();
     let mut max_rate_pps = BTreeMap::new();
     for &backend in &config.backends {
+        let mut medians = Vec::new();
         let mut go = |experiment: &'static str, load: f64, c: ForwardConfig, trace: &Trace| -> Result<Row> {
             let row = run_once(&c, trace)?;
             bar.inc(1);
             rows.push(SweepRow { experiment, load, row: row.clone() });
             Ok(row)
+        };
+        // Runs every config `repetitions` times, interleaved, and keeps each one's median run
+        // (by average age): one millisecond stall of this machine moves a short run's mean age a
+        // lot, and interleaving spreads slow phases of the machine over all configurations.
+        let median_of = |configs: Vec<ForwardConfig>, trace: &Trace| -> Result<Vec<Row>> {
+            let mut runs: Vec<Vec<Row>> = vec![Vec::new(); configs.len()];
+            for _ in 0..config.repetitions.max(1) {
+                for (c, out) in configs.iter().zip(runs.iter_mut()) {
+                    out.push(run_once(c, trace)?);
+                    bar.inc(1);
+                }
+            }
+            Ok(runs
+                .into_iter()
+                .map(|mut r| {
+                    r.sort_by(|a, b| a.avg_age_ns.total_cmp(&b.avg_age_ns));
+                    r.swap_remove(r.len() / 2)
+                })
+                .collect())
         };
         let trace = &traces["0.01"];
         let data = trace.data_rows() as f64;
@@ -246,11 +270,17 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
         max_rate_pps.insert(backend.to_string(), max_rate);
         for &f in &config.rate_fractions {
             let rate = Some(max_rate * f);
-            for (name, change) in baseline_variants() {
-                let mut c = source_config(backend, None, rate, name);
-                change(&mut c);
-                let experiment = if name.starts_with("source") { "baseline" } else { "beyond-baseline" };
-                go(experiment, f, c, &traces["baseline"])?;
+            let configs: Vec<ForwardConfig> = baseline_variants()
+                .into_iter()
+                .map(|(name, change)| {
+                    let mut c = source_config(backend, None, rate, name);
+                    change(&mut c);
+                    c
+                })
+                .collect();
+            for row in median_of(configs, &traces["baseline"])? {
+                let experiment = if row.label.starts_with("source") { "baseline" } else { "beyond-baseline" };
+                medians.push(SweepRow { experiment, load: f, row });
             }
             for &cdr in &config.cdrs {
                 for fib in fibs {
@@ -281,6 +311,7 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
                 )?;
             }
         }
+        rows.append(&mut medians);
     }
     bar.finish_and_clear();
     let noise = probe.finish();
@@ -391,9 +422,11 @@ fn checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
                 ),
                 held: ratio >= 2.0,
                 detail: format!(
-                    "tail-drop {:.1} us, latest-only {:.1} us, ratio {ratio:.2}",
+                    "tail-drop {:.1} us, latest-only {:.1} us, ratio {ratio:.2} (mean peak age {:.1} vs {:.1} us)",
                     src.row.avg_age_ns / 1e3,
-                    latest.row.avg_age_ns / 1e3
+                    latest.row.avg_age_ns / 1e3,
+                    src.row.peak_age_ns / 1e3,
+                    latest.row.peak_age_ns / 1e3
                 ),
             });
         } else if load <= 0.8 {

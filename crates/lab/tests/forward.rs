@@ -1,0 +1,91 @@
+//! The forwarding experiment end to end on small traces: every FIB and variant forwards, the
+//! receiver's accounting adds up, and the UDP backend runs across namespaces (as root) or says
+//! why it cannot.
+
+use kairos_fib::FibKind;
+use kairos_lab::forward::trace::Trace;
+use kairos_lab::forward::{Backend, ControlMode, Flush, ForwardConfig, RingPolicy, run_once};
+
+fn trace() -> Trace {
+    Trace::generate(100, 0.1, 8_000, 3).unwrap()
+}
+
+fn config(fib: Option<FibKind>) -> ForwardConfig {
+    ForwardConfig { fib, rate_pps: Some(20_000.0), drain_ns: 200_000_000, ..ForwardConfig::default() }
+}
+
+fn check(config: &ForwardConfig, trace: &Trace) {
+    let row = run_once(config, trace).unwrap();
+    let data = trace.data_rows() as u64;
+    assert_eq!(row.sent, trace.rows.len() as u64, "the sender sends the whole trace");
+    assert!(
+        row.received <= data
+            && row.received + row.data_drops + row.tx_drops + row.pool_drops >= data - data / 50,
+        "unaccounted data packets: {row:?}"
+    );
+    assert!(row.received > data / 2, "most data packets should arrive at a low rate: {row:?}");
+    assert!(row.misaddressed <= row.received);
+    assert!(row.avg_age_ns > 0.0 && row.peak_age_ns > 0.0);
+    if config.fib.is_some() {
+        assert!(row.fib_age_ns > 0.0, "location age measured: {row:?}");
+    }
+}
+
+#[test]
+fn every_fib_forwards_over_memory() {
+    let t = trace();
+    for fib in
+        [None, Some(FibKind::Rcu), Some(FibKind::RwLock), Some(FibKind::Seqlock), Some(FibKind::Papaya)]
+    {
+        check(&config(fib), &t);
+    }
+}
+
+#[test]
+fn freshness_variants_forward() {
+    let t = trace();
+    let mut c = config(Some(FibKind::Seqlock));
+    c.forwarder.data_policy = RingPolicy::KeepLatest;
+    c.forwarder.data_ring = 100;
+    c.forwarder.control = ControlMode::Inline;
+    c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 };
+    check(&c, &t);
+    let mut c = config(Some(FibKind::Rcu));
+    c.rcu_policy = "offload";
+    c.forwarder.data_policy = RingPolicy::DropOldest;
+    c.forwarder.data_ring = 4;
+    check(&c, &t);
+}
+
+#[test]
+fn udp_backend_runs_across_namespaces_or_says_it_needs_root() {
+    let t = trace();
+    let c = ForwardConfig { backend: Backend::Udp, ..config(Some(FibKind::Rcu)) };
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc_geteuid() } == 0;
+    match run_once(&c, &t) {
+        Ok(row) => {
+            assert!(root);
+            assert!(row.received > t.data_rows() as u64 / 2, "{row:?}");
+        }
+        Err(e) => {
+            assert!(!root, "as root the UDP backend must run: {e:#}");
+            assert!(e.to_string().contains("root"), "{e}");
+        }
+    }
+}
+
+unsafe extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+#[test]
+fn bad_configurations_are_refused() {
+    let t = trace();
+    let mut c = config(None);
+    c.forwarder.data_ring = 0;
+    assert!(run_once(&c, &t).unwrap_err().to_string().contains("ring sizes"));
+    let c = ForwardConfig { rate_pps: Some(-1.0), ..config(None) };
+    assert!(run_once(&c, &t).unwrap_err().to_string().contains("positive"));
+}
