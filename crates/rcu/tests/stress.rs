@@ -57,13 +57,21 @@ fn stress(policy: ReclaimPolicy, replaces_per_writer: usize) {
         Arc::new((0..CELLS).map(|i| RcuCell::new(&domain, Node::new(i as u64))).collect());
     let stop = Arc::new(AtomicBool::new(false));
     let reads = Arc::new(AtomicU64::new(0));
+    // Writers start once every reader is registered, so the readers really race them.
+    let online = Arc::new(std::sync::Barrier::new(READERS + 1));
 
     let readers: Vec<_> = (0..READERS)
         .map(|r| {
-            let (domain, cells, stop, reads) =
-                (domain.clone(), Arc::clone(&cells), Arc::clone(&stop), Arc::clone(&reads));
+            let (domain, cells, stop, reads, online) = (
+                domain.clone(),
+                Arc::clone(&cells),
+                Arc::clone(&stop),
+                Arc::clone(&reads),
+                Arc::clone(&online),
+            );
             std::thread::spawn(move || {
                 let mut handle = domain.register(format!("reader-{r}")).unwrap();
+                online.wait();
                 let mut last = [0u64; CELLS];
                 let mut iteration = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -93,6 +101,7 @@ fn stress(policy: ReclaimPolicy, replaces_per_writer: usize) {
             })
         })
         .collect();
+    online.wait();
 
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
