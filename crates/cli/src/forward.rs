@@ -60,6 +60,12 @@ pub struct ForwardArgs {
     /// Flush TX batches by age after this many microseconds (instead of by count).
     #[arg(long)]
     flush_age_us: Option<f64>,
+    /// Extra work per data packet on the data thread, nanoseconds.
+    #[arg(long, default_value_t = 0)]
+    data_work_ns: u64,
+    /// SCHED_FIFO priority of the forwarder threads (0: normal scheduling; needs root).
+    #[arg(long, default_value_t = 0)]
+    priority: i32,
     /// Print the row as one JSON object on stdout.
     #[arg(long)]
     json: bool,
@@ -103,6 +109,8 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
             data_policy: args.ring_policy,
             control: if args.control_inline { ControlMode::Inline } else { ControlMode::Thread },
             flush,
+            fifo_priority: args.priority,
+            data_work_ns: args.data_work_ns,
         },
         source_burst: args.source_burst,
         rate_pps: args.rate,

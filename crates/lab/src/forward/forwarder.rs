@@ -102,6 +102,16 @@ impl Idle {
     }
 }
 
+/// Makes the calling forwarder thread `SCHED_FIFO` when asked (and permitted): a woken
+/// forwarder thread then preempts the spinning source at once instead of waiting for the end of
+/// its time slice. The threads sleep when idle, so they cannot starve the machine unless
+/// overloaded, and the kernel's real-time throttling bounds even that.
+fn realtime(config: &ForwarderConfig) {
+    if config.fifo_priority > 0 {
+        let _ = kairos_metrics::sys::set_fifo(config.fifo_priority);
+    }
+}
+
 enum DataIn {
     Fifo(Producer<u32>),
     Keyed(KeyedProducer),
@@ -157,15 +167,22 @@ pub fn run<F: Fib, P: Port>(
         let control = (config.control == ControlMode::Thread).then(|| {
             let slots = Arc::clone(&slots);
             let freer = freer.clone();
-            s.spawn(move || control_thread(fib, ctrl_rx, &slots, freer, users, config.burst, bells.0, stop))
+            s.spawn(move || {
+                realtime(config);
+                control_thread(fib, ctrl_rx, &slots, freer, users, config.burst, bells.0, stop)
+            })
         });
         let data = {
             let slots = Arc::clone(&slots);
             let freer = freer.clone();
             let tx_port = &mut tx_port;
-            s.spawn(move || data_thread(config, fib, data_rx, &slots, freer, tx_port, bells.1, stop))
+            s.spawn(move || {
+                realtime(config);
+                data_thread(config, fib, data_rx, &slots, freer, tx_port, bells.1, stop)
+            })
         };
         started.store(true, Ordering::Release);
+        realtime(config);
         let rx = rx_thread(
             config,
             fib,
@@ -412,6 +429,12 @@ fn data_thread<F: Fib, P: Port>(
                     if let Some(addr) = reader.lookup(p.user) {
                         p.addr_stamp_ns = addr.stamp_ns;
                         p.mac = addr.mac;
+                    }
+                }
+                if config.data_work_ns > 0 {
+                    let until = monotonic_ns() + config.data_work_ns;
+                    while monotonic_ns() < until {
+                        std::hint::spin_loop();
                     }
                 }
                 batch.push(p);

@@ -129,6 +129,11 @@ pub struct ForwarderConfig {
     pub data_policy: RingPolicy,
     pub control: ControlMode,
     pub flush: Flush,
+    /// `SCHED_FIFO` priority of the forwarder threads (0: normal scheduling).
+    pub fifo_priority: i32,
+    /// Extra work per data packet on the data thread, ns (0: none): makes the data thread the
+    /// bottleneck, as a heavier lookup or a slower core would.
+    pub data_work_ns: u64,
 }
 
 impl Default for ForwarderConfig {
@@ -142,6 +147,8 @@ impl Default for ForwarderConfig {
             data_policy: RingPolicy::DropNewest,
             control: ControlMode::Thread,
             flush: Flush::Count { drain_ns: 1_000 },
+            fifo_priority: 0,
+            data_work_ns: 0,
         }
     }
 }
