@@ -452,7 +452,7 @@ fn checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
         if load > 1.0 {
             out.push(Check {
                 name: format!(
-                    "baseline, overload {load}x: latest-only slot at least 2x fresher than tail-drop 64"
+                    "baseline, overload {load}x: latest-only slot at least 2x fresher than tail-drop 4096"
                 ),
                 held: ratio >= 2.0,
                 detail: format!(
