@@ -145,14 +145,23 @@ pub struct SweepArgs {
     /// Backends to run (memory, udp; udp needs root).
     #[arg(long, value_delimiter = ',', default_values_t = [Backend::Memory])]
     backend: Vec<Backend>,
+    /// Trace rows per run (default: 200,000 with --quick, else 400,000).
+    #[arg(long)]
+    packets: Option<usize>,
     /// Where runs are written.
     #[arg(long, default_value = "results")]
     results: PathBuf,
 }
 
 pub fn sweep(args: &SweepArgs) -> Result<()> {
-    let config =
+    let mut config =
         sweep::SweepConfig { backends: args.backend.clone(), ..sweep::SweepConfig::preset(args.quick) };
+    if let Some(packets) = args.packets {
+        if packets < 1_000 {
+            bail!("--packets must be at least 1000 (a run needs enough updates per user to measure an age)");
+        }
+        config.packets = packets;
+    }
     let summary = sweep::run(&config, &args.results, &|line| eprintln!("kairos: {line}"))?;
     if args.json {
         println!("{}", serde_json::to_string(&summary)?);
