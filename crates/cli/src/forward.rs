@@ -60,6 +60,9 @@ pub struct ForwardArgs {
     /// Flush TX batches by age after this many microseconds (instead of by count).
     #[arg(long)]
     flush_age_us: Option<f64>,
+    /// Let the sender adapt its rate to the measured age, starting from --rate (or 100,000).
+    #[arg(long)]
+    age_control: bool,
     /// Extra work per data packet on the data thread, nanoseconds.
     #[arg(long, default_value_t = 0)]
     data_work_ns: u64,
@@ -114,6 +117,16 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         },
         source_burst: args.source_burst,
         rate_pps: args.rate,
+        age_control: args.age_control.then(|| {
+            let initial = args.rate.unwrap_or(100_000.0);
+            kairos_lab::forward::source::AgeControl {
+                initial_pps: initial,
+                min_pps: initial / 20.0,
+                max_pps: initial * 20.0,
+                window_ns: 20_000_000,
+                step: 0.1,
+            }
+        }),
         ..ForwardConfig::default()
     };
     let row = forward::run_once(&config, &trace)?;

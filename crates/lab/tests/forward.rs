@@ -89,3 +89,26 @@ fn bad_configurations_are_refused() {
     let c = ForwardConfig { rate_pps: Some(-1.0), ..config(None) };
     assert!(run_once(&c, &t).unwrap_err().to_string().contains("positive"));
 }
+
+#[test]
+fn the_age_controlled_sender_moves_its_rate_within_its_bounds() {
+    let t = Trace::generate(1, 0.0, 30_000, 4).unwrap();
+    let control = kairos_lab::forward::source::AgeControl {
+        initial_pps: 50_000.0,
+        min_pps: 10_000.0,
+        max_pps: 200_000.0,
+        window_ns: 2_000_000,
+        step: 0.2,
+    };
+    let c = ForwardConfig { age_control: Some(control), ..config(None) };
+    let row = run_once(&c, &t).unwrap();
+    assert!(row.rate_steps.len() >= 3, "a few windows at least: {}", row.rate_steps.len());
+    assert!(row.rate_steps.iter().all(|s| (10_000.0..=200_000.0).contains(&s.rate_pps)));
+    assert!(row.rate_steps.windows(2).any(|w| w[0].rate_pps != w[1].rate_pps), "the rate never moved");
+    assert!(row.received > 0 && row.avg_age_ns > 0.0);
+    let bad = ForwardConfig {
+        age_control: Some(kairos_lab::forward::source::AgeControl { min_pps: 0.0, ..control }),
+        ..config(None)
+    };
+    assert!(run_once(&bad, &t).is_err());
+}

@@ -113,8 +113,9 @@ impl AgeProcess {
         self.freshest
     }
 
-    /// Integral of the age from `start` to `end_ns`, in ns² (twice the area, exact).
-    fn doubled_area_to(&self, end_ns: u64) -> u128 {
+    /// Twice the integral of the age from `start` to `end_ns`, in ns² (exact). Differences of
+    /// two readings give the age over a window.
+    pub fn doubled_area_to(&self, end_ns: u64) -> u128 {
         let end = end_ns.max(self.last);
         self.area + trapezoid(self.freshest, self.last, end)
     }
@@ -187,6 +188,12 @@ impl AgeTable {
 
     pub fn user(&self, user: usize) -> Option<&AgeProcess> {
         self.users.get(user)
+    }
+
+    /// Sum over users of [`AgeProcess::doubled_area_to`]: a window's mean age over users is the
+    /// difference of two readings over `2 * window * users`.
+    pub fn doubled_area_sum(&self, end_ns: u64) -> u128 {
+        self.users.iter().map(|p| p.doubled_area_to(end_ns)).sum()
     }
 
     pub fn summary(&self, end_ns: u64) -> AgeTableSummary {

@@ -167,6 +167,8 @@ pub struct ForwardConfig {
     pub source_burst: usize,
     /// Packets per second offered; `None` for as fast as possible.
     pub rate_pps: Option<f64>,
+    /// Let the sender adapt its rate to the measured age (overrides `rate_pps`).
+    pub age_control: Option<source::AgeControl>,
     /// Size of each in-memory link's ring (the NIC rings; the source's TX ring is 64).
     pub link_ring: usize,
     pub drain_ns: u64,
@@ -182,6 +184,7 @@ impl Default for ForwardConfig {
             forwarder: ForwarderConfig::default(),
             source_burst: 32,
             rate_pps: None,
+            age_control: None,
             link_ring: 4096,
             drain_ns: 50_000_000,
             label: String::new(),
@@ -219,6 +222,9 @@ pub struct Row {
     /// Each user's time-average age, ns (by user id = Zipf rank - 1).
     #[serde(skip)]
     pub per_user_age_ns: Vec<f64>,
+    /// The age-controlled sender's steps (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rate_steps: Vec<source::RateStep>,
 }
 
 fn row(config: &ForwardConfig, trace: &Trace, src: SourceResult, fwd: ForwarderStats) -> Row {
@@ -235,7 +241,18 @@ fn row(config: &ForwardConfig, trace: &Trace, src: SourceResult, fwd: ForwarderS
         },
         cdr: trace.cdr,
         users: trace.users,
-        rate_pps: config.rate_pps.unwrap_or(0.0),
+        rate_pps: match config.age_control {
+            // The rate the controller settled on: the mean of its last quarter of steps.
+            Some(_) => {
+                let tail = &src.rate_steps[src.rate_steps.len() * 3 / 4..];
+                if tail.is_empty() {
+                    0.0
+                } else {
+                    tail.iter().map(|s| s.rate_pps).sum::<f64>() / tail.len() as f64
+                }
+            }
+            None => config.rate_pps.unwrap_or(0.0),
+        },
         sent_pps: src.sent_pps(),
         avg_age_ns: src.ages.avg_age_ns,
         peak_age_ns: src.ages.peak_age_ns,
@@ -251,6 +268,7 @@ fn row(config: &ForwardConfig, trace: &Trace, src: SourceResult, fwd: ForwarderS
         pool_drops: fwd.pool_drops,
         mean_latency_ns: src.mean_latency_ns,
         per_user_age_ns: src.ages.per_user.iter().map(|s| s.avg_age_ns).collect(),
+        rate_steps: src.rate_steps.clone(),
     }
 }
 
@@ -276,7 +294,10 @@ fn run_with<F: Fib, P: Port>(
     let (mut src_out, fwd_in, fwd_out, mut src_in) = ports;
     let stop = AtomicBool::new(false);
     let started = AtomicBool::new(false);
-    let pace = config.rate_pps.map_or(Pace::Unlimited, Pace::Rate);
+    let pace = match config.age_control {
+        Some(c) => Pace::AgeControlled(c),
+        None => config.rate_pps.map_or(Pace::Unlimited, Pace::Rate),
+    };
     let (src, fwd) = std::thread::scope(|s| {
         let fwd =
             s.spawn(|| forwarder::run(&config.forwarder, trace.users, fib, fwd_in, fwd_out, &stop, &started));
@@ -324,6 +345,16 @@ pub fn run_once(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
     if let Some(r) = config.rate_pps {
         if !(r.is_finite() && r > 0.0) {
             bail!("the rate must be a positive number of packets per second, got {r}");
+        }
+    }
+    if let Some(c) = config.age_control {
+        if !(c.min_pps > 0.0
+            && c.min_pps <= c.initial_pps
+            && c.initial_pps <= c.max_pps
+            && c.step > 0.0
+            && c.window_ns > 0)
+        {
+            bail!("age control needs 0 < min <= initial <= max rates, a positive step and window");
         }
     }
     let users = 0..trace.users;

@@ -25,6 +25,34 @@ pub enum Pace {
     Rate(f64),
     /// As fast as the port takes packets (measures the maximum rate).
     Unlimited,
+    /// Token bucket whose rate follows the measured age (see [`AgeControl`]).
+    AgeControlled(AgeControl),
+}
+
+/// An age-controlled sender, in the spirit of the age control protocol (Shreedhar, Kaul, Yates,
+/// 2019): every `window_ns` it measures the mean age over users in that window (exactly, from
+/// the receiver's age processes), smooths it (half the new window, half the old estimate), and
+/// moves the rate by `step` (multiplicatively) in the direction that last lowered the age,
+/// reversing when the age rose. Updating should be fast, but not too fast: the climb settles
+/// where a higher rate starts to queue.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct AgeControl {
+    pub initial_pps: f64,
+    pub min_pps: f64,
+    pub max_pps: f64,
+    pub window_ns: u64,
+    pub step: f64,
+}
+
+/// One control step of the age-controlled sender.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct RateStep {
+    /// Since the start of sending, ns.
+    pub t_ns: u64,
+    /// Rate chosen for the next window.
+    pub rate_pps: f64,
+    /// Mean age over users measured in the window that ended, ns.
+    pub window_age_ns: f64,
 }
 
 /// What the source measured.
@@ -44,6 +72,8 @@ pub struct SourceResult {
     pub send_end_ns: u64,
     /// Mean one-way-and-back latency of correctly received data packets, ns.
     pub mean_latency_ns: f64,
+    /// The age-controlled sender's steps (empty for other paces).
+    pub rate_steps: Vec<RateStep>,
 }
 
 impl SourceResult {
@@ -113,18 +143,50 @@ pub fn run(
     let data_total = rows.iter().filter(|r| !r.control).count() as u64;
     let mut rx_buf = vec![Packet::default(); 64];
     let mut batch: Vec<Packet> = Vec::with_capacity(burst);
-    let per_packet_ns = match pace {
+    let mut per_packet_ns = match pace {
         Pace::Rate(r) => 1e9 / r,
         Pace::Unlimited => 0.0,
+        Pace::AgeControlled(c) => 1e9 / c.initial_pps,
     };
+    let control = match pace {
+        Pace::AgeControlled(c) => Some(c),
+        _ => None,
+    };
+    let mut rate_steps = Vec::new();
+    let (mut direction, mut smoothed, mut last_smoothed) = (1.0f64, None::<f64>, None::<f64>);
     let start = monotonic_ns();
     recv.ages = AgeTable::new(trace.users as usize, start);
     // One token at the start, as the source's `time_last_sent = start - cycles_per_packet`.
     let mut time_last_sent = start as f64 - per_packet_ns;
     let (mut next, mut calls, mut offered_calls, mut offered_sum) = (0usize, 0u64, 0u64, 0u64);
     let mut end = start;
+    let (mut window_start, mut window_area) = (start, 0u128);
     while next < rows.len() {
         let now = monotonic_ns();
+        if let Some(c) = control {
+            if now - window_start >= c.window_ns {
+                let area = recv.ages.doubled_area_sum(now);
+                let users = recv.ages.len().max(1) as f64;
+                let age = (area - window_area) as f64 / 2.0 / (now - window_start) as f64 / users;
+                let s = smoothed.map_or(age, |old| 0.5 * old + 0.5 * age);
+                if let Some(last) = last_smoothed {
+                    if s > last {
+                        direction = -direction;
+                    }
+                }
+                last_smoothed = Some(s);
+                smoothed = Some(s);
+                let old_pp = per_packet_ns;
+                let rate = (1e9 / old_pp * (1.0 + c.step * direction)).clamp(c.min_pps, c.max_pps);
+                per_packet_ns = 1e9 / rate;
+                // Keep the tokens already earned (at most a burst) across the change.
+                let tokens = ((now as f64 - time_last_sent) / old_pp).clamp(0.0, burst as f64);
+                time_last_sent = now as f64 - tokens * per_packet_ns;
+                rate_steps.push(RateStep { t_ns: now - start, rate_pps: rate, window_age_ns: age });
+                window_start = now;
+                window_area = area;
+            }
+        }
         let tokens = if per_packet_ns == 0.0 {
             burst
         } else {
@@ -186,5 +248,6 @@ pub fn run(
         send_start_ns: start,
         send_end_ns: end,
         mean_latency_ns: if correct == 0 { 0.0 } else { recv.latency_sum as f64 / correct as f64 },
+        rate_steps,
     }
 }

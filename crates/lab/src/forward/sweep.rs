@@ -17,6 +17,9 @@
 //!    rings, drop-oldest, the latest-only slot per user, control first, the seqlock FIB, age
 //!    flushing, and all of them together. The report names the freshest per rate and its ratio.
 //!
+//! 6. **Age-controlled sender.** The baseline with a sender that adapts its rate to the measured
+//!    age ([`super::source::AgeControl`]), against the best fixed rate of step 2.
+//!
 //! # Summary fields (stable)
 //! `machine`, `noise`, `config`, `max_rate_pps` (by backend), `rows` (each a
 //! [`super::Row`] with `experiment`), `per_user` (rank, measured and oracle age at the highest
@@ -30,6 +33,7 @@ use kairos_fib::FibKind;
 use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
 use serde::Serialize;
 
+use super::source::AgeControl;
 use super::trace::Trace;
 use super::{Backend, ControlMode, Flush, ForwardConfig, RingPolicy, Row, run_once};
 use crate::aoi_model::closed_form::zipf_user_avg;
@@ -235,7 +239,7 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
     };
     traces["0.1"].save(&run_dir.path().join("trace-cdr0.1.txt")).ok();
     let fibs = [FibKind::Rcu, FibKind::RwLock, FibKind::Seqlock, FibKind::Papaya];
-    let per_backend = 16
+    let per_backend = 17
         + config.rate_fractions.len()
             * (baseline_variants().len() + config.cdrs.len() * fibs.len() + variants().len())
         + config.crossover_cdrs.len() * 3;
@@ -332,6 +336,23 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
                 change(&mut c);
                 go("beyond", f, c, &traces["0.1"])?;
             }
+        }
+        // The age-controlled sender on the baseline, from a quarter of the maximum rate, with a
+        // trace four times longer so that the controller has windows to climb in.
+        {
+            let mut c = baseline_config(backend, None, "age-controlled sender");
+            c.age_control = Some(AgeControl {
+                initial_pps: baseline_max * 0.25,
+                min_pps: baseline_max * 0.02,
+                max_pps: baseline_max * 3.0,
+                window_ns: 20_000_000,
+                step: 0.1,
+            });
+            let long = Trace::generate(1, 0.0, config.packets * 4, config.seed)?;
+            let row = run_once(&c, &long)?;
+            bar.inc(1);
+            let load = row.rate_pps / baseline_max;
+            medians.push(SweepRow { experiment: "age-control", load, row });
         }
         for &cdr in &config.crossover_cdrs {
             for fib in [FibKind::Rcu, FibKind::RwLock, FibKind::Seqlock] {
@@ -473,6 +494,28 @@ fn checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
                     src.row.avg_age_ns / 1e3,
                     latest.row.avg_age_ns / 1e3,
                     worse * 100.0
+                ),
+            });
+        }
+    }
+    for acp in rows.iter().filter(|r| r.experiment == "age-control") {
+        let best = rows
+            .iter()
+            .filter(|r| r.experiment == "baseline" && r.row.backend == acp.row.backend)
+            .min_by(|a, b| a.row.avg_age_ns.total_cmp(&b.row.avg_age_ns));
+        if let Some(best) = best {
+            let ratio = acp.row.avg_age_ns / best.row.avg_age_ns.max(1.0);
+            out.push(Check {
+                name: format!("{}: age-controlled sender within 10% of the best fixed rate's age", acp.row.backend),
+                held: ratio <= 1.10,
+                detail: format!(
+                    "settled at {:.0} kpps ({:.2} of the maximum), age {:.1} us over the whole run; best fixed rate {:.0} kpps, {:.1} us ({:.2}x)",
+                    acp.row.rate_pps / 1e3,
+                    acp.load,
+                    acp.row.avg_age_ns / 1e3,
+                    best.row.rate_pps / 1e3,
+                    best.row.avg_age_ns / 1e3,
+                    ratio
                 ),
             });
         }
@@ -652,6 +695,45 @@ fn plots(rows: &[SweepRow], per_user: &[PerUser], run: &RunDir) -> Result<Vec<Pa
         "average age (us)",
         log_xy,
         baseline_variants,
+    )?;
+    let steps: Vec<XySeries> = rows
+        .iter()
+        .filter(|r| r.experiment == "age-control")
+        .enumerate()
+        .flat_map(|(i, r)| {
+            [
+                XySeries {
+                    name: format!("rate (kpps) {}", r.row.backend),
+                    points: r
+                        .row
+                        .rate_steps
+                        .iter()
+                        .map(|s| (s.t_ns as f64 / 1e6, s.rate_pps / 1e3))
+                        .collect(),
+                    model: false,
+                    color: 2 * i,
+                },
+                XySeries {
+                    name: format!("window age (us) {}", r.row.backend),
+                    points: r
+                        .row
+                        .rate_steps
+                        .iter()
+                        .map(|s| (s.t_ns as f64 / 1e6, s.window_age_ns / 1e3))
+                        .collect(),
+                    model: true,
+                    color: 2 * i + 1,
+                },
+            ]
+        })
+        .collect();
+    chart(
+        "age_control.png",
+        "Age-controlled sender (one user, no FIB): rate and measured age per 20 ms window",
+        "time (ms)",
+        "rate (kpps) / age (us)",
+        Scales { log_x: false, log_y: true },
+        steps,
     )?;
     chart(
         "beyond_age.png",
