@@ -14,7 +14,8 @@ pub struct ForwardArgs {
     /// memory (in-process rings, no root) or udp (two network namespaces, needs root).
     #[arg(long, default_value = "memory")]
     backend: Backend,
-    /// rcu, rwlock, seqlock, papaya, or none (the baseline: no FIB).
+    /// rcu, rwlock, seqlock, papaya, none (the baseline: no FIB), or dpdk-testpmd (the peer
+    /// forwarder in place of Kairos's: --backend udp, root, Debian's dpdk-dev).
     #[arg(long, default_value = "rcu")]
     fib: String,
     /// Reclamation of the RCU FIB: direct (the source's synchronous mode) or offload.
@@ -78,9 +79,10 @@ pub struct ForwardArgs {
 }
 
 pub fn forward(args: &ForwardArgs) -> Result<()> {
-    let fib = match args.fib.as_str() {
-        "none" => None,
-        other => Some(other.parse::<FibKind>().map_err(anyhow::Error::msg)?),
+    let (fib, peer) = match args.fib.as_str() {
+        "none" => (None, None),
+        "dpdk-testpmd" => (None, Some(forward::Peer::DpdkTestpmd)),
+        other => (Some(other.parse::<FibKind>().map_err(anyhow::Error::msg)?), None),
     };
     let trace = match &args.trace {
         Some(path) => Trace::load(path)?,
@@ -127,6 +129,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
                 step: 0.1,
             }
         }),
+        peer,
         ..ForwardConfig::default()
     };
     let row = forward::run_once(&config, &trace)?;

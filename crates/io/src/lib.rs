@@ -21,5 +21,5 @@ pub mod udp;
 pub use fault::{FaultCounts, FaultPort, Faults};
 pub use packet::{DecodeError, Kind, Packet, WIRE_LEN};
 pub use port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
-pub use testbed::{Testbed, TestbedError};
+pub use testbed::{ForwarderSide, Testbed, TestbedError};
 pub use udp::UdpPort;

@@ -39,6 +39,21 @@ pub const FORWARDER_IP: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 2);
 pub struct Testbed {
     pub source_ns: String,
     pub forwarder_ns: String,
+    /// The veth end in the source namespace.
+    pub source_dev: String,
+    /// The veth end in the forwarder namespace.
+    pub forwarder_dev: String,
+}
+
+/// How the forwarder's end of the veth is set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwarderSide {
+    /// With [`FORWARDER_IP`]: the forwarder uses kernel sockets.
+    Kernel,
+    /// Up but without an address, so the forwarder namespace's kernel ignores the traffic, and
+    /// the source side holds a permanent neighbour entry for [`FORWARDER_IP`]: for a peer
+    /// forwarder that takes frames off the interface itself (`af_packet`).
+    Bare,
 }
 
 fn ip(args: &[&str]) -> Result<(), TestbedError> {
@@ -100,6 +115,11 @@ fn remove_stale() {
 impl Testbed {
     /// Creates the two namespaces and the veth pair between them.
     pub fn create() -> Result<Self, TestbedError> {
+        Self::create_with(ForwarderSide::Kernel)
+    }
+
+    /// Creates the two namespaces and the veth pair, the forwarder's end set up as `side` says.
+    pub fn create_with(side: ForwarderSide) -> Result<Self, TestbedError> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             return Err(TestbedError::NotRoot);
@@ -107,25 +127,50 @@ impl Testbed {
         install_signal_cleanup();
         remove_stale();
         let pid = std::process::id();
-        let bed =
-            Testbed { source_ns: format!("kairos-src-{pid}"), forwarder_ns: format!("kairos-fwd-{pid}") };
+        // Several testbeds may live in one process (tests run in parallel): number them. The
+        // process id stays last in namespace names, where `remove_stale` reads it.
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1000;
+        let bed = Testbed {
+            source_ns: format!("kairos-src-{n}-{pid}"),
+            forwarder_ns: format!("kairos-fwd-{n}-{pid}"),
+            // Interface names hold at most 15 bytes: 2 + 7 (pid) + 1 + 3.
+            source_dev: format!("ks{pid}x{n}"),
+            forwarder_dev: format!("kf{pid}x{n}"),
+        };
         // Registered before creation, so a failure half-way is cleaned up by drop.
         if let Ok(mut live) = LIVE.lock() {
             live.push(bed.source_ns.clone());
             live.push(bed.forwarder_ns.clone());
         }
         let (src, fwd) = (&bed.source_ns, &bed.forwarder_ns);
-        let (veth_src, veth_fwd) = (format!("ks{pid}"), format!("kf{pid}"));
+        let (veth_src, veth_fwd) = (&bed.source_dev, &bed.forwarder_dev);
         ip(&["netns", "add", src])?;
         ip(&["netns", "add", fwd])?;
-        ip(&[
-            "link", "add", &veth_src, "netns", src, "type", "veth", "peer", "name", &veth_fwd, "netns", fwd,
-        ])?;
-        ip(&["-n", src, "addr", "add", &format!("{SOURCE_IP}/30"), "dev", &veth_src])?;
-        ip(&["-n", fwd, "addr", "add", &format!("{FORWARDER_IP}/30"), "dev", &veth_fwd])?;
-        for (ns, dev) in [(src, &veth_src), (fwd, &veth_fwd)] {
+        ip(&["link", "add", veth_src, "netns", src, "type", "veth", "peer", "name", veth_fwd, "netns", fwd])?;
+        ip(&["-n", src, "addr", "add", &format!("{SOURCE_IP}/30"), "dev", veth_src])?;
+        if side == ForwarderSide::Kernel {
+            ip(&["-n", fwd, "addr", "add", &format!("{FORWARDER_IP}/30"), "dev", veth_fwd])?;
+        }
+        for (ns, dev) in [(src, veth_src), (fwd, veth_fwd)] {
             ip(&["-n", ns, "link", "set", dev, "up"])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        if side == ForwarderSide::Bare {
+            let mac = link_address(fwd, veth_fwd)?;
+            ip(&[
+                "-n",
+                src,
+                "neigh",
+                "add",
+                &FORWARDER_IP.to_string(),
+                "lladdr",
+                mac.trim(),
+                "dev",
+                veth_src,
+                "nud",
+                "permanent",
+            ])?;
         }
         Ok(bed)
     }
@@ -147,6 +192,21 @@ impl Testbed {
     pub fn forwarder_addr(port: u16) -> SocketAddr {
         SocketAddr::V4(SocketAddrV4::new(FORWARDER_IP, port))
     }
+}
+
+/// The hardware address of `dev` in namespace `ns`, from `ip -o link show`.
+fn link_address(ns: &str, dev: &str) -> Result<String, TestbedError> {
+    let out = Command::new("ip")
+        .args(["-n", ns, "-o", "link", "show", dev])
+        .output()
+        .map_err(|source| TestbedError::Io { what: "cannot run `ip` (install iproute2)".into(), source })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace().skip_while(|w| *w != "link/ether").nth(1).map(str::to_string).ok_or_else(|| {
+        TestbedError::Command {
+            command: format!("ip -n {ns} -o link show {dev}"),
+            stderr: format!("no link/ether address in: {}", text.trim()),
+        }
+    })
 }
 
 impl Drop for Testbed {

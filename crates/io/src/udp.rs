@@ -63,6 +63,25 @@ impl UdpPort {
         })
     }
 
+    /// Sends datagrams with no UDP checksum (`SO_NO_CHECK`; allowed over IPv4). Over a veth the
+    /// kernel leaves the checksum for an offload that never happens, which is harmless between
+    /// two kernels but wrong once a peer reading frames off the interface sends them back.
+    pub fn send_without_checksum(&self) -> Result<(), PortError> {
+        set_option(self.socket.as_raw_fd(), libc::SO_NO_CHECK, 1, "SO_NO_CHECK")
+    }
+
+    /// A second port on the same socket (for a peer that answers to the sending port).
+    pub fn try_clone(&self) -> Result<Self, PortError> {
+        let socket = self.socket.try_clone().map_err(|source| PortError::Io { what: "dup", source })?;
+        Ok(Self {
+            socket,
+            stats: PortStats::default(),
+            rx_bufs: Box::new([[0; 128]; MAX_BURST]),
+            cmsg_bufs: Box::new([[0; CMSG_SPACE]; MAX_BURST]),
+            tx_bufs: Box::new([[0; WIRE_LEN]; MAX_BURST]),
+        })
+    }
+
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.socket.local_addr()
     }

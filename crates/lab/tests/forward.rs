@@ -3,8 +3,9 @@
 //! why it cannot.
 
 use kairos_fib::FibKind;
+use kairos_lab::forward::peer::find_testpmd;
 use kairos_lab::forward::trace::Trace;
-use kairos_lab::forward::{Backend, ControlMode, Flush, ForwardConfig, RingPolicy, run_once};
+use kairos_lab::forward::{Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, run_once};
 
 fn trace() -> Trace {
     Trace::generate(100, 0.1, 8_000, 3).unwrap()
@@ -73,6 +74,25 @@ fn udp_backend_runs_across_namespaces_or_says_it_needs_root() {
             assert!(e.to_string().contains("root"), "{e}");
         }
     }
+}
+
+#[test]
+fn the_dpdk_testpmd_peer_forwards_the_baseline_when_installed() {
+    let t = Trace::generate(1, 0.0, 5_000, 5).unwrap();
+    let c = ForwardConfig { backend: Backend::Udp, peer: Some(Peer::DpdkTestpmd), ..config(None) };
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc_geteuid() } == 0;
+    if !root || find_testpmd().is_none() {
+        eprintln!("skipped: the dpdk-testpmd peer needs root and dpdk-testpmd (Debian dpdk-dev)");
+        return;
+    }
+    let row = run_once(&c, &t).unwrap();
+    assert_eq!(row.fib, "dpdk-testpmd");
+    assert!(row.received > t.data_rows() as u64 * 9 / 10, "testpmd forwards at 20 kpps: {row:?}");
+    assert!(row.avg_age_ns > 0.0);
+    // The peer needs the UDP backend and no FIB.
+    let memory = ForwardConfig { backend: Backend::Memory, ..c.clone() };
+    assert!(run_once(&memory, &t).unwrap_err().to_string().contains("udp backend"));
 }
 
 unsafe extern "C" {

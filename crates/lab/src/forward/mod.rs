@@ -8,7 +8,8 @@
 //! [`sweep`] (`kairos sweep`: the grid, the figures, the report).
 //!
 //! # Row fields (stable)
-//! `backend` (`memory`, `udp`), `fib` (`rcu`, `rwlock`, `seqlock`, `papaya`, `none`),
+//! `backend` (`memory`, `udp`), `fib` (`rcu`, `rwlock`, `seqlock`, `papaya`, `none`, or the
+//! peer forwarder's name, `dpdk-testpmd`),
 //! `ring_policy` (`drop-newest`, `drop-oldest`, `keep-latest`), `ring_size`, `control`
 //! (`thread`, `inline`), `flush` (`count`, `age`), `cdr`, `users`, `rate_pps` (offered; 0 when
 //! unlimited), `sent_pps` (achieved), `avg_age_ns`, `peak_age_ns`, `data_drops`, `ctrl_drops`,
@@ -16,6 +17,7 @@
 //! `fwd_avg_batch`, `fib_age_ns`, `tx_drops`, `pool_drops`, `mean_latency_ns`, `label`.
 
 pub mod forwarder;
+pub mod peer;
 pub mod source;
 pub mod sweep;
 pub mod trace;
@@ -27,11 +29,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Result, bail};
 use kairos_fib::{Fib, FibKind, PapayaFib, RcuFib, RwLockFib, SeqlockFib};
 use kairos_io::memory::pair;
-use kairos_io::{Port, Testbed, UdpPort};
+use kairos_io::{ForwarderSide, Port, Testbed, UdpPort};
 use kairos_rcu::ReclaimPolicy;
 use serde::Serialize;
 
-use forwarder::ForwarderStats;
+use forwarder::{ForwarderStats, RingCounts};
 use source::{Pace, SourceResult};
 use trace::Trace;
 
@@ -173,6 +175,15 @@ pub struct ForwardConfig {
     pub link_ring: usize,
     pub drain_ns: u64,
     pub label: String,
+    /// Run a peer forwarder in place of Kairos's (the UDP backend, no FIB).
+    pub peer: Option<Peer>,
+}
+
+/// Another program in the forwarder's place ([`peer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Peer {
+    DpdkTestpmd,
 }
 
 impl Default for ForwardConfig {
@@ -188,6 +199,7 @@ impl Default for ForwardConfig {
             link_ring: 4096,
             drain_ns: 50_000_000,
             label: String::new(),
+            peer: None,
         }
     }
 }
@@ -294,10 +306,7 @@ fn run_with<F: Fib, P: Port>(
     let (mut src_out, fwd_in, fwd_out, mut src_in) = ports;
     let stop = AtomicBool::new(false);
     let started = AtomicBool::new(false);
-    let pace = match config.age_control {
-        Some(c) => Pace::AgeControlled(c),
-        None => config.rate_pps.map_or(Pace::Unlimited, Pace::Rate),
-    };
+    let pace = pace(config);
     let (src, fwd) = std::thread::scope(|s| {
         let fwd =
             s.spawn(|| forwarder::run(&config.forwarder, trace.users, fib, fwd_in, fwd_out, &stop, &started));
@@ -310,6 +319,41 @@ fn run_with<F: Fib, P: Port>(
     });
     let fwd = fwd.map_err(|_| anyhow::anyhow!("the forwarder panicked"))?;
     Ok(row(config, trace, src, fwd))
+}
+
+fn pace(config: &ForwardConfig) -> Pace {
+    match config.age_control {
+        Some(c) => Pace::AgeControlled(c),
+        None => config.rate_pps.map_or(Pace::Unlimited, Pace::Rate),
+    }
+}
+
+/// Runs the source against a peer forwarder in the testbed's forwarder namespace.
+fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
+    let bed = Testbed::create_with(ForwarderSide::Bare)?;
+    let pmd = peer::Testpmd::start(&bed)?;
+    // The peer swaps addresses and ports, so answers come back to the sending socket.
+    let mut src_out = UdpPort::new(bed.source_socket(7001)?, Testbed::forwarder_addr(7002), 8 << 20)?;
+    src_out.send_without_checksum()?;
+    let mut src_in = src_out.try_clone()?;
+    let src =
+        source::run(trace, pace(config), config.source_burst, &mut src_out, &mut src_in, config.drain_ns);
+    let stats = pmd.stop()?;
+    drop(bed);
+    let fwd = ForwarderStats {
+        rx_packets: stats.rx_packets,
+        data_ring: RingCounts {
+            offered: stats.rx_packets + stats.rx_dropped,
+            dropped_newest: stats.rx_dropped,
+            ..RingCounts::default()
+        },
+        tx_drops: stats.tx_dropped,
+        ..ForwarderStats::default()
+    };
+    let mut row = row(config, trace, src, fwd);
+    row.fib = peer::TESTPMD;
+    row.ring_size = 4096;
+    Ok(row)
 }
 
 fn with_ports<F: Fib>(config: &ForwardConfig, trace: &Trace, fib: Option<&F>) -> Result<Row> {
@@ -356,6 +400,12 @@ pub fn run_once(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
         {
             bail!("age control needs 0 < min <= initial <= max rates, a positive step and window");
         }
+    }
+    if let Some(Peer::DpdkTestpmd) = config.peer {
+        if config.backend != Backend::Udp || config.fib.is_some() {
+            bail!("the dpdk-testpmd peer runs on the udp backend without a FIB (--backend udp)");
+        }
+        return run_peer(config, trace);
     }
     let users = 0..trace.users;
     let initial = kairos_fib::AddrTuple::new(forwarder::NEXT_HOP, 0);

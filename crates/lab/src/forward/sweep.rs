@@ -17,13 +17,16 @@
 //!    rings, drop-oldest, the latest-only slot per user, control first, the seqlock FIB, age
 //!    flushing, and all of them together. The report names the freshest per rate and its ratio.
 //!
+//!    On the UDP backend, as root, with `dpdk-testpmd` installed, DPDK's testpmd runs the same
+//!    baseline as a peer forwarder (experiment `peer-baseline`; see [`super::peer`]).
 //! 6. **Age-controlled sender.** The baseline with a sender that adapts its rate to the measured
 //!    age ([`super::source::AgeControl`]), against the best fixed rate of step 2.
 //!
 //! # Summary fields (stable)
 //! `machine`, `noise`, `config`, `max_rate_pps` (by backend), `rows` (each a
 //! [`super::Row`] with `experiment`), `per_user` (rank, measured and oracle age at the highest
-//! sustainable rate), `best_per_rate`, `checks`, `plots`.
+//! sustainable rate), `best_per_rate`, `checks`, `peer` (whether the peer forwarder ran, or why
+//! not), `plots`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,7 +38,7 @@ use serde::Serialize;
 
 use super::source::AgeControl;
 use super::trace::Trace;
-use super::{Backend, ControlMode, Flush, ForwardConfig, RingPolicy, Row, run_once};
+use super::{Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, Row, run_once};
 use crate::aoi_model::closed_form::zipf_user_avg;
 use crate::machine::MachineInfo;
 use crate::output::{RunDir, progress};
@@ -138,6 +141,8 @@ pub struct SweepSummary {
     pub per_user: Vec<PerUser>,
     pub best_per_rate: Vec<Best>,
     pub checks: Vec<Check>,
+    /// Whether the peer forwarder (dpdk-testpmd) ran, or why not.
+    pub peer: String,
     pub plots: Vec<PathBuf>,
     pub results_dir: PathBuf,
 }
@@ -159,6 +164,9 @@ fn baseline_config(backend: Backend, rate: Option<f64>, label: &str) -> ForwardC
     c.forwarder.data_work_ns = BASELINE_WORK_NS;
     c
 }
+
+/// The peer forwarder's rows.
+const PEER_LABEL: &str = "peer: dpdk-testpmd";
 
 /// Per-packet work of the baseline's data thread: a capacity of at most 1 Mpps.
 pub const BASELINE_WORK_NS: u64 = 1_000;
@@ -246,6 +254,13 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
     let bar = progress((per_backend * config.backends.len()) as u64, "forwarding runs");
     let mut rows = Vec::new();
     let mut max_rate_pps = BTreeMap::new();
+    let mut peer = if !config.backends.contains(&Backend::Udp) {
+        "not run: the dpdk-testpmd peer needs the udp backend".to_string()
+    } else if super::peer::find_testpmd().is_none() {
+        "not run: dpdk-testpmd is not installed (Debian: apt install dpdk-dev)".to_string()
+    } else {
+        String::new()
+    };
     for &backend in &config.backends {
         let mut medians = Vec::new();
         let mut go = |experiment: &'static str, load: f64, c: ForwardConfig, trace: &Trace| -> Result<Row> {
@@ -320,6 +335,21 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
                 let experiment = if row.label.starts_with("source") { "baseline" } else { "beyond-baseline" };
                 medians.push(SweepRow { experiment, load: f, row });
             }
+            if backend == Backend::Udp && peer.is_empty() {
+                let mut c = baseline_config(backend, Some(baseline_max * f), PEER_LABEL);
+                c.peer = Some(Peer::DpdkTestpmd);
+                match median_of(vec![c], &traces["baseline"]) {
+                    Ok(r) => medians.extend(r.into_iter().map(|row| SweepRow {
+                        experiment: "peer-baseline",
+                        load: f,
+                        row,
+                    })),
+                    Err(e) => {
+                        peer = format!("failed: {e:#}");
+                        log(&format!("the dpdk-testpmd peer {peer}; going on without it"));
+                    }
+                }
+            }
             for &cdr in &config.cdrs {
                 for fib in fibs {
                     let label = format!("{fib} cdr {cdr}");
@@ -370,6 +400,9 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
     }
     bar.finish_and_clear();
     let noise = probe.finish();
+    if peer.is_empty() {
+        peer = "measured (experiment peer-baseline)".to_string();
+    }
 
     let per_user = per_user(&rows, config, &traces["0.1"]);
     let best_per_rate = best_per_rate(&rows);
@@ -385,6 +418,7 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
         per_user,
         best_per_rate,
         checks,
+        peer,
         plots,
         results_dir: run_dir.path().to_path_buf(),
     };
@@ -575,6 +609,15 @@ fn plots(rows: &[SweepRow], per_user: &[PerUser], run: &RunDir) -> Result<Vec<Pa
     let mpps = |r: &SweepRow| r.row.rate_pps / 1e6;
     let label = |r: &SweepRow| format!("{} {}", r.row.label, r.row.backend);
     let log_xy = Scales { log_x: true, log_y: true };
+    // The baseline's rows and the peer forwarder's, numbered so that colours differ.
+    let with_peer = |rows: &[SweepRow], y: fn(&SweepRow) -> f64| {
+        let mut series = series_by(rows, "baseline", mpps, y, label);
+        series.extend(series_by(rows, "peer-baseline", mpps, y, label));
+        for (i, s) in series.iter_mut().enumerate() {
+            s.color = i;
+        }
+        series
+    };
     let mut chart =
         |name: &str, title: &str, xl: &str, yl: &str, scales: Scales, series: Vec<XySeries>| -> Result<()> {
             let series: Vec<XySeries> = series.into_iter().filter(|s| !s.points.is_empty()).collect();
@@ -592,7 +635,7 @@ fn plots(rows: &[SweepRow], per_user: &[PerUser], run: &RunDir) -> Result<Vec<Pa
         "offered rate R (Mpps)",
         "average age (us)",
         log_xy,
-        series_by(rows, "baseline", mpps, |r| r.row.avg_age_ns / 1e3, label),
+        with_peer(rows, |r| r.row.avg_age_ns / 1e3),
     )?;
     chart(
         "fig3b_baseline_batch.png",
@@ -600,7 +643,7 @@ fn plots(rows: &[SweepRow], per_user: &[PerUser], run: &RunDir) -> Result<Vec<Pa
         "offered rate R (Mpps)",
         "packets per tx_burst",
         Scales { log_x: true, log_y: false },
-        series_by(rows, "baseline", mpps, |r| r.row.avg_batch, label),
+        with_peer(rows, |r| r.row.avg_batch),
     )?;
     chart(
         "fig4_age.png",
@@ -835,6 +878,25 @@ pub fn report(s: &SweepSummary) -> String {
             b.source_age_ns / 1e3,
             b.gain
         ));
+    }
+    out.push_str(&format!("\npeer forwarder: {}\n", s.peer));
+    for p in s.rows.iter().filter(|r| r.experiment == "peer-baseline") {
+        let source = s.rows.iter().find(|r| {
+            r.experiment == "baseline"
+                && r.row.backend == p.row.backend
+                && r.load.to_bits() == p.load.to_bits()
+        });
+        if let Some(src) = source {
+            out.push_str(&format!(
+                "  {} load {:>4.2}: dpdk-testpmd {:.1} us, received {}; Kairos (source configuration) {:.1} us, received {}\n",
+                p.row.backend,
+                p.load,
+                p.row.avg_age_ns / 1e3,
+                p.row.received,
+                src.row.avg_age_ns / 1e3,
+                src.row.received
+            ));
+        }
     }
     out.push_str("\nchecks:\n");
     for c in &s.checks {
