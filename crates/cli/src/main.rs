@@ -4,6 +4,7 @@
 
 mod aoi_model;
 mod forward;
+mod lane;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -36,6 +37,9 @@ enum Command {
     Forward(forward::ForwardArgs),
     /// The forwarding experiment's grid: the source's figures and the freshness variants.
     Sweep(forward::SweepArgs),
+    /// The express lane's controller: admit periodic tunnels, print their latency and jitter
+    /// bounds, validate them by simulation.
+    Lane(lane::LaneArgs),
 }
 
 #[derive(Args, Clone)]
@@ -188,6 +192,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::AoiModel(args) => aoi_model::run(&args),
         Command::Forward(args) => forward::forward(&args),
         Command::Sweep(args) => forward::sweep(&args),
+        Command::Lane(args) => lane::run(&args),
         Command::Lab(args) => {
             let c = &args.common;
             let (latency, grace) =

@@ -1,0 +1,297 @@
+//! The controller's operations (the source's sections 2.2, 3.2 and 3.3) as a sans-I/O state
+//! machine: inputs and the current time go in; notices to endhosts and the next deadline come
+//! out. No threads, sockets or clock reads inside, so every behaviour is tested on a virtual
+//! clock, and a daemon only has to carry messages and call [`Controller::tick`] at the deadline.
+//!
+//! Operations:
+//! - **Request**: X-OPT finds a tree, the approximate validity check admits it (two-phase
+//!   allocation: optimise, then adjust), X-ADJ recomputes every tunnel it affects. The requester
+//!   gets `Granted` with the time from which it may send; every tunnel whose bounds changed gets
+//!   `BandwidthChanged` (reason `Te`). When some bound got *worse*, the new tunnel may only send
+//!   after the grace period, so the old guarantees hold until every affected endhost has been
+//!   told; otherwise it may send at once.
+//! - **Change**: the new parameters are admitted as a second tunnel beside the old one (both
+//!   reserved), and the old one is released when the grace period ends: during it the old
+//!   guarantee still holds and the endhost can switch over. A refused change leaves the old
+//!   tunnel as it was.
+//! - **Release**: the tunnel's packets may still be in flight, so the others' tighter bounds
+//!   take effect after the grace period (`BandwidthChanged`, reason `Te`).
+//! - **Usage** (a policing report from a node): a tunnel sending larger packets or more often
+//!   than granted is told `BandwidthChanged` with reason `BwExceeded` (and is terminated on the
+//!   third report); one using under a quarter of its reservation over a report is re-planned at
+//!   the period it actually uses (reason `BwUnused`), giving the room back.
+//! - **Terminate**: every tunnel is told `Terminated`; afterwards every input is refused.
+//!
+//! Every input and notice goes to the event log with its time.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::te::{Allocation, Change, Picos, Request, Resources, TunnelId};
+
+/// Why a tunnel's resources changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Reason {
+    /// Traffic engineering: another tunnel was admitted, changed or released.
+    Te,
+    /// The tunnel sent more than granted.
+    BwExceeded,
+    /// The tunnel used much less than granted.
+    BwUnused,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Request(Request),
+    /// Replace a tunnel's parameters (same sender and receivers or not).
+    Change {
+        tunnel: TunnelId,
+        request: Request,
+    },
+    Release {
+        tunnel: TunnelId,
+    },
+    /// What a node's policer saw of a tunnel over `window`: packets and their largest size.
+    Usage {
+        tunnel: TunnelId,
+        window: Picos,
+        packets: u64,
+        max_bytes: u64,
+    },
+    Terminate,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    Granted { name: String, tunnel: TunnelId, resources: Resources, send_from: Picos },
+    Refused { name: String, reason: String },
+    BandwidthChanged { tunnel: TunnelId, resources: Resources, reason: Reason, effective_at: Picos },
+    Released { tunnel: TunnelId },
+    Terminated { tunnel: TunnelId },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogEvent {
+    Input(Input),
+    Notice(Notice),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    pub at: Picos,
+    pub event: LogEvent,
+}
+
+/// Work the controller owes at a time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Deferred {
+    /// The grace period of a change is over: release the old tunnel.
+    ReleaseOld { old: TunnelId },
+}
+
+#[derive(Debug)]
+pub struct Controller {
+    alloc: Allocation,
+    grace: Picos,
+    deferred: BTreeMap<Picos, Vec<Deferred>>,
+    /// Policing reports of excess per tunnel.
+    strikes: HashMap<TunnelId, u32>,
+    terminated: bool,
+    log: Vec<LogEntry>,
+}
+
+/// Excess reports before a tunnel is terminated.
+const STRIKES: u32 = 3;
+
+impl Controller {
+    /// A controller over `alloc` whose changes take effect after `grace`.
+    pub fn new(alloc: Allocation, grace: Picos) -> Self {
+        Self {
+            alloc,
+            grace,
+            deferred: BTreeMap::new(),
+            strikes: HashMap::new(),
+            terminated: false,
+            log: Vec::new(),
+        }
+    }
+
+    pub fn allocation(&self) -> &Allocation {
+        &self.alloc
+    }
+
+    pub fn log(&self) -> &[LogEntry] {
+        &self.log
+    }
+
+    /// When [`Controller::tick`] must next be called, if ever.
+    pub fn next_deadline(&self) -> Option<Picos> {
+        self.deferred.keys().next().copied()
+    }
+
+    /// Handles one input at `now`.
+    pub fn handle(&mut self, input: Input, now: Picos) -> Vec<Notice> {
+        self.log.push(LogEntry { at: now, event: LogEvent::Input(input.clone()) });
+        let mut out = self.tick_inner(now);
+        if self.terminated {
+            let name = match &input {
+                Input::Request(r) | Input::Change { request: r, .. } => r.name.clone(),
+                _ => String::new(),
+            };
+            out.push(Notice::Refused { name, reason: "the controller has terminated".into() });
+            return self.record(now, out);
+        }
+        match input {
+            Input::Request(request) => self.request(request, now, &mut out),
+            Input::Change { tunnel, request } => self.change(tunnel, request, now, &mut out),
+            Input::Release { tunnel } => self.release(tunnel, now, &mut out),
+            Input::Usage { tunnel, window, packets, max_bytes } => {
+                self.usage(tunnel, window, packets, max_bytes, now, &mut out)
+            }
+            Input::Terminate => {
+                self.terminated = true;
+                self.deferred.clear();
+                for t in self.alloc.tunnels().iter().map(|t| t.id).collect::<Vec<_>>() {
+                    self.alloc.release(t);
+                    out.push(Notice::Terminated { tunnel: t });
+                }
+            }
+        }
+        self.record(now, out)
+    }
+
+    /// Does the work due by `now`.
+    pub fn tick(&mut self, now: Picos) -> Vec<Notice> {
+        let out = self.tick_inner(now);
+        self.record(now, out)
+    }
+
+    fn tick_inner(&mut self, now: Picos) -> Vec<Notice> {
+        let mut out = Vec::new();
+        while let Some((&at, _)) = self.deferred.first_key_value() {
+            if at > now {
+                break;
+            }
+            let (_, work) = self.deferred.pop_first().expect("looked at");
+            for w in work {
+                match w {
+                    Deferred::ReleaseOld { old } => self.release(old, at, &mut out),
+                }
+            }
+        }
+        out
+    }
+
+    fn record(&mut self, now: Picos, notices: Vec<Notice>) -> Vec<Notice> {
+        self.log.extend(notices.iter().map(|n| LogEntry { at: now, event: LogEvent::Notice(n.clone()) }));
+        notices
+    }
+
+    /// Tells affected tunnels; returns whether any bound got worse.
+    fn tell(&self, changed: &[Change], reason: Reason, at: Picos, out: &mut Vec<Notice>) -> bool {
+        let mut worse = false;
+        for c in changed {
+            worse |= c.after.min_latency < c.before.min_latency
+                || c.after.max_latency() > c.before.max_latency()
+                || c.after.period > c.before.period;
+            out.push(Notice::BandwidthChanged { tunnel: c.id, resources: c.after, reason, effective_at: at });
+        }
+        worse
+    }
+
+    fn request(&mut self, request: Request, now: Picos, out: &mut Vec<Notice>) {
+        let name = request.name.clone();
+        match self.alloc.admit(request) {
+            Ok(adm) => {
+                let worse = self.tell(&adm.changed, Reason::Te, now + self.grace, out);
+                let send_from = if worse { now + self.grace } else { now };
+                out.push(Notice::Granted { name, tunnel: adm.id, resources: adm.resources, send_from });
+            }
+            Err(e) => out.push(Notice::Refused { name, reason: e.to_string() }),
+        }
+    }
+
+    fn change(&mut self, old: TunnelId, request: Request, now: Picos, out: &mut Vec<Notice>) {
+        if self.alloc.tunnel(old).is_none() {
+            out.push(Notice::Refused { name: request.name, reason: format!("no tunnel {old}") });
+            return;
+        }
+        let name = request.name.clone();
+        match self.alloc.admit(request) {
+            Ok(adm) => {
+                self.tell(&adm.changed, Reason::Te, now + self.grace, out);
+                out.push(Notice::Granted {
+                    name,
+                    tunnel: adm.id,
+                    resources: adm.resources,
+                    send_from: now + self.grace,
+                });
+                self.deferred.entry(now + self.grace).or_default().push(Deferred::ReleaseOld { old });
+            }
+            Err(e) => out.push(Notice::Refused { name, reason: e.to_string() }),
+        }
+    }
+
+    fn release(&mut self, tunnel: TunnelId, now: Picos, out: &mut Vec<Notice>) {
+        match self.alloc.release(tunnel) {
+            Some(changed) => {
+                self.strikes.remove(&tunnel);
+                out.push(Notice::Released { tunnel });
+                self.tell(&changed, Reason::Te, now + self.grace, out);
+            }
+            None => out.push(Notice::Refused { name: String::new(), reason: format!("no tunnel {tunnel}") }),
+        }
+    }
+
+    fn usage(
+        &mut self,
+        tunnel: TunnelId,
+        window: Picos,
+        packets: u64,
+        max_bytes: u64,
+        now: Picos,
+        out: &mut Vec<Notice>,
+    ) {
+        let Some(t) = self.alloc.tunnel(tunnel) else {
+            out.push(Notice::Refused { name: String::new(), reason: format!("no tunnel {tunnel}") });
+            return;
+        };
+        let granted = t.resources;
+        // Packets the grant allows in the window (one more for the phase).
+        let allowed = window / granted.period.max(1) + 1;
+        if max_bytes > granted.packet_bytes || packets > allowed {
+            let strikes = self.strikes.entry(tunnel).or_insert(0);
+            *strikes += 1;
+            if *strikes >= STRIKES {
+                self.alloc.release(tunnel);
+                self.strikes.remove(&tunnel);
+                out.push(Notice::Terminated { tunnel });
+            } else {
+                out.push(Notice::BandwidthChanged {
+                    tunnel,
+                    resources: granted,
+                    reason: Reason::BwExceeded,
+                    effective_at: now,
+                });
+            }
+        } else if packets > 0 && packets * 4 < allowed {
+            // Re-plan at the period actually used; the grant never gets shorter than asked.
+            let mut request = t.request.clone();
+            request.period = (window / packets).max(request.period);
+            let Some(changed) = self.replan(tunnel, request) else { return };
+            let resources = self.alloc.tunnel(tunnel).expect("replanned in place").resources;
+            out.push(Notice::BandwidthChanged {
+                tunnel,
+                resources,
+                reason: Reason::BwUnused,
+                effective_at: now,
+            });
+            self.tell(&changed, Reason::Te, now + self.grace, out);
+        }
+    }
+
+    /// Changes a tunnel's requested period in place and re-adjusts what it affects.
+    fn replan(&mut self, tunnel: TunnelId, request: Request) -> Option<Vec<Change>> {
+        self.alloc.set_period(tunnel, request.period).ok()
+    }
+}

@@ -1,0 +1,287 @@
+//! The allocation: the admitted tunnels and what each link carries. Admission runs X-OPT for a
+//! tree, checks approximate validity (the packet sizes of the tunnels on every link fit its
+//! queue), then re-runs X-ADJ on every tunnel whose bounds the new one can change: those sharing
+//! a link with it, and, in sub-lane order, the lower sub-lane tunnels sharing a link with any
+//! tunnel whose period or arrival spread changed. Release does the same in reverse.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::adj::{self, AdjError, AdjOptions, Hop};
+use super::opt::{self, Tree};
+use super::request::{Request, Resources, SUBLANES};
+use super::topology::{LinkId, NodeId, Topology};
+
+pub type TunnelId = u64;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tunnel {
+    pub id: TunnelId,
+    pub request: Request,
+    /// The tree's links in preorder from the sender (a link before the links below it).
+    pub links: Vec<LinkId>,
+    pub resources: Resources,
+    /// The analysis per link, in the order of `links`.
+    pub hops: Vec<Hop>,
+}
+
+impl Tunnel {
+    /// The tree's links as (from, to) node pairs.
+    pub fn edges(&self, topo: &Topology) -> Vec<(NodeId, NodeId)> {
+        self.links.iter().map(|&l| (topo.link(l).from, topo.link(l).to)).collect()
+    }
+}
+
+/// What one link carries, kept up to date on admission and release.
+#[derive(Debug, Clone, Default)]
+pub struct LinkLoad {
+    pub tunnels: Vec<TunnelId>,
+    /// Sum of the packet sizes (approximate validity: at most the queue).
+    pub bytes: u64,
+    /// Per sub-lane: the sum of the tunnels' transmission times, and the largest packet.
+    pub tx_sum: [u64; SUBLANES as usize],
+    pub max_bytes: [u64; SUBLANES as usize],
+}
+
+/// A tunnel whose resources an operation changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Change {
+    pub id: TunnelId,
+    pub before: Resources,
+    pub after: Resources,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    pub id: TunnelId,
+    pub resources: Resources,
+    /// Other tunnels whose resources changed.
+    pub changed: Vec<Change>,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("no room for {bytes} B toward '{receiver}': link {link} is full ({held} of {queue} B held)")]
+    Full { receiver: String, link: String, bytes: u64, held: u64, queue: u64 },
+    #[error("no path toward '{receiver}'")]
+    Unreachable { receiver: String },
+    #[error("sub-lane {sublane} is saturated on link {link}: higher sub-lanes leave no room")]
+    Saturated { link: String, sublane: u8 },
+}
+
+#[derive(Debug, Clone)]
+pub struct Allocation {
+    topo: Topology,
+    tunnels: HashMap<TunnelId, Tunnel>,
+    loads: Vec<LinkLoad>,
+    next_id: TunnelId,
+    options: AdjOptions,
+}
+
+impl Allocation {
+    pub fn new(topo: Topology) -> Self {
+        Self::with_options(topo, AdjOptions::default())
+    }
+
+    pub fn with_options(topo: Topology, options: AdjOptions) -> Self {
+        let loads = vec![LinkLoad::default(); topo.links().len()];
+        Self { topo, tunnels: HashMap::new(), loads, next_id: 1, options }
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    pub fn tunnel(&self, id: TunnelId) -> Option<&Tunnel> {
+        self.tunnels.get(&id)
+    }
+
+    /// The tunnels in admission order.
+    pub fn tunnels(&self) -> Vec<&Tunnel> {
+        let mut v: Vec<&Tunnel> = self.tunnels.values().collect();
+        v.sort_by_key(|t| t.id);
+        v
+    }
+
+    pub fn len(&self) -> usize {
+        self.tunnels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tunnels.is_empty()
+    }
+
+    pub fn load(&self, link: LinkId) -> &LinkLoad {
+        &self.loads[link]
+    }
+
+    /// Admits `request` along the tree X-OPT finds.
+    pub fn admit(&mut self, request: Request) -> Result<Admission, Refusal> {
+        request.validate(&self.topo).map_err(Refusal::Invalid)?;
+        let tree = opt::build_tree(&self.topo, &self.loads, &request)?;
+        self.admit_on(request, tree)
+    }
+
+    /// Admits `request` along a given tree (links in any order; must be a tree from the sender
+    /// reaching every receiver), after the approximate validity check.
+    pub fn admit_on(&mut self, request: Request, tree: Tree) -> Result<Admission, Refusal> {
+        request.validate(&self.topo).map_err(Refusal::Invalid)?;
+        let links = opt::preorder(&self.topo, &request, &tree.links).map_err(Refusal::Invalid)?;
+        for &l in &links {
+            let (load, link) = (&self.loads[l], self.topo.link(l));
+            if load.bytes + request.packet_bytes > link.queue_bytes {
+                return Err(Refusal::Full {
+                    receiver: self.topo.node(link.to).name.clone(),
+                    link: self.topo.link_name(l),
+                    bytes: request.packet_bytes,
+                    held: load.bytes,
+                    queue: link.queue_bytes,
+                });
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let tunnel = Tunnel { id, request, links, resources: Resources::default(), hops: Vec::new() };
+        self.insert_load(&tunnel);
+        let mut seeds: Vec<TunnelId> = self.neighbours(&tunnel);
+        seeds.push(id);
+        self.tunnels.insert(id, tunnel);
+        match self.readjust(seeds) {
+            Ok(mut changed) => {
+                changed.retain(|c| c.id != id);
+                Ok(Admission { id, resources: self.tunnels[&id].resources, changed })
+            }
+            Err(e) => {
+                // Undo: without the new tunnel every other one gets back exactly its old bounds.
+                let tunnel = self.tunnels.remove(&id).expect("just inserted");
+                self.remove_load(&tunnel);
+                let all: Vec<TunnelId> = self.tunnels.keys().copied().collect();
+                self.readjust(all).expect("the allocation was valid before this request");
+                Err(e)
+            }
+        }
+    }
+
+    /// Releases a tunnel; returns the tunnels whose resources changed.
+    pub fn release(&mut self, id: TunnelId) -> Option<Vec<Change>> {
+        let tunnel = self.tunnels.remove(&id)?;
+        self.remove_load(&tunnel);
+        let touched = self.neighbours(&tunnel);
+        Some(self.readjust(touched).expect("removing a tunnel never makes the others unschedulable"))
+    }
+
+    /// Changes the period a tunnel asks for (never below what it asked first is up to the
+    /// caller) and re-adjusts it and what it affects; returns the other tunnels that changed.
+    pub fn set_period(&mut self, id: TunnelId, period: super::Picos) -> Result<Vec<Change>, Refusal> {
+        let t = self.tunnels.get_mut(&id).ok_or_else(|| Refusal::Invalid(format!("no tunnel {id}")))?;
+        if period == 0 {
+            return Err(Refusal::Invalid("a period must be positive".into()));
+        }
+        let before = std::mem::replace(&mut t.request.period, period);
+        match self.readjust(vec![id]) {
+            Ok(mut changed) => {
+                changed.retain(|c| c.id != id);
+                Ok(changed)
+            }
+            Err(e) => {
+                self.tunnels.get_mut(&id).expect("present").request.period = before;
+                self.readjust(vec![id]).expect("the allocation was valid before");
+                Err(e)
+            }
+        }
+    }
+
+    /// Re-runs X-ADJ on every tunnel (for tests and after changing options).
+    pub fn readjust_all(&mut self) -> Result<Vec<Change>, Refusal> {
+        let all: Vec<TunnelId> = self.tunnels.keys().copied().collect();
+        self.readjust(all)
+    }
+
+    /// Tunnels sharing a link with `t` (not `t` itself).
+    fn neighbours(&self, t: &Tunnel) -> Vec<TunnelId> {
+        let mut out: BTreeSet<TunnelId> = BTreeSet::new();
+        for &l in &t.links {
+            out.extend(self.loads[l].tunnels.iter().copied().filter(|&x| x != t.id));
+        }
+        out.into_iter().collect()
+    }
+
+    /// X-ADJ on `seeds`, in sub-lane order, cascading to lower sub-lane tunnels that share a
+    /// link with a tunnel whose period or arrival spread changed.
+    fn readjust(&mut self, seeds: Vec<TunnelId>) -> Result<Vec<Change>, Refusal> {
+        let mut work: BTreeSet<(u8, TunnelId)> =
+            seeds.iter().filter_map(|id| self.tunnels.get(id).map(|t| (t.request.sublane, *id))).collect();
+        let mut changed: HashMap<TunnelId, Change> = HashMap::new();
+        while let Some((sublane, id)) = work.pop_first() {
+            let me = &self.tunnels[&id];
+            let (resources, hops) = adj::adjust(&self.topo, me, &self.loads, &self.tunnels, self.options)
+                .map_err(|e| match e {
+                    AdjError::Saturated { link, sublane } => {
+                        Refusal::Saturated { link: self.topo.link_name(link), sublane }
+                    }
+                })?;
+            let spread_changed = me.hops.len() != hops.len()
+                || me
+                    .hops
+                    .iter()
+                    .zip(&hops)
+                    .any(|(a, b)| a.arrive_max - a.arrive_min != b.arrive_max - b.arrive_min);
+            let period_changed = me.resources.period != resources.period;
+            if me.resources != resources {
+                let before = changed.get(&id).map_or(me.resources, |c| c.before);
+                changed.insert(id, Change { id, before, after: resources });
+            }
+            if (spread_changed || period_changed) && (sublane as usize) + 1 < SUBLANES as usize {
+                for &l in &me.links {
+                    for &other in &self.loads[l].tunnels {
+                        let s = self.tunnels[&other].request.sublane;
+                        if s > sublane {
+                            work.insert((s, other));
+                        }
+                    }
+                }
+            }
+            let me = self.tunnels.get_mut(&id).expect("present");
+            me.resources = resources;
+            me.hops = hops;
+        }
+        let mut out: Vec<Change> = changed.into_values().filter(|c| c.before != c.after).collect();
+        out.sort_by_key(|c| c.id);
+        Ok(out)
+    }
+
+    fn insert_load(&mut self, t: &Tunnel) {
+        let s = t.request.sublane as usize;
+        for &l in &t.links {
+            let tx = self.topo.link(l).tx_time(t.request.packet_bytes);
+            let load = &mut self.loads[l];
+            load.tunnels.push(t.id);
+            load.bytes += t.request.packet_bytes;
+            load.tx_sum[s] += tx;
+            load.max_bytes[s] = load.max_bytes[s].max(t.request.packet_bytes);
+        }
+    }
+
+    fn remove_load(&mut self, t: &Tunnel) {
+        let s = t.request.sublane as usize;
+        for &l in &t.links {
+            let tx = self.topo.link(l).tx_time(t.request.packet_bytes);
+            let load = &mut self.loads[l];
+            load.tunnels.retain(|&x| x != t.id);
+            load.bytes -= t.request.packet_bytes;
+            load.tx_sum[s] -= tx;
+            if load.max_bytes[s] == t.request.packet_bytes {
+                load.max_bytes[s] = load
+                    .tunnels
+                    .iter()
+                    .filter_map(|id| self.tunnels.get(id))
+                    .filter(|o| o.request.sublane as usize == s && o.id != t.id)
+                    .map(|o| o.request.packet_bytes)
+                    .max()
+                    .unwrap_or(0);
+            }
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! Topology generators: a one-switch rack, a two-tier leaf-spine, and the k-ary fat-tree of
+//! Al-Fares et al. (k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 core switches,
+//! k^3/4 hosts). Every link is duplex with the parameters given.
+
+use super::topology::{LinkSpec, NodeKind, Topology, TopologyError};
+
+/// `hosts` hosts `h0..` on one switch `s0`.
+pub fn rack(hosts: usize, spec: LinkSpec) -> Result<Topology, TopologyError> {
+    let mut t = Topology::new();
+    let s = t.add_node("s0", NodeKind::Switch)?;
+    for h in 0..hosts {
+        let id = t.add_node(&format!("h{h}"), NodeKind::Host)?;
+        t.add_duplex(id, s, spec)?;
+    }
+    Ok(t)
+}
+
+/// `leaves` leaf switches, each with `hosts_per_leaf` hosts, every leaf joined to every one of
+/// `spines` spine switches. Hosts are `h<leaf>_<i>`.
+pub fn leaf_spine(
+    leaves: usize,
+    spines: usize,
+    hosts_per_leaf: usize,
+    spec: LinkSpec,
+) -> Result<Topology, TopologyError> {
+    let mut t = Topology::new();
+    let spine: Vec<usize> =
+        (0..spines).map(|s| t.add_node(&format!("spine{s}"), NodeKind::Switch)).collect::<Result<_, _>>()?;
+    for l in 0..leaves {
+        let leaf = t.add_node(&format!("leaf{l}"), NodeKind::Switch)?;
+        for &s in &spine {
+            t.add_duplex(leaf, s, spec)?;
+        }
+        for h in 0..hosts_per_leaf {
+            let host = t.add_node(&format!("h{l}_{h}"), NodeKind::Host)?;
+            t.add_duplex(host, leaf, spec)?;
+        }
+    }
+    Ok(t)
+}
+
+/// The k-ary fat-tree (k even, at least 2). Names: `core<i>`, `agg<pod>_<i>`, `edge<pod>_<i>`,
+/// hosts `h<pod>_<edge>_<i>`.
+pub fn fat_tree(k: usize, spec: LinkSpec) -> Result<Topology, TopologyError> {
+    if k < 2 || k % 2 != 0 {
+        return Err(TopologyError::Invalid(format!("a fat-tree needs an even k of at least 2, got {k}")));
+    }
+    let half = k / 2;
+    let mut t = Topology::new();
+    let core: Vec<usize> = (0..half * half)
+        .map(|c| t.add_node(&format!("core{c}"), NodeKind::Switch))
+        .collect::<Result<_, _>>()?;
+    for pod in 0..k {
+        let aggs: Vec<usize> = (0..half)
+            .map(|a| t.add_node(&format!("agg{pod}_{a}"), NodeKind::Switch))
+            .collect::<Result<_, _>>()?;
+        for (a, &agg) in aggs.iter().enumerate() {
+            // Aggregation switch a of every pod reaches core switches a*half .. a*half+half.
+            for &c in &core[a * half..(a + 1) * half] {
+                t.add_duplex(agg, c, spec)?;
+            }
+        }
+        for e in 0..half {
+            let edge = t.add_node(&format!("edge{pod}_{e}"), NodeKind::Switch)?;
+            for &agg in &aggs {
+                t.add_duplex(edge, agg, spec)?;
+            }
+            for h in 0..half {
+                let host = t.add_node(&format!("h{pod}_{e}_{h}"), NodeKind::Host)?;
+                t.add_duplex(host, edge, spec)?;
+            }
+        }
+    }
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_generators_build_the_textbook_sizes() {
+        let spec = LinkSpec::default();
+        let r = rack(4, spec).unwrap();
+        assert_eq!((r.nodes().len(), r.links().len()), (5, 8));
+        let ls = leaf_spine(4, 2, 3, spec).unwrap();
+        assert_eq!((ls.hosts().count(), ls.links().len()), (12, 2 * (4 * 2 + 12)));
+        let ft = fat_tree(8, spec).unwrap();
+        // k^3/4 hosts, 5k^2/4 switches, 3k^3/4 duplex links.
+        assert_eq!(ft.hosts().count(), 128);
+        assert_eq!(ft.nodes().len() - 128, 80);
+        assert_eq!(ft.links().len(), 2 * 384);
+        assert!(fat_tree(3, spec).is_err());
+    }
+}

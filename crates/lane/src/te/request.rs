@@ -1,0 +1,165 @@
+//! What an application asks of the express lane and what it is granted, with the shape of the
+//! source's Listing 1: a request names the sender, the receivers (one for unicast, several for
+//! multicast), the largest packet and the wanted period; the answer ([`Resources`]) carries the
+//! packet size, the approved period (never shorter than asked), the minimum latency and the
+//! maximum jitter. Each request picks a sub-lane (a strict priority level; 0 is the highest).
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::topology::{NodeId, NodeKind, Topology, TopologyError, line_of, number};
+use super::{Picos, ns_to_ps, ps_to_ns};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub name: String,
+    pub sender: NodeId,
+    pub receivers: Vec<NodeId>,
+    pub packet_bytes: u64,
+    pub period: Picos,
+    pub sublane: u8,
+}
+
+/// What a tunnel is granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resources {
+    pub packet_bytes: u64,
+    /// Approved period, at least the requested one.
+    pub period: Picos,
+    /// Every packet reaches every receiver at least this long after its release...
+    pub min_latency: Picos,
+    /// ...and at most `min_latency + max_jitter` after it.
+    pub max_jitter: Picos,
+    pub sublane: u8,
+}
+
+impl Resources {
+    pub fn max_latency(&self) -> Picos {
+        self.min_latency + self.max_jitter
+    }
+}
+
+impl serde::Serialize for Resources {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Resources", 5)?;
+        st.serialize_field("packet_bytes", &self.packet_bytes)?;
+        st.serialize_field("period_ns", &ps_to_ns(self.period))?;
+        st.serialize_field("min_latency_ns", &ps_to_ns(self.min_latency))?;
+        st.serialize_field("max_jitter_ns", &ps_to_ns(self.max_jitter))?;
+        st.serialize_field("sublane", &self.sublane)?;
+        st.end()
+    }
+}
+
+/// Number of sub-lanes (priority levels) a request may use.
+pub const SUBLANES: u8 = 8;
+
+impl Request {
+    /// Checks the request against the topology: known hosts, distinct receivers, sizes.
+    pub fn validate(&self, topo: &Topology) -> Result<(), String> {
+        let host = |n: NodeId| n < topo.nodes().len() && topo.node(n).kind == NodeKind::Host;
+        if !host(self.sender) {
+            return Err(format!("request '{}': the sender must be a host", self.name));
+        }
+        if self.receivers.is_empty() {
+            return Err(format!("request '{}': at least one receiver", self.name));
+        }
+        for (i, &r) in self.receivers.iter().enumerate() {
+            if !host(r) {
+                return Err(format!("request '{}': receivers must be hosts", self.name));
+            }
+            if r == self.sender {
+                return Err(format!("request '{}': the sender cannot receive its own tunnel", self.name));
+            }
+            if self.receivers[..i].contains(&r) {
+                return Err(format!("request '{}': receiver '{}' given twice", self.name, topo.node(r).name));
+            }
+        }
+        if self.packet_bytes == 0 {
+            return Err(format!("request '{}': packet_bytes must be positive", self.name));
+        }
+        if self.period == 0 {
+            return Err(format!("request '{}': period_ns must be positive", self.name));
+        }
+        if self.sublane >= SUBLANES {
+            return Err(format!("request '{}': sublane must be below {SUBLANES}", self.name));
+        }
+        Ok(())
+    }
+}
+
+/// Parses `[[request]]` tables against `topo`; `file` names the file in errors.
+pub fn requests_from_toml(text: &str, file: &str, topo: &Topology) -> Result<Vec<Request>, TopologyError> {
+    let at = |span: std::ops::Range<usize>, what: String| TopologyError::At {
+        file: file.to_string(),
+        line: line_of(text, span.start),
+        what,
+    };
+    let raw: RawRequests = toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(0, |s| line_of(text, s.start));
+        TopologyError::At { file: file.to_string(), line, what: e.message().trim().to_string() }
+    })?;
+    let mut out: Vec<Request> = Vec::new();
+    for r in &raw.request {
+        let span = r.span();
+        let r = r.get_ref();
+        let node = |s: &Spanned<String>| {
+            let id = topo
+                .find(s.get_ref())
+                .ok_or_else(|| at(s.span(), format!("unknown node '{}'", s.get_ref())))?;
+            if topo.node(id).kind != NodeKind::Host {
+                return Err(at(
+                    s.span(),
+                    format!("'{}' is a switch; tunnels start and end at hosts", s.get_ref()),
+                ));
+            }
+            Ok(id)
+        };
+        let sender = node(&r.sender)?;
+        let receivers = r.receivers.iter().map(node).collect::<Result<Vec<_>, _>>()?;
+        let bytes = number(&r.packet_bytes, "packet_bytes", &at)?;
+        if !(bytes >= 1.0 && bytes.fract() == 0.0) {
+            return Err(at(
+                r.packet_bytes.span(),
+                format!("packet_bytes must be a positive integer, got {bytes}"),
+            ));
+        }
+        let period = number(&r.period_ns, "period_ns", &at)?;
+        if period <= 0.0 {
+            return Err(at(r.period_ns.span(), format!("period_ns must be positive, got {period}")));
+        }
+        if out.iter().any(|o| o.name == *r.name.get_ref()) {
+            return Err(at(r.name.span(), format!("duplicate request name '{}'", r.name.get_ref())));
+        }
+        let req = Request {
+            name: r.name.get_ref().clone(),
+            sender,
+            receivers,
+            packet_bytes: bytes as u64,
+            period: ns_to_ps(period),
+            sublane: r.sublane.unwrap_or(0),
+        };
+        req.validate(topo).map_err(|what| at(span.clone(), what))?;
+        out.push(req);
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRequests {
+    #[serde(default)]
+    request: Vec<Spanned<RawRequest>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRequest {
+    name: Spanned<String>,
+    sender: Spanned<String>,
+    receivers: Vec<Spanned<String>>,
+    packet_bytes: Spanned<toml::Value>,
+    period_ns: Spanned<toml::Value>,
+    sublane: Option<u8>,
+}

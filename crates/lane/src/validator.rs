@@ -1,0 +1,318 @@
+//! The validator: a packet-level discrete-event simulation of the formal network model of the
+//! source's Appendix A.1, which checks that every packet of every admitted tunnel reaches every
+//! receiver within its announced `[min latency, min latency + max jitter]` and that none is
+//! dropped.
+//!
+//! The model, as simulated: each tunnel's sender releases a packet every approved period from an
+//! arbitrary phase (PD); each link has an egress queue per sub-lane, served FIFO within a
+//! sub-lane and by strict priority between sub-lanes, never preempting a packet on the wire (FI,
+//! ME, WC); a packet occupies the link's shared buffer from its arrival until its transmission
+//! ends, and one that would overflow it is dropped (BS, GR); transmission takes `size / bw` (BW);
+//! the link then delivers it after a delay anywhere in `[lambda_min, lambda_min + delta_max]`
+//! (DE1, DE2), chosen at random or adversarially ([`Delays`]). A packet reaching a node is copied
+//! at once into the queues of the tree's links out of that node. At equal times, transmissions end
+//! before packets arrive.
+//!
+//! Integer picoseconds throughout, as in the analysis, so a bound met exactly is met.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::te::{LinkId, NodeId, Picos, Resources, SUBLANES, Topology, Tunnel, TunnelId};
+
+/// How each link picks a packet's delay within `[lambda_min, lambda_min + delta_max]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delays {
+    /// Uniform at random (seeded).
+    Random(u64),
+    /// Always `lambda_min`.
+    Min,
+    /// Always `lambda_min + delta_max`.
+    Max,
+    /// Even packets of a tunnel the longest, odd ones the shortest: bunches packets together.
+    Alternate,
+}
+
+/// Where each tunnel's first packet is released.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phases {
+    /// All at time 0: every sender fires together.
+    Zero,
+    /// Uniform in `[0, period)` (seeded).
+    Random(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValidatorConfig {
+    /// Simulate this many of the longest approved period.
+    pub periods: u64,
+    /// At most this many packet releases in all; a shorter horizon when needed.
+    pub max_releases: u64,
+    pub phases: Phases,
+    pub delays: Delays,
+}
+
+impl Default for ValidatorConfig {
+    fn default() -> Self {
+        Self { periods: 100, max_releases: 2_000_000, phases: Phases::Random(1), delays: Delays::Random(1) }
+    }
+}
+
+/// One packet outside its tunnel's bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Violation {
+    pub tunnel: TunnelId,
+    pub packet: u64,
+    pub receiver: NodeId,
+    pub latency: Picos,
+    pub bound: Resources,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TunnelReport {
+    pub id: TunnelId,
+    pub name: String,
+    pub bound: Resources,
+    pub released: u64,
+    /// Packet copies that reached a receiver.
+    pub delivered: u64,
+    pub drops: u64,
+    pub observed_min: Option<Picos>,
+    pub observed_max: Option<Picos>,
+    pub violations: u64,
+    pub first_violation: Option<Violation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// Simulated time.
+    pub horizon: Picos,
+    pub events: u64,
+    pub tunnels: Vec<TunnelReport>,
+}
+
+impl Report {
+    pub fn violations(&self) -> u64 {
+        self.tunnels.iter().map(|t| t.violations).sum()
+    }
+
+    pub fn drops(&self) -> u64 {
+        self.tunnels.iter().map(|t| t.drops).sum()
+    }
+
+    /// No violation and no drop.
+    pub fn holds(&self) -> bool {
+        self.violations() == 0 && self.drops() == 0
+    }
+
+    /// Folds another run of the same tunnels into this one (min of minima, max of maxima, sums).
+    pub fn merge(&mut self, other: &Report) {
+        self.horizon += other.horizon;
+        self.events += other.events;
+        for (a, b) in self.tunnels.iter_mut().zip(&other.tunnels) {
+            a.released += b.released;
+            a.delivered += b.delivered;
+            a.drops += b.drops;
+            a.observed_min = opt(a.observed_min, b.observed_min, Picos::min);
+            a.observed_max = opt(a.observed_max, b.observed_max, Picos::max);
+            a.violations += b.violations;
+            a.first_violation = a.first_violation.or(b.first_violation);
+        }
+    }
+}
+
+fn opt(a: Option<Picos>, b: Option<Picos>, f: fn(Picos, Picos) -> Picos) -> Option<Picos> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(f(x, y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// Transmission on a link ends (ordered first at equal times).
+    TxEnd { link: LinkId },
+    /// A packet of tunnel index `t`, number `j`, reaches `node`.
+    Arrive { t: usize, j: u64, node: NodeId },
+    /// Tunnel index `t` releases packet `j` at its sender.
+    Release { t: usize, j: u64 },
+}
+
+#[derive(Debug, Default)]
+struct LinkState {
+    queues: [VecDeque<(usize, u64)>; SUBLANES as usize],
+    occupancy: u64,
+    sending: Option<(usize, u64)>,
+}
+
+/// Simulates `tunnels` (with their current resources) over `topo` and checks every packet.
+pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) -> Report {
+    let mut reports: Vec<TunnelReport> = tunnels
+        .iter()
+        .map(|t| TunnelReport {
+            id: t.id,
+            name: t.request.name.clone(),
+            bound: t.resources,
+            released: 0,
+            delivered: 0,
+            drops: 0,
+            observed_min: None,
+            observed_max: None,
+            violations: 0,
+            first_violation: None,
+        })
+        .collect();
+    if tunnels.is_empty() {
+        return Report { horizon: 0, events: 0, tunnels: reports };
+    }
+    let periods: Vec<Picos> = tunnels.iter().map(|t| t.resources.period.max(1)).collect();
+    let longest = *periods.iter().max().expect("not empty");
+    let mut horizon = longest.saturating_mul(config.periods.max(1));
+    let rate: f64 = periods.iter().map(|&p| 1.0 / p as f64).sum();
+    if horizon as f64 * rate > config.max_releases as f64 {
+        horizon = (config.max_releases as f64 / rate) as Picos;
+    }
+    let mut rng = SmallRng::seed_from_u64(match (config.phases, config.delays) {
+        (Phases::Random(a), Delays::Random(b)) => a ^ b.rotate_left(17),
+        (Phases::Random(a), _) | (_, Delays::Random(a)) => a,
+        _ => 0,
+    });
+    let phases: Vec<Picos> = periods
+        .iter()
+        .map(|&p| match config.phases {
+            Phases::Zero => 0,
+            Phases::Random(_) => rng.random_range(0..p),
+        })
+        .collect();
+    // The tree's links out of each node, per tunnel.
+    let children: Vec<HashMap<NodeId, Vec<LinkId>>> = tunnels
+        .iter()
+        .map(|t| {
+            let mut m: HashMap<NodeId, Vec<LinkId>> = HashMap::new();
+            for &l in &t.links {
+                m.entry(topo.link(l).from).or_default().push(l);
+            }
+            m
+        })
+        .collect();
+    let mut links: HashMap<LinkId, LinkState> = HashMap::new();
+    let mut heap: BinaryHeap<Reverse<(Picos, Event)>> = BinaryHeap::new();
+    for (t, &phase) in phases.iter().enumerate() {
+        if phase <= horizon {
+            heap.push(Reverse((phase, Event::Release { t, j: 0 })));
+        }
+    }
+    let mut events = 0u64;
+    while let Some(Reverse((now, event))) = heap.pop() {
+        events += 1;
+        match event {
+            Event::Release { t, j } => {
+                reports[t].released += 1;
+                let next = phases[t] + (j + 1) * periods[t];
+                if next <= horizon {
+                    heap.push(Reverse((next, Event::Release { t, j: j + 1 })));
+                }
+                heap.push(Reverse((now, Event::Arrive { t, j, node: tunnels[t].request.sender })));
+            }
+            Event::Arrive { t, j, node } => {
+                let tunnel = tunnels[t];
+                if node != tunnel.request.sender && tunnel.request.receivers.contains(&node) {
+                    let latency = now - (phases[t] + j * periods[t]);
+                    let r = &mut reports[t];
+                    r.delivered += 1;
+                    r.observed_min = Some(r.observed_min.map_or(latency, |m| m.min(latency)));
+                    r.observed_max = Some(r.observed_max.map_or(latency, |m| m.max(latency)));
+                    let b = tunnel.resources;
+                    if latency < b.min_latency || latency > b.max_latency() {
+                        r.violations += 1;
+                        r.first_violation.get_or_insert(Violation {
+                            tunnel: tunnel.id,
+                            packet: j,
+                            receiver: node,
+                            latency,
+                            bound: b,
+                        });
+                    }
+                }
+                for &l in children[t].get(&node).map_or(&[][..], |v| &v[..]) {
+                    let link = topo.link(l);
+                    let size = tunnel.request.packet_bytes;
+                    let state = links.entry(l).or_default();
+                    if state.occupancy + size > link.queue_bytes {
+                        reports[t].drops += 1;
+                        continue;
+                    }
+                    state.occupancy += size;
+                    state.queues[tunnel.request.sublane as usize].push_back((t, j));
+                    if state.sending.is_none() {
+                        start(topo, l, state, tunnels, now, &mut heap);
+                    }
+                }
+            }
+            Event::TxEnd { link: l } => {
+                let link = topo.link(l);
+                let state = links.get_mut(&l).expect("a link that sent has state");
+                let (t, j) = state.sending.take().expect("a transmission was under way");
+                state.occupancy -= tunnels[t].request.packet_bytes;
+                let extra = match config.delays {
+                    Delays::Random(_) => rng.random_range(0..=link.max_jitter),
+                    Delays::Min => 0,
+                    Delays::Max => link.max_jitter,
+                    Delays::Alternate => {
+                        if j % 2 == 0 {
+                            link.max_jitter
+                        } else {
+                            0
+                        }
+                    }
+                };
+                heap.push(Reverse((now + link.min_delay + extra, Event::Arrive { t, j, node: link.to })));
+                start(topo, l, state, tunnels, now, &mut heap);
+            }
+        }
+    }
+    Report { horizon, events, tunnels: reports }
+}
+
+/// Starts sending the head of the highest non-empty sub-lane queue, if any.
+fn start(
+    topo: &Topology,
+    l: LinkId,
+    state: &mut LinkState,
+    tunnels: &[&Tunnel],
+    now: Picos,
+    heap: &mut BinaryHeap<Reverse<(Picos, Event)>>,
+) {
+    if let Some((t, j)) = state.queues.iter_mut().find_map(|q| q.pop_front()) {
+        state.sending = Some((t, j));
+        let tx = topo.link(l).tx_time(tunnels[t].request.packet_bytes);
+        heap.push(Reverse((now + tx, Event::TxEnd { link: l })));
+    }
+}
+
+/// Runs the validator under every adversary: phases all zero and random, delays random,
+/// shortest, longest and alternating (eight runs of at most `max_releases` releases each);
+/// merges the reports.
+pub fn validate_adversarially(
+    topo: &Topology,
+    tunnels: &[&Tunnel],
+    periods: u64,
+    max_releases: u64,
+    seed: u64,
+) -> Report {
+    let mut merged: Option<Report> = None;
+    for phases in [Phases::Zero, Phases::Random(seed)] {
+        for delays in [Delays::Random(seed.wrapping_add(1)), Delays::Min, Delays::Max, Delays::Alternate] {
+            let r = validate(topo, tunnels, &ValidatorConfig { periods, max_releases, phases, delays });
+            match merged.as_mut() {
+                Some(m) => m.merge(&r),
+                None => merged = Some(r),
+            }
+        }
+    }
+    merged.expect("at least one run")
+}

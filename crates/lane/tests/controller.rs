@@ -1,0 +1,145 @@
+//! The controller on a virtual clock: every operation's notices, deadlines and log.
+
+use kairos_lane::controller::{Controller, Input, LogEvent, Notice, Reason};
+use kairos_lane::te::{Allocation, LinkSpec, Request, generate};
+
+const US: u64 = 1_000_000; // picoseconds
+const GRACE: u64 = 100 * US;
+
+fn controller(queue_bytes: u64) -> Controller {
+    let spec = LinkSpec { bandwidth_bps: 1_000_000_000, queue_bytes, min_delay: US, max_jitter: US / 10 };
+    Controller::new(Allocation::new(generate::rack(4, spec).unwrap()), GRACE)
+}
+
+fn req(c: &Controller, name: &str, from: &str, to: &str, bytes: u64, period: u64) -> Request {
+    let t = c.allocation().topology();
+    Request {
+        name: name.into(),
+        sender: t.find(from).unwrap(),
+        receivers: vec![t.find(to).unwrap()],
+        packet_bytes: bytes,
+        period,
+        sublane: 0,
+    }
+}
+
+fn granted(n: &[Notice]) -> (u64, u64) {
+    n.iter()
+        .find_map(|n| match n {
+            Notice::Granted { tunnel, send_from, .. } => Some((*tunnel, *send_from)),
+            _ => None,
+        })
+        .expect("a grant")
+}
+
+#[test]
+fn a_request_that_worsens_others_waits_for_the_grace_period() {
+    let mut c = controller(64 * 1024);
+    let r = req(&c, "a", "h0", "h2", 125, 10 * US);
+    let first = c.handle(Input::Request(r), 0);
+    let (a, from) = granted(&first);
+    assert_eq!(from, 0, "nothing else changed, so it may send at once");
+    // b shares s0 -> h2 with a: a's jitter grows, so b may only send after the grace period.
+    let r = req(&c, "b", "h1", "h2", 250, 10 * US);
+    let second = c.handle(Input::Request(r), 5 * US);
+    let (_, from) = granted(&second);
+    assert_eq!(from, 5 * US + GRACE);
+    assert!(second.iter().any(|n| matches!(n,
+        Notice::BandwidthChanged { tunnel, reason: Reason::Te, effective_at, .. }
+            if *tunnel == a && *effective_at == 5 * US + GRACE)));
+    // The log holds both inputs and every notice, in order, with their times.
+    let log = c.log();
+    assert!(matches!(log[0].event, LogEvent::Input(Input::Request(_))));
+    assert_eq!(
+        log.iter().filter(|e| matches!(e.event, LogEvent::Notice(_))).count(),
+        first.len() + second.len()
+    );
+    assert_eq!(log.last().unwrap().at, 5 * US);
+}
+
+#[test]
+fn a_change_keeps_the_old_tunnel_through_the_grace_period() {
+    let mut c = controller(64 * 1024);
+    let (old, _) = granted(&c.handle(Input::Request(req(&c, "a", "h0", "h1", 125, 10 * US)), 0));
+    let n = c.handle(Input::Change { tunnel: old, request: req(&c, "a2", "h0", "h1", 500, 20 * US) }, 1_000);
+    let (new, from) = granted(&n);
+    assert_eq!(from, 1_000 + GRACE);
+    assert!(c.allocation().tunnel(old).is_some() && c.allocation().tunnel(new).is_some(), "both reserved");
+    assert_eq!(c.next_deadline(), Some(1_000 + GRACE));
+    assert!(c.tick(1_000 + GRACE - 1).is_empty());
+    let n = c.tick(1_000 + GRACE);
+    assert!(n.contains(&Notice::Released { tunnel: old }));
+    assert!(c.allocation().tunnel(old).is_none());
+    assert_eq!(c.next_deadline(), None);
+    // A change that cannot fit leaves the old tunnel alone.
+    let n =
+        c.handle(Input::Change { tunnel: new, request: req(&c, "huge", "h0", "h1", 1 << 20, US) }, 2 * GRACE);
+    assert!(matches!(&n[..], [Notice::Refused { .. }]), "{n:?}");
+    assert!(c.allocation().tunnel(new).is_some());
+}
+
+#[test]
+fn a_request_that_cannot_fit_names_the_full_link() {
+    let mut c = controller(1_000);
+    granted(&c.handle(Input::Request(req(&c, "a", "h0", "h2", 800, 10 * US)), 0));
+    let n = c.handle(Input::Request(req(&c, "b", "h1", "h2", 300, 10 * US)), 0);
+    match &n[..] {
+        [Notice::Refused { name, reason }] => {
+            assert_eq!(name, "b");
+            assert!(reason.contains("s0 -> h2") && reason.contains("full"), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn release_tells_the_others_after_the_grace_period() {
+    let mut c = controller(64 * 1024);
+    let (a, _) = granted(&c.handle(Input::Request(req(&c, "a", "h0", "h2", 125, 10 * US)), 0));
+    let (b, _) = granted(&c.handle(Input::Request(req(&c, "b", "h1", "h2", 250, 10 * US)), 0));
+    let n = c.handle(Input::Release { tunnel: b }, 7);
+    assert_eq!(n[0], Notice::Released { tunnel: b });
+    assert!(n.iter().any(|x| matches!(x, Notice::BandwidthChanged { tunnel, effective_at, .. } if *tunnel == a && *effective_at == 7 + GRACE)));
+    let n = c.handle(Input::Release { tunnel: b }, 8);
+    assert!(matches!(&n[..], [Notice::Refused { .. }]));
+}
+
+#[test]
+fn policing_reports_warn_then_terminate_and_give_unused_room_back() {
+    let mut c = controller(64 * 1024);
+    let (a, _) = granted(&c.handle(Input::Request(req(&c, "a", "h0", "h1", 125, 10 * US)), 0));
+    let period = c.allocation().tunnel(a).unwrap().resources.period;
+    // 100 periods' worth of window: up to 101 packets are within the grant.
+    let window = 100 * period;
+    assert!(c.handle(Input::Usage { tunnel: a, window, packets: 101, max_bytes: 125 }, 1).is_empty());
+    for strike in 1..=3u64 {
+        let n = c.handle(Input::Usage { tunnel: a, window, packets: 150, max_bytes: 125 }, strike);
+        if strike < 3 {
+            assert!(matches!(&n[..], [Notice::BandwidthChanged { reason: Reason::BwExceeded, .. }]), "{n:?}");
+        } else {
+            assert_eq!(n, vec![Notice::Terminated { tunnel: a }]);
+        }
+    }
+    assert!(c.allocation().tunnel(a).is_none());
+    // A tunnel using a tenth of its grant is re-planned at the period it uses.
+    let (b, _) = granted(&c.handle(Input::Request(req(&c, "b", "h0", "h1", 125, 10 * US)), 10));
+    let n = c.handle(Input::Usage { tunnel: b, window: 1_000 * US, packets: 10, max_bytes: 100 }, 11);
+    match &n[..] {
+        [Notice::BandwidthChanged { reason: Reason::BwUnused, resources, .. }, ..] => {
+            assert_eq!(resources.period, 100 * US)
+        }
+        other => panic!("expected BW_UNUSED, got {other:?}"),
+    }
+}
+
+#[test]
+fn termination_ends_every_tunnel_and_refuses_what_follows() {
+    let mut c = controller(64 * 1024);
+    granted(&c.handle(Input::Request(req(&c, "a", "h0", "h1", 125, 10 * US)), 0));
+    granted(&c.handle(Input::Request(req(&c, "b", "h2", "h3", 125, 10 * US)), 0));
+    let n = c.handle(Input::Terminate, 1);
+    assert_eq!(n.iter().filter(|x| matches!(x, Notice::Terminated { .. })).count(), 2);
+    assert!(c.allocation().is_empty());
+    let n = c.handle(Input::Request(req(&c, "late", "h0", "h1", 125, 10 * US)), 2);
+    assert!(matches!(&n[..], [Notice::Refused { reason, .. }] if reason.contains("terminated")));
+}
