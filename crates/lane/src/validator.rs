@@ -16,7 +16,9 @@
 //! Integer picoseconds throughout, as in the analysis, so a bound met exactly is met.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
+
+use hashbrown::HashMap;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

@@ -145,6 +145,10 @@ proptest! {
                 alloc.release(first);
             }
         }
+        // The incremental updates left every tunnel as a full recomputation would.
+        let mut fresh = alloc.clone();
+        let drift = fresh.readjust_all().unwrap();
+        prop_assert!(drift.is_empty(), "incremental X-ADJ drifted from a full run: {drift:?}");
         let tunnels = alloc.tunnels();
         let report = validate_adversarially(&topo, &tunnels, 20, 20_000, seed);
         prop_assert!(report.holds(), "violations {} drops {}: {:?}", report.violations(), report.drops(),

@@ -44,7 +44,7 @@
 //!    are still visited. (X-OPT here never routes through hosts, so this only matters for trees
 //!    given by hand.)
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 
 use super::alloc::{LinkLoad, Tunnel, TunnelId};
 use super::topology::{LinkId, NodeId, Topology};
@@ -103,7 +103,6 @@ pub(crate) fn adjust(
     topo: &Topology,
     me: &Tunnel,
     loads: &[LinkLoad],
-    tunnels: &HashMap<TunnelId, Tunnel>,
     options: AdjOptions,
 ) -> Result<(Resources, Vec<Hop>), AdjError> {
     let req = &me.request;
@@ -116,7 +115,7 @@ pub(crate) fn adjust(
         let link = topo.link(l);
         let (a_min, a_max) = arrive[&link.from];
         let tx = link.tx_time(req.packet_bytes);
-        let wait = wait_bound(topo, l, me.id, sublane, tx, &loads[l], tunnels, options)?;
+        let wait = wait_bound(topo, l, me.id, sublane, tx, &loads[l], options)?;
         hops.push(Hop { link: l, tx, wait, arrive_min: a_min, arrive_max: a_max });
         arrive.insert(
             link.to,
@@ -172,7 +171,6 @@ pub(crate) fn adjust(
 
 /// The longest a packet of tunnel `me` (sub-lane `sublane`, transmission `tx`) waits in the
 /// queue of link `l` before it is sent.
-#[allow(clippy::too_many_arguments)]
 fn wait_bound(
     topo: &Topology,
     l: LinkId,
@@ -180,7 +178,6 @@ fn wait_bound(
     sublane: u8,
     tx: Picos,
     load: &LinkLoad,
-    tunnels: &HashMap<TunnelId, Tunnel>,
     options: AdjOptions,
 ) -> Result<Picos, AdjError> {
     let link = topo.link(l);
@@ -188,44 +185,28 @@ fn wait_bound(
     // The same sub-lane: one packet of each other tunnel (this one's own is in the sum too).
     let same = load.tx_sum[s] - tx;
     let blocking = if options.lower_blocking {
-        load.max_bytes[s + 1..].iter().copied().max().map_or(0, |b| link.tx_time(b))
+        match load.max_bytes_below(sublane) {
+            0 => 0,
+            b => link.tx_time(b),
+        }
     } else {
         0
     };
-    // Per higher sub-lane tunnel on the link: (its transmission, its residence bound W' + t'
-    // here, the spread of its arrivals here, its period).
-    let higher: Vec<(Picos, Picos, Picos, Picos)> = load.tunnels[..]
-        .iter()
-        .filter(|&&id| id != me)
-        .filter_map(|id| tunnels.get(id))
-        .filter(|t| t.request.sublane < sublane)
-        .map(|t| {
-            let hop = t.hops.iter().find(|h| h.link == l);
-            let (tx, residence, spread) = hop.map_or_else(
-                || {
-                    let tx = link.tx_time(t.request.packet_bytes);
-                    (tx, tx, 0)
-                },
-                |h| (h.tx, h.wait + h.tx, h.arrive_max - h.arrive_min),
-            );
-            (tx, residence, spread, t.resources.period.max(1))
-        })
-        .collect();
+    // The higher sub-lane tunnels on the link, with their transmission, residence bound and
+    // arrival spread here, and period (kept up to date by the allocation).
+    let higher = || load.by_sublane[..s].iter().flatten().filter(move |e| e.id != me);
     let base = blocking + same;
     if !options.higher_interference {
-        return Ok(base + higher.iter().map(|h| h.0).sum::<Picos>());
+        return Ok(base + higher().map(|e| e.tx).sum::<Picos>());
     }
     // A higher packet that delays ours either sits in the queue when ours arrives at `a` (it
     // arrived after `a - W' - t'`, or it would have left) or arrives before ours starts, by
     // `a + W`: its arrival lies in an open window of length `W + W' + t'`, so its release in
     // one of length `W + W' + t' + J'`, which holds at most `ceil(that / period')` of them.
-    let mut w = base + higher.iter().map(|h| h.0).sum::<Picos>();
+    let mut w = base + higher().map(|e| e.tx).sum::<Picos>();
     loop {
         let next = base
-            + higher
-                .iter()
-                .map(|&(tx, residence, spread, period)| (w + residence + spread).div_ceil(period) * tx)
-                .sum::<Picos>();
+            + higher().map(|e| (w + e.residence + e.spread).div_ceil(e.period.max(1)) * e.tx).sum::<Picos>();
         if next == w {
             return Ok(w);
         }

@@ -4,7 +4,9 @@
 //! a link with it, and, in sub-lane order, the lower sub-lane tunnels sharing a link with any
 //! tunnel whose period or arrival spread changed. Release does the same in reverse.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use hashbrown::HashMap;
 
 use super::adj::{self, AdjError, AdjOptions, Hop};
 use super::opt::{self, Tree};
@@ -32,14 +34,41 @@ impl Tunnel {
 }
 
 /// What one link carries, kept up to date on admission and release.
+/// One tunnel on a link, with what lower sub-lanes need to count its packets there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub id: TunnelId,
+    pub bytes: u64,
+    /// Transmission time on the link.
+    pub tx: super::Picos,
+    /// Longest stay in the link's queue: wait plus transmission.
+    pub residence: super::Picos,
+    /// Spread of its packets' arrival times at the link.
+    pub spread: super::Picos,
+    pub period: super::Picos,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct LinkLoad {
-    pub tunnels: Vec<TunnelId>,
+    /// The tunnels on the link, by sub-lane.
+    pub by_sublane: [Vec<Entry>; SUBLANES as usize],
     /// Sum of the packet sizes (approximate validity: at most the queue).
     pub bytes: u64,
     /// Per sub-lane: the sum of the tunnels' transmission times, and the largest packet.
     pub tx_sum: [u64; SUBLANES as usize],
     pub max_bytes: [u64; SUBLANES as usize],
+}
+
+impl LinkLoad {
+    /// Every tunnel on the link.
+    pub fn tunnels(&self) -> impl Iterator<Item = TunnelId> + '_ {
+        self.by_sublane.iter().flatten().map(|e| e.id)
+    }
+
+    /// The largest packet of the sub-lanes below `sublane` (0 when none).
+    pub fn max_bytes_below(&self, sublane: u8) -> u64 {
+        self.max_bytes[sublane as usize + 1..].iter().copied().max().unwrap_or(0)
+    }
 }
 
 /// A tunnel whose resources an operation changed.
@@ -78,6 +107,8 @@ pub struct Allocation {
     loads: Vec<LinkLoad>,
     next_id: TunnelId,
     options: AdjOptions,
+    /// Tunnels X-ADJ ran on in the last operation (for benchmarks and reports).
+    last_readjusted: usize,
 }
 
 impl Allocation {
@@ -87,7 +118,7 @@ impl Allocation {
 
     pub fn with_options(topo: Topology, options: AdjOptions) -> Self {
         let loads = vec![LinkLoad::default(); topo.links().len()];
-        Self { topo, tunnels: HashMap::new(), loads, next_id: 1, options }
+        Self { topo, tunnels: HashMap::new(), loads, next_id: 1, options, last_readjusted: 0 }
     }
 
     pub fn topology(&self) -> &Topology {
@@ -111,6 +142,11 @@ impl Allocation {
 
     pub fn is_empty(&self) -> bool {
         self.tunnels.is_empty()
+    }
+
+    /// How many tunnels X-ADJ ran on in the last admission, release or change.
+    pub fn last_readjusted(&self) -> usize {
+        self.last_readjusted
     }
 
     pub fn load(&self, link: LinkId) -> &LinkLoad {
@@ -144,9 +180,9 @@ impl Allocation {
         let id = self.next_id;
         self.next_id += 1;
         let tunnel = Tunnel { id, request, links, resources: Resources::default(), hops: Vec::new() };
-        self.insert_load(&tunnel);
-        let mut seeds: Vec<TunnelId> = self.neighbours(&tunnel);
+        let mut seeds: Vec<TunnelId> = self.affected_by(&tunnel);
         seeds.push(id);
+        self.insert_load(&tunnel);
         self.tunnels.insert(id, tunnel);
         match self.readjust(seeds) {
             Ok(mut changed) => {
@@ -168,7 +204,7 @@ impl Allocation {
     pub fn release(&mut self, id: TunnelId) -> Option<Vec<Change>> {
         let tunnel = self.tunnels.remove(&id)?;
         self.remove_load(&tunnel);
-        let touched = self.neighbours(&tunnel);
+        let touched = self.affected_by(&tunnel);
         Some(self.readjust(touched).expect("removing a tunnel never makes the others unschedulable"))
     }
 
@@ -199,11 +235,23 @@ impl Allocation {
         self.readjust(all)
     }
 
-    /// Tunnels sharing a link with `t` (not `t` itself).
-    fn neighbours(&self, t: &Tunnel) -> Vec<TunnelId> {
+    /// The tunnels whose analysis `t` enters, given loads that do not include `t`: on each of
+    /// its links, those of its own sub-lane (one more packet to wait behind) and of lower ones
+    /// (one more higher sub-lane tunnel), and those of higher sub-lanes only where `t`'s packet
+    /// is larger than every lower sub-lane packet they already allow for as blocking.
+    fn affected_by(&self, t: &Tunnel) -> Vec<TunnelId> {
         let mut out: BTreeSet<TunnelId> = BTreeSet::new();
+        let (sublane, bytes) = (t.request.sublane, t.request.packet_bytes);
         for &l in &t.links {
-            out.extend(self.loads[l].tunnels.iter().copied().filter(|&x| x != t.id));
+            let load = &self.loads[l];
+            for (s, ids) in load.by_sublane.iter().enumerate() {
+                let s = s as u8;
+                let affected =
+                    s >= sublane || (self.options.lower_blocking && bytes > load.max_bytes_below(s));
+                if affected {
+                    out.extend(ids.iter().map(|e| e.id).filter(|&x| x != t.id));
+                }
+            }
         }
         out.into_iter().collect()
     }
@@ -214,34 +262,47 @@ impl Allocation {
         let mut work: BTreeSet<(u8, TunnelId)> =
             seeds.iter().filter_map(|id| self.tunnels.get(id).map(|t| (t.request.sublane, *id))).collect();
         let mut changed: HashMap<TunnelId, Change> = HashMap::new();
+        self.last_readjusted = 0;
         while let Some((sublane, id)) = work.pop_first() {
+            self.last_readjusted += 1;
             let me = &self.tunnels[&id];
-            let (resources, hops) = adj::adjust(&self.topo, me, &self.loads, &self.tunnels, self.options)
-                .map_err(|e| match e {
+            let (resources, hops) =
+                adj::adjust(&self.topo, me, &self.loads, self.options).map_err(|e| match e {
                     AdjError::Saturated { link, sublane } => {
                         Refusal::Saturated { link: self.topo.link_name(link), sublane }
                     }
                 })?;
-            let spread_changed = me.hops.len() != hops.len()
-                || me
-                    .hops
-                    .iter()
-                    .zip(&hops)
-                    .any(|(a, b)| a.arrive_max - a.arrive_min != b.arrive_max - b.arrive_min);
             let period_changed = me.resources.period != resources.period;
             if me.resources != resources {
                 let before = changed.get(&id).map_or(me.resources, |c| c.before);
                 changed.insert(id, Change { id, before, after: resources });
             }
-            if (spread_changed || period_changed) && (sublane as usize) + 1 < SUBLANES as usize {
-                for &l in &me.links {
-                    for &other in &self.loads[l].tunnels {
-                        let s = self.tunnels[&other].request.sublane;
-                        if s > sublane {
-                            work.insert((s, other));
+            // Lower sub-lane tunnels count this one's packets from its period, and, per link, its
+            // residence there (wait + transmission) and the spread of its arrivals.
+            if (sublane as usize) + 1 < SUBLANES as usize {
+                let fresh = me.hops.len() != hops.len();
+                for (i, hop) in hops.iter().enumerate() {
+                    let same = !fresh && {
+                        let old = &me.hops[i];
+                        old.wait == hop.wait
+                            && old.arrive_max - old.arrive_min == hop.arrive_max - hop.arrive_min
+                    };
+                    if period_changed || !same {
+                        let load = &self.loads[hop.link];
+                        for (s, ids) in load.by_sublane.iter().enumerate().skip(sublane as usize + 1) {
+                            work.extend(ids.iter().map(|e| (s as u8, e.id)));
                         }
                     }
                 }
+            }
+            for hop in &hops {
+                let entry = self.loads[hop.link].by_sublane[sublane as usize]
+                    .iter_mut()
+                    .find(|e| e.id == id)
+                    .expect("a tunnel is listed on its links");
+                entry.residence = hop.wait + hop.tx;
+                entry.spread = hop.arrive_max - hop.arrive_min;
+                entry.period = resources.period;
             }
             let me = self.tunnels.get_mut(&id).expect("present");
             me.resources = resources;
@@ -257,7 +318,14 @@ impl Allocation {
         for &l in &t.links {
             let tx = self.topo.link(l).tx_time(t.request.packet_bytes);
             let load = &mut self.loads[l];
-            load.tunnels.push(t.id);
+            load.by_sublane[s].push(Entry {
+                id: t.id,
+                bytes: t.request.packet_bytes,
+                tx,
+                residence: tx,
+                spread: 0,
+                period: t.request.period,
+            });
             load.bytes += t.request.packet_bytes;
             load.tx_sum[s] += tx;
             load.max_bytes[s] = load.max_bytes[s].max(t.request.packet_bytes);
@@ -269,18 +337,11 @@ impl Allocation {
         for &l in &t.links {
             let tx = self.topo.link(l).tx_time(t.request.packet_bytes);
             let load = &mut self.loads[l];
-            load.tunnels.retain(|&x| x != t.id);
+            load.by_sublane[s].retain(|e| e.id != t.id);
             load.bytes -= t.request.packet_bytes;
             load.tx_sum[s] -= tx;
             if load.max_bytes[s] == t.request.packet_bytes {
-                load.max_bytes[s] = load
-                    .tunnels
-                    .iter()
-                    .filter_map(|id| self.tunnels.get(id))
-                    .filter(|o| o.request.sublane as usize == s && o.id != t.id)
-                    .map(|o| o.request.packet_bytes)
-                    .max()
-                    .unwrap_or(0);
+                load.max_bytes[s] = load.by_sublane[s].iter().map(|e| e.bytes).max().unwrap_or(0);
             }
         }
     }

@@ -15,7 +15,7 @@
 //! end at its receiver, and every node between is a switch. Shortest paths are `petgraph`'s
 //! Dijkstra, run backwards from each receiver once per request.
 
-use std::collections::{HashMap, HashSet};
+use hashbrown::{HashMap, HashSet};
 
 use petgraph::algo::dijkstra;
 use petgraph::graph::NodeIndex;
@@ -193,7 +193,7 @@ pub(crate) fn preorder(topo: &Topology, req: &Request, links: &[LinkId]) -> Resu
     if order.len() != links.len() {
         return Err(format!("request '{}': some links are not below the sender", req.name));
     }
-    if let Some(&r) = req.receivers.iter().find(|r| !reached.contains(r)) {
+    if let Some(&r) = req.receivers.iter().find(|r| !reached.contains(*r)) {
         return Err(format!("request '{}': the tree does not reach '{}'", req.name, topo.node(r).name));
     }
     Ok(order)
