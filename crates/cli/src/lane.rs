@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
+use kairos_lab::lane_tightness;
 use kairos_lane::plan;
 use kairos_lane::te::{LinkSpec, Topology, generate, ns_to_ps, requests_from_toml};
 
@@ -19,6 +20,30 @@ enum LaneCommand {
     Plan(PlanArgs),
     /// Write a generated topology as TOML on stdout.
     Generate(GenerateArgs),
+    /// How tight the bounds are: a fat-tree of random tunnels, simulated, bound beside observed.
+    Tightness(TightnessArgs),
+}
+
+#[derive(Args)]
+struct TightnessArgs {
+    /// A k=4 fat-tree with 40 requests instead of k=8 with 300.
+    #[arg(long)]
+    quick: bool,
+    /// Print the summary as one JSON object on stdout instead of the report.
+    #[arg(long)]
+    json: bool,
+    /// Fat-tree arity (overrides the preset).
+    #[arg(long)]
+    k: Option<usize>,
+    /// Requests offered (overrides the preset).
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Seed of the requests and of the validator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where runs are written.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
 }
 
 #[derive(Args)]
@@ -93,6 +118,23 @@ pub fn run(args: &LaneArgs) -> Result<()> {
                 println!("{}", serde_json::to_string(&p)?);
             } else {
                 print!("{}", plan::table(&p));
+            }
+            Ok(())
+        }
+        LaneCommand::Tightness(a) => {
+            let mut config = lane_tightness::TightnessConfig::preset(a.quick);
+            if let Some(k) = a.k {
+                config.k = k;
+            }
+            if let Some(r) = a.requests {
+                config.requests = r;
+            }
+            config.seed = a.seed;
+            let s = lane_tightness::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                print!("{}", lane_tightness::report(&s));
             }
             Ok(())
         }

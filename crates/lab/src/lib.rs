@@ -11,10 +11,13 @@
 //! - [`forward`]: the source's forwarding experiment (trace, token-bucket source, forwarder with
 //!   a FIB, age receiver) and `sweep`, its grid of figures.
 //! - [`aoi_model`]: age of information of one queue, simulated beside the closed forms.
+//! - [`lane_tightness`]: how tight the express lane's latency and jitter bounds are on a
+//!   fat-tree, by simulation.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
 
 pub mod aoi_model;
 pub mod forward;
+pub mod lane_tightness;
 pub mod machine;
 pub mod output;
 pub mod plot;
