@@ -39,15 +39,18 @@ pub enum Delays {
 }
 
 /// Where each tunnel's first packet is released.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Phases {
     /// All at time 0: every sender fires together.
     Zero,
     /// Uniform in `[0, period)` (seeded).
     Random(u64),
+    /// Given per tunnel, in the order of the tunnels validated (taken modulo each period); for
+    /// targeted adversaries that line other tunnels up against one.
+    Given(Vec<Picos>),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidatorConfig {
     /// Simulate this many of the longest approved period.
     pub periods: u64,
@@ -153,21 +156,7 @@ struct LinkState {
 
 /// Simulates `tunnels` (with their current resources) over `topo` and checks every packet.
 pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) -> Report {
-    let mut reports: Vec<TunnelReport> = tunnels
-        .iter()
-        .map(|t| TunnelReport {
-            id: t.id,
-            name: t.request.name.clone(),
-            bound: t.resources,
-            released: 0,
-            delivered: 0,
-            drops: 0,
-            observed_min: None,
-            observed_max: None,
-            violations: 0,
-            first_violation: None,
-        })
-        .collect();
+    let mut reports = blank(tunnels);
     if tunnels.is_empty() {
         return Report { horizon: 0, events: 0, tunnels: reports };
     }
@@ -178,16 +167,22 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
     if horizon as f64 * rate > config.max_releases as f64 {
         horizon = (config.max_releases as f64 / rate) as Picos;
     }
-    let mut rng = SmallRng::seed_from_u64(match (config.phases, config.delays) {
-        (Phases::Random(a), Delays::Random(b)) => a ^ b.rotate_left(17),
-        (Phases::Random(a), _) | (_, Delays::Random(a)) => a,
-        _ => 0,
+    let phase_seed = match config.phases {
+        Phases::Random(a) => Some(a),
+        _ => None,
+    };
+    let mut rng = SmallRng::seed_from_u64(match (phase_seed, config.delays) {
+        (Some(a), Delays::Random(b)) => a ^ b.rotate_left(17),
+        (Some(a), _) | (None, Delays::Random(a)) => a,
+        (None, _) => 0,
     });
     let phases: Vec<Picos> = periods
         .iter()
-        .map(|&p| match config.phases {
+        .enumerate()
+        .map(|(i, &p)| match &config.phases {
             Phases::Zero => 0,
             Phases::Random(_) => rng.random_range(0..p),
+            Phases::Given(v) => v.get(i).copied().unwrap_or(0) % p,
         })
         .collect();
     // The tree's links out of each node, per tunnel.
@@ -280,6 +275,25 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
     Report { horizon, events, tunnels: reports }
 }
 
+/// A report with nothing observed yet, one row per tunnel.
+fn blank(tunnels: &[&Tunnel]) -> Vec<TunnelReport> {
+    tunnels
+        .iter()
+        .map(|t| TunnelReport {
+            id: t.id,
+            name: t.request.name.clone(),
+            bound: t.resources,
+            released: 0,
+            delivered: 0,
+            drops: 0,
+            observed_min: None,
+            observed_max: None,
+            violations: 0,
+            first_violation: None,
+        })
+        .collect()
+}
+
 /// Starts sending the head of the highest non-empty sub-lane queue, if any.
 fn start(
     topo: &Topology,
@@ -309,7 +323,8 @@ pub fn validate_adversarially(
     let mut merged: Option<Report> = None;
     for phases in [Phases::Zero, Phases::Random(seed)] {
         for delays in [Delays::Random(seed.wrapping_add(1)), Delays::Min, Delays::Max, Delays::Alternate] {
-            let r = validate(topo, tunnels, &ValidatorConfig { periods, max_releases, phases, delays });
+            let config = ValidatorConfig { periods, max_releases, phases: phases.clone(), delays };
+            let r = validate(topo, tunnels, &config);
             match merged.as_mut() {
                 Some(m) => m.merge(&r),
                 None => merged = Some(r),
@@ -317,4 +332,130 @@ pub fn validate_adversarially(
         }
     }
     merged.expect("at least one run")
+}
+
+/// Release phases that line every other tunnel up against `target`: each reaches the first link
+/// it shares with `target` just before `target` does (a lower sub-lane one a little earlier, so
+/// that it is already on the wire), with every link delay at its longest (run them with
+/// [`Delays::Max`]). `target`'s arrival at each link is worked out hop by hop: at each link it
+/// waits for the tunnels lined up there (one lower sub-lane packet, then every same or higher
+/// sub-lane one), and tunnels lined up upstream stay ahead of it. Tunnels sharing no link keep
+/// phase 0.
+pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> Vec<Picos> {
+    let t = tunnels[target];
+    let on_target: HashMap<LinkId, usize> = t.links.iter().enumerate().map(|(i, &l)| (l, i)).collect();
+    // Each other tunnel: the first link (in its own tree order) it shares with the target, and
+    // its arrival there with no waiting and the longest delays.
+    let first_shared: Vec<Option<(LinkId, Picos)>> = tunnels
+        .iter()
+        .enumerate()
+        .map(|(i, other)| {
+            if i == target {
+                return None;
+            }
+            let mut at: HashMap<NodeId, Picos> = HashMap::from([(other.request.sender, 0)]);
+            for &l in &other.links {
+                let link = topo.link(l);
+                let a = at[&link.from];
+                if on_target.contains_key(&l) {
+                    return Some((l, a));
+                }
+                at.insert(
+                    link.to,
+                    a + link.tx_time(other.request.packet_bytes) + link.min_delay + link.max_jitter,
+                );
+            }
+            None
+        })
+        .collect();
+    // The target's arrival at each of its links in that scenario.
+    let mut target_at: HashMap<LinkId, Picos> = HashMap::new();
+    let mut at: HashMap<NodeId, Picos> = HashMap::from([(t.request.sender, 0)]);
+    for &l in &t.links {
+        let link = topo.link(l);
+        let arrive = at[&link.from];
+        target_at.insert(l, arrive);
+        let (mut ahead, mut blocking) = (0, 0);
+        for (i, first) in first_shared.iter().enumerate() {
+            if first.is_some_and(|(fl, _)| fl == l) {
+                let other = tunnels[i];
+                let tx = link.tx_time(other.request.packet_bytes);
+                if other.request.sublane > t.request.sublane {
+                    blocking = blocking.max(tx);
+                } else {
+                    ahead += tx;
+                }
+            }
+        }
+        at.insert(
+            link.to,
+            arrive
+                + blocking
+                + ahead
+                + link.tx_time(t.request.packet_bytes)
+                + link.min_delay
+                + link.max_jitter,
+        );
+    }
+    // The largest lower sub-lane packet at each link goes first, then the other lower ones, then
+    // the rest, all before the target.
+    let mut largest_lower: HashMap<LinkId, (u64, usize)> = HashMap::new();
+    for (i, first) in first_shared.iter().enumerate() {
+        if let Some((l, _)) = first {
+            let other = tunnels[i];
+            if other.request.sublane > t.request.sublane {
+                let e = largest_lower.entry(*l).or_insert((0, i));
+                if other.request.packet_bytes > e.0 {
+                    *e = (other.request.packet_bytes, i);
+                }
+            }
+        }
+    }
+    first_shared
+        .iter()
+        .enumerate()
+        .map(|(i, first)| {
+            let Some((l, a)) = *first else { return 0 };
+            let other = tunnels[i];
+            let lead = if largest_lower.get(&l).is_some_and(|&(_, j)| j == i) {
+                3
+            } else if other.request.sublane > t.request.sublane {
+                2
+            } else {
+                1
+            };
+            let period = other.resources.period.max(1) as i128;
+            (target_at[&l] as i128 - lead - a as i128).rem_euclid(period) as Picos
+        })
+        .collect()
+}
+
+/// Runs the targeted adversary against each tunnel in turn (every delay at its longest,
+/// `periods` of the longest period) and returns, per tunnel, the worst latency its own
+/// packets saw, with the violations and drops of all runs.
+pub fn validate_targeted(topo: &Topology, tunnels: &[&Tunnel], periods: u64, max_releases: u64) -> Report {
+    let mut out = Report { horizon: 0, events: 0, tunnels: blank(tunnels) };
+    for target in 0..tunnels.len() {
+        {
+            let phases = Phases::Given(targeted_phases(topo, tunnels, target));
+            let r = validate(
+                topo,
+                tunnels,
+                &ValidatorConfig { periods, max_releases, phases, delays: Delays::Max },
+            );
+            out.horizon += r.horizon;
+            out.events += r.events;
+            for (o, t) in out.tunnels.iter_mut().zip(&r.tunnels) {
+                o.released += t.released;
+                o.delivered += t.delivered;
+                o.drops += t.drops;
+                o.violations += t.violations;
+                o.first_violation = o.first_violation.or(t.first_violation);
+            }
+            let (o, t) = (&mut out.tunnels[target], &r.tunnels[target]);
+            o.observed_min = opt(o.observed_min, t.observed_min, Picos::min);
+            o.observed_max = opt(o.observed_max, t.observed_max, Picos::max);
+        }
+    }
+    out
 }

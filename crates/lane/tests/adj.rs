@@ -148,3 +148,20 @@ fn tightened_bounds_are_caught() {
     let early = validate_adversarially(&topo, &[&tunnel], 100, 10_000, 1);
     assert!(early.violations() > 0);
 }
+
+#[test]
+fn the_targeted_adversary_reaches_the_two_tunnel_bound() {
+    // The two-tunnel case above: A's bound is 6.2 us, met when B's packet reaches s0 -> h2 just
+    // before A's and every delay is at its longest. The targeted adversary builds that run.
+    let mut a = Allocation::new(generate::rack(3, spec()).unwrap());
+    a.admit(req(&a, "A", "h0", &["h2"], 125, US, 0)).unwrap();
+    a.admit(req(&a, "B", "h1", &["h2"], 250, US, 0)).unwrap();
+    let tunnels = a.tunnels();
+    let report = kairos_lane::validator::validate_targeted(a.topology(), &tunnels, 3, 10_000);
+    assert!(report.holds(), "{report:?}");
+    // Within a few picoseconds: the other packet arrives 1-3 ps ahead, so starts that much early.
+    for (t, bound) in report.tunnels.iter().zip([62 * US / 10, 72 * US / 10]) {
+        let seen = t.observed_max.unwrap();
+        assert!(seen <= bound && bound - seen <= 3, "{} saw {seen} ps, bound {bound} ps", t.name);
+    }
+}
