@@ -55,8 +55,9 @@ struct PlanArgs {
     /// Requests TOML ([[request]] name, sender, receivers, packet_bytes, period_ns, optional sublane).
     #[arg(long)]
     requests: PathBuf,
-    /// Simulate this many of the longest approved period under every adversary and print the
-    /// observed latencies beside the bounds.
+    /// Simulate this many of the longest approved period under every adversary (eight general
+    /// ones, and one per tunnel lining the others up against it) and print the observed
+    /// latencies beside the bounds.
     #[arg(long)]
     validate: Option<u64>,
     /// Most packet releases per adversary run (a shorter simulation when needed).

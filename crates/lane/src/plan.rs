@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use crate::te::{Allocation, NodeId, Request, Topology, TunnelId, ps_to_ns};
-use crate::validator::validate_adversarially;
+use crate::validator::{validate_adversarially, validate_targeted};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanRow {
@@ -105,7 +105,8 @@ pub fn plan(topo: &Topology, requests: &[Request], validate: Option<(u64, u64, u
     }
     let validation = validate.map(|(periods, max_releases, seed)| {
         let tunnels = alloc.tunnels();
-        let report = validate_adversarially(topo, &tunnels, periods, max_releases, seed);
+        let mut report = validate_adversarially(topo, &tunnels, periods, max_releases, seed);
+        report.merge(&validate_targeted(topo, &tunnels, periods.min(10), max_releases));
         for tr in &report.tunnels {
             if let Some(row) = rows.iter_mut().find(|r| r.id == Some(tr.id)) {
                 row.observed_min_ns = tr.observed_min.map(ps_to_ns);
@@ -115,7 +116,7 @@ pub fn plan(topo: &Topology, requests: &[Request], validate: Option<(u64, u64, u
         }
         Validation {
             simulated_ns: ps_to_ns(report.horizon),
-            runs: 8,
+            runs: 8 + tunnels.len() as u32,
             events: report.events,
             violations: report.violations(),
             drops: report.drops(),

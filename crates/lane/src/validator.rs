@@ -45,8 +45,8 @@ pub enum Phases {
     Zero,
     /// Uniform in `[0, period)` (seeded).
     Random(u64),
-    /// Given per tunnel, in the order of the tunnels validated (taken modulo each period); for
-    /// targeted adversaries that line other tunnels up against one.
+    /// The first release of each tunnel, in the order of the tunnels validated (any time, not
+    /// only within the first period); for targeted adversaries that line tunnels up against one.
     Given(Vec<Picos>),
 }
 
@@ -163,6 +163,9 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
     let periods: Vec<Picos> = tunnels.iter().map(|t| t.resources.period.max(1)).collect();
     let longest = *periods.iter().max().expect("not empty");
     let mut horizon = longest.saturating_mul(config.periods.max(1));
+    if let Phases::Given(v) = &config.phases {
+        horizon = horizon.saturating_add(v.iter().copied().max().unwrap_or(0));
+    }
     let rate: f64 = periods.iter().map(|&p| 1.0 / p as f64).sum();
     if horizon as f64 * rate > config.max_releases as f64 {
         horizon = (config.max_releases as f64 / rate) as Picos;
@@ -182,7 +185,7 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
         .map(|(i, &p)| match &config.phases {
             Phases::Zero => 0,
             Phases::Random(_) => rng.random_range(0..p),
-            Phases::Given(v) => v.get(i).copied().unwrap_or(0) % p,
+            Phases::Given(v) => v.get(i).copied().unwrap_or(0),
         })
         .collect();
     // The tree's links out of each node, per tunnel.
@@ -340,7 +343,7 @@ pub fn validate_adversarially(
 /// [`Delays::Max`]). `target`'s arrival at each link is worked out hop by hop: at each link it
 /// waits for the tunnels lined up there (one lower sub-lane packet, then every same or higher
 /// sub-lane one), and tunnels lined up upstream stay ahead of it. Tunnels sharing no link keep
-/// phase 0.
+/// phase 0 (before the shift that makes every release time non-negative).
 pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> Vec<Picos> {
     let t = tunnels[target];
     let on_target: HashMap<LinkId, usize> = t.links.iter().enumerate().map(|(i, &l)| (l, i)).collect();
@@ -411,7 +414,8 @@ pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> V
             }
         }
     }
-    first_shared
+    // Release times relative to the target's, then all shifted so that none is negative.
+    let relative: Vec<i128> = first_shared
         .iter()
         .enumerate()
         .map(|(i, first)| {
@@ -424,10 +428,11 @@ pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> V
             } else {
                 1
             };
-            let period = other.resources.period.max(1) as i128;
-            (target_at[&l] as i128 - lead - a as i128).rem_euclid(period) as Picos
+            target_at[&l] as i128 - lead - a as i128
         })
-        .collect()
+        .collect();
+    let shift = -relative.iter().copied().min().unwrap_or(0).min(0);
+    relative.iter().map(|&r| (r + shift) as Picos).collect()
 }
 
 /// Runs the targeted adversary against each tunnel in turn (every delay at its longest,
