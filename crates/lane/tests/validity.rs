@@ -3,7 +3,7 @@
 //! source's Theorem 2.
 
 use kairos_lane::te::{Allocation, LinkSpec, Request, Topology, generate, opt::Tree};
-use kairos_lane::validator::validate_adversarially;
+use kairos_lane::validator::{validate_adversarially, validate_targeted};
 use proptest::prelude::*;
 
 const NS: u64 = 1_000; // picoseconds
@@ -150,7 +150,8 @@ proptest! {
         let drift = fresh.readjust_all().unwrap();
         prop_assert!(drift.is_empty(), "incremental X-ADJ drifted from a full run: {drift:?}");
         let tunnels = alloc.tunnels();
-        let report = validate_adversarially(&topo, &tunnels, 20, 20_000, seed);
+        let mut report = validate_adversarially(&topo, &tunnels, 20, 20_000, seed);
+        report.merge(&validate_targeted(&topo, &tunnels, 5, 5_000));
         prop_assert!(report.holds(), "violations {} drops {}: {:?}", report.violations(), report.drops(),
             report.tunnels.iter().find(|t| t.violations > 0 || t.drops > 0));
     }
