@@ -441,26 +441,16 @@ pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> V
 pub fn validate_targeted(topo: &Topology, tunnels: &[&Tunnel], periods: u64, max_releases: u64) -> Report {
     let mut out = Report { horizon: 0, events: 0, tunnels: blank(tunnels) };
     for target in 0..tunnels.len() {
-        {
-            let phases = Phases::Given(targeted_phases(topo, tunnels, target));
-            let r = validate(
-                topo,
-                tunnels,
-                &ValidatorConfig { periods, max_releases, phases, delays: Delays::Max },
-            );
-            out.horizon += r.horizon;
-            out.events += r.events;
-            for (o, t) in out.tunnels.iter_mut().zip(&r.tunnels) {
-                o.released += t.released;
-                o.delivered += t.delivered;
-                o.drops += t.drops;
-                o.violations += t.violations;
-                o.first_violation = o.first_violation.or(t.first_violation);
+        let phases = Phases::Given(targeted_phases(topo, tunnels, target));
+        let config = ValidatorConfig { periods, max_releases, phases, delays: Delays::Max };
+        let mut r = validate(topo, tunnels, &config);
+        // Every run counts for violations and drops; its extremes only for its target.
+        for (i, t) in r.tunnels.iter_mut().enumerate() {
+            if i != target {
+                (t.observed_min, t.observed_max) = (None, None);
             }
-            let (o, t) = (&mut out.tunnels[target], &r.tunnels[target]);
-            o.observed_min = opt(o.observed_min, t.observed_min, Picos::min);
-            o.observed_max = opt(o.observed_max, t.observed_max, Picos::max);
         }
+        out.merge(&r);
     }
     out
 }

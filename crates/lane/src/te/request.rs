@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::topology::{NodeId, NodeKind, Topology, TopologyError, line_of, number};
+use super::topology::{NodeId, NodeKind, Topology, TopologyError, error_at, number, parse};
 use super::{Picos, ns_to_ps, ps_to_ns};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,15 +91,8 @@ impl Request {
 
 /// Parses `[[request]]` tables against `topo`; `file` names the file in errors.
 pub fn requests_from_toml(text: &str, file: &str, topo: &Topology) -> Result<Vec<Request>, TopologyError> {
-    let at = |span: std::ops::Range<usize>, what: String| TopologyError::At {
-        file: file.to_string(),
-        line: line_of(text, span.start),
-        what,
-    };
-    let raw: RawRequests = toml::from_str(text).map_err(|e| {
-        let line = e.span().map_or(0, |s| line_of(text, s.start));
-        TopologyError::At { file: file.to_string(), line, what: e.message().trim().to_string() }
-    })?;
+    let at = error_at(text, file);
+    let raw: RawRequests = parse(text, file)?;
     let mut out: Vec<Request> = Vec::new();
     for r in &raw.request {
         let span = r.span();

@@ -202,15 +202,8 @@ impl Topology {
 
     /// Parses the TOML form (see the crate docs); `file` names it in errors.
     pub fn from_toml(text: &str, file: &str) -> Result<Self, TopologyError> {
-        let at = |span: std::ops::Range<usize>, what: String| TopologyError::At {
-            file: file.to_string(),
-            line: line_of(text, span.start),
-            what,
-        };
-        let raw: RawTopology = toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(0, |s| line_of(text, s.start));
-            TopologyError::At { file: file.to_string(), line, what: e.message().trim().to_string() }
-        })?;
+        let at = error_at(text, file);
+        let raw: RawTopology = parse(text, file)?;
         let mut topo = Topology::new();
         for node in &raw.node {
             let name = node.get_ref().name.get_ref();
@@ -283,6 +276,22 @@ impl fmt::Display for Topology {
         let hosts = self.hosts().count();
         write!(f, "{} hosts, {} switches, {} links", hosts, self.nodes.len() - hosts, self.links.len())
     }
+}
+
+/// Deserializes `text`, reporting a syntax or shape error at its line of `file`.
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(text: &str, file: &str) -> Result<T, TopologyError> {
+    toml::from_str(text).map_err(|e| {
+        let line = e.span().map_or(0, |s| line_of(text, s.start));
+        TopologyError::At { file: file.to_string(), line, what: e.message().trim().to_string() }
+    })
+}
+
+/// Makes errors that name the line of `file` a span of `text` starts on.
+pub(crate) fn error_at<'a>(
+    text: &'a str,
+    file: &'a str,
+) -> impl Fn(std::ops::Range<usize>, String) -> TopologyError + 'a {
+    move |span, what| TopologyError::At { file: file.to_string(), line: line_of(text, span.start), what }
 }
 
 /// 1-based line of a byte offset.
