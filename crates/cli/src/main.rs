@@ -5,6 +5,7 @@
 mod aoi_model;
 mod forward;
 mod lane;
+mod rtu;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -40,6 +41,8 @@ enum Command {
     /// The express lane's controller: admit periodic tunnels, print their latency and jitter
     /// bounds, validate them by simulation.
     Lane(lane::LaneArgs),
+    /// Real-time upcalls: admission control of periodic handlers under RMDP.
+    Rtu(rtu::RtuArgs),
 }
 
 #[derive(Args, Clone)]
@@ -193,6 +196,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Forward(args) => forward::forward(&args),
         Command::Sweep(args) => forward::sweep(&args),
         Command::Lane(args) => lane::run(&args),
+        Command::Rtu(args) => rtu::run(&args),
         Command::Lab(args) => {
             let c = &args.common;
             let (latency, grace) =

@@ -1,0 +1,119 @@
+//! `kairos rtu`: the real-time upcall facility from the command line.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use kairos_rtu::analysis::analyse;
+use kairos_rtu::file::handlers_from_toml;
+use serde::Serialize;
+
+#[derive(Args)]
+pub struct RtuArgs {
+    #[command(subcommand)]
+    command: RtuCommand,
+}
+
+#[derive(Subcommand)]
+enum RtuCommand {
+    /// Admission control for a set of periodic handlers: response-time analysis under RMDP
+    /// (fixed priorities, deferred preemption), beside the Liu-Layland bound.
+    Admit(AdmitArgs),
+}
+
+#[derive(Args)]
+struct AdmitArgs {
+    /// A TOML file of [[handler]] tables: name, period_us, batch, iteration, unit_cost_us.
+    file: PathBuf,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct HandlerRow {
+    name: String,
+    priority: usize,
+    utilisation: f64,
+    blocking_us: f64,
+    response_time_us: Option<f64>,
+    worst_job: usize,
+    jobs_checked: usize,
+    schedulable: bool,
+}
+
+#[derive(Serialize)]
+struct AdmitOut {
+    admitted: bool,
+    handlers: Vec<HandlerRow>,
+    utilisation: f64,
+    liu_layland_bound: f64,
+}
+
+pub fn run(args: &RtuArgs) -> Result<()> {
+    match &args.command {
+        RtuCommand::Admit(a) => {
+            let text = std::fs::read_to_string(&a.file)
+                .with_context(|| format!("cannot read {}", a.file.display()))?;
+            let specs =
+                handlers_from_toml(&text, &a.file.display().to_string()).map_err(anyhow::Error::msg)?;
+            let analysis = analyse(&specs)?;
+            let us = |ns: u64| ns as f64 / 1e3;
+            let out = AdmitOut {
+                admitted: analysis.admitted,
+                handlers: analysis
+                    .handlers
+                    .iter()
+                    .map(|h| HandlerRow {
+                        name: h.name.clone(),
+                        priority: h.priority,
+                        utilisation: h.utilisation,
+                        blocking_us: us(h.blocking_ns),
+                        response_time_us: h.response_time_ns.map(us),
+                        worst_job: h.worst_job,
+                        jobs_checked: h.jobs_checked,
+                        schedulable: h.schedulable,
+                    })
+                    .collect(),
+                utilisation: analysis.utilisation,
+                liu_layland_bound: analysis.liu_layland_bound,
+            };
+            if a.json {
+                println!("{}", serde_json::to_string(&out)?);
+                return Ok(());
+            }
+            println!(
+                "{:<12} {:>8} {:>11} {:>11} {:>13} {:>10} {:>10}  verdict",
+                "handler", "priority", "period us", "blocking us", "response us", "worst job", "util"
+            );
+            for (h, s) in out.handlers.iter().zip(&specs) {
+                let response = h.response_time_us.map_or("unbounded".to_string(), |r| format!("{r:.3}"));
+                let verdict = if h.schedulable {
+                    "meets every deadline".to_string()
+                } else {
+                    format!(
+                        "misses: job {} of the {} in its busy period exceeds the period",
+                        h.worst_job, h.jobs_checked
+                    )
+                };
+                println!(
+                    "{:<12} {:>8} {:>11.3} {:>11.3} {:>13} {:>10} {:>10.3}  {verdict}",
+                    h.name,
+                    h.priority,
+                    s.period_ns as f64 / 1e3,
+                    h.blocking_us,
+                    response,
+                    h.worst_job,
+                    h.utilisation
+                );
+            }
+            println!(
+                "utilisation {:.3} (Liu-Layland bound {:.3}): {}",
+                out.utilisation,
+                out.liu_layland_bound,
+                if out.admitted { "admitted" } else { "refused" }
+            );
+            Ok(())
+        }
+    }
+}

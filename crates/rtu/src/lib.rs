@@ -1,0 +1,19 @@
+//! `kairos-rtu`: real-time upcalls: periodic protocol handlers (period T, batch B, iteration b)
+//! admitted by exact response-time analysis and scheduled rate-monotonic with delayed
+//! preemption (RMDP), after the source's RTU facility.
+//!
+//! - [`analysis`]: admission control: response-time analysis for fixed priorities with
+//!   deferred preemption over the whole level-i busy period, with blocking; the Liu-Layland
+//!   bound beside it.
+//! - [`policy`]: the RMDP policy as a sans-I/O state machine (releases, completions and `now`
+//!   in; the next dispatch or wake-up out).
+//! - [`file`]: the handler file of `kairos rtu admit`.
+//! - [`sim`]: the policy on a virtual clock, to check the analysis against the schedule.
+
+pub mod analysis;
+pub mod file;
+pub mod policy;
+pub mod sim;
+
+pub use analysis::{Analysis, AnalysisError, HandlerAnalysis, HandlerSpec, analyse};
+pub use policy::{Decision, Policy};

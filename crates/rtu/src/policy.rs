@@ -1,0 +1,168 @@
+//! The RMDP policy as a sans-I/O state machine: releases, completions and the current time go
+//! in; which handler runs next (and how many units, one iteration at most) or how long to sleep
+//! comes out. It never reads a clock, sleeps or spawns, so it runs the same on the virtual clock
+//! of the tests and simulations as under the real-time shell.
+//!
+//! Rules (the source's section 4.1): rate-monotonic priorities; the highest-priority handler
+//! with work left in its period is dispatched for one iteration (`b` units, or what is left),
+//! which is never interrupted; between iterations the shell asks [`Policy::should_yield`] (one
+//! flag) and, when a higher-priority handler has been released, hands the rest of the period's
+//! work back: the handler resumes later in the same period. A handler that has done its `B`
+//! units waits for its next period. A job that completes after its deadline (the next release)
+//! is a miss; one that still has iterations left when its next release is handled is a miss too,
+//! and the new job starts afresh.
+
+use crate::analysis::{HandlerSpec, priority_order};
+
+/// What the shell should do now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Run `units` units of handler `handler` (registration index) without interruption.
+    Run { handler: usize, units: u64 },
+    /// Nothing to run before `until` (the next release).
+    Idle { until: u64 },
+}
+
+/// A job that ended at a completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    pub handler: usize,
+    /// Job number (0 is the first release).
+    pub job: u64,
+    pub release: u64,
+    pub completion: u64,
+}
+
+impl Finished {
+    pub fn response(&self) -> u64 {
+        self.completion - self.release
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    spec: HandlerSpec,
+    /// Release time of the current job.
+    release: u64,
+    next_release: u64,
+    job: u64,
+    /// Units left in the current job (0: done for this period).
+    remaining: u64,
+    started: bool,
+    misses: u64,
+    completed: u64,
+}
+
+/// Per-handler counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    pub released: u64,
+    pub completed: u64,
+    pub misses: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// In registration order.
+    slots: Vec<Slot>,
+    /// Registration indices from the highest priority down.
+    order: Vec<usize>,
+    /// A higher-priority release happened since the running handler was dispatched.
+    yield_flag: bool,
+    running: Option<usize>,
+}
+
+impl Policy {
+    /// Handlers in registration order; handler `i`'s first release is at `phases[i]` (0 when
+    /// `phases` is shorter).
+    pub fn new(handlers: &[HandlerSpec], phases: &[u64]) -> Self {
+        let slots = handlers
+            .iter()
+            .enumerate()
+            .map(|(i, h)| {
+                let phase = phases.get(i).copied().unwrap_or(0);
+                Slot {
+                    spec: h.clone(),
+                    release: phase,
+                    next_release: phase,
+                    job: 0,
+                    remaining: 0,
+                    started: false,
+                    misses: 0,
+                    completed: 0,
+                }
+            })
+            .collect();
+        Self { slots, order: priority_order(handlers), yield_flag: false, running: None }
+    }
+
+    /// Releases every job due by `now`; a release above the running handler's priority raises
+    /// the yield flag.
+    pub fn release(&mut self, now: u64) {
+        let running_rank = self.running.map(|r| self.rank(r));
+        for rank in 0..self.order.len() {
+            let i = self.order[rank];
+            let s = &mut self.slots[i];
+            while s.next_release <= now {
+                if s.started && s.remaining > 0 {
+                    s.misses += 1;
+                }
+                s.release = s.next_release;
+                s.next_release += s.spec.period_ns;
+                s.job = if s.started { s.job + 1 } else { 0 };
+                s.started = true;
+                s.remaining = s.spec.batch;
+                if running_rank.is_some_and(|r| rank < r) {
+                    self.yield_flag = true;
+                }
+            }
+        }
+    }
+
+    fn rank(&self, handler: usize) -> usize {
+        self.order.iter().position(|&i| i == handler).expect("a registered handler")
+    }
+
+    /// The flag a handler checks between iterations: a higher-priority handler is waiting.
+    pub fn should_yield(&self) -> bool {
+        self.yield_flag
+    }
+
+    /// What to run at `now` (call [`Policy::release`] first).
+    pub fn next(&mut self, _now: u64) -> Decision {
+        self.yield_flag = false;
+        for &i in &self.order {
+            let s = &self.slots[i];
+            if s.started && s.remaining > 0 {
+                self.running = Some(i);
+                return Decision::Run { handler: i, units: s.spec.iteration.min(s.remaining) };
+            }
+        }
+        self.running = None;
+        Decision::Idle { until: self.slots.iter().map(|s| s.next_release).min().unwrap_or(u64::MAX) }
+    }
+
+    /// `handler` processed `units` units, ending at `now`; returns the job if it finished.
+    pub fn completed(&mut self, handler: usize, units: u64, now: u64) -> Option<Finished> {
+        let s = &mut self.slots[handler];
+        s.remaining = s.remaining.saturating_sub(units);
+        if s.remaining > 0 || !s.started {
+            return None;
+        }
+        s.completed += 1;
+        if now > s.release + s.spec.period_ns {
+            s.misses += 1;
+        }
+        Some(Finished { handler, job: s.job, release: s.release, completion: now })
+    }
+
+    pub fn counts(&self, handler: usize) -> Counts {
+        let s = &self.slots[handler];
+        Counts { released: if s.started { s.job + 1 } else { 0 }, completed: s.completed, misses: s.misses }
+    }
+
+    /// Misses counted so far, all handlers.
+    pub fn misses(&self) -> u64 {
+        self.slots.iter().map(|s| s.misses).sum()
+    }
+}
