@@ -11,6 +11,12 @@
 //! units waits for its next period. A job that completes after its deadline (the next release)
 //! is a miss; one that still has iterations left when its next release is handled is a miss too,
 //! and the new job starts afresh.
+//!
+//! Misbehaviour: the shell reports how long each iteration took ([`Policy::account`]); one that
+//! took longer than its declared cost (with a tolerance) is an overrun, counted with its excess.
+//! After [`Policy::DEMOTE_AFTER`] overruns the handler is demoted: it drops below every admitted
+//! handler and runs one unit per dispatch, so the damage it can still do to the others is one
+//! unit's (overrunning) cost per dispatch instead of a whole iteration's.
 
 use crate::analysis::{HandlerSpec, priority_order};
 
@@ -51,6 +57,9 @@ struct Slot {
     started: bool,
     misses: u64,
     completed: u64,
+    overruns: u64,
+    worst_excess_ns: u64,
+    demoted: bool,
 }
 
 /// Per-handler counts.
@@ -59,6 +68,10 @@ pub struct Counts {
     pub released: u64,
     pub completed: u64,
     pub misses: u64,
+    /// Iterations that took longer than declared (with the tolerance), and the largest excess.
+    pub overruns: u64,
+    pub worst_excess_ns: u64,
+    pub demoted: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -90,6 +103,9 @@ impl Policy {
                     started: false,
                     misses: 0,
                     completed: 0,
+                    overruns: 0,
+                    worst_excess_ns: 0,
+                    demoted: false,
                 }
             })
             .collect();
@@ -135,7 +151,8 @@ impl Policy {
             let s = &self.slots[i];
             if s.started && s.remaining > 0 {
                 self.running = Some(i);
-                return Decision::Run { handler: i, units: s.spec.iteration.min(s.remaining) };
+                let iteration = if s.demoted { 1 } else { s.spec.iteration };
+                return Decision::Run { handler: i, units: iteration.min(s.remaining) };
             }
         }
         self.running = None;
@@ -158,7 +175,41 @@ impl Policy {
 
     pub fn counts(&self, handler: usize) -> Counts {
         let s = &self.slots[handler];
-        Counts { released: if s.started { s.job + 1 } else { 0 }, completed: s.completed, misses: s.misses }
+        Counts {
+            released: if s.started { s.job + 1 } else { 0 },
+            completed: s.completed,
+            misses: s.misses,
+            overruns: s.overruns,
+            worst_excess_ns: s.worst_excess_ns,
+            demoted: s.demoted,
+        }
+    }
+
+    /// Overruns before a handler is demoted.
+    pub const DEMOTE_AFTER: u64 = 3;
+    /// An iteration may take this much more than declared (1/4) before it counts as an overrun:
+    /// clocks and caches are not exact.
+    pub const TOLERANCE_DIVISOR: u64 = 4;
+
+    /// The shell measured `elapsed_ns` for `units` units of `handler`: counts an overrun when it
+    /// exceeds the declared cost by more than the tolerance, and demotes after
+    /// [`Policy::DEMOTE_AFTER`] of them. Returns the excess when it was an overrun.
+    pub fn account(&mut self, handler: usize, units: u64, elapsed_ns: u64) -> Option<u64> {
+        let s = &mut self.slots[handler];
+        let declared = units * s.spec.unit_cost_ns;
+        if elapsed_ns <= declared + declared / Self::TOLERANCE_DIVISOR {
+            return None;
+        }
+        let excess = elapsed_ns - declared;
+        s.overruns += 1;
+        s.worst_excess_ns = s.worst_excess_ns.max(excess);
+        if s.overruns >= Self::DEMOTE_AFTER && !s.demoted {
+            s.demoted = true;
+            // Demoted handlers go below every other one, keeping their order among themselves.
+            let slots = &self.slots;
+            self.order.sort_by_key(|&i| slots[i].demoted);
+        }
+        Some(excess)
     }
 
     /// Misses counted so far, all handlers.

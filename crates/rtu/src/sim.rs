@@ -32,8 +32,21 @@ impl SimResult {
     }
 }
 
-/// Simulates `handlers` released first at `phases` (registration order) until `horizon` ns.
+/// Simulates `handlers` released first at `phases` (registration order) until `horizon` ns,
+/// every unit costing what it declares.
 pub fn simulate(handlers: &[HandlerSpec], phases: &[u64], horizon: u64) -> SimResult {
+    let costs: Vec<u64> = handlers.iter().map(|h| h.unit_cost_ns).collect();
+    simulate_with_costs(handlers, &costs, phases, horizon).0
+}
+
+/// As [`simulate`], with the units of handler `i` really costing `costs[i]`; returns the policy
+/// too, for its per-handler counts (overruns, demotion).
+pub fn simulate_with_costs(
+    handlers: &[HandlerSpec],
+    costs: &[u64],
+    phases: &[u64],
+    horizon: u64,
+) -> (SimResult, Policy) {
     let mut policy = Policy::new(handlers, phases);
     let mut out = SimResult::default();
     let mut now = 0u64;
@@ -55,7 +68,9 @@ pub fn simulate(handlers: &[HandlerSpec], phases: &[u64], horizon: u64) -> SimRe
                     }
                 }
                 out.dispatches += 1;
-                now += units * handlers[handler].unit_cost_ns;
+                let elapsed = units * costs[handler];
+                now += elapsed;
+                policy.account(handler, units, elapsed);
                 if let Some(f) = policy.completed(handler, units, now) {
                     out.finished.push(f);
                     last = None;
@@ -66,7 +81,7 @@ pub fn simulate(handlers: &[HandlerSpec], phases: &[u64], horizon: u64) -> SimRe
         }
     }
     out.misses = policy.misses();
-    out
+    (out, policy)
 }
 
 /// Whether `handler`'s current job has finished (its last finished job is its latest release).
