@@ -8,12 +8,16 @@
 //! - [`policy`]: the RMDP policy as a sans-I/O state machine (releases, completions and `now`
 //!   in; the next dispatch or wake-up out).
 //! - [`file`]: the handler file of `kairos rtu admit`.
+//! - [`shell`]: the real-time shell: a pinned thread, `SCHED_FIFO` when permitted, absolute
+//!   sleeps with a short final spin, overrun detection, an abort flag for clean shutdown.
 //! - [`sim`]: the policy on a virtual clock, to check the analysis against the schedule.
 
 pub mod analysis;
 pub mod file;
 pub mod policy;
+pub mod shell;
 pub mod sim;
 
 pub use analysis::{Analysis, AnalysisError, HandlerAnalysis, HandlerSpec, analyse};
 pub use policy::{Decision, Policy};
+pub use shell::{Context, Handler, Running, Scheduler, ShellConfig};

@@ -60,6 +60,8 @@ struct Slot {
     overruns: u64,
     worst_excess_ns: u64,
     demoted: bool,
+    /// Stopped handlers release no jobs (their current one is dropped).
+    enabled: bool,
 }
 
 /// Per-handler counts.
@@ -106,6 +108,7 @@ impl Policy {
                     overruns: 0,
                     worst_excess_ns: 0,
                     demoted: false,
+                    enabled: true,
                 }
             })
             .collect();
@@ -119,6 +122,13 @@ impl Policy {
         for rank in 0..self.order.len() {
             let i = self.order[rank];
             let s = &mut self.slots[i];
+            if !s.enabled {
+                s.remaining = 0;
+                while s.next_release <= now {
+                    s.next_release += s.spec.period_ns;
+                }
+                continue;
+            }
             while s.next_release <= now {
                 if s.started && s.remaining > 0 {
                     s.misses += 1;
@@ -183,6 +193,31 @@ impl Policy {
             worst_excess_ns: s.worst_excess_ns,
             demoted: s.demoted,
         }
+    }
+
+    /// The handler ran out of work before its batch (an empty queue): its job for this period
+    /// ends now.
+    pub fn finish(&mut self, handler: usize, now: u64) -> Option<Finished> {
+        let left = self.slots[handler].remaining;
+        if left == 0 {
+            return None;
+        }
+        self.completed(handler, left, now)
+    }
+
+    /// Stops (no more releases; the current job is dropped) or restarts a handler.
+    pub fn set_enabled(&mut self, handler: usize, enabled: bool) {
+        self.slots[handler].enabled = enabled;
+    }
+
+    /// New parameters for a handler (admission is the caller's); its priority follows its new
+    /// period, and the change applies from its next release.
+    pub fn set_spec(&mut self, handler: usize, spec: HandlerSpec) {
+        self.slots[handler].spec = spec;
+        let specs: Vec<HandlerSpec> = self.slots.iter().map(|s| s.spec.clone()).collect();
+        self.order = priority_order(&specs);
+        let slots = &self.slots;
+        self.order.sort_by_key(|&i| slots[i].demoted);
     }
 
     /// Overruns before a handler is demoted.

@@ -1,0 +1,133 @@
+//! The real-time shell on real threads and clocks. The assertions allow for a noisy, shared
+//! machine: they check mechanisms (counts, shutdown, overrun detection, refusals), not timing.
+
+use std::time::Duration;
+
+use kairos_rtu::analysis::HandlerSpec;
+use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
+
+fn spec(name: &str, period_us: u64, batch: u64, iteration: u64, unit_cost_us: u64) -> HandlerSpec {
+    HandlerSpec {
+        name: name.into(),
+        period_ns: period_us * 1_000,
+        batch,
+        iteration,
+        unit_cost_ns: unit_cost_us * 1_000,
+    }
+}
+
+fn spin_us(us: u64) {
+    let until = std::time::Instant::now() + Duration::from_micros(us);
+    while std::time::Instant::now() < until {
+        std::hint::spin_loop();
+    }
+}
+
+#[derive(Default)]
+struct Log {
+    entries: Vec<&'static str>,
+}
+
+#[test]
+fn handlers_share_state_without_locks_and_shut_down_on_abort() {
+    let mut s = Scheduler::new(Log::default());
+    let a = s
+        .register(spec("a", 5_000, 4, 2, 20), |log: &mut Log, units: u64, _: &Context<'_>| {
+            for _ in 0..units {
+                log.entries.push("a");
+            }
+            units
+        })
+        .unwrap();
+    struct B;
+    impl kairos_rtu::Handler<Log> for B {
+        fn run(&mut self, log: &mut Log, units: u64, _: &Context<'_>) -> u64 {
+            log.entries.extend(std::iter::repeat_n("b", units as usize));
+            units
+        }
+        fn shutdown(&mut self, log: &mut Log) {
+            log.entries.push("b: closed");
+        }
+    }
+    let b = s.register(spec("b", 10_000, 2, 1, 20), B).unwrap();
+    let running = s.spawn(ShellConfig { spin_ns: 5_000, ..ShellConfig::default() }).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let report = running.stop();
+    let (ca, cb) = (report.counts[a], report.counts[b]);
+    // About 40 and 20 periods in 200 ms; at least half of them on a busy machine.
+    assert!(ca.completed >= 20 && cb.completed >= 10, "{ca:?} {cb:?}");
+    let n = |tag: &str| report.shared.entries.iter().filter(|e| **e == tag).count() as u64;
+    // Every completed job did its 4 units; a job under way at the stop may have done 2 more.
+    assert!(n("a") >= 4 * ca.completed && n("a") <= 4 * ca.released, "{} entries, {ca:?}", n("a"));
+    assert_eq!(report.shared.entries.last(), Some(&"b: closed"), "shutdown runs after the last iteration");
+    assert!(n("b") >= 2 * cb.completed);
+    if !report.realtime {
+        eprintln!("SCHED_FIFO not granted: {:?}", report.realtime_error);
+    }
+}
+
+#[test]
+fn an_unschedulable_registration_is_refused_with_the_reason() {
+    let mut s = Scheduler::new(());
+    s.register(spec("a", 1_000, 6, 1, 100), |_: &mut (), u: u64, _: &Context<'_>| u).unwrap();
+    let e = s
+        .register(spec("b", 2_000, 10, 1, 100), |_: &mut (), u: u64, _: &Context<'_>| u)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("unschedulable") && e.contains("'b'"), "{e}");
+    assert_eq!(s.specs().len(), 1, "a refused handler is not registered");
+}
+
+#[test]
+fn an_overrunning_handler_is_reported_and_demoted_and_can_be_stopped() {
+    let mut s = Scheduler::new(0u64);
+    let good = s
+        .register(spec("good", 2_000, 2, 1, 50), |n: &mut u64, u: u64, _: &Context<'_>| {
+            *n += u;
+            u
+        })
+        .unwrap();
+    // Declares 10 us per unit, takes 300 us.
+    let bad = s
+        .register(spec("bad", 4_000, 2, 2, 10), |_: &mut u64, u: u64, _: &Context<'_>| {
+            spin_us(300 * u);
+            u
+        })
+        .unwrap();
+    let running = s.spawn(ShellConfig::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(60));
+    running.set_enabled(bad, false).unwrap();
+    assert!(running.set_enabled(9, false).is_err());
+    std::thread::sleep(Duration::from_millis(20));
+    let report = running.stop();
+    let b = report.counts[bad];
+    assert!(b.overruns >= 3 && b.demoted, "{b:?}");
+    assert!(b.worst_excess_ns >= 250_000, "{b:?}");
+    assert_eq!(report.counts[good].overruns, 0);
+    assert!(report.shared > 0);
+}
+
+#[test]
+fn changes_are_admitted_or_refused() {
+    let mut s = Scheduler::new(());
+    let a = s.register(spec("a", 1_000, 2, 1, 100), |_: &mut (), u: u64, _: &Context<'_>| u).unwrap();
+    let running = s.spawn(ShellConfig { fifo_priority: 0, ..ShellConfig::default() }).unwrap();
+    assert!(running.change(a, spec("a", 2_000, 4, 1, 100)).is_ok());
+    let e = running.change(a, spec("a", 1_000, 20, 1, 100)).unwrap_err().to_string();
+    assert!(e.contains("unschedulable"), "{e}");
+    std::thread::sleep(Duration::from_millis(20));
+    let report = running.stop();
+    assert!(report.counts[a].completed >= 1);
+}
+
+#[test]
+fn calibration_measures_the_unit_cost() {
+    let mut s = Scheduler::new(());
+    let work = |_: &mut (), u: u64, _: &Context<'_>| {
+        spin_us(20 * u);
+        u
+    };
+    s.register_calibrated(spec("w", 10_000, 4, 1, 1), work, 5, 1.5).unwrap();
+    let cost = s.specs()[0].unit_cost_ns;
+    assert!(cost >= 30_000, "20 us per unit x 1.5 at least, got {cost} ns");
+}
