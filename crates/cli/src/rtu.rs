@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use kairos_lab::rtu_deadlines;
 use kairos_rtu::analysis::analyse;
 use kairos_rtu::file::handlers_from_toml;
 use serde::Serialize;
@@ -19,6 +20,22 @@ enum RtuCommand {
     /// Admission control for a set of periodic handlers: response-time analysis under RMDP
     /// (fixed priorities, deferred preemption), beside the Liu-Layland bound.
     Admit(AdmitArgs),
+    /// The source's Fig. 5: minimum slack of 12 handlers against total utilisation, with and
+    /// without background load.
+    Deadlines(DeadlinesArgs),
+}
+
+#[derive(Args)]
+struct DeadlinesArgs {
+    /// Seven points of 1.5 s instead of twelve of 20 s.
+    #[arg(long)]
+    quick: bool,
+    /// Print the summary as one JSON object on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Where runs are written.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
 }
 
 #[derive(Args)]
@@ -52,6 +69,16 @@ struct AdmitOut {
 
 pub fn run(args: &RtuArgs) -> Result<()> {
     match &args.command {
+        RtuCommand::Deadlines(a) => {
+            let config = rtu_deadlines::DeadlinesConfig::preset(a.quick);
+            let s = rtu_deadlines::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                print!("{}", rtu_deadlines::report(&s));
+            }
+            Ok(())
+        }
         RtuCommand::Admit(a) => {
             let text = std::fs::read_to_string(&a.file)
                 .with_context(|| format!("cannot read {}", a.file.display()))?;

@@ -13,6 +13,8 @@
 //! - [`aoi_model`]: age of information of one queue, simulated beside the closed forms.
 //! - [`lane_tightness`]: how tight the express lane's latency and jitter bounds are on a
 //!   fat-tree, by simulation.
+//! - [`rtu_deadlines`]: the real-time upcalls' deadlines against utilisation (the source's
+//!   Fig. 5), with and without background load.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
 
 pub mod aoi_model;
@@ -23,3 +25,4 @@ pub mod output;
 pub mod plot;
 pub mod rcu_grace;
 pub mod rcu_latency;
+pub mod rtu_deadlines;

@@ -14,7 +14,7 @@
 //!
 //! Misbehaviour: the shell reports how long each iteration took ([`Policy::account`]); one that
 //! took longer than its declared cost (with a tolerance) is an overrun, counted with its excess.
-//! After [`Policy::DEMOTE_AFTER`] overruns the handler is demoted: it drops below every admitted
+//! After [`Policy::DEMOTE_AFTER`] overruns in a row the handler is demoted: it drops below every admitted
 //! handler and runs one unit per dispatch, so the damage it can still do to the others is one
 //! unit's (overrunning) cost per dispatch instead of a whole iteration's.
 
@@ -58,6 +58,10 @@ struct Slot {
     misses: u64,
     completed: u64,
     overruns: u64,
+    /// Overruns in a row (a dispatch within its cost resets it).
+    streak: u64,
+    /// The most work (declared cost) a job still had when its deadline came.
+    worst_unfinished_ns: u64,
     worst_excess_ns: u64,
     demoted: bool,
     /// Stopped handlers release no jobs (their current one is dropped).
@@ -74,6 +78,9 @@ pub struct Counts {
     pub overruns: u64,
     pub worst_excess_ns: u64,
     pub demoted: bool,
+    /// The most work a job still had at its deadline (it was dropped): its slack was below
+    /// minus this.
+    pub worst_unfinished_ns: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -106,6 +113,8 @@ impl Policy {
                     misses: 0,
                     completed: 0,
                     overruns: 0,
+                    streak: 0,
+                    worst_unfinished_ns: 0,
                     worst_excess_ns: 0,
                     demoted: false,
                     enabled: true,
@@ -132,6 +141,7 @@ impl Policy {
             while s.next_release <= now {
                 if s.started && s.remaining > 0 {
                     s.misses += 1;
+                    s.worst_unfinished_ns = s.worst_unfinished_ns.max(s.remaining * s.spec.unit_cost_ns);
                 }
                 s.release = s.next_release;
                 s.next_release += s.spec.period_ns;
@@ -192,6 +202,7 @@ impl Policy {
             overruns: s.overruns,
             worst_excess_ns: s.worst_excess_ns,
             demoted: s.demoted,
+            worst_unfinished_ns: s.worst_unfinished_ns,
         }
     }
 
@@ -220,25 +231,31 @@ impl Policy {
         self.order.sort_by_key(|&i| slots[i].demoted);
     }
 
-    /// Overruns before a handler is demoted.
+    /// Overruns in a row before a handler is demoted: one alone is more likely the machine (an
+    /// interrupt, a stolen vCPU) than the handler.
     pub const DEMOTE_AFTER: u64 = 3;
-    /// An iteration may take this much more than declared (1/4) before it counts as an overrun:
-    /// clocks and caches are not exact.
+    /// An iteration may take this much more than declared (1/4) before it counts as an
+    /// overrun: clocks and caches are not exact...
     pub const TOLERANCE_DIVISOR: u64 = 4;
+    /// ... and at least this much more, ns: an interrupt costs microseconds.
+    pub const TOLERANCE_FLOOR_NS: u64 = 20_000;
 
     /// The shell measured `elapsed_ns` for `units` units of `handler`: counts an overrun when it
     /// exceeds the declared cost by more than the tolerance, and demotes after
-    /// [`Policy::DEMOTE_AFTER`] of them. Returns the excess when it was an overrun.
+    /// [`Policy::DEMOTE_AFTER`] of them in a row. Returns the excess when it was an overrun.
     pub fn account(&mut self, handler: usize, units: u64, elapsed_ns: u64) -> Option<u64> {
         let s = &mut self.slots[handler];
         let declared = units * s.spec.unit_cost_ns;
-        if elapsed_ns <= declared + declared / Self::TOLERANCE_DIVISOR {
+        let tolerance = (declared / Self::TOLERANCE_DIVISOR).max(Self::TOLERANCE_FLOOR_NS);
+        if elapsed_ns <= declared + tolerance {
+            s.streak = 0;
             return None;
         }
         let excess = elapsed_ns - declared;
         s.overruns += 1;
+        s.streak += 1;
         s.worst_excess_ns = s.worst_excess_ns.max(excess);
-        if s.overruns >= Self::DEMOTE_AFTER && !s.demoted {
+        if s.streak >= Self::DEMOTE_AFTER && !s.demoted {
             s.demoted = true;
             // Demoted handlers go below every other one, keeping their order among themselves.
             let slots = &self.slots;

@@ -145,6 +145,14 @@ impl<S: Send + 'static> Scheduler<S> {
         Ok(self.handlers.len() - 1)
     }
 
+    /// Registers a handler without admission control: for experiments that measure what
+    /// happens beyond the admission limit. Nothing is guaranteed for such a set.
+    pub fn register_unadmitted(&mut self, spec: HandlerSpec, handler: impl Handler<S> + 'static) -> usize {
+        self.specs.push(spec);
+        self.handlers.push(Box::new(handler));
+        self.handlers.len() - 1
+    }
+
     /// Registers a handler whose unit cost is measured: the handler runs `batch` units
     /// `rounds` times on the shared state, and the cost declared is the slowest unit seen times
     /// `margin` (e.g. 1.5).

@@ -119,19 +119,21 @@ proptest! {
 #[test]
 fn an_overrunning_handler_is_detected_and_demoted() {
     use kairos_rtu::sim::simulate_with_costs;
-    // good: T = 100, 10 units of 2 (C = 20); bad declares T = 50, 4 units of 1 in iterations of 4
-    // but really costs 10 per unit. Admitted as declared: U = 0.2 + 0.08.
-    let set = [h("good", 100, 10, 2, 2), h("bad", 50, 4, 4, 1)];
+    // In milliseconds (the tolerance has a 20 us floor): good: T = 100, 10 units of 2 (C = 20);
+    // bad declares T = 50, 4 units of 1 in iterations of 4 but really costs 10 per unit.
+    // Admitted as declared: U = 0.2 + 0.08.
+    const MS: u64 = 1_000_000;
+    let set = [h("good", 100 * MS, 10, 2, 2 * MS), h("bad", 50 * MS, 4, 4, MS)];
     assert!(analyse(&set).unwrap().admitted);
-    let (run, policy) = simulate_with_costs(&set, &[2, 10], &[0, 0], 10_000);
+    let (run, policy) = simulate_with_costs(&set, &[2 * MS, 10 * MS], &[0, 0], 10_000 * MS);
     let bad = policy.counts(1);
     assert!(bad.demoted && bad.overruns >= 3, "{bad:?}");
-    // The first dispatch ran 4 units: 40 instead of 4 ns, 36 too many.
-    assert_eq!(bad.worst_excess_ns, 36);
-    // Once demoted it runs one unit (10 ns) at a time below `good`, which then meets every
+    // The first dispatch ran 4 units: 40 instead of 4 ms, 36 too many.
+    assert_eq!(bad.worst_excess_ns, 36 * MS);
+    // Once demoted it runs one unit (10 ms) at a time below `good`, which then meets every
     // deadline: its misses, if any, all come from before the demotion.
     let late: Vec<_> =
-        run.finished.iter().filter(|f| f.handler == 0 && f.completion > f.release + 100).collect();
-    assert!(late.iter().all(|f| f.release < 300), "good missed after the demotion: {late:?}");
+        run.finished.iter().filter(|f| f.handler == 0 && f.completion > f.release + 100 * MS).collect();
+    assert!(late.iter().all(|f| f.release < 300 * MS), "good missed after the demotion: {late:?}");
     assert_eq!(policy.counts(0).overruns, 0);
 }

@@ -1,0 +1,296 @@
+//! `kairos rtu deadlines`: the source's Fig. 5. Twelve handlers in two groups of six (each
+//! group with periods 20, 25, ..., 45 ms: the source used 40-90 ms; shorter periods give more
+//! invocations per second, so a point takes seconds), every one doing 50 us units of pure
+//! computation, scaled so that the set's total utilisation is swept from 0.1 to 0.95. Each
+//! point runs on the real-time shell (one pinned `SCHED_FIFO` thread) and records the minimum
+//! slack (deadline minus completion) over all invocations and the misses (a job still unfinished
+//! at its deadline is dropped; its slack counts as minus the work it had left, a bound on how
+//! late it would have been); then again with
+//! background load (`stress-ng` CPU and I/O workers pinned to the same core), where installed.
+//! Sets the analysis refuses are run too (registered without admission) to show where misses
+//! start; the `admitted` column says which.
+//!
+//! # Summary fields (stable)
+//! `machine`, `config`, `noise`, `realtime` (`SCHED_FIFO` granted), `background` (how the
+//! load was made, or why not), `rows` (`utilisation`, `background_load`, `admitted`,
+//! `min_slack_us`, `misses`, `invocations`, `overruns`, `worst_wakeup_lateness_us`), `plots`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Result;
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
+use kairos_rtu::analysis::{HandlerSpec, analyse};
+use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
+use serde::Serialize;
+
+use crate::machine::MachineInfo;
+use crate::output::{RunDir, progress};
+use crate::plot::{Scales, XySeries, xy_chart};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadlinesConfig {
+    pub utilisations: Vec<f64>,
+    /// Run time per point.
+    pub seconds: f64,
+    /// Core of the shell (and of the background load).
+    pub core: usize,
+    /// Cost of one unit of work, us.
+    pub unit_us: u64,
+}
+
+impl DeadlinesConfig {
+    pub fn quick() -> Self {
+        Self {
+            utilisations: vec![0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95],
+            seconds: 1.5,
+            core: last_core(),
+            unit_us: 50,
+        }
+    }
+
+    pub fn full() -> Self {
+        Self {
+            utilisations: vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95],
+            seconds: 20.0,
+            ..Self::quick()
+        }
+    }
+
+    pub fn preset(quick: bool) -> Self {
+        if quick { Self::quick() } else { Self::full() }
+    }
+}
+
+fn last_core() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadlineRow {
+    pub utilisation: f64,
+    pub background_load: bool,
+    pub admitted: bool,
+    pub min_slack_us: f64,
+    pub misses: u64,
+    pub invocations: u64,
+    pub overruns: u64,
+    pub worst_wakeup_lateness_us: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadlinesSummary {
+    pub machine: MachineInfo,
+    pub config: DeadlinesConfig,
+    pub noise: NoiseReport,
+    pub realtime: bool,
+    pub background: String,
+    pub rows: Vec<DeadlineRow>,
+    pub plots: Vec<PathBuf>,
+    pub results_dir: PathBuf,
+}
+
+/// The twelve handlers at total utilisation `u`: equal shares, batches of whole units.
+pub fn handler_set(u: f64, unit_us: u64) -> Vec<HandlerSpec> {
+    (0..12)
+        .map(|i| {
+            let period_us = 20_000 + 5_000 * (i % 6) as u64;
+            let units = ((u / 12.0) * period_us as f64 / unit_us as f64).round().max(1.0) as u64;
+            HandlerSpec {
+                name: format!("g{}-{}ms", i / 6, period_us / 1_000),
+                period_ns: period_us * 1_000,
+                batch: units,
+                iteration: 1,
+                unit_cost_ns: unit_us * 1_000,
+            }
+        })
+        .collect()
+}
+
+fn spin_ns(ns: u64) {
+    let until = kairos_metrics::sys::monotonic_ns() + ns;
+    while kairos_metrics::sys::monotonic_ns() < until {
+        std::hint::spin_loop();
+    }
+}
+
+/// Starts `stress-ng` CPU and I/O workers on `core`, or says why it cannot.
+fn background(core: usize) -> Result<Child, String> {
+    Command::new("stress-ng")
+        .args(["--cpu", "1", "--io", "1", "--taskset", &core.to_string(), "--timeout", "3600s", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            format!("stress-ng could not start ({e}); install it (Debian: stress-ng) for the loaded rows")
+        })
+}
+
+fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> (DeadlineRow, bool) {
+    let admitted = analyse(specs).map(|a| a.admitted).unwrap_or(false);
+    let mut sched = Scheduler::new(());
+    for s in specs {
+        let cost = s.unit_cost_ns;
+        sched.register_unadmitted(s.clone(), move |_: &mut (), units: u64, _: &Context<'_>| {
+            spin_ns(units * cost);
+            units
+        });
+    }
+    let shell = ShellConfig { core: Some(config.core), ..ShellConfig::default() };
+    let running = sched.spawn(shell).expect("spawn the shell thread");
+    std::thread::sleep(Duration::from_secs_f64(config.seconds));
+    let report = running.stop();
+    let min_slack = report
+        .finished
+        .iter()
+        .map(|f| (f.release + specs[f.handler].period_ns) as i64 - f.completion as i64)
+        .chain(
+            report
+                .counts
+                .iter()
+                .filter(|c| c.worst_unfinished_ns > 0)
+                .map(|c| -(c.worst_unfinished_ns as i64)),
+        )
+        .min()
+        .unwrap_or(0);
+    let row = DeadlineRow {
+        utilisation: specs.iter().map(HandlerSpec::utilisation).sum(),
+        background_load: false,
+        admitted,
+        min_slack_us: min_slack as f64 / 1e3,
+        misses: report.counts.iter().map(|c| c.misses).sum(),
+        invocations: report.counts.iter().map(|c| c.released).sum(),
+        overruns: report.counts.iter().map(|c| c.overruns).sum(),
+        worst_wakeup_lateness_us: report.worst_wakeup_lateness_ns as f64 / 1e3,
+    };
+    (row, report.realtime)
+}
+
+pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<DeadlinesSummary> {
+    let machine = MachineInfo::probe();
+    let run_dir = RunDir::create(results_root, "rtu-deadlines")?;
+    let probe = NoiseProbe::start(NoiseConfig::quick());
+    let bar = progress(config.utilisations.len() as u64 * 2, "deadline points");
+    let mut rows = Vec::new();
+    let mut realtime = true;
+    for &u in &config.utilisations {
+        let (row, rt) = run_point(&handler_set(u, config.unit_us), config);
+        realtime &= rt;
+        rows.push(row);
+        bar.inc(1);
+    }
+    let background_note = match background(config.core) {
+        Ok(mut child) => {
+            for &u in &config.utilisations {
+                let (mut row, _) = run_point(&handler_set(u, config.unit_us), config);
+                row.background_load = true;
+                rows.push(row);
+                bar.inc(1);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            format!("stress-ng --cpu 1 --io 1 on core {}", config.core)
+        }
+        Err(why) => {
+            log(&why);
+            why
+        }
+    };
+    bar.finish_and_clear();
+    if !realtime {
+        log("SCHED_FIFO was not granted: the handlers ran at normal priority (run as root)");
+    }
+    let noise = probe.finish();
+    let mut csv = String::from(
+        "utilisation,background_load,admitted,min_slack_us,misses,invocations,overruns,worst_wakeup_lateness_us\n",
+    );
+    for r in &rows {
+        csv.push_str(&format!(
+            "{:.4},{},{},{:.1},{},{},{},{:.1}\n",
+            r.utilisation,
+            r.background_load,
+            r.admitted,
+            r.min_slack_us,
+            r.misses,
+            r.invocations,
+            r.overruns,
+            r.worst_wakeup_lateness_us
+        ));
+    }
+    run_dir.write_text("rows.csv", &csv)?;
+    let plot = run_dir.path().join("min_slack.png");
+    let series = |bg: bool, name: &str, color: usize| XySeries {
+        name: name.into(),
+        points: rows
+            .iter()
+            .filter(|r| r.background_load == bg)
+            .map(|r| (r.utilisation, r.min_slack_us / 1e3))
+            .collect(),
+        model: false,
+        color,
+    };
+    let mut all = vec![series(false, "no background load", 0)];
+    if rows.iter().any(|r| r.background_load) {
+        all.push(series(true, "stress-ng on the same core", 1));
+    }
+    xy_chart(
+        &plot,
+        "RMDP: minimum slack over all invocations (12 handlers, periods 20-45 ms)",
+        "total utilisation",
+        "minimum slack (ms; below 0 is a miss)",
+        Scales::default(),
+        &all,
+    )?;
+    let summary = DeadlinesSummary {
+        machine,
+        config: config.clone(),
+        noise,
+        realtime,
+        background: background_note,
+        rows,
+        plots: vec![plot],
+        results_dir: run_dir.path().to_path_buf(),
+    };
+    run_dir.write_json("summary.json", &summary)?;
+    Ok(summary)
+}
+
+pub fn report(s: &DeadlinesSummary) -> String {
+    let mut out = format!("machine: {}\n", s.machine.one_line());
+    out.push_str(&format!(
+        "SCHED_FIFO: {}; background: {}; noise: longest stall seen {:.1} us\n\n",
+        if s.realtime { "granted" } else { "NOT granted" },
+        s.background,
+        s.noise.max_gap_ns as f64 / 1e3
+    ));
+    out.push_str(&format!(
+        "{:>6} {:>10} {:>8} {:>14} {:>7} {:>11} {:>9} {:>14}\n",
+        "util",
+        "background",
+        "admitted",
+        "min slack us",
+        "misses",
+        "invocations",
+        "overruns",
+        "worst wake us"
+    ));
+    for r in &s.rows {
+        out.push_str(&format!(
+            "{:>6.3} {:>10} {:>8} {:>14.1} {:>7} {:>11} {:>9} {:>14.1}\n",
+            r.utilisation,
+            if r.background_load { "stress-ng" } else { "none" },
+            r.admitted,
+            r.min_slack_us,
+            r.misses,
+            r.invocations,
+            r.overruns,
+            r.worst_wakeup_lateness_us
+        ));
+    }
+    for p in &s.plots {
+        out.push_str(&format!("plot: {}\n", p.display()));
+    }
+    out.push_str(&format!("results: {}\n", s.results_dir.display()));
+    out
+}
