@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use kairos_lab::rtu_deadlines;
+use kairos_lab::{rtu_deadlines, rtu_switches};
 use kairos_rtu::analysis::analyse;
 use kairos_rtu::file::handlers_from_toml;
 use serde::Serialize;
@@ -23,11 +23,14 @@ enum RtuCommand {
     /// The source's Fig. 5: minimum slack of 12 handlers against total utilisation, with and
     /// without background load.
     Deadlines(DeadlinesArgs),
+    /// Context switches per unit of work: RMDP (no locks) against a SCHED_FIFO thread per
+    /// handler with priority-inheritance mutexes.
+    Switches(DeadlinesArgs),
 }
 
 #[derive(Args)]
 struct DeadlinesArgs {
-    /// Seven points of 1.5 s instead of twelve of 20 s.
+    /// Short runs (seconds) instead of the full ones.
     #[arg(long)]
     quick: bool,
     /// Print the summary as one JSON object on stdout instead of the table.
@@ -76,6 +79,16 @@ pub fn run(args: &RtuArgs) -> Result<()> {
                 println!("{}", serde_json::to_string(&s)?);
             } else {
                 print!("{}", rtu_deadlines::report(&s));
+            }
+            Ok(())
+        }
+        RtuCommand::Switches(a) => {
+            let config = rtu_switches::SwitchesConfig::preset(a.quick);
+            let s = rtu_switches::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                print!("{}", rtu_switches::report(&s));
             }
             Ok(())
         }

@@ -15,6 +15,8 @@
 //!   fat-tree, by simulation.
 //! - [`rtu_deadlines`]: the real-time upcalls' deadlines against utilisation (the source's
 //!   Fig. 5), with and without background load.
+//! - [`rtu_switches`]: context switches per unit of work, RMDP against a thread per handler
+//!   with priority-inheritance locks.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
 
 pub mod aoi_model;
@@ -26,3 +28,4 @@ pub mod plot;
 pub mod rcu_grace;
 pub mod rcu_latency;
 pub mod rtu_deadlines;
+pub mod rtu_switches;
