@@ -26,12 +26,9 @@ enum LaneCommand {
 
 #[derive(Args)]
 struct TightnessArgs {
-    /// A k=4 fat-tree with 40 requests instead of k=8 with 300.
-    #[arg(long)]
-    quick: bool,
-    /// Print the summary as one JSON object on stdout instead of the report.
-    #[arg(long)]
-    json: bool,
+    /// --quick: a k=4 fat-tree with 40 requests instead of k=8 with 300.
+    #[command(flatten)]
+    common: crate::Common,
     /// Fat-tree arity (overrides the preset).
     #[arg(long)]
     k: Option<usize>,
@@ -41,9 +38,6 @@ struct TightnessArgs {
     /// Seed of the requests and of the validator.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Where runs are written.
-    #[arg(long, default_value = "results")]
-    results: PathBuf,
 }
 
 #[derive(Args)]
@@ -123,7 +117,7 @@ pub fn run(args: &LaneArgs) -> Result<()> {
             Ok(())
         }
         LaneCommand::Tightness(a) => {
-            let mut config = lane_tightness::TightnessConfig::preset(a.quick);
+            let mut config = lane_tightness::TightnessConfig::preset(a.common.quick);
             if let Some(k) = a.k {
                 config.k = k;
             }
@@ -131,8 +125,8 @@ pub fn run(args: &LaneArgs) -> Result<()> {
                 config.requests = r;
             }
             config.seed = a.seed;
-            let s = lane_tightness::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            if a.json {
+            let s = lane_tightness::run(&config, &a.common.results, &|l| eprintln!("kairos: {l}"))?;
+            if a.common.json {
                 println!("{}", serde_json::to_string(&s)?);
             } else {
                 print!("{}", lane_tightness::report(&s));

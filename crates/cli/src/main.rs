@@ -45,17 +45,18 @@ enum Command {
     Rtu(rtu::RtuArgs),
 }
 
+/// The flags every experiment takes.
 #[derive(Args, Clone)]
-struct Common {
+pub(crate) struct Common {
     /// Short runs (about a minute in all) instead of the full ones.
     #[arg(long)]
-    quick: bool,
+    pub quick: bool,
     /// Print the summary as one JSON object on stdout instead of a table.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// Where runs are written (a directory per experiment and run).
     #[arg(long, default_value = "results")]
-    results: PathBuf,
+    pub results: PathBuf,
 }
 
 #[derive(Args)]

@@ -22,23 +22,10 @@ enum RtuCommand {
     Admit(AdmitArgs),
     /// The source's Fig. 5: minimum slack of 12 handlers against total utilisation, with and
     /// without background load.
-    Deadlines(DeadlinesArgs),
+    Deadlines(crate::Common),
     /// Context switches per unit of work: RMDP (no locks) against a SCHED_FIFO thread per
     /// handler with priority-inheritance mutexes.
-    Switches(DeadlinesArgs),
-}
-
-#[derive(Args)]
-struct DeadlinesArgs {
-    /// Short runs (seconds) instead of the full ones.
-    #[arg(long)]
-    quick: bool,
-    /// Print the summary as one JSON object on stdout instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Where runs are written.
-    #[arg(long, default_value = "results")]
-    results: PathBuf,
+    Switches(crate::Common),
 }
 
 #[derive(Args)]
