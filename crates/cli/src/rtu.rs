@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use kairos_lab::{rtu_deadlines, rtu_switches};
+use kairos_lab::{rtu_deadlines, rtu_sched_deadline, rtu_switches};
 use kairos_rtu::analysis::analyse;
 use kairos_rtu::file::handlers_from_toml;
 use serde::Serialize;
@@ -26,6 +26,8 @@ enum RtuCommand {
     /// Context switches per unit of work: RMDP (no locks) against a SCHED_FIFO thread per
     /// handler with priority-inheritance mutexes.
     Switches(crate::Common),
+    /// The deadline experiment's handlers as SCHED_DEADLINE threads (Linux's own EDF).
+    SchedDeadline(crate::Common),
 }
 
 #[derive(Args)]
@@ -76,6 +78,16 @@ pub fn run(args: &RtuArgs) -> Result<()> {
                 println!("{}", serde_json::to_string(&s)?);
             } else {
                 print!("{}", rtu_switches::report(&s));
+            }
+            Ok(())
+        }
+        RtuCommand::SchedDeadline(a) => {
+            let config = rtu_deadlines::DeadlinesConfig::preset(a.quick);
+            let s = rtu_sched_deadline::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                print!("{}", rtu_sched_deadline::report(&s));
             }
             Ok(())
         }

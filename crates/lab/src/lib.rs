@@ -15,6 +15,7 @@
 //!   fat-tree, by simulation.
 //! - [`rtu_deadlines`]: the real-time upcalls' deadlines against utilisation (the source's
 //!   Fig. 5), with and without background load.
+//! - [`rtu_sched_deadline`]: the deadline experiment's set under Linux `SCHED_DEADLINE`.
 //! - [`rtu_switches`]: context switches per unit of work, RMDP against a thread per handler
 //!   with priority-inheritance locks.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
@@ -28,4 +29,5 @@ pub mod plot;
 pub mod rcu_grace;
 pub mod rcu_latency;
 pub mod rtu_deadlines;
+pub mod rtu_sched_deadline;
 pub mod rtu_switches;

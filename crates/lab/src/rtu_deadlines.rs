@@ -127,7 +127,7 @@ fn background(core: usize) -> Result<Child, String> {
         })
 }
 
-fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> (DeadlineRow, bool) {
+pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> (DeadlineRow, bool) {
     let admitted = analyse(specs).map(|a| a.admitted).unwrap_or(false);
     let mut sched = Scheduler::new(());
     for s in specs {
