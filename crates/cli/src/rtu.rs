@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use kairos_lab::{rtu_deadlines, rtu_sched_deadline, rtu_switches};
+use kairos_lab::{rtu_deadlines, rtu_sched_deadline, rtu_switches, rtu_throughput};
 use kairos_rtu::analysis::analyse;
 use kairos_rtu::file::handlers_from_toml;
 use serde::Serialize;
@@ -28,6 +28,9 @@ enum RtuCommand {
     Switches(crate::Common),
     /// The deadline experiment's handlers as SCHED_DEADLINE threads (Linux's own EDF).
     SchedDeadline(crate::Common),
+    /// The source's Fig. 6: a UDP receiver as an RTU against a plain receive loop, throughput
+    /// and socket drops with and without background load.
+    Throughput(crate::Common),
 }
 
 #[derive(Args)]
@@ -88,6 +91,16 @@ pub fn run(args: &RtuArgs) -> Result<()> {
                 println!("{}", serde_json::to_string(&s)?);
             } else {
                 print!("{}", rtu_sched_deadline::report(&s));
+            }
+            Ok(())
+        }
+        RtuCommand::Throughput(a) => {
+            let config = rtu_throughput::ThroughputConfig::preset(a.quick);
+            let s = rtu_throughput::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                print!("{}", rtu_throughput::report(&s));
             }
             Ok(())
         }

@@ -18,6 +18,7 @@
 //! - [`rtu_sched_deadline`]: the deadline experiment's set under Linux `SCHED_DEADLINE`.
 //! - [`rtu_switches`]: context switches per unit of work, RMDP against a thread per handler
 //!   with priority-inheritance locks.
+//! - [`rtu_throughput`]: a UDP receiver as an RTU against a plain loop, with and without load.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
 
 pub mod aoi_model;
@@ -31,3 +32,4 @@ pub mod rcu_latency;
 pub mod rtu_deadlines;
 pub mod rtu_sched_deadline;
 pub mod rtu_switches;
+pub mod rtu_throughput;
