@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use kairos_lab::{rtu_deadlines, rtu_sched_deadline, rtu_switches, rtu_throughput};
+use kairos_lab::{rtu_deadlines, rtu_partition, rtu_sched_deadline, rtu_switches, rtu_throughput};
 use kairos_rtu::analysis::analyse;
 use kairos_rtu::file::handlers_from_toml;
 use serde::Serialize;
@@ -31,6 +31,8 @@ enum RtuCommand {
     /// The source's Fig. 6: a UDP receiver as an RTU against a plain receive loop, throughput
     /// and socket drops with and without background load.
     Throughput(crate::Common),
+    /// The source's Fig. 7: six UDP streams' bandwidth, as RTUs and as plain threads.
+    Partition(crate::Common),
 }
 
 #[derive(Args)]
@@ -101,6 +103,16 @@ pub fn run(args: &RtuArgs) -> Result<()> {
                 println!("{}", serde_json::to_string(&s)?);
             } else {
                 print!("{}", rtu_throughput::report(&s));
+            }
+            Ok(())
+        }
+        RtuCommand::Partition(a) => {
+            let config = rtu_partition::PartitionConfig::preset(a.quick);
+            let s = rtu_partition::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
+            if a.json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                print!("{}", rtu_partition::report(&s));
             }
             Ok(())
         }

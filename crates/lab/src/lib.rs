@@ -15,6 +15,7 @@
 //!   fat-tree, by simulation.
 //! - [`rtu_deadlines`]: the real-time upcalls' deadlines against utilisation (the source's
 //!   Fig. 5), with and without background load.
+//! - [`rtu_partition`]: six UDP streams' bandwidth as RTUs and as threads (the source's Fig. 7).
 //! - [`rtu_sched_deadline`]: the deadline experiment's set under Linux `SCHED_DEADLINE`.
 //! - [`rtu_switches`]: context switches per unit of work, RMDP against a thread per handler
 //!   with priority-inheritance locks.
@@ -30,6 +31,7 @@ pub mod plot;
 pub mod rcu_grace;
 pub mod rcu_latency;
 pub mod rtu_deadlines;
+pub mod rtu_partition;
 pub mod rtu_sched_deadline;
 pub mod rtu_switches;
 pub mod rtu_throughput;

@@ -95,7 +95,7 @@ fn socket_drops(socket: &UdpSocket) -> u64 {
 
 /// Asks for a receive buffer of `bytes` (the forcing form when root): the RTU reads once per
 /// period, so the buffer must hold a period of traffic; both receivers get the same.
-fn grow_receive_buffer(socket: &UdpSocket, bytes: i32) {
+pub(crate) fn grow_receive_buffer(socket: &UdpSocket, bytes: i32) {
     use std::os::fd::AsRawFd;
     for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
         // SAFETY: `bytes` outlives the call and its size is passed; the fd is an open socket.

@@ -1,0 +1,305 @@
+//! `kairos rtu partition`: the source's Fig. 7, bandwidth partitioning. Six UDP streams over
+//! loopback: each sender sends 4 datagrams of 8 KB every 20 ms and each receiver reads up to 2
+//! every 10 ms, so each stream is promised 13.1 Mbit/s; and the same sixteen times heavier
+//! (210 Mbit/s a stream), since the source's rates barely load this machine. Run two ways, each without and with
+//! `stress-ng` on both cores: as RTUs (one scheduler of six sender handlers on core 0, one of six
+//! receiver handlers on the last core) and as plain threads (a thread per sender sleeping 20 ms
+//! between bursts, a thread per receiver in blocking `recv`, pinned alike). Reported per stream:
+//! the throughput received.
+//!
+//! # Summary fields (stable)
+//! `machine`, `config`, `background`, `rows` (`scale`, `way`, `background_load`, `stream`,
+//! `received_mbps`), `promised_mbps` (at scale 1), `spread` (per scale, way and load: min and max
+//! stream over the promise).
+
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use kairos_metrics::sys;
+use kairos_rtu::analysis::HandlerSpec;
+use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
+use serde::Serialize;
+
+use crate::machine::MachineInfo;
+use crate::output::RunDir;
+
+const STREAMS: usize = 6;
+const DATAGRAM: usize = 8_192;
+const SEND_PERIOD_NS: u64 = 20_000_000;
+const SEND_BATCH: u64 = 4;
+const RECV_PERIOD_NS: u64 = 10_000_000;
+const RECV_BATCH: u64 = 2;
+/// The source's load, and one sixteen times heavier (its machine was a 100 MHz Pentium: the
+/// source's rates barely load this one).
+const SCALES: [u64; 2] = [1, 16];
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionConfig {
+    pub seconds: f64,
+}
+
+impl PartitionConfig {
+    pub fn preset(quick: bool) -> Self {
+        Self { seconds: if quick { 2.0 } else { 10.0 } }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionRow {
+    /// Datagrams per period over the source's (4 sent every 20 ms, 2 read every 10 ms).
+    pub scale: u64,
+    pub way: &'static str,
+    pub background_load: bool,
+    pub stream: usize,
+    pub received_mbps: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Spread {
+    pub scale: u64,
+    pub way: &'static str,
+    pub background_load: bool,
+    /// Slowest and fastest stream over the promised rate.
+    pub min_over_promise: f64,
+    pub max_over_promise: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionSummary {
+    pub machine: MachineInfo,
+    pub config: PartitionConfig,
+    pub background: String,
+    pub promised_mbps: f64,
+    pub rows: Vec<PartitionRow>,
+    pub spread: Vec<Spread>,
+    pub results_dir: PathBuf,
+}
+
+fn last_core() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
+}
+
+/// Six receiver sockets and six sender sockets connected to them.
+fn sockets() -> Result<(Vec<UdpSocket>, Vec<UdpSocket>)> {
+    let mut rx = Vec::new();
+    let mut tx = Vec::new();
+    for _ in 0..STREAMS {
+        let r = UdpSocket::bind("127.0.0.1:0").context("bind a receiver")?;
+        // A receiver handler reads once per period: its buffer must hold a period of traffic.
+        crate::rtu_throughput::grow_receive_buffer(&r, 4 << 20);
+        let t = UdpSocket::bind("127.0.0.1:0").context("bind a sender")?;
+        t.connect(r.local_addr()?)?;
+        rx.push(r);
+        tx.push(t);
+    }
+    Ok((rx, tx))
+}
+
+/// Datagrams received per stream, RTU way.
+fn rtu(seconds: f64, scale: u64) -> Result<Vec<u64>> {
+    let (rx, tx) = sockets()?;
+    // A receiver handler must never block the shell: an empty socket ends its job.
+    for r in &rx {
+        r.set_nonblocking(true)?;
+    }
+    let mut senders = Scheduler::new((tx, vec![0x5au8; DATAGRAM]));
+    let mut receivers = Scheduler::new((rx, vec![0u8; 65_536], vec![0u64; STREAMS]));
+    for i in 0..STREAMS {
+        let send = HandlerSpec {
+            name: format!("send{i}"),
+            period_ns: SEND_PERIOD_NS,
+            batch: SEND_BATCH * scale,
+            iteration: 1,
+            unit_cost_ns: 20_000,
+        };
+        senders
+            .register(send, move |st: &mut (Vec<UdpSocket>, Vec<u8>), units: u64, _: &Context<'_>| {
+                for _ in 0..units {
+                    let _ = st.0[i].send(&st.1);
+                }
+                units
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let recv = HandlerSpec {
+            name: format!("recv{i}"),
+            period_ns: RECV_PERIOD_NS,
+            batch: RECV_BATCH * scale,
+            iteration: 1,
+            unit_cost_ns: 20_000,
+        };
+        receivers
+            .register(
+                recv,
+                move |st: &mut (Vec<UdpSocket>, Vec<u8>, Vec<u64>), units: u64, _: &Context<'_>| {
+                    for done in 0..units {
+                        match st.0[i].recv(&mut st.1) {
+                            Ok(_) => st.2[i] += 1,
+                            Err(_) => return done,
+                        }
+                    }
+                    units
+                },
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let rx_run = receivers.spawn(ShellConfig { core: Some(last_core()), ..ShellConfig::default() })?;
+    let tx_run = senders.spawn(ShellConfig { core: Some(0), ..ShellConfig::default() })?;
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    let _ = tx_run.stop();
+    Ok(rx_run.stop().shared.2)
+}
+
+/// Datagrams received per stream, a thread per sender and per receiver.
+fn threads(seconds: f64, scale: u64) -> Result<Vec<u64>> {
+    let (rx, tx) = sockets()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for t in tx {
+        let stop = Arc::clone(&stop);
+        handles.push(std::thread::spawn(move || {
+            let _ = sys::pin_current_thread(0);
+            let buf = vec![0x5au8; DATAGRAM];
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..SEND_BATCH * scale {
+                    let _ = t.send(&buf);
+                }
+                std::thread::sleep(Duration::from_nanos(SEND_PERIOD_NS));
+            }
+            0u64
+        }));
+    }
+    let mut receivers = Vec::new();
+    for r in rx {
+        r.set_read_timeout(Some(Duration::from_millis(20)))?;
+        let stop = Arc::clone(&stop);
+        receivers.push(std::thread::spawn(move || {
+            let _ = sys::pin_current_thread(last_core());
+            let mut buf = vec![0u8; 65_536];
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if r.recv(&mut buf).is_ok() {
+                    n += 1;
+                }
+            }
+            n
+        }));
+    }
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        let _ = h.join();
+    }
+    receivers
+        .into_iter()
+        .map(|h| h.join().map_err(|_| anyhow::anyhow!("a receiver thread panicked")))
+        .collect()
+}
+
+pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<PartitionSummary> {
+    let machine = MachineInfo::probe();
+    let run_dir = RunDir::create(results_root, "rtu-partition")?;
+    let promised_mbps = (SEND_BATCH as f64 * DATAGRAM as f64 * 8.0) / (SEND_PERIOD_NS as f64 / 1e9) / 1e6;
+    let mut rows = Vec::new();
+    let mut record = |scale: u64, way: &'static str, loaded: bool, counts: Vec<u64>| {
+        for (stream, n) in counts.into_iter().enumerate() {
+            let mbps = n as f64 * DATAGRAM as f64 * 8.0 / config.seconds / 1e6;
+            rows.push(PartitionRow { scale, way, background_load: loaded, stream, received_mbps: mbps });
+        }
+    };
+    for scale in SCALES {
+        record(scale, "rtu", false, rtu(config.seconds, scale)?);
+        record(scale, "threads", false, threads(config.seconds, scale)?);
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let background = match Command::new("stress-ng")
+        .args(["--cpu", &cores.to_string(), "--io", "1", "--timeout", "3600s", "--quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(mut child) => {
+            std::thread::sleep(Duration::from_millis(200));
+            for scale in SCALES {
+                record(scale, "rtu", true, rtu(config.seconds, scale)?);
+                record(scale, "threads", true, threads(config.seconds, scale)?);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            format!("stress-ng --cpu {cores} --io 1")
+        }
+        Err(e) => {
+            let why = format!(
+                "stress-ng could not start ({e}); install it (Debian: stress-ng) for the loaded rows"
+            );
+            log(&why);
+            why
+        }
+    };
+    let mut spread = Vec::new();
+    for (scale, way, loaded) in SCALES
+        .iter()
+        .flat_map(|&s| ["rtu", "threads"].into_iter().flat_map(move |w| [(s, w, false), (s, w, true)]))
+    {
+        {
+            let v: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.scale == scale && r.way == way && r.background_load == loaded)
+                .map(|r| r.received_mbps / (promised_mbps * scale as f64))
+                .collect();
+            if v.is_empty() {
+                continue;
+            }
+            spread.push(Spread {
+                scale,
+                way,
+                background_load: loaded,
+                min_over_promise: v.iter().copied().fold(f64::INFINITY, f64::min),
+                max_over_promise: v.iter().copied().fold(0.0, f64::max),
+            });
+        }
+    }
+    let summary = PartitionSummary {
+        machine,
+        config: config.clone(),
+        background,
+        promised_mbps,
+        rows,
+        spread,
+        results_dir: run_dir.path().to_path_buf(),
+    };
+    run_dir.write_json("summary.json", &summary)?;
+    Ok(summary)
+}
+
+pub fn report(s: &PartitionSummary) -> String {
+    let mut out = format!(
+        "machine: {}\nbackground: {}\npromised per stream: {:.1} Mbit/s\n",
+        s.machine.one_line(),
+        s.background,
+        s.promised_mbps
+    );
+    for sp in &s.spread {
+        let per: Vec<String> = s
+            .rows
+            .iter()
+            .filter(|r| r.scale == sp.scale && r.way == sp.way && r.background_load == sp.background_load)
+            .map(|r| format!("{:.1}", r.received_mbps))
+            .collect();
+        out.push_str(&format!(
+            "x{:<3} {:<8} {:<10} streams {} Mbit/s: {:.0}%-{:.0}% of the promise\n",
+            sp.scale,
+            sp.way,
+            if sp.background_load { "stress-ng" } else { "no load" },
+            per.join(" "),
+            sp.min_over_promise * 100.0,
+            sp.max_over_promise * 100.0
+        ));
+    }
+    out.push_str(&format!("results: {}\n", s.results_dir.display()));
+    out
+}
