@@ -23,6 +23,7 @@
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
 
 pub mod aoi_model;
+pub mod background;
 pub mod forward;
 pub mod lane_tightness;
 pub mod machine;

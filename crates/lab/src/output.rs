@@ -45,6 +45,18 @@ impl RunDir {
         Ok(path)
     }
 
+    /// Writes `rows` as CSV to `name`, a header from the field names.
+    pub fn write_csv<T: Serialize>(&self, name: &str, rows: &[T]) -> Result<PathBuf> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for r in rows {
+            w.serialize(r)?;
+        }
+        let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;
+        let path = self.path.join(name);
+        std::fs::write(&path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(path)
+    }
+
     /// Writes `text` to `name`.
     pub fn write_text(&self, name: &str, text: &str) -> Result<PathBuf> {
         let path = self.path.join(name);

@@ -16,7 +16,6 @@
 //! `min_slack_us`, `misses`, `invocations`, `overruns`, `worst_wakeup_lateness_us`), `plots`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -108,32 +107,13 @@ pub fn handler_set(u: f64, unit_us: u64) -> Vec<HandlerSpec> {
         .collect()
 }
 
-fn spin_ns(ns: u64) {
-    let until = kairos_metrics::sys::monotonic_ns() + ns;
-    while kairos_metrics::sys::monotonic_ns() < until {
-        std::hint::spin_loop();
-    }
-}
-
-/// Starts `stress-ng` CPU and I/O workers on `core`, or says why it cannot.
-fn background(core: usize) -> Result<Child, String> {
-    Command::new("stress-ng")
-        .args(["--cpu", "1", "--io", "1", "--taskset", &core.to_string(), "--timeout", "3600s", "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| {
-            format!("stress-ng could not start ({e}); install it (Debian: stress-ng) for the loaded rows")
-        })
-}
-
 pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> (DeadlineRow, bool) {
     let admitted = analyse(specs).map(|a| a.admitted).unwrap_or(false);
     let mut sched = Scheduler::new(());
     for s in specs {
         let cost = s.unit_cost_ns;
         sched.register_unadmitted(s.clone(), move |_: &mut (), units: u64, _: &Context<'_>| {
-            spin_ns(units * cost);
+            kairos_metrics::sys::spin_until_ns(kairos_metrics::sys::monotonic_ns() + units * cost);
             units
         });
     }
@@ -180,7 +160,7 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         rows.push(row);
         bar.inc(1);
     }
-    let background_note = match background(config.core) {
+    let background_note = match crate::background::stress_ng(1, Some(config.core)) {
         Ok(mut child) => {
             for &u in &config.utilisations {
                 let (mut row, _) = run_point(&handler_set(u, config.unit_us), config);
@@ -202,23 +182,7 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         log("SCHED_FIFO was not granted: the handlers ran at normal priority (run as root)");
     }
     let noise = probe.finish();
-    let mut csv = String::from(
-        "utilisation,background_load,admitted,min_slack_us,misses,invocations,overruns,worst_wakeup_lateness_us\n",
-    );
-    for r in &rows {
-        csv.push_str(&format!(
-            "{:.4},{},{},{:.1},{},{},{},{:.1}\n",
-            r.utilisation,
-            r.background_load,
-            r.admitted,
-            r.min_slack_us,
-            r.misses,
-            r.invocations,
-            r.overruns,
-            r.worst_wakeup_lateness_us
-        ));
-    }
-    run_dir.write_text("rows.csv", &csv)?;
+    run_dir.write_csv("rows.csv", &rows)?;
     let plot = run_dir.path().join("min_slack.png");
     let series = |bg: bool, name: &str, color: usize| XySeries {
         name: name.into(),

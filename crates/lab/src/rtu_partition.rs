@@ -14,7 +14,6 @@
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -216,12 +215,7 @@ pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         record(scale, "threads", false, threads(config.seconds, scale)?);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let background = match Command::new("stress-ng")
-        .args(["--cpu", &cores.to_string(), "--io", "1", "--timeout", "3600s", "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-    {
+    let background = match crate::background::stress_ng(cores, None) {
         Ok(mut child) => {
             std::thread::sleep(Duration::from_millis(200));
             for scale in SCALES {

@@ -88,10 +88,7 @@ fn edf_thread(spec: HandlerSpec, stop: Arc<AtomicBool>) -> Result<(i64, u64, u64
     let (mut min_slack, mut misses, mut jobs) = (i64::MAX, 0u64, 0u64);
     while !stop.load(Ordering::Relaxed) {
         let release = sys::monotonic_ns();
-        let until = release + cost;
-        while sys::monotonic_ns() < until {
-            std::hint::spin_loop();
-        }
+        sys::spin_until_ns(release + cost);
         let slack = (release + spec.period_ns) as i64 - sys::monotonic_ns() as i64;
         min_slack = min_slack.min(slack);
         misses += u64::from(slack < 0);

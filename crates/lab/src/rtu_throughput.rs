@@ -14,7 +14,6 @@
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -208,17 +207,6 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     })
 }
 
-fn background(core: usize) -> Result<Child, String> {
-    Command::new("stress-ng")
-        .args(["--cpu", "1", "--io", "1", "--taskset", &core.to_string(), "--timeout", "3600s", "--quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| {
-            format!("stress-ng could not start ({e}); install it (Debian: stress-ng) for the loaded rows")
-        })
-}
-
 pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<ThroughputSummary> {
     let machine = MachineInfo::probe();
     let run_dir = RunDir::create(results_root, "rtu-throughput")?;
@@ -228,7 +216,7 @@ pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -
             rows.push(point(receiver, size, config)?);
         }
     }
-    let background_note = match background(config.core) {
+    let background_note = match crate::background::stress_ng(1, Some(config.core)) {
         Ok(mut child) => {
             std::thread::sleep(Duration::from_millis(200));
             for &size in &config.packet_sizes {

@@ -31,6 +31,14 @@ pub fn thread_cpu_time_ns() -> u64 {
     read_clock(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// Busy-waits until `CLOCK_MONOTONIC` reaches `deadline_ns`: the stand-in for a fixed amount of
+/// computation in experiments.
+pub fn spin_until_ns(deadline_ns: u64) {
+    while monotonic_ns() < deadline_ns {
+        std::hint::spin_loop();
+    }
+}
+
 /// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns` (an absolute sleep, as cyclictest does),
 /// resuming after signals.
 pub fn sleep_until_ns(deadline_ns: u64) {

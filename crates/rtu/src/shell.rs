@@ -284,7 +284,9 @@ fn run<S>(
                 }
             }
         }
-        let now = sys::monotonic_ns() - start;
+        // One clock read serves the releases and, when a handler runs, its iteration's start.
+        let t0 = sys::monotonic_ns();
+        let now = t0 - start;
         policy.release(now);
         match policy.next(now) {
             Decision::Idle { until } => {
@@ -305,7 +307,6 @@ fn run<S>(
             Decision::Run { handler, units } => {
                 dispatches += 1;
                 let ctx = Context { abort, release_ns: now };
-                let t0 = sys::monotonic_ns();
                 let done = sched.handlers[handler].run(&mut sched.shared, units, &ctx).min(units);
                 let t1 = sys::monotonic_ns();
                 policy.account(handler, done.max(1), t1 - t0);

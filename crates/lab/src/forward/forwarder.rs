@@ -432,10 +432,7 @@ fn data_thread<F: Fib, P: Port>(
                     }
                 }
                 if config.data_work_ns > 0 {
-                    let until = monotonic_ns() + config.data_work_ns;
-                    while monotonic_ns() < until {
-                        std::hint::spin_loop();
-                    }
+                    kairos_metrics::sys::spin_until_ns(monotonic_ns() + config.data_work_ns);
                 }
                 batch.push(p);
             }

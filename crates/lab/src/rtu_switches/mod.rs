@@ -114,10 +114,7 @@ fn unit_of_work(shared: &mut Shared, work_ns: u64) {
         shared.queue.pop_front();
     }
     shared.updates += 1;
-    let until = sys::monotonic_ns() + work_ns;
-    while sys::monotonic_ns() < until {
-        std::hint::spin_loop();
-    }
+    sys::spin_until_ns(sys::monotonic_ns() + work_ns);
 }
 
 fn rmdp(config: &SwitchesConfig) -> (SwitchRow, bool) {
@@ -181,10 +178,7 @@ fn threads(config: &SwitchesConfig) -> SwitchRow {
                         locks += 1;
                         unit_of_work(&mut guard, 0);
                         drop(guard);
-                        let until = sys::monotonic_ns() + work;
-                        while sys::monotonic_ns() < until {
-                            std::hint::spin_loop();
-                        }
+                        sys::spin_until_ns(sys::monotonic_ns() + work);
                     }
                     if sys::monotonic_ns() > release + spec.period_ns {
                         misses += 1;
@@ -227,23 +221,7 @@ pub fn run(config: &SwitchesConfig, results_root: &Path, log: &dyn Fn(&str)) -> 
     let t = threads(config);
     let switch_ratio = t.switches_per_unit / r.switches_per_unit.max(f64::MIN_POSITIVE);
     let rows = vec![r, t];
-    let mut csv = String::from(
-        "way,units,voluntary_switches,involuntary_switches,switches_per_unit,lock_operations,misses,useful_utilisation\n",
-    );
-    for r in &rows {
-        csv.push_str(&format!(
-            "{},{},{},{},{:.5},{},{},{:.4}\n",
-            r.way,
-            r.units,
-            r.voluntary_switches,
-            r.involuntary_switches,
-            r.switches_per_unit,
-            r.lock_operations,
-            r.misses,
-            r.useful_utilisation
-        ));
-    }
-    run_dir.write_text("rows.csv", &csv)?;
+    run_dir.write_csv("rows.csv", &rows)?;
     let summary = SwitchesSummary {
         machine,
         config: config.clone(),
