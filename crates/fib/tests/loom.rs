@@ -15,7 +15,15 @@ use loom::thread;
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(3);
-    builder.check(f);
+    let iterations = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&iterations);
+    builder.check(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    // A model that explores one schedule checks nothing about concurrency.
+    let n = iterations.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n > 1, "loom explored {n} schedule(s)");
 }
 
 fn tuple(n: u8) -> AddrTuple {
@@ -33,12 +41,20 @@ fn reader_never_sees_a_torn_or_older_tuple() {
                 entry.write(tuple(2));
             })
         };
-        let first = entry.read();
-        assert_eq!(first, tuple(first.stamp_ns as u8), "torn: {first:?}");
-        let second = entry.read();
-        assert_eq!(second, tuple(second.stamp_ns as u8), "torn: {second:?}");
-        assert!(second.stamp_ns >= first.stamp_ns);
+        // The reader runs in a spawned thread: loom 0.7 explored a single schedule when the
+        // model's main thread took part.
+        let reader = {
+            let entry = Arc::clone(&entry);
+            thread::spawn(move || {
+                let first = entry.read();
+                assert_eq!(first, tuple(first.stamp_ns as u8), "torn: {first:?}");
+                let second = entry.read();
+                assert_eq!(second, tuple(second.stamp_ns as u8), "torn: {second:?}");
+                assert!(second.stamp_ns >= first.stamp_ns);
+            })
+        };
         writer.join().unwrap();
+        reader.join().unwrap();
         assert_eq!(entry.read(), tuple(2));
     });
 }

@@ -2,8 +2,9 @@
 //! loopback: each sender sends 4 datagrams of 8 KB every 20 ms and each receiver reads up to 2
 //! every 10 ms, so each stream is promised 13.1 Mbit/s; and the same sixteen times heavier
 //! (210 Mbit/s a stream), since the source's rates barely load this machine. Run two ways, each without and with
-//! `stress-ng` on both cores: as RTUs (one scheduler of six sender handlers on core 0, one of six
-//! receiver handlers on the last core) and as plain threads (a thread per sender sleeping 20 ms
+//! `stress-ng` on both cores: as RTUs (one scheduler of six sender handlers on core 0; on the
+//! last core, an I/O thread at `SCHED_FIFO` 70 reading the six sockets into the streams' inboxes,
+//! and one scheduler of six receiver handlers at 80 draining them) and as plain threads (a thread per sender sleeping 20 ms
 //! between bursts, a thread per receiver in blocking `recv`, pinned alike). Reported per stream:
 //! the throughput received.
 //!
@@ -21,6 +22,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use kairos_metrics::sys;
 use kairos_rtu::analysis::HandlerSpec;
+use kairos_rtu::inbox::{Inbox, inbox};
+use kairos_rtu::io::{IoConfig, spawn_udp};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
 
@@ -102,12 +105,17 @@ fn sockets() -> Result<(Vec<UdpSocket>, Vec<UdpSocket>)> {
 /// Datagrams received per stream, RTU way.
 fn rtu(seconds: f64, scale: u64) -> Result<Vec<u64>> {
     let (rx, tx) = sockets()?;
-    // A receiver handler must never block the shell: an empty socket ends its job.
-    for r in &rx {
-        r.set_nonblocking(true)?;
-    }
     let mut senders = Scheduler::new((tx, vec![0x5au8; DATAGRAM]));
-    let mut receivers = Scheduler::new((rx, vec![0u8; 65_536], vec![0u64; STREAMS]));
+    // The receivers' I/O thread reads each socket into that stream's inbox (SPSC rings of
+    // buffer indices); receiver handlers drain their inbox and never make a system call.
+    let mut sources = Vec::new();
+    let mut inboxes = Vec::new();
+    for r in rx {
+        let (ingress, inbox) = inbox(128 * scale as usize, DATAGRAM)?;
+        sources.push((r, ingress));
+        inboxes.push(inbox);
+    }
+    let mut receivers = Scheduler::new((inboxes, vec![0u64; STREAMS]));
     for i in 0..STREAMS {
         let send = HandlerSpec {
             name: format!("send{i}"),
@@ -132,25 +140,21 @@ fn rtu(seconds: f64, scale: u64) -> Result<Vec<u64>> {
             unit_cost_ns: 20_000,
         };
         receivers
-            .register(
-                recv,
-                move |st: &mut (Vec<UdpSocket>, Vec<u8>, Vec<u64>), units: u64, _: &Context<'_>| {
-                    for done in 0..units {
-                        match st.0[i].recv(&mut st.1) {
-                            Ok(_) => st.2[i] += 1,
-                            Err(_) => return done,
-                        }
-                    }
-                    units
-                },
-            )
+            .register(recv, move |st: &mut (Vec<Inbox>, Vec<u64>), units: u64, _: &Context<'_>| {
+                let done = st.0[i].drain(units, |_| {});
+                st.1[i] += done;
+                done
+            })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
+    let io = spawn_udp(sources, IoConfig { core: Some(last_core()), ..IoConfig::default() })?;
     let rx_run = receivers.spawn(ShellConfig { core: Some(last_core()), ..ShellConfig::default() })?;
     let tx_run = senders.spawn(ShellConfig { core: Some(0), ..ShellConfig::default() })?;
     std::thread::sleep(Duration::from_secs_f64(seconds));
     let _ = tx_run.stop();
-    Ok(rx_run.stop().shared.2)
+    let received = rx_run.stop().shared.1;
+    let _ = io.stop();
+    Ok(received)
 }
 
 /// Datagrams received per stream, a thread per sender and per receiver.

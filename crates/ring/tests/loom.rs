@@ -3,11 +3,38 @@
 //! read not ordered after its write (or a write racing a read) is reported; the assertions check
 //! that each value leaves the ring exactly once and in order.
 //!
+//! The consumer runs in a spawned thread, not on the model's main thread: loom 0.7 explored a
+//! single schedule when the main thread took part (each model's iteration count is printed with
+//! `LOOM_LOG=info`).
+//!
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p kairos-ring --test loom --release`
 #![cfg(loom)]
 
 use kairos_ring::{Overflow, keyed, mpsc, spsc};
 use loom::thread;
+
+/// Runs `f` under loom and checks that more than one schedule was explored: a model that
+/// explores one checks nothing about concurrency.
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    bounded_model(None, f);
+}
+
+/// As [`model`], with at most `preemptions` preemptions per schedule: the two-producer models
+/// explore about 900,000 schedules unbounded (three minutes); three preemptions cover every
+/// ordering of one producer's reservation, write and publication against the other's and the
+/// consumer's.
+fn bounded_model(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
+    let iterations = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&iterations);
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = preemptions;
+    builder.check(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    let n = iterations.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n > 1, "loom explored {n} schedule(s)");
+}
 
 /// Drains what is left after the threads joined.
 fn drain(rx: &mut kairos_ring::Consumer<u32>, got: &mut Vec<u32>) {
@@ -23,7 +50,7 @@ fn drain(rx: &mut kairos_ring::Consumer<u32>, got: &mut Vec<u32>) {
 
 #[test]
 fn spsc_one_slot_tail_drop() {
-    loom::model(|| {
+    model(|| {
         let (mut tx, mut rx) = spsc::<u32>(1, Overflow::DropNewest).unwrap();
         let producer = thread::spawn(move || {
             let mut refused = Vec::new();
@@ -36,11 +63,13 @@ fn spsc_one_slot_tail_drop() {
             assert!(evicted.is_empty());
             refused
         });
-        let mut got = Vec::new();
-        let mut out = [0u32; 2];
-        let n = rx.dequeue_burst(&mut out);
-        got.extend_from_slice(&out[..n]);
+        let consumer = thread::spawn(move || {
+            let mut out = [0u32; 2];
+            let n = rx.dequeue_burst(&mut out);
+            (rx, out[..n].to_vec())
+        });
         let refused = producer.join().unwrap();
+        let (mut rx, mut got) = consumer.join().unwrap();
         drain(&mut rx, &mut got);
         assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order: {got:?}");
         let mut all = got.clone();
@@ -54,7 +83,7 @@ fn spsc_one_slot_tail_drop() {
 
 #[test]
 fn spsc_two_slots_drop_oldest() {
-    loom::model(|| {
+    model(|| {
         let (mut tx, mut rx) = spsc::<u32>(2, Overflow::DropOldest).unwrap();
         let producer = thread::spawn(move || {
             let mut left = Vec::new();
@@ -66,11 +95,13 @@ fn spsc_two_slots_drop_oldest() {
             }
             left
         });
-        let mut got = Vec::new();
-        let mut out = [0u32; 1];
-        let n = rx.dequeue_burst(&mut out);
-        got.extend_from_slice(&out[..n]);
+        let consumer = thread::spawn(move || {
+            let mut out = [0u32; 1];
+            let n = rx.dequeue_burst(&mut out);
+            (rx, out[..n].to_vec())
+        });
         let left = producer.join().unwrap();
+        let (mut rx, mut got) = consumer.join().unwrap();
         drain(&mut rx, &mut got);
         assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order: {got:?}");
         let mut all = got.clone();
@@ -82,7 +113,7 @@ fn spsc_two_slots_drop_oldest() {
 
 #[test]
 fn mpsc_one_slot_drop_oldest_two_producers() {
-    loom::model(|| {
+    bounded_model(Some(3), || {
         let (tx, mut rx) = mpsc::<u32>(1, Overflow::DropOldest).unwrap();
         let handles: Vec<_> = [10u32, 20]
             .into_iter()
@@ -97,11 +128,13 @@ fn mpsc_one_slot_drop_oldest_two_producers() {
                 })
             })
             .collect();
-        let mut got = Vec::new();
-        let mut out = [0u32; 1];
-        let n = rx.dequeue_burst(&mut out);
-        got.extend_from_slice(&out[..n]);
+        let consumer = thread::spawn(move || {
+            let mut out = [0u32; 1];
+            let n = rx.dequeue_burst(&mut out);
+            (rx, out[..n].to_vec())
+        });
         let mut all: Vec<u32> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let (mut rx, mut got) = consumer.join().unwrap();
         drain(&mut rx, &mut got);
         all.extend(&got);
         all.sort();
@@ -113,7 +146,7 @@ fn mpsc_one_slot_drop_oldest_two_producers() {
 
 #[test]
 fn mpsc_two_producers_tail_drop_keep_their_order() {
-    loom::model(|| {
+    bounded_model(Some(3), || {
         let (tx, mut rx) = mpsc::<u32>(2, Overflow::DropNewest).unwrap();
         let handles: Vec<_> = [10u32, 20]
             .into_iter()
@@ -128,11 +161,13 @@ fn mpsc_two_producers_tail_drop_keep_their_order() {
                 })
             })
             .collect();
-        let mut got = Vec::new();
-        let mut out = [0u32; 2];
-        let n = rx.dequeue_burst(&mut out);
-        got.extend_from_slice(&out[..n]);
+        let consumer = thread::spawn(move || {
+            let mut out = [0u32; 2];
+            let n = rx.dequeue_burst(&mut out);
+            (rx, out[..n].to_vec())
+        });
         let mut all: Vec<u32> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let (mut rx, mut got) = consumer.join().unwrap();
         drain(&mut rx, &mut got);
         for base in [10, 20] {
             let mine: Vec<u32> = got.iter().copied().filter(|v| v / 10 == base / 10).collect();
@@ -146,7 +181,7 @@ fn mpsc_two_producers_tail_drop_keep_their_order() {
 
 #[test]
 fn keyed_replacement_races_the_consumer() {
-    loom::model(|| {
+    model(|| {
         let (mut tx, mut rx) = keyed(1, 2).unwrap();
         let producer = thread::spawn(move || {
             let mut left = Vec::new();
@@ -154,14 +189,21 @@ fn keyed_replacement_races_the_consumer() {
             tx.enqueue_burst(&[(0, 2)], &mut left);
             left
         });
-        let mut got = Vec::new();
-        let mut out = [(0u32, 0u32); 1];
-        let n = rx.dequeue_burst(&mut out);
-        got.extend(out[..n].iter().map(|&(k, v)| {
-            assert_eq!(k, 0);
-            v
-        }));
+        let consumer = thread::spawn(move || {
+            let mut out = [(0u32, 0u32); 1];
+            let n = rx.dequeue_burst(&mut out);
+            let got: Vec<u32> = out[..n]
+                .iter()
+                .map(|&(k, v)| {
+                    assert_eq!(k, 0);
+                    v
+                })
+                .collect();
+            (rx, got)
+        });
         let left = producer.join().unwrap();
+        let (mut rx, mut got) = consumer.join().unwrap();
+        let mut out = [(0u32, 0u32); 1];
         let n = rx.dequeue_burst(&mut out);
         got.extend(out[..n].iter().map(|&(_, v)| v));
         assert!(got.windows(2).all(|w| w[0] < w[1]), "stale after fresh: {got:?}");

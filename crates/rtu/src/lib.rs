@@ -11,13 +11,20 @@
 //! - [`shell`]: the real-time shell: a pinned thread, `SCHED_FIFO` when permitted, absolute
 //!   sleeps with a short final spin, overrun detection, an abort flag for clean shutdown.
 //! - [`sim`]: the policy on a virtual clock, to check the analysis against the schedule.
+//! - [`inbox`]: the queue between an I/O thread and a handler: SPSC rings of buffer indices
+//!   over a fixed buffer pool.
+//! - [`io`]: the I/O thread that reads UDP sockets into handlers' inboxes.
 
 pub mod analysis;
 pub mod file;
+pub mod inbox;
+pub mod io;
 pub mod policy;
 pub mod shell;
 pub mod sim;
+mod sync;
 
 pub use analysis::{Analysis, AnalysisError, HandlerAnalysis, HandlerSpec, analyse};
+pub use inbox::{Inbox, Ingress, inbox};
 pub use policy::{Decision, Policy};
 pub use shell::{Context, Handler, Running, Scheduler, ShellConfig};
