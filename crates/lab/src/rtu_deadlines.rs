@@ -13,13 +13,21 @@
 //! # Summary fields (stable)
 //! `machine`, `config`, `noise`, `realtime` (`SCHED_FIFO` granted), `background` (how the
 //! load was made, or why not), `rows` (`utilisation`, `background_load`, `admitted`,
-//! `min_slack_us`, `misses`, `invocations`, `overruns`, `worst_wakeup_lateness_us`), `plots`.
+//! `min_slack_us`, `misses`, `invocations`, `overruns`, `worst_wakeup_lateness_us`,
+//! `miss_fraction`, `stalls_seen`, `longest_stall_us`, `misses_with_stall`), `misses` (each
+//! missed job: `utilisation`, `background_load`, `handler`, `job`, `release_ms`, `deadline_ms`,
+//! `completion_ms`, `stall_us`), `stall_watch_realtime`, `unexplained_admitted_misses`, `plots`.
+//!
+//! Attribution: during every point a stall watch ([`kairos_metrics::stall`]: `SCHED_FIFO` 99,
+//! pinned to the shell's core, waking every millisecond) times the stretches when even it could
+//! not run: the machine's stalls, not the shell's work. A miss "coincides with a stall" when one
+//! overlaps the job's window.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
-use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, StallWatch, StallWatchConfig};
 use kairos_rtu::analysis::{HandlerSpec, analyse};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
@@ -76,6 +84,29 @@ pub struct DeadlineRow {
     pub invocations: u64,
     pub overruns: u64,
     pub worst_wakeup_lateness_us: f64,
+    /// Misses over invocations.
+    pub miss_fraction: f64,
+    /// Stalls the stall watch (`SCHED_FIFO` 99 on the shell's core) saw during the point, and
+    /// the longest.
+    pub stalls_seen: usize,
+    pub longest_stall_us: f64,
+    /// Misses whose window (release to deadline, or to completion when later) overlaps a stall.
+    pub misses_with_stall: u64,
+}
+
+/// One missed job, with the stall it coincides with (if any).
+#[derive(Debug, Clone, Serialize)]
+pub struct MissRow {
+    pub utilisation: f64,
+    pub background_load: bool,
+    pub handler: String,
+    pub job: u64,
+    /// Times in ms since the point started.
+    pub release_ms: f64,
+    pub deadline_ms: f64,
+    pub completion_ms: Option<f64>,
+    /// The longest stall overlapping the job's window, us (0: none seen).
+    pub stall_us: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -86,6 +117,13 @@ pub struct DeadlinesSummary {
     pub realtime: bool,
     pub background: String,
     pub rows: Vec<DeadlineRow>,
+    /// Every miss kept by the shell, with the stall it coincides with.
+    pub misses: Vec<MissRow>,
+    /// The stall watch ran at `SCHED_FIFO` 99 (otherwise it cannot tell the machine's stalls from
+    /// the shell's own work, and `misses_with_stall` means little).
+    pub stall_watch_realtime: bool,
+    /// Misses of admitted sets that no stall explains (the analysis promised none).
+    pub unexplained_admitted_misses: u64,
     pub plots: Vec<PathBuf>,
     pub results_dir: PathBuf,
 }
@@ -107,7 +145,7 @@ pub fn handler_set(u: f64, unit_us: u64) -> Vec<HandlerSpec> {
         .collect()
 }
 
-pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> (DeadlineRow, bool) {
+pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Point {
     let admitted = analyse(specs).map(|a| a.admitted).unwrap_or(false);
     let mut sched = Scheduler::new(());
     for s in specs {
@@ -117,10 +155,12 @@ pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> (Dea
             units
         });
     }
+    let watch = StallWatch::start(StallWatchConfig::on_core(config.core)).ok();
     let shell = ShellConfig { core: Some(config.core), ..ShellConfig::default() };
     let running = sched.spawn(shell).expect("spawn the shell thread");
     std::thread::sleep(Duration::from_secs_f64(config.seconds));
     let report = running.stop();
+    let stalls = watch.map(StallWatch::finish).unwrap_or_default();
     let min_slack = report
         .finished
         .iter()
@@ -134,17 +174,50 @@ pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> (Dea
         )
         .min()
         .unwrap_or(0);
+    let utilisation = specs.iter().map(HandlerSpec::utilisation).sum();
+    let misses: Vec<MissRow> = report
+        .missed
+        .iter()
+        .map(|m| {
+            let from = report.started_ns + m.release;
+            let to = report.started_ns + m.completion.unwrap_or(m.deadline).max(m.deadline);
+            MissRow {
+                utilisation,
+                background_load: false,
+                handler: specs[m.handler].name.clone(),
+                job: m.job,
+                release_ms: m.release as f64 / 1e6,
+                deadline_ms: m.deadline as f64 / 1e6,
+                completion_ms: m.completion.map(|c| c as f64 / 1e6),
+                stall_us: stalls.during(from, to).map(|s| s.length_ns()).max().unwrap_or(0) as f64 / 1e3,
+            }
+        })
+        .collect();
+    let invocations: u64 = report.counts.iter().map(|c| c.released).sum();
+    let miss_count: u64 = report.counts.iter().map(|c| c.misses).sum();
     let row = DeadlineRow {
-        utilisation: specs.iter().map(HandlerSpec::utilisation).sum(),
+        utilisation,
         background_load: false,
         admitted,
         min_slack_us: min_slack as f64 / 1e3,
-        misses: report.counts.iter().map(|c| c.misses).sum(),
-        invocations: report.counts.iter().map(|c| c.released).sum(),
+        misses: miss_count,
+        invocations,
         overruns: report.counts.iter().map(|c| c.overruns).sum(),
         worst_wakeup_lateness_us: report.worst_wakeup_lateness_ns as f64 / 1e3,
+        miss_fraction: miss_count as f64 / invocations.max(1) as f64,
+        stalls_seen: stalls.stalls.len(),
+        longest_stall_us: stalls.stalls.iter().map(|s| s.length_ns()).max().unwrap_or(0) as f64 / 1e3,
+        misses_with_stall: misses.iter().filter(|m| m.stall_us > 0.0).count() as u64,
     };
-    (row, report.realtime)
+    Point { row, misses, realtime: report.realtime, watch_realtime: stalls.realtime }
+}
+
+/// One point's row, its misses, and whether the shell and the stall watch were real-time.
+pub(crate) struct Point {
+    pub row: DeadlineRow,
+    pub misses: Vec<MissRow>,
+    pub realtime: bool,
+    pub watch_realtime: bool,
 }
 
 pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<DeadlinesSummary> {
@@ -153,20 +226,22 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
     let probe = NoiseProbe::start(NoiseConfig::quick());
     let bar = progress(config.utilisations.len() as u64 * 2, "deadline points");
     let mut rows = Vec::new();
-    let mut realtime = true;
-    for &u in &config.utilisations {
-        let (row, rt) = run_point(&handler_set(u, config.unit_us), config);
-        realtime &= rt;
-        rows.push(row);
+    let mut misses = Vec::new();
+    let (mut realtime, mut watch_realtime) = (true, true);
+    let mut record = |point: Point, background_load: bool| {
+        realtime &= point.realtime;
+        watch_realtime &= point.watch_realtime;
+        rows.push(DeadlineRow { background_load, ..point.row });
+        misses.extend(point.misses.into_iter().map(|m| MissRow { background_load, ..m }));
         bar.inc(1);
+    };
+    for &u in &config.utilisations {
+        record(run_point(&handler_set(u, config.unit_us), config), false);
     }
     let background_note = match crate::background::stress_ng(1, Some(config.core)) {
         Ok(mut child) => {
             for &u in &config.utilisations {
-                let (mut row, _) = run_point(&handler_set(u, config.unit_us), config);
-                row.background_load = true;
-                rows.push(row);
-                bar.inc(1);
+                record(run_point(&handler_set(u, config.unit_us), config), true);
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -181,8 +256,14 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
     if !realtime {
         log("SCHED_FIFO was not granted: the handlers ran at normal priority (run as root)");
     }
+    if !watch_realtime {
+        log(
+            "the stall watch ran at normal priority: it cannot tell the machine's stalls from the shell's work",
+        );
+    }
     let noise = probe.finish();
     run_dir.write_csv("rows.csv", &rows)?;
+    run_dir.write_csv("misses.csv", &misses)?;
     let plot = run_dir.path().join("min_slack.png");
     let series = |bg: bool, name: &str, color: usize| XySeries {
         name: name.into(),
@@ -206,6 +287,8 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         Scales::default(),
         &all,
     )?;
+    let unexplained_admitted_misses =
+        rows.iter().filter(|r| r.admitted).map(|r| r.misses - r.misses_with_stall.min(r.misses)).sum();
     let summary = DeadlinesSummary {
         machine,
         config: config.clone(),
@@ -213,6 +296,9 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         realtime,
         background: background_note,
         rows,
+        unexplained_admitted_misses,
+        misses,
+        stall_watch_realtime: watch_realtime,
         plots: vec![plot],
         results_dir: run_dir.path().to_path_buf(),
     };
@@ -229,7 +315,7 @@ pub fn report(s: &DeadlinesSummary) -> String {
         s.noise.max_gap_ns as f64 / 1e3
     ));
     out.push_str(&format!(
-        "{:>6} {:>10} {:>8} {:>14} {:>7} {:>11} {:>9} {:>14}\n",
+        "{:>6} {:>10} {:>8} {:>13} {:>7} {:>11} {:>9} {:>13} {:>7} {:>15} {:>12}\n",
         "util",
         "background",
         "admitted",
@@ -237,11 +323,14 @@ pub fn report(s: &DeadlinesSummary) -> String {
         "misses",
         "invocations",
         "overruns",
-        "worst wake us"
+        "worst wake us",
+        "stalls",
+        "longest stall us",
+        "with stall"
     ));
     for r in &s.rows {
         out.push_str(&format!(
-            "{:>6.3} {:>10} {:>8} {:>14.1} {:>7} {:>11} {:>9} {:>14.1}\n",
+            "{:>6.3} {:>10} {:>8} {:>13.1} {:>7} {:>11} {:>9} {:>13.1} {:>7} {:>15.1} {:>12}\n",
             r.utilisation,
             if r.background_load { "stress-ng" } else { "none" },
             r.admitted,
@@ -249,8 +338,32 @@ pub fn report(s: &DeadlinesSummary) -> String {
             r.misses,
             r.invocations,
             r.overruns,
-            r.worst_wakeup_lateness_us
+            r.worst_wakeup_lateness_us,
+            r.stalls_seen,
+            r.longest_stall_us,
+            r.misses_with_stall
         ));
+    }
+    let admitted: Vec<&DeadlineRow> = s.rows.iter().filter(|r| r.admitted).collect();
+    for bg in [false, true] {
+        let set: Vec<&&DeadlineRow> = admitted.iter().filter(|r| r.background_load == bg).collect();
+        if set.is_empty() {
+            continue;
+        }
+        let (misses, invocations, with_stall) = set
+            .iter()
+            .fold((0, 0, 0), |(m, i, w), r| (m + r.misses, i + r.invocations, w + r.misses_with_stall));
+        out.push_str(&format!(
+            "admitted sets, {}: {} misses in {} invocations ({:.4}%), {} of them during a stall the watch saw\n",
+            if bg { "with stress-ng" } else { "no background load" },
+            misses,
+            invocations,
+            misses as f64 * 100.0 / invocations.max(1) as f64,
+            with_stall
+        ));
+    }
+    if !s.stall_watch_realtime {
+        out.push_str("the stall watch was NOT real-time: its stalls may be the shell's own work\n");
     }
     for p in &s.plots {
         out.push_str(&format!("plot: {}\n", p.display()));

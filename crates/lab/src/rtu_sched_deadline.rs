@@ -137,7 +137,7 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
     let mut refused = None;
     for &u in &config.utilisations {
         let specs = handler_set(u, config.unit_us);
-        let (rmdp, _) = run_point(&specs, config);
+        let rmdp = run_point(&specs, config).row;
         rows.push(EdfRow {
             scheduler: "RMDP (one core)",
             utilisation: rmdp.utilisation,

@@ -11,6 +11,8 @@
 //! 3. [`noise`]: the [`NoiseProbe`]. On a shared virtual machine a spinning thread sees gaps of
 //!    milliseconds whatever the system under test does; the probe measures them before, during and
 //!    after a run, with the kernel's steal time, so a reader can tell which spikes the machine made.
+//!    The [`stall`] watch times the stalls of one core that even a `SCHED_FIFO` 99 thread suffers,
+//!    so a deadline miss can be checked against them.
 //! 4. [`aoi`]: age of information: the exact sawtooth integral of a monitor's age, its peaks, and
 //!    a table of per-user age processes.
 //! 5. [`sys`]: the few syscalls the measurements need (pinning, SCHED_FIFO, absolute sleeps, thread
@@ -21,6 +23,7 @@ pub mod aoi;
 pub mod clock;
 pub mod latency;
 pub mod noise;
+pub mod stall;
 #[allow(unsafe_code)]
 pub mod sys;
 
@@ -28,3 +31,4 @@ pub use aoi::{AgeProcess, AgeSummary, AgeTable, AgeTableSummary};
 pub use clock::{Clock, MonotonicClock, TscClock, VirtualClock};
 pub use latency::{LatencyRecorder, LatencySummary};
 pub use noise::{CoreNoise, DuringNoise, NoiseConfig, NoiseProbe, NoiseReport, Sampler};
+pub use stall::{Stall, StallReport, StallWatch, StallWatchConfig};

@@ -45,6 +45,17 @@ impl Finished {
     }
 }
 
+/// A job that missed its deadline: dropped unfinished at its next release, or completed after
+/// it (`completion`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Missed {
+    pub handler: usize,
+    pub job: u64,
+    pub release: u64,
+    pub deadline: u64,
+    pub completion: Option<u64>,
+}
+
 #[derive(Debug, Clone)]
 struct Slot {
     spec: HandlerSpec,
@@ -92,6 +103,8 @@ pub struct Policy {
     /// A higher-priority release happened since the running handler was dispatched.
     yield_flag: bool,
     running: Option<usize>,
+    /// Misses not yet taken by [`Policy::take_missed`].
+    missed: Vec<Missed>,
 }
 
 impl Policy {
@@ -121,7 +134,7 @@ impl Policy {
                 }
             })
             .collect();
-        Self { slots, order: priority_order(handlers), yield_flag: false, running: None }
+        Self { slots, order: priority_order(handlers), yield_flag: false, running: None, missed: Vec::new() }
     }
 
     /// Releases every job due by `now`; a release above the running handler's priority raises
@@ -142,6 +155,13 @@ impl Policy {
                 if s.started && s.remaining > 0 {
                     s.misses += 1;
                     s.worst_unfinished_ns = s.worst_unfinished_ns.max(s.remaining * s.spec.unit_cost_ns);
+                    self.missed.push(Missed {
+                        handler: i,
+                        job: s.job,
+                        release: s.release,
+                        deadline: s.next_release,
+                        completion: None,
+                    });
                 }
                 s.release = s.next_release;
                 s.next_release += s.spec.period_ns;
@@ -189,6 +209,13 @@ impl Policy {
         s.completed += 1;
         if now > s.release + s.spec.period_ns {
             s.misses += 1;
+            self.missed.push(Missed {
+                handler,
+                job: s.job,
+                release: s.release,
+                deadline: s.release + s.spec.period_ns,
+                completion: Some(now),
+            });
         }
         Some(Finished { handler, job: s.job, release: s.release, completion: now })
     }
@@ -264,8 +291,45 @@ impl Policy {
         Some(excess)
     }
 
+    /// The misses since the last call, in the order they were found (the counts keep them
+    /// all; the caller keeps what it needs).
+    pub fn take_missed(&mut self) -> Vec<Missed> {
+        std::mem::take(&mut self.missed)
+    }
+
     /// Misses counted so far, all handlers.
     pub fn misses(&self) -> u64 {
         self.slots.iter().map(|s| s.misses).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missed_jobs_are_kept_with_their_times() {
+        let spec = HandlerSpec { name: "h".into(), period_ns: 10, batch: 2, iteration: 1, unit_cost_ns: 1 };
+        let mut p = Policy::new(&[spec], &[]);
+        p.release(0);
+        assert_eq!(p.next(0), Decision::Run { handler: 0, units: 1 });
+        assert_eq!(p.completed(0, 1, 1), None);
+        // Job 0 still has a unit at its deadline: dropped.
+        p.release(10);
+        // Job 1 completes at 25, after its deadline at 20 (releases are handled late here).
+        assert_eq!(p.completed(0, 2, 25).map(|f| f.job), Some(1));
+        // Job 2 completes in time.
+        p.release(25);
+        assert!(p.completed(0, 2, 28).is_some());
+        let missed = p.take_missed();
+        assert_eq!(
+            missed,
+            vec![
+                Missed { handler: 0, job: 0, release: 0, deadline: 10, completion: None },
+                Missed { handler: 0, job: 1, release: 10, deadline: 20, completion: Some(25) },
+            ]
+        );
+        assert_eq!(p.counts(0).misses, 2);
+        assert!(p.take_missed().is_empty(), "taken once");
     }
 }

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use kairos_metrics::sys;
 
 use crate::analysis::{Analysis, HandlerSpec, analyse};
-use crate::policy::{Counts, Decision, Finished, Policy};
+use crate::policy::{Counts, Decision, Finished, Missed, Policy};
 
 /// What a handler sees while it runs.
 #[derive(Debug)]
@@ -208,6 +208,12 @@ pub struct Report<S> {
     /// Per handler, registration order.
     pub counts: Vec<Counts>,
     pub finished: Vec<Finished>,
+    /// The missed jobs, in the order they were found (the first [`Report::MISSED_KEPT`]; the
+    /// counts have them all).
+    pub missed: Vec<Missed>,
+    /// `CLOCK_MONOTONIC` at the scheduler's time 0: add it to a release or completion to
+    /// compare with other clocks' events (a stall watch's).
+    pub started_ns: u64,
     /// `SCHED_FIFO` was granted.
     pub realtime: bool,
     /// Why not, when it was asked for and refused.
@@ -217,6 +223,11 @@ pub struct Report<S> {
     pub context_switches: (u64, u64),
     /// How late the shell woke for releases: the worst, ns.
     pub worst_wakeup_lateness_ns: u64,
+}
+
+impl<S> Report<S> {
+    /// Misses kept with their times; more are counted but not kept.
+    pub const MISSED_KEPT: usize = 100_000;
 }
 
 impl<S> Running<S> {
@@ -274,6 +285,12 @@ fn run<S>(
     let mut policy = Policy::new(&sched.specs, &[]);
     let start = sys::monotonic_ns();
     let (mut finished, mut dispatches, mut worst_late) = (Vec::new(), 0u64, 0u64);
+    let mut missed = Vec::new();
+    let mut keep_missed = |policy: &mut Policy| {
+        let found = policy.take_missed();
+        let room = Report::<S>::MISSED_KEPT.saturating_sub(missed.len());
+        missed.extend(found.into_iter().take(room));
+    };
     while !abort.load(Ordering::Relaxed) {
         for message in inbox.try_iter() {
             match message {
@@ -288,6 +305,7 @@ fn run<S>(
         let t0 = sys::monotonic_ns();
         let now = t0 - start;
         policy.release(now);
+        keep_missed(&mut policy);
         match policy.next(now) {
             Decision::Idle { until } => {
                 // Sleep to a little before the release, then spin to it; wake at least every
@@ -317,6 +335,7 @@ fn run<S>(
                     policy.completed(handler, done, at)
                 };
                 finished.extend(ended);
+                keep_missed(&mut policy);
             }
         }
     }
@@ -328,6 +347,8 @@ fn run<S>(
         counts: (0..sched.specs.len()).map(|h| policy.counts(h)).collect(),
         shared: sched.shared,
         finished,
+        missed,
+        started_ns: start,
         realtime,
         realtime_error,
         dispatches,
