@@ -1,0 +1,270 @@
+//! `kairos rtu sched-deadline`: today's anchor. The deadline experiment's twelve handlers (see
+//! [`crate::rtu_deadlines`]) as twelve threads under Linux `SCHED_DEADLINE` (runtime: the
+//! handler's cost with 5% and 50 us of margin; deadline = period), beside the same set under
+//! RMDP on the shell. Each thread does its batch, then sleeps to its next release (an absolute
+//! sleep). Each point runs three ways in the same run:
+//! RMDP on the shell (one core); `SCHED_DEADLINE` on every core (global EDF: the kernel refuses
+//! a deadline thread an affinity narrower than its root domain); and `SCHED_DEADLINE` on the
+//! shell's core alone, in a root domain of one core made with cpusets ([`one_core`]), where the
+//! machine allows it. The kernel admits deadline threads up to 95% of the domain's cores
+//! (`sched_rt_runtime_us`), runtime margins included, so the one-core rows of the heaviest sets
+//! are refusals; the rows say so.
+//!
+//! Slack is measured from each job's release (start + k T), as for RMDP. Where the kernel refuses `SCHED_DEADLINE` altogether (not
+//! root), the rows say so and are skipped.
+//!
+//! # Summary fields (stable)
+//! `machine`, `config`, `refused` (why `SCHED_DEADLINE` could not be used, if so),
+//! `one_core` (why there are no one-core rows, if so), `rows` (`scheduler`, `utilisation`,
+//! `min_slack_us`, `misses`, `invocations`, `refused`: the kernel's reason for a point it did not
+//! admit).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use anyhow::Result;
+use kairos_metrics::sys;
+use kairos_rtu::analysis::HandlerSpec;
+use serde::Serialize;
+
+mod one_core;
+
+use crate::machine::MachineInfo;
+use crate::output::RunDir;
+use crate::rtu_deadlines::{DeadlinesConfig, handler_set, run_point};
+use one_core::OneCoreDomain;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EdfRow {
+    pub scheduler: &'static str,
+    pub utilisation: f64,
+    pub min_slack_us: f64,
+    pub misses: u64,
+    pub invocations: u64,
+    pub refused: Option<String>,
+}
+
+const GLOBAL: &str = "SCHED_DEADLINE (global EDF)";
+const ONE_CORE: &str = "SCHED_DEADLINE (one core)";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EdfSummary {
+    pub machine: MachineInfo,
+    pub config: DeadlinesConfig,
+    pub refused: Option<String>,
+    pub one_core: Option<String>,
+    pub rows: Vec<EdfRow>,
+    pub results_dir: PathBuf,
+}
+
+/// `struct sched_attr` of `sched_setattr(2)`.
+#[repr(C)]
+struct SchedAttr {
+    size: u32,
+    sched_policy: u32,
+    sched_flags: u64,
+    sched_nice: i32,
+    sched_priority: u32,
+    sched_runtime: u64,
+    sched_deadline: u64,
+    sched_period: u64,
+}
+
+const SCHED_DEADLINE: u32 = 6;
+
+/// Puts the calling thread under `SCHED_DEADLINE`.
+fn set_deadline(runtime_ns: u64, deadline_ns: u64, period_ns: u64) -> std::io::Result<()> {
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        sched_policy: SCHED_DEADLINE,
+        sched_flags: 0,
+        sched_nice: 0,
+        sched_priority: 0,
+        sched_runtime: runtime_ns,
+        sched_deadline: deadline_ns,
+        sched_period: period_ns,
+    };
+    // SAFETY: `attr` is a valid sched_attr of the size it declares, alive for the call; pid 0 is
+    // the calling thread and flags 0 is the only defined value.
+    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
+/// (min slack ns, misses, invocations) of one handler thread, or why the kernel refused it.
+fn edf_thread(
+    spec: HandlerSpec,
+    stop: Arc<AtomicBool>,
+    domain: Option<Arc<OneCoreDomain>>,
+    admitted: Arc<(Barrier, AtomicBool)>,
+) -> Result<(i64, u64, u64), String> {
+    let cost = spec.batch * spec.unit_cost_ns;
+    let runtime = cost + cost / 20 + 50_000;
+    let joined = domain.as_ref().map_or(Ok(()), |d| d.join());
+    let set = joined.and_then(|()| {
+        set_deadline(runtime.min(spec.period_ns), spec.period_ns, spec.period_ns).map_err(|e| e.to_string())
+    });
+    // The set runs only when the kernel admitted every thread of it.
+    let (barrier, refused) = &*admitted;
+    if set.is_err() {
+        refused.store(true, Ordering::Relaxed);
+    }
+    barrier.wait();
+    set?;
+    if refused.load(Ordering::Relaxed) {
+        return Ok((i64::MAX, 0, 0));
+    }
+    let (mut min_slack, mut misses, mut jobs) = (i64::MAX, 0u64, 0u64);
+    // Job k is released at start + k T (the kernel's period starts with the reservation, at the
+    // `sched_setattr` just above): the thread sleeps to each release with an absolute sleep,
+    // and slack is measured from it. (`sched_yield`, the other way to wait for the next period,
+    // now and then returned into a period whose runtime was spent, and the job then waited a
+    // whole period for the next replenishment.)
+    let start = sys::monotonic_ns();
+    while !stop.load(Ordering::Relaxed) {
+        let release = start + jobs * spec.period_ns;
+        sys::sleep_until_ns(release);
+        sys::spin_until_ns(sys::monotonic_ns().max(release) + cost);
+        let slack = (release + spec.period_ns) as i64 - sys::monotonic_ns() as i64;
+        min_slack = min_slack.min(slack);
+        misses += u64::from(slack < 0);
+        jobs += 1;
+    }
+    Ok((min_slack, misses, jobs))
+}
+
+fn edf_point(
+    specs: &[HandlerSpec],
+    seconds: f64,
+    domain: Option<&Arc<OneCoreDomain>>,
+) -> Result<EdfRow, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let admitted = Arc::new((Barrier::new(specs.len()), AtomicBool::new(false)));
+    let threads: Vec<_> = specs
+        .iter()
+        .map(|s| {
+            let (s, stop, domain, admitted) =
+                (s.clone(), Arc::clone(&stop), domain.cloned(), Arc::clone(&admitted));
+            std::thread::spawn(move || edf_thread(s, stop, domain, admitted))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    stop.store(true, Ordering::Relaxed);
+    let (mut min_slack, mut misses, mut jobs, mut refused) = (i64::MAX, 0, 0, None);
+    for t in threads {
+        match t.join().map_err(|_| "a SCHED_DEADLINE thread panicked".to_string())? {
+            Ok((s, m, j)) => (min_slack, misses, jobs) = (min_slack.min(s), misses + m, jobs + j),
+            Err(e) => refused = Some(e),
+        }
+    }
+    // An exited deadline thread's bandwidth is released at its 0-lag time, within a period
+    // (45 ms at most here). Wait for it: a root domain rebuilt before then (the one-core
+    // domain's cpuset changes) releases it from the wrong domain, and this kernel's accounting
+    // then underflowed and refused every small reservation until the next rebuild.
+    std::thread::sleep(Duration::from_millis(200));
+    if let Some(e) = refused {
+        return Err(format!("the kernel refused SCHED_DEADLINE: {e}"));
+    }
+    Ok(EdfRow {
+        scheduler: if domain.is_some() { ONE_CORE } else { GLOBAL },
+        utilisation: specs.iter().map(HandlerSpec::utilisation).sum(),
+        min_slack_us: if min_slack == i64::MAX { 0.0 } else { min_slack as f64 / 1e3 },
+        misses,
+        invocations: jobs,
+        refused: None,
+    })
+}
+
+pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<EdfSummary> {
+    let machine = MachineInfo::probe();
+    let run_dir = RunDir::create(results_root, "rtu-sched-deadline")?;
+    let mut rows = Vec::new();
+    let mut refused = None;
+    for &u in &config.utilisations {
+        let specs = handler_set(u, config.unit_us);
+        let rmdp = run_point(&specs, config).row;
+        rows.push(EdfRow {
+            scheduler: "RMDP (one core)",
+            utilisation: rmdp.utilisation,
+            min_slack_us: rmdp.min_slack_us,
+            misses: rmdp.misses,
+            invocations: rmdp.invocations,
+            refused: None,
+        });
+        if refused.is_some() {
+            continue;
+        }
+        match edf_point(&specs, config.seconds, None) {
+            Ok(row) => rows.push(row),
+            Err(why) => {
+                log(&format!("{why}; the SCHED_DEADLINE rows are skipped"));
+                refused = Some(why);
+            }
+        }
+    }
+    // The one-core points run after every global one, each in a domain that exists only
+    // around it (while it does, no deadline thread could run globally).
+    let mut one_core = None;
+    for &u in &config.utilisations {
+        let specs = handler_set(u, config.unit_us);
+        if refused.is_some() {
+            break;
+        }
+        match OneCoreDomain::new(config.core, sys::online_cores()) {
+            Ok(d) => {
+                let d = Arc::new(d);
+                rows.push(edf_point(&specs, config.seconds, Some(&d)).unwrap_or_else(|why| EdfRow {
+                    scheduler: ONE_CORE,
+                    utilisation: specs.iter().map(HandlerSpec::utilisation).sum(),
+                    min_slack_us: 0.0,
+                    misses: 0,
+                    invocations: 0,
+                    refused: Some(why),
+                }));
+            }
+            Err(why) => {
+                log(&format!("{why}; no one-core SCHED_DEADLINE rows"));
+                one_core = Some(why);
+                break;
+            }
+        }
+    }
+    let summary = EdfSummary {
+        machine,
+        config: config.clone(),
+        refused,
+        one_core,
+        rows,
+        results_dir: run_dir.path().to_path_buf(),
+    };
+    run_dir.write_json("summary.json", &summary)?;
+    Ok(summary)
+}
+
+pub fn report(s: &EdfSummary) -> String {
+    let mut out = format!("machine: {}\n", s.machine.one_line());
+    if let Some(why) = &s.refused {
+        out.push_str(&format!("{why}\n"));
+    }
+    if let Some(why) = &s.one_core {
+        out.push_str(&format!("no one-core SCHED_DEADLINE rows: {why}\n"));
+    }
+    out.push_str(&format!(
+        "{:<28} {:>6} {:>14} {:>7} {:>11}\n",
+        "scheduler", "util", "min slack us", "misses", "invocations"
+    ));
+    for r in &s.rows {
+        match &r.refused {
+            Some(why) => {
+                out.push_str(&format!("{:<28} {:>6.3} refused: {why}\n", r.scheduler, r.utilisation))
+            }
+            None => out.push_str(&format!(
+                "{:<28} {:>6.3} {:>14.1} {:>7} {:>11}\n",
+                r.scheduler, r.utilisation, r.min_slack_us, r.misses, r.invocations
+            )),
+        }
+    }
+    out.push_str(&format!("results: {}\n", s.results_dir.display()));
+    out
+}
