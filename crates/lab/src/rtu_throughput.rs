@@ -1,15 +1,18 @@
 //! `kairos rtu throughput`: the source's Fig. 6. A UDP sender on one core sends datagrams as fast
 //! as it can over loopback to a receiver on the other core, for several datagram sizes; the
-//! receiver is either an RTU (a handler every 1 ms on the real-time shell, reading up to 1,000
+//! receiver is an RTU (a handler every 1 ms on the real-time shell, reading up to 1,000
 //! datagrams per period at a declared 0.75 us each, its job ending early when the socket is
-//! empty) or a plain
-//! receive loop (a normal thread in blocking `recv`). Each runs without and with background load
+//! empty), an RTU fed by an I/O thread (`kairos_rtu::io` at `SCHED_FIFO` 70 on the same core
+//! reads the socket into the handler's inbox, SPSC rings of buffer indices; the handler drains up
+//! to 1,000 a period at a declared 0.25 us each), or a plain receive loop (a normal thread in
+//! blocking `recv`). Each runs without and with background load
 //! (`stress-ng` CPU and I/O workers on the receiver's core). Reported: datagrams and bytes per
 //! second received, and the datagrams the kernel dropped for a full socket buffer.
 //!
 //! # Summary fields (stable)
 //! `machine`, `config`, `background` (how the load was made, or why not), `rows` (`receiver`,
-//! `packet_bytes`, `background_load`, `received_pps`, `received_mbps`, `socket_drops`),
+//! `packet_bytes`, `background_load`, `received_pps`, `received_mbps`, `socket_drops`,
+//! `inbox_drops`),
 //! `kept` (per receiver and size: loaded over unloaded throughput).
 
 use std::net::UdpSocket;
@@ -21,6 +24,8 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use kairos_metrics::sys;
 use kairos_rtu::analysis::HandlerSpec;
+use kairos_rtu::inbox::{Inbox, inbox};
+use kairos_rtu::io::{IoConfig, spawn_udp};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
 
@@ -58,6 +63,18 @@ pub struct ThroughputRow {
     pub received_pps: f64,
     pub received_mbps: f64,
     pub socket_drops: u64,
+    /// Datagrams the I/O thread read but dropped for a full inbox (the inbox receiver only).
+    pub inbox_drops: u64,
+}
+
+const RTU: &str = "rtu";
+const RTU_INBOX: &str = "rtu + io thread";
+const PLAIN: &str = "plain loop";
+const RECEIVERS: [&str; 3] = [RTU, RTU_INBOX, PLAIN];
+
+/// The receiving handler: a 1 ms period, up to 1,000 datagrams in iterations of 50.
+fn rx_spec(unit_cost_ns: u64) -> HandlerSpec {
+    HandlerSpec { name: "rx".into(), period_ns: 1_000_000, batch: 1_000, iteration: 50, unit_cost_ns }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -139,22 +156,16 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     let stop = Arc::new(AtomicBool::new(false));
     let sender_core = (config.core > 0).then_some(0);
     let drops_before = socket_drops(&socket);
+    let mut io_drops = 0;
     let start = sys::monotonic_ns();
     let send = sender(to, size, sender_core, Arc::clone(&stop));
-    let (packets, bytes) = if receiver == "rtu" {
+    let (packets, bytes) = if receiver == RTU {
         socket.set_nonblocking(true)?;
         let mut sched = Scheduler::new((socket.try_clone()?, vec![0u8; 65_536], 0u64, 0u64));
         // Up to 1,000 datagrams per 1 ms period in iterations of 50, declared at 0.75 us each
         // (a receive system call here): a reservation of 0.75 of the core.
-        let spec = HandlerSpec {
-            name: "rx".into(),
-            period_ns: 1_000_000,
-            batch: 1_000,
-            iteration: 50,
-            unit_cost_ns: 750,
-        };
         sched
-            .register(spec, |st: &mut (UdpSocket, Vec<u8>, u64, u64), units: u64, _: &Context<'_>| {
+            .register(rx_spec(750), |st: &mut (UdpSocket, Vec<u8>, u64, u64), units: u64, _: &Context<'_>| {
                 let (socket, buf, packets, bytes) = st;
                 for done in 0..units {
                     match socket.recv(buf) {
@@ -167,12 +178,37 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
                 }
                 units
             })
-            .expect("one handler at 0.8 is admitted");
+            .expect("one handler at 0.75 is admitted");
         let running =
             sched.spawn(ShellConfig { core: Some(config.core), spin_ns: 5_000, ..ShellConfig::default() })?;
         std::thread::sleep(Duration::from_secs_f64(config.seconds));
         let report = running.stop();
         (report.shared.2, report.shared.3)
+    } else if receiver == RTU_INBOX {
+        // The I/O thread (SCHED_FIFO 70, same core) reads the socket into the handler's inbox;
+        // the handler (80) drains it: 1,000 datagrams a period declared at 0.25 us each.
+        let (ingress, inbox) = inbox(4_096, size.max(1))?;
+        let mut sched = Scheduler::new((inbox, 0u64, 0u64));
+        sched
+            .register(rx_spec(250), |st: &mut (Inbox, u64, u64), units: u64, _: &Context<'_>| {
+                let (inbox, packets, bytes) = st;
+                inbox.drain(units, |d| {
+                    *packets += 1;
+                    *bytes += d.len() as u64;
+                })
+            })
+            .expect("one handler at 0.25 is admitted");
+        let io = spawn_udp(
+            vec![(socket.try_clone()?, ingress)],
+            IoConfig { core: Some(config.core), ..IoConfig::default() },
+        )?;
+        let running =
+            sched.spawn(ShellConfig { core: Some(config.core), spin_ns: 5_000, ..ShellConfig::default() })?;
+        std::thread::sleep(Duration::from_secs_f64(config.seconds));
+        let report = running.stop();
+        let io = io.stop();
+        io_drops = io.sources[0].dropped;
+        (report.shared.1, report.shared.2)
     } else {
         socket.set_read_timeout(Some(Duration::from_millis(20)))?;
         let recv_socket = socket.try_clone()?;
@@ -204,6 +240,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
         received_pps: packets as f64 / wall,
         received_mbps: bytes as f64 * 8.0 / wall / 1e6,
         socket_drops: socket_drops(&socket).saturating_sub(drops_before),
+        inbox_drops: io_drops,
     })
 }
 
@@ -212,7 +249,7 @@ pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -
     let run_dir = RunDir::create(results_root, "rtu-throughput")?;
     let mut rows = Vec::new();
     for &size in &config.packet_sizes {
-        for receiver in ["rtu", "plain loop"] {
+        for receiver in RECEIVERS {
             rows.push(point(receiver, size, config)?);
         }
     }
@@ -220,7 +257,7 @@ pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -
         Ok(mut child) => {
             std::thread::sleep(Duration::from_millis(200));
             for &size in &config.packet_sizes {
-                for receiver in ["rtu", "plain loop"] {
+                for receiver in RECEIVERS {
                     let mut row = point(receiver, size, config)?;
                     row.background_load = true;
                     rows.push(row);
@@ -264,18 +301,19 @@ pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -
 pub fn report(s: &ThroughputSummary) -> String {
     let mut out = format!("machine: {}\nbackground: {}\n", s.machine.one_line(), s.background);
     out.push_str(&format!(
-        "{:<11} {:>7} {:>10} {:>12} {:>10} {:>12}\n",
-        "receiver", "bytes", "background", "received/s", "Mbit/s", "socket drops"
+        "{:<16} {:>7} {:>10} {:>12} {:>10} {:>12} {:>12}\n",
+        "receiver", "bytes", "background", "received/s", "Mbit/s", "socket drops", "inbox drops"
     ));
     for r in &s.rows {
         out.push_str(&format!(
-            "{:<11} {:>7} {:>10} {:>12.0} {:>10.1} {:>12}\n",
+            "{:<16} {:>7} {:>10} {:>12.0} {:>10.1} {:>12} {:>12}\n",
             r.receiver,
             r.packet_bytes,
             if r.background_load { "stress-ng" } else { "none" },
             r.received_pps,
             r.received_mbps,
-            r.socket_drops
+            r.socket_drops,
+            r.inbox_drops
         ));
     }
     for k in &s.kept {
