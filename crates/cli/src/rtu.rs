@@ -22,7 +22,7 @@ enum RtuCommand {
     Admit(AdmitArgs),
     /// The source's Fig. 5: minimum slack of 12 handlers against total utilisation, with and
     /// without background load.
-    Deadlines(crate::Common),
+    Deadlines(DeadlinesArgs),
     /// Context switches per unit of work: RMDP (no locks) against a SCHED_FIFO thread per
     /// handler with priority-inheritance mutexes.
     Switches(crate::Common),
@@ -33,6 +33,32 @@ enum RtuCommand {
     Throughput(crate::Common),
     /// The source's Fig. 7: six UDP streams' bandwidth, as RTUs and as plain threads.
     Partition(crate::Common),
+}
+
+#[derive(Args)]
+struct DeadlinesArgs {
+    #[command(flatten)]
+    common: crate::Common,
+    /// Total utilisations to run, comma-separated (default: the preset's sweep).
+    #[arg(long, value_delimiter = ',', value_parser = parse_utilisation)]
+    utilisation: Vec<f64>,
+    /// Seconds per point (default: 1.5 with --quick, 20 without).
+    #[arg(long, value_parser = parse_seconds)]
+    seconds: Option<f64>,
+}
+
+fn parse_utilisation(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(u) if u > 0.0 && u < 1.0 => Ok(u),
+        _ => Err(format!("'{text}' is not a utilisation: give a number between 0 and 1, e.g. 0.75")),
+    }
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 3600.0 => Ok(s),
+        _ => Err(format!("'{text}' is not a run time: give seconds between 0 and 3600, e.g. 20")),
+    }
 }
 
 #[derive(Args)]
@@ -66,8 +92,15 @@ struct AdmitOut {
 
 pub fn run(args: &RtuArgs) -> Result<()> {
     match &args.command {
-        RtuCommand::Deadlines(a) => {
-            let config = rtu_deadlines::DeadlinesConfig::preset(a.quick);
+        RtuCommand::Deadlines(d) => {
+            let a = &d.common;
+            let mut config = rtu_deadlines::DeadlinesConfig::preset(a.quick);
+            if !d.utilisation.is_empty() {
+                config.utilisations = d.utilisation.clone();
+            }
+            if let Some(seconds) = d.seconds {
+                config.seconds = seconds;
+            }
             let s = rtu_deadlines::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
             if a.json {
                 println!("{}", serde_json::to_string(&s)?);

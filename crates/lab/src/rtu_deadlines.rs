@@ -13,7 +13,7 @@
 //! # Summary fields (stable)
 //! `machine`, `config`, `noise`, `realtime` (`SCHED_FIFO` granted), `background` (how the
 //! load was made, or why not), `rows` (`utilisation`, `background_load`, `admitted`,
-//! `min_slack_us`, `misses`, `invocations`, `overruns`, `worst_wakeup_lateness_us`,
+//! `min_slack_us`, `misses`, `invocations`, `overruns`, `demoted`, `worst_wakeup_lateness_us`,
 //! `miss_fraction`, `stalls_seen`, `longest_stall_us`, `misses_with_stall`), `misses` (each
 //! missed job: `utilisation`, `background_load`, `handler`, `job`, `release_ms`, `deadline_ms`,
 //! `completion_ms`, `stall_us`), `stall_watch_realtime`, `unexplained_admitted_misses`, `plots`.
@@ -83,6 +83,8 @@ pub struct DeadlineRow {
     pub misses: u64,
     pub invocations: u64,
     pub overruns: u64,
+    /// Handlers demoted for overrunning (three in a row): each then runs below every other.
+    pub demoted: usize,
     pub worst_wakeup_lateness_us: f64,
     /// Misses over invocations.
     pub miss_fraction: f64,
@@ -203,6 +205,7 @@ pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Poin
         misses: miss_count,
         invocations,
         overruns: report.counts.iter().map(|c| c.overruns).sum(),
+        demoted: report.counts.iter().filter(|c| c.demoted).count(),
         worst_wakeup_lateness_us: report.worst_wakeup_lateness_ns as f64 / 1e3,
         miss_fraction: miss_count as f64 / invocations.max(1) as f64,
         stalls_seen: stalls.stalls.len(),
@@ -315,7 +318,7 @@ pub fn report(s: &DeadlinesSummary) -> String {
         s.noise.max_gap_ns as f64 / 1e3
     ));
     out.push_str(&format!(
-        "{:>6} {:>10} {:>8} {:>13} {:>7} {:>11} {:>9} {:>13} {:>7} {:>15} {:>12}\n",
+        "{:>6} {:>10} {:>8} {:>13} {:>7} {:>11} {:>9} {:>8} {:>13} {:>7} {:>15} {:>12}\n",
         "util",
         "background",
         "admitted",
@@ -323,6 +326,7 @@ pub fn report(s: &DeadlinesSummary) -> String {
         "misses",
         "invocations",
         "overruns",
+        "demoted",
         "worst wake us",
         "stalls",
         "longest stall us",
@@ -330,7 +334,7 @@ pub fn report(s: &DeadlinesSummary) -> String {
     ));
     for r in &s.rows {
         out.push_str(&format!(
-            "{:>6.3} {:>10} {:>8} {:>13.1} {:>7} {:>11} {:>9} {:>13.1} {:>7} {:>15.1} {:>12}\n",
+            "{:>6.3} {:>10} {:>8} {:>13.1} {:>7} {:>11} {:>9} {:>8} {:>13.1} {:>7} {:>15.1} {:>12}\n",
             r.utilisation,
             if r.background_load { "stress-ng" } else { "none" },
             r.admitted,
@@ -338,6 +342,7 @@ pub fn report(s: &DeadlinesSummary) -> String {
             r.misses,
             r.invocations,
             r.overruns,
+            r.demoted,
             r.worst_wakeup_lateness_us,
             r.stalls_seen,
             r.longest_stall_us,
