@@ -9,9 +9,9 @@
 //! the throughput received.
 //!
 //! # Summary fields (stable)
-//! `machine`, `config`, `background`, `rows` (`scale`, `way`, `background_load`, `stream`,
+//! `machine`, `noise`, `config`, `background`, `rows` (`scale`, `way`, `background_load`, `stream`,
 //! `received_mbps`), `promised_mbps` (at scale 1), `spread` (per scale, way and load: min and max
-//! stream over the promise).
+//! stream over the promise), `plots`. Files: `summary.json`, `rows.csv`, `per_stream.png`.
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kairos_metrics::sys;
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::inbox::{Inbox, inbox};
 use kairos_rtu::io::{IoConfig, spawn_udp};
@@ -29,6 +29,7 @@ use serde::Serialize;
 
 use crate::machine::MachineInfo;
 use crate::output::RunDir;
+use crate::plot::{Scales, XySeries, xy_chart};
 
 const STREAMS: usize = 6;
 const DATAGRAM: usize = 8_192;
@@ -74,11 +75,13 @@ pub struct Spread {
 #[derive(Debug, Clone, Serialize)]
 pub struct PartitionSummary {
     pub machine: MachineInfo,
+    pub noise: NoiseReport,
     pub config: PartitionConfig,
     pub background: String,
     pub promised_mbps: f64,
     pub rows: Vec<PartitionRow>,
     pub spread: Vec<Spread>,
+    pub plots: Vec<PathBuf>,
     pub results_dir: PathBuf,
 }
 
@@ -206,6 +209,7 @@ fn threads(seconds: f64, scale: u64) -> Result<Vec<u64>> {
 pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<PartitionSummary> {
     let machine = MachineInfo::probe();
     let run_dir = RunDir::create(results_root, "rtu-partition")?;
+    let probe = NoiseProbe::start(NoiseConfig::quick());
     let promised_mbps = (SEND_BATCH as f64 * DATAGRAM as f64 * 8.0) / (SEND_PERIOD_NS as f64 / 1e9) / 1e6;
     let mut rows = Vec::new();
     let mut record = |scale: u64, way: &'static str, loaded: bool, counts: Vec<u64>| {
@@ -261,8 +265,40 @@ pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) ->
             });
         }
     }
+    let noise = probe.finish();
+    run_dir.write_csv("rows.csv", &rows)?;
+    let plot = run_dir.path().join("per_stream.png");
+    let series: Vec<XySeries> = spread
+        .iter()
+        .enumerate()
+        .map(|(i, sp)| XySeries {
+            name: format!(
+                "x{} {}, {}",
+                sp.scale,
+                sp.way,
+                if sp.background_load { "stress-ng" } else { "no load" }
+            ),
+            points: rows
+                .iter()
+                .filter(|r| r.scale == sp.scale && r.way == sp.way && r.background_load == sp.background_load)
+                .map(|r| (r.stream as f64, r.received_mbps / (promised_mbps * r.scale as f64)))
+                .collect(),
+            model: false,
+            color: i,
+        })
+        .collect();
+    xy_chart(
+        &plot,
+        "Bandwidth partitioning: each stream's throughput over its promise",
+        "stream",
+        "received / promised",
+        Scales::default(),
+        &series,
+    )?;
     let summary = PartitionSummary {
         machine,
+        noise,
+        plots: vec![plot],
         config: config.clone(),
         background,
         promised_mbps,
@@ -298,6 +334,10 @@ pub fn report(s: &PartitionSummary) -> String {
             sp.max_over_promise * 100.0
         ));
     }
+    for p in &s.plots {
+        out.push_str(&format!("plot: {}\n", p.display()));
+    }
+    out.push_str(&format!("noise: longest stall the probe saw {:.1} us\n", s.noise.max_gap_ns as f64 / 1e3));
     out.push_str(&format!("results: {}\n", s.results_dir.display()));
     out
 }

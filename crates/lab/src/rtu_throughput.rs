@@ -10,10 +10,11 @@
 //! second received, and the datagrams the kernel dropped for a full socket buffer.
 //!
 //! # Summary fields (stable)
-//! `machine`, `config`, `background` (how the load was made, or why not), `rows` (`receiver`,
+//! `machine`, `noise`, `config`, `background` (how the load was made, or why not), `rows` (`receiver`,
 //! `packet_bytes`, `background_load`, `received_pps`, `received_mbps`, `socket_drops`,
 //! `inbox_drops`),
-//! `kept` (per receiver and size: loaded over unloaded throughput).
+//! `kept` (per receiver and size: loaded over unloaded throughput), `plots` (`throughput.png`).
+//! Files: `summary.json`, `rows.csv`, `throughput.png`.
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -22,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kairos_metrics::sys;
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::inbox::{Inbox, inbox};
 use kairos_rtu::io::{IoConfig, spawn_udp};
@@ -31,6 +32,7 @@ use serde::Serialize;
 
 use crate::machine::MachineInfo;
 use crate::output::RunDir;
+use crate::plot::{Scales, XySeries, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputConfig {
@@ -88,10 +90,12 @@ pub struct Kept {
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputSummary {
     pub machine: MachineInfo,
+    pub noise: NoiseReport,
     pub config: ThroughputConfig,
     pub background: String,
     pub rows: Vec<ThroughputRow>,
     pub kept: Vec<Kept>,
+    pub plots: Vec<PathBuf>,
     pub results_dir: PathBuf,
 }
 
@@ -247,6 +251,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
 pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<ThroughputSummary> {
     let machine = MachineInfo::probe();
     let run_dir = RunDir::create(results_root, "rtu-throughput")?;
+    let probe = NoiseProbe::start(NoiseConfig::quick());
     let mut rows = Vec::new();
     for &size in &config.packet_sizes {
         for receiver in RECEIVERS {
@@ -286,8 +291,37 @@ pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -
             })
         })
         .collect();
+    let noise = probe.finish();
+    run_dir.write_csv("rows.csv", &rows)?;
+    let plot = run_dir.path().join("throughput.png");
+    let series: Vec<XySeries> = [false, true]
+        .into_iter()
+        .flat_map(|bg| RECEIVERS.into_iter().map(move |r| (bg, r)))
+        .enumerate()
+        .map(|(i, (bg, receiver))| XySeries {
+            name: format!("{receiver}, {}", if bg { "stress-ng" } else { "no load" }),
+            points: rows
+                .iter()
+                .filter(|r| r.receiver == receiver && r.background_load == bg)
+                .map(|r| (r.packet_bytes as f64, r.received_pps / 1e3))
+                .collect(),
+            model: false,
+            color: i,
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    xy_chart(
+        &plot,
+        "UDP receive throughput on loopback: RTU, RTU fed by an I/O thread, plain loop",
+        "datagram size (bytes)",
+        "datagrams received (thousands per second)",
+        Scales { log_x: true, log_y: false },
+        &series,
+    )?;
     let summary = ThroughputSummary {
         machine,
+        noise,
+        plots: vec![plot],
         config: config.clone(),
         background: background_note,
         rows,
@@ -324,6 +358,10 @@ pub fn report(s: &ThroughputSummary) -> String {
             k.kept * 100.0
         ));
     }
+    for p in &s.plots {
+        out.push_str(&format!("plot: {}\n", p.display()));
+    }
+    out.push_str(&format!("noise: longest stall the probe saw {:.1} us\n", s.noise.max_gap_ns as f64 / 1e3));
     out.push_str(&format!("results: {}\n", s.results_dir.display()));
     out
 }

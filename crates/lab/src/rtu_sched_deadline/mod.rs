@@ -14,10 +14,10 @@
 //! root), the rows say so and are skipped.
 //!
 //! # Summary fields (stable)
-//! `machine`, `config`, `refused` (why `SCHED_DEADLINE` could not be used, if so),
+//! `machine`, `noise`, `config`, `refused` (why `SCHED_DEADLINE` could not be used, if so),
 //! `one_core` (why there are no one-core rows, if so), `rows` (`scheduler`, `utilisation`,
 //! `min_slack_us`, `misses`, `invocations`, `refused`: the kernel's reason for a point it did not
-//! admit).
+//! admit), `plots`. Files: `summary.json`, `rows.csv`, `min_slack.png`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +25,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use anyhow::Result;
-use kairos_metrics::sys;
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
 use kairos_rtu::analysis::HandlerSpec;
 use serde::Serialize;
 
@@ -33,6 +33,7 @@ mod one_core;
 
 use crate::machine::MachineInfo;
 use crate::output::RunDir;
+use crate::plot::{Scales, XySeries, xy_chart};
 use crate::rtu_deadlines::{DeadlinesConfig, handler_set, run_point};
 use one_core::OneCoreDomain;
 
@@ -52,10 +53,12 @@ const ONE_CORE: &str = "SCHED_DEADLINE (one core)";
 #[derive(Debug, Clone, Serialize)]
 pub struct EdfSummary {
     pub machine: MachineInfo,
+    pub noise: NoiseReport,
     pub config: DeadlinesConfig,
     pub refused: Option<String>,
     pub one_core: Option<String>,
     pub rows: Vec<EdfRow>,
+    pub plots: Vec<PathBuf>,
     pub results_dir: PathBuf,
 }
 
@@ -179,6 +182,7 @@ fn edf_point(
 pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<EdfSummary> {
     let machine = MachineInfo::probe();
     let run_dir = RunDir::create(results_root, "rtu-sched-deadline")?;
+    let probe = NoiseProbe::start(NoiseConfig::quick());
     let mut rows = Vec::new();
     let mut refused = None;
     for &u in &config.utilisations {
@@ -230,8 +234,36 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
             }
         }
     }
+    let noise = probe.finish();
+    run_dir.write_csv("rows.csv", &rows)?;
+    let plot = run_dir.path().join("min_slack.png");
+    let series: Vec<XySeries> = ["RMDP (one core)", GLOBAL, ONE_CORE]
+        .into_iter()
+        .enumerate()
+        .map(|(i, scheduler)| XySeries {
+            name: scheduler.into(),
+            points: rows
+                .iter()
+                .filter(|r| r.scheduler == scheduler && r.refused.is_none())
+                .map(|r| (r.utilisation, r.min_slack_us / 1e3))
+                .collect(),
+            model: false,
+            color: i,
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    xy_chart(
+        &plot,
+        "Minimum slack: RMDP on one core, SCHED_DEADLINE on every core and on one",
+        "total utilisation of one core",
+        "minimum slack (ms; below 0 is a miss)",
+        Scales::default(),
+        &series,
+    )?;
     let summary = EdfSummary {
         machine,
+        noise,
+        plots: vec![plot],
         config: config.clone(),
         refused,
         one_core,
@@ -265,6 +297,10 @@ pub fn report(s: &EdfSummary) -> String {
             )),
         }
     }
+    for p in &s.plots {
+        out.push_str(&format!("plot: {}\n", p.display()));
+    }
+    out.push_str(&format!("noise: longest stall the probe saw {:.1} us\n", s.noise.max_gap_ns as f64 / 1e3));
     out.push_str(&format!("results: {}\n", s.results_dir.display()));
     out
 }

@@ -1,6 +1,6 @@
 //! `kairos rtu switches`: the cost the source argues about. The same periodic workload over
 //! shared state (six handlers, periods 10-35 ms, each unit of work updating a shared queue and
-//! computing for 20 us, utilisation about 0.5), run two ways on one core:
+//! computing for 20 us; total utilisation swept, 0.2-0.6 quick), run two ways on one core:
 //!
 //! - **RMDP**: one pinned `SCHED_FIFO` shell thread runs every handler; the shared state is
 //!   lent to one handler at a time, so there is no lock;
@@ -9,12 +9,15 @@
 //!
 //! Reported per way: units of work done, voluntary and involuntary context switches (from the
 //! OS, per thread), lock operations, deadline misses, and the useful utilisation (work time over
-//! wall time). The figure of merit is context switches per unit of work, and its ratio.
+//! wall time). The figure of merit is context switches per unit of work, and its ratio
+//! (`switches_per_unit.png` against utilisation).
 //!
 //! # Summary fields (stable)
-//! `machine`, `config`, `realtime`, `rows` (`way`, `units`, `voluntary_switches`,
+//! `machine`, `noise`, `config`, `realtime`, `rows` (`utilisation`, `way`, `units`, `voluntary_switches`,
 //! `involuntary_switches`, `switches_per_unit`, `lock_operations`, `misses`,
-//! `useful_utilisation`), `switch_ratio` (threads / RMDP).
+//! `useful_utilisation`), `ratios` (`utilisation`, `switch_ratio`), `switch_ratio` (threads /
+//! RMDP, the median over the utilisations), `plots`. Files: `summary.json`, `rows.csv`,
+//! `switches_per_unit.png`.
 
 mod pi_mutex;
 
@@ -25,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
-use kairos_metrics::sys;
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
@@ -34,9 +37,12 @@ pub use pi_mutex::PiMutex;
 
 use crate::machine::MachineInfo;
 use crate::output::RunDir;
+use crate::plot::{Scales, XySeries, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SwitchesConfig {
+    /// Total utilisation of the six handlers, per point.
+    pub utilisations: Vec<f64>,
     pub seconds: f64,
     pub core: usize,
     /// Computation per unit of work, ns.
@@ -46,6 +52,7 @@ pub struct SwitchesConfig {
 impl SwitchesConfig {
     pub fn quick() -> Self {
         Self {
+            utilisations: vec![0.2, 0.4, 0.6],
             seconds: 2.0,
             core: std::thread::available_parallelism().map_or(1, |n| n.get()) - 1,
             work_ns: 20_000,
@@ -53,7 +60,7 @@ impl SwitchesConfig {
     }
 
     pub fn full() -> Self {
-        Self { seconds: 20.0, ..Self::quick() }
+        Self { utilisations: vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6], seconds: 20.0, ..Self::quick() }
     }
 
     pub fn preset(quick: bool) -> Self {
@@ -63,6 +70,7 @@ impl SwitchesConfig {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SwitchRow {
+    pub utilisation: f64,
     pub way: &'static str,
     pub units: u64,
     pub voluntary_switches: u64,
@@ -76,20 +84,29 @@ pub struct SwitchRow {
 #[derive(Debug, Clone, Serialize)]
 pub struct SwitchesSummary {
     pub machine: MachineInfo,
+    pub noise: NoiseReport,
     pub config: SwitchesConfig,
     pub realtime: bool,
     pub rows: Vec<SwitchRow>,
-    /// Context switches per unit, threads over RMDP.
+    pub ratios: Vec<Ratio>,
+    /// Context switches per unit, threads over RMDP: the median over the utilisations.
     pub switch_ratio: f64,
+    pub plots: Vec<PathBuf>,
     pub results_dir: PathBuf,
 }
 
-/// The six handlers: periods 10, 15, ..., 35 ms, iterations of 4 units, about 0.5 in all.
-pub fn handler_set(work_ns: u64) -> Vec<HandlerSpec> {
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratio {
+    pub utilisation: f64,
+    pub switch_ratio: f64,
+}
+
+/// The six handlers: periods 10, 15, ..., 35 ms, iterations of 4 units, `u` in all.
+pub fn handler_set(u: f64, work_ns: u64) -> Vec<HandlerSpec> {
     (0..6)
         .map(|i| {
             let period_ns = (10 + 5 * i as u64) * 1_000_000;
-            let units = ((0.5 / 6.0) * period_ns as f64 / work_ns as f64).round().max(1.0) as u64;
+            let units = ((u / 6.0) * period_ns as f64 / work_ns as f64).round().max(1.0) as u64;
             HandlerSpec {
                 name: format!("h{i}"),
                 period_ns,
@@ -117,8 +134,8 @@ fn unit_of_work(shared: &mut Shared, work_ns: u64) {
     sys::spin_until_ns(sys::monotonic_ns() + work_ns);
 }
 
-fn rmdp(config: &SwitchesConfig) -> (SwitchRow, bool) {
-    let specs = handler_set(config.work_ns);
+fn rmdp(u: f64, config: &SwitchesConfig) -> Result<(SwitchRow, bool), String> {
+    let specs = handler_set(u, config.work_ns);
     let mut sched = Scheduler::new(Shared::default());
     let work = config.work_ns;
     for s in &specs {
@@ -129,7 +146,7 @@ fn rmdp(config: &SwitchesConfig) -> (SwitchRow, bool) {
                 }
                 units
             })
-            .expect("the set is admitted at utilisation 0.5");
+            .map_err(|e| format!("utilisation {u}: {e}"))?;
     }
     let start = sys::monotonic_ns();
     let running =
@@ -139,8 +156,9 @@ fn rmdp(config: &SwitchesConfig) -> (SwitchRow, bool) {
     let wall = (sys::monotonic_ns() - start).max(1);
     let units = report.shared.updates;
     let (vol, invol) = report.context_switches;
-    (
+    Ok((
         SwitchRow {
+            utilisation: u,
             way: "rmdp",
             units,
             voluntary_switches: vol,
@@ -151,11 +169,11 @@ fn rmdp(config: &SwitchesConfig) -> (SwitchRow, bool) {
             useful_utilisation: (units * config.work_ns) as f64 / wall as f64,
         },
         report.realtime,
-    )
+    ))
 }
 
-fn threads(config: &SwitchesConfig) -> SwitchRow {
-    let specs = handler_set(config.work_ns);
+fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
+    let specs = handler_set(u, config.work_ns);
     let shared = Arc::new(PiMutex::new(Shared::default()).expect("a priority-inheritance mutex"));
     let stop = Arc::new(AtomicBool::new(false));
     let start = sys::monotonic_ns() + 5_000_000;
@@ -200,6 +218,7 @@ fn threads(config: &SwitchesConfig) -> SwitchRow {
     let wall = (sys::monotonic_ns() - start).max(1);
     let units = shared.lock().updates;
     SwitchRow {
+        utilisation: u,
         way: "threads + PI mutex",
         units,
         voluntary_switches: vol,
@@ -214,20 +233,61 @@ fn threads(config: &SwitchesConfig) -> SwitchRow {
 pub fn run(config: &SwitchesConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<SwitchesSummary> {
     let machine = MachineInfo::probe();
     let run_dir = RunDir::create(results_root, "rtu-switches")?;
-    let (r, realtime) = rmdp(config);
+    let probe = NoiseProbe::start(NoiseConfig::quick());
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    let mut realtime = true;
+    for &u in &config.utilisations {
+        let (r, rt) = rmdp(u, config).map_err(|e| anyhow::anyhow!("the RMDP set was refused: {e}"))?;
+        realtime &= rt;
+        let t = threads(u, config);
+        ratios.push(Ratio {
+            utilisation: u,
+            switch_ratio: t.switches_per_unit / r.switches_per_unit.max(f64::MIN_POSITIVE),
+        });
+        rows.push(r);
+        rows.push(t);
+    }
     if !realtime {
         log("SCHED_FIFO was not granted: both ways ran at normal priority (run as root)");
     }
-    let t = threads(config);
-    let switch_ratio = t.switches_per_unit / r.switches_per_unit.max(f64::MIN_POSITIVE);
-    let rows = vec![r, t];
+    let noise = probe.finish();
+    let mut sorted: Vec<f64> = ratios.iter().map(|r| r.switch_ratio).collect();
+    sorted.sort_by(f64::total_cmp);
+    let switch_ratio = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
     run_dir.write_csv("rows.csv", &rows)?;
+    let plot = run_dir.path().join("switches_per_unit.png");
+    let series: Vec<XySeries> = ["rmdp", "threads + PI mutex"]
+        .into_iter()
+        .enumerate()
+        .map(|(i, way)| XySeries {
+            name: way.into(),
+            points: rows
+                .iter()
+                .filter(|r| r.way == way)
+                .map(|r| (r.utilisation, r.switches_per_unit))
+                .collect(),
+            model: false,
+            color: i,
+        })
+        .collect();
+    xy_chart(
+        &plot,
+        "Context switches per unit of work: RMDP against a thread per handler",
+        "total utilisation",
+        "context switches per unit (voluntary + involuntary)",
+        Scales::default(),
+        &series,
+    )?;
     let summary = SwitchesSummary {
         machine,
+        noise,
         config: config.clone(),
         realtime,
         rows,
+        ratios,
         switch_ratio,
+        plots: vec![plot],
         results_dir: run_dir.path().to_path_buf(),
     };
     run_dir.write_json("summary.json", &summary)?;
@@ -237,12 +297,13 @@ pub fn run(config: &SwitchesConfig, results_root: &Path, log: &dyn Fn(&str)) -> 
 pub fn report(s: &SwitchesSummary) -> String {
     let mut out = format!("machine: {}\n", s.machine.one_line());
     out.push_str(&format!(
-        "{:<20} {:>9} {:>10} {:>12} {:>16} {:>9} {:>7} {:>10}\n",
-        "way", "units", "voluntary", "involuntary", "switches / unit", "locks", "misses", "useful"
+        "{:>5} {:<20} {:>9} {:>10} {:>12} {:>16} {:>9} {:>7} {:>10}\n",
+        "util", "way", "units", "voluntary", "involuntary", "switches / unit", "locks", "misses", "useful"
     ));
     for r in &s.rows {
         out.push_str(&format!(
-            "{:<20} {:>9} {:>10} {:>12} {:>16.4} {:>9} {:>7} {:>10.3}\n",
+            "{:>5.2} {:<20} {:>9} {:>10} {:>12} {:>16.4} {:>9} {:>7} {:>10.3}\n",
+            r.utilisation,
             r.way,
             r.units,
             r.voluntary_switches,
@@ -253,8 +314,14 @@ pub fn report(s: &SwitchesSummary) -> String {
             r.useful_utilisation
         ));
     }
+    for r in &s.ratios {
+        out.push_str(&format!("at {:.2}: threads {:.2}x RMDP\n", r.utilisation, r.switch_ratio));
+    }
+    for p in &s.plots {
+        out.push_str(&format!("plot: {}\n", p.display()));
+    }
     out.push_str(&format!(
-        "context switches per unit of work: threads {:.2}x RMDP\nresults: {}\n",
+        "context switches per unit of work: threads {:.2}x RMDP (median)\nresults: {}\n",
         s.switch_ratio,
         s.results_dir.display()
     ));
