@@ -7,10 +7,10 @@
 //! CPU time (`CLOCK_THREAD_CPUTIME_ID`: two clock reads a dispatch) is handed to
 //! [`Policy::account`], which detects and demotes overrunning handlers. CPU time, not wall time:
 //! a handler preempted by a higher-priority thread (a stall watch, a kernel thread) or whose vCPU
-//! was stolen did not overrun; judged on wall time, noise alone demoted innocent handlers
-//! (three overruns in a row happen in a long run on a virtual machine), which then missed. An
-//! interrupt's time is still charged to the task it interrupts unless the kernel accounts IRQ
-//! time apart (`CONFIG_IRQ_TIME_ACCOUNTING`); the tolerance covers that.
+//! was stolen did not overrun; judged on wall time, noise alone demoted innocent handlers in
+//! 20 s runs on this virtual machine, which then missed. An interrupt's time is still charged to
+//! the task it interrupts unless the kernel accounts IRQ time apart
+//! (`CONFIG_IRQ_TIME_ACCOUNTING`), which is why demotion is judged per job (see `policy`).
 //!
 //! Handlers of one scheduler share a state `S` that needs no lock: the scheduler owns it and
 //! lends `&mut S` to one handler at a time, on its one thread, so the borrow checker proves
