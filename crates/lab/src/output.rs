@@ -86,6 +86,24 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// The last lines of an experiment's report: its plots, the longest stall the noise probe saw
+/// (when it ran), and where the run's files are.
+pub fn report_footer(
+    plots: &[PathBuf],
+    noise: Option<&kairos_metrics::NoiseReport>,
+    results_dir: &Path,
+) -> String {
+    let mut out = String::new();
+    for p in plots {
+        out.push_str(&format!("plot: {}\n", p.display()));
+    }
+    if let Some(n) = noise {
+        out.push_str(&format!("noise: longest stall the probe saw {:.1} us\n", n.max_gap_ns as f64 / 1e3));
+    }
+    out.push_str(&format!("results: {}\n", results_dir.display()));
+    out
+}
+
 /// A progress bar over `steps`, drawn only when stderr is a terminal and `CI` is unset.
 pub fn progress(steps: u64, what: &str) -> ProgressBar {
     use std::io::IsTerminal;

@@ -282,6 +282,17 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
     if rows.iter().any(|r| r.background_load) {
         all.push(series(true, "stress-ng on the same core", 1));
     }
+    // A dashed vertical line at the highest utilisation the analysis admitted.
+    let slack_ms = rows.iter().map(|r| r.min_slack_us / 1e3);
+    let (low, high) = slack_ms.fold((0.0f64, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if let Some(limit) = rows.iter().filter(|r| r.admitted).map(|r| r.utilisation).reduce(f64::max) {
+        all.push(XySeries {
+            name: format!("highest admitted utilisation ({limit:.2})"),
+            points: vec![(limit, low), (limit, high)],
+            model: true,
+            color: 2,
+        });
+    }
     xy_chart(
         &plot,
         "RMDP: minimum slack over all invocations (12 handlers, periods 20-45 ms)",
@@ -370,9 +381,6 @@ pub fn report(s: &DeadlinesSummary) -> String {
     if !s.stall_watch_realtime {
         out.push_str("the stall watch was NOT real-time: its stalls may be the shell's own work\n");
     }
-    for p in &s.plots {
-        out.push_str(&format!("plot: {}\n", p.display()));
-    }
-    out.push_str(&format!("results: {}\n", s.results_dir.display()));
+    out.push_str(&crate::output::report_footer(&s.plots, None, &s.results_dir));
     out
 }

@@ -297,10 +297,6 @@ pub fn report(s: &EdfSummary) -> String {
             )),
         }
     }
-    for p in &s.plots {
-        out.push_str(&format!("plot: {}\n", p.display()));
-    }
-    out.push_str(&format!("noise: longest stall the probe saw {:.1} us\n", s.noise.max_gap_ns as f64 / 1e3));
-    out.push_str(&format!("results: {}\n", s.results_dir.display()));
+    out.push_str(&crate::output::report_footer(&s.plots, Some(&s.noise), &s.results_dir));
     out
 }

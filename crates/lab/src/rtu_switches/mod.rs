@@ -317,13 +317,10 @@ pub fn report(s: &SwitchesSummary) -> String {
     for r in &s.ratios {
         out.push_str(&format!("at {:.2}: threads {:.2}x RMDP\n", r.utilisation, r.switch_ratio));
     }
-    for p in &s.plots {
-        out.push_str(&format!("plot: {}\n", p.display()));
-    }
     out.push_str(&format!(
-        "context switches per unit of work: threads {:.2}x RMDP (median)\nresults: {}\n",
-        s.switch_ratio,
-        s.results_dir.display()
+        "context switches per unit of work: threads {:.2}x RMDP (median)\n",
+        s.switch_ratio
     ));
+    out.push_str(&crate::output::report_footer(&s.plots, Some(&s.noise), &s.results_dir));
     out
 }
