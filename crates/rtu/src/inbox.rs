@@ -126,6 +126,65 @@ impl Ingress {
         Ok(true)
     }
 
+    /// Fills up to `max` free buffers at once (at most [`Ingress::MAX_BURST`]) and queues those
+    /// filled: `fill` gets the buffers and a length per buffer to set, and returns how many it
+    /// filled, from the first (e.g. a `recvmmsg` into them). Returns how many were queued: 0
+    /// when no buffer was free (the handler is behind) or `fill` filled none. An error from
+    /// `fill` is returned and the buffers stay free.
+    #[cfg(not(loom))]
+    pub fn push_burst_with<E>(
+        &mut self,
+        max: usize,
+        fill: impl FnOnce(&mut [&mut [u8]], &mut [usize]) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let want = max.min(Self::MAX_BURST);
+        // Take back what the handler returned, up to the burst.
+        while self.stash.len() < want {
+            let mut burst = [0u32; 32];
+            let got = self.free.dequeue_burst(&mut burst);
+            self.stash.extend_from_slice(&burst[..got]);
+            if got == 0 {
+                break;
+            }
+        }
+        let n = want.min(self.stash.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut indices = [0u32; Self::MAX_BURST];
+        let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(n);
+        for slot in indices.iter_mut().take(n) {
+            *slot = self.stash.pop().expect("n is at most the stash's length");
+            // SAFETY: the index came out of this end's stash, so no other thread holds it, and
+            // the indices in the stash are distinct, so the slices do not alias (module doc).
+            let buffer = unsafe { &mut *self.buffers.cells[*slot as usize].as_mut_ptr() };
+            bufs.push(&mut buffer.bytes[..]);
+        }
+        let mut lens = [0usize; Self::MAX_BURST];
+        let filled = match fill(&mut bufs, &mut lens[..n]) {
+            Ok(k) => k.min(n),
+            Err(e) => {
+                drop(bufs);
+                self.stash.extend(indices[..n].iter().rev());
+                return Err(e);
+            }
+        };
+        drop(bufs);
+        for (i, &index) in indices[..filled].iter().enumerate() {
+            // SAFETY: still held by this end (not yet queued).
+            unsafe { self.buffers.cells[index as usize].with_mut(|b| b.len = lens[i].min(b.bytes.len())) };
+        }
+        // The buffers not filled go back to the stash, in the order they came out.
+        self.stash.extend(indices[filled..n].iter().rev());
+        let taken = self.full.enqueue_burst(&indices[..filled], &mut self.spare).taken;
+        debug_assert_eq!(taken, filled, "the full ring holds every buffer");
+        self.pushed += filled as u64;
+        Ok(filled)
+    }
+
+    /// The most buffers [`Ingress::push_burst_with`] fills at once.
+    pub const MAX_BURST: usize = 64;
+
     /// Buffers queued so far.
     pub fn pushed(&self) -> u64 {
         self.pushed
@@ -217,6 +276,32 @@ mod tests {
         assert_eq!(inbox.drain(1, |_| {}), 0);
         assert_eq!(ingress.push_with(|_| Ok::<_, ()>(1)), Ok(true));
         assert_eq!(inbox.drain(1, |d| assert_eq!(d.len(), 1)), 1);
+    }
+
+    #[test]
+    fn a_burst_fills_several_buffers_and_returns_the_rest() {
+        let (mut ingress, mut inbox) = inbox(4, 8).unwrap();
+        // Three of up to four buffers filled, each with its own length and bytes.
+        let queued = ingress.push_burst_with(8, |bufs, lens| {
+            assert_eq!(bufs.len(), 4, "no more than the pool");
+            for (i, b) in bufs.iter_mut().enumerate().take(3) {
+                b[..i + 1].fill(i as u8 + 1);
+                lens[i] = i + 1;
+            }
+            Ok::<_, ()>(3)
+        });
+        assert_eq!(queued, Ok(3));
+        let mut seen = Vec::new();
+        assert_eq!(inbox.drain(10, |d| seen.push(d.to_vec())), 3);
+        assert_eq!(seen, vec![vec![1], vec![2, 2], vec![3, 3, 3]]);
+        // The unfilled buffer and the drained ones are all free again; an error keeps them so.
+        assert_eq!(ingress.push_burst_with(8, |_, _| Err::<usize, _>("would block")), Err("would block"));
+        assert_eq!(ingress.push_burst_with(8, |bufs, _| Ok::<_, ()>(bufs.len())), Ok(4));
+        assert_eq!(
+            ingress.push_burst_with(8, |_, _| -> Result<usize, ()> { panic!("the pool is dry") }),
+            Ok(0)
+        );
+        assert_eq!(inbox.drain(10, |d| assert_eq!(d.len(), 0)), 4);
     }
 
     #[test]

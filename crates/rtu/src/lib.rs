@@ -18,6 +18,7 @@
 pub mod analysis;
 pub mod file;
 pub mod inbox;
+#[cfg(not(loom))]
 pub mod io;
 pub mod policy;
 pub mod shell;

@@ -40,4 +40,14 @@ impl<T> BufferCell<T> {
         // SAFETY: the caller's contract.
         f(unsafe { &*self.0.get() })
     }
+
+    /// A raw pointer to the value, for handing several buffers out at once.
+    ///
+    /// # Safety
+    /// As for [`BufferCell::with_mut`], for as long as the pointer is used. Not under loom,
+    /// which tracks accesses only inside its closures.
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn as_mut_ptr(&self) -> *mut T {
+        self.0.get()
+    }
 }
