@@ -179,10 +179,5 @@ pub fn sweep(args: &SweepArgs) -> Result<()> {
         config.packets = packets;
     }
     let summary = sweep::run(&config, &args.results, &|line| eprintln!("kairos: {line}"))?;
-    if args.json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        print!("{}", sweep::report(&summary));
-    }
-    Ok(())
+    crate::print(args.json, &summary, sweep::report(&summary))
 }

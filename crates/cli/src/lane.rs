@@ -109,12 +109,7 @@ pub fn run(args: &LaneArgs) -> Result<()> {
                 bail!("--validate needs a number of periods above 0");
             }
             let p = plan::plan(&topo, &requests, a.validate.map(|n| (n, a.max_releases.max(1), a.seed)));
-            if a.json {
-                println!("{}", serde_json::to_string(&p)?);
-            } else {
-                print!("{}", plan::table(&p));
-            }
-            Ok(())
+            crate::print(a.json, &p, plan::table(&p))
         }
         LaneCommand::Tightness(a) => {
             let mut config = lane_tightness::TightnessConfig::preset(a.common.quick);
@@ -126,12 +121,7 @@ pub fn run(args: &LaneArgs) -> Result<()> {
             }
             config.seed = a.seed;
             let s = lane_tightness::run(&config, &a.common.results, &|l| eprintln!("kairos: {l}"))?;
-            if a.common.json {
-                println!("{}", serde_json::to_string(&s)?);
-            } else {
-                print!("{}", lane_tightness::report(&s));
-            }
-            Ok(())
+            crate::print(a.common.json, &s, lane_tightness::report(&s))
         }
         LaneCommand::Generate(g) => {
             if !(g.min_delay_ns >= 0.0 && g.max_jitter_ns >= 0.0) || g.bandwidth_bps == 0 {

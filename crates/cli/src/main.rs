@@ -172,7 +172,8 @@ fn grace_config(args: &RcuGraceArgs) -> Result<rcu_grace::RcuGraceConfig> {
     Ok(config)
 }
 
-fn print<S: serde::Serialize>(json: bool, summary: &S, table: String) -> Result<()> {
+/// Prints a run's summary as one JSON object (`--json`) or its table.
+pub(crate) fn print<S: serde::Serialize>(json: bool, summary: &S, table: String) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string(summary)?);
     } else {

@@ -102,52 +102,27 @@ pub fn run(args: &RtuArgs) -> Result<()> {
                 config.seconds = seconds;
             }
             let s = rtu_deadlines::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            if a.json {
-                println!("{}", serde_json::to_string(&s)?);
-            } else {
-                print!("{}", rtu_deadlines::report(&s));
-            }
-            Ok(())
+            crate::print(a.json, &s, rtu_deadlines::report(&s))
         }
         RtuCommand::Switches(a) => {
             let config = rtu_switches::SwitchesConfig::preset(a.quick);
             let s = rtu_switches::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            if a.json {
-                println!("{}", serde_json::to_string(&s)?);
-            } else {
-                print!("{}", rtu_switches::report(&s));
-            }
-            Ok(())
+            crate::print(a.json, &s, rtu_switches::report(&s))
         }
         RtuCommand::SchedDeadline(a) => {
             let config = rtu_deadlines::DeadlinesConfig::preset(a.quick);
             let s = rtu_sched_deadline::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            if a.json {
-                println!("{}", serde_json::to_string(&s)?);
-            } else {
-                print!("{}", rtu_sched_deadline::report(&s));
-            }
-            Ok(())
+            crate::print(a.json, &s, rtu_sched_deadline::report(&s))
         }
         RtuCommand::Throughput(a) => {
             let config = rtu_throughput::ThroughputConfig::preset(a.quick);
             let s = rtu_throughput::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            if a.json {
-                println!("{}", serde_json::to_string(&s)?);
-            } else {
-                print!("{}", rtu_throughput::report(&s));
-            }
-            Ok(())
+            crate::print(a.json, &s, rtu_throughput::report(&s))
         }
         RtuCommand::Partition(a) => {
             let config = rtu_partition::PartitionConfig::preset(a.quick);
             let s = rtu_partition::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            if a.json {
-                println!("{}", serde_json::to_string(&s)?);
-            } else {
-                print!("{}", rtu_partition::report(&s));
-            }
-            Ok(())
+            crate::print(a.json, &s, rtu_partition::report(&s))
         }
         RtuCommand::Admit(a) => {
             let text = std::fs::read_to_string(&a.file)
