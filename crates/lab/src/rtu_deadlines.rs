@@ -52,7 +52,7 @@ impl DeadlinesConfig {
         Self {
             utilisations: vec![0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95],
             seconds: 1.5,
-            core: last_core(),
+            core: kairos_metrics::sys::last_core(),
             unit_us: 50,
         }
     }
@@ -68,10 +68,6 @@ impl DeadlinesConfig {
     pub fn preset(quick: bool) -> Self {
         if quick { Self::quick() } else { Self::full() }
     }
-}
-
-fn last_core() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
 }
 
 #[derive(Debug, Clone, Serialize)]

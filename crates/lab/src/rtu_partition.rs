@@ -85,10 +85,6 @@ pub struct PartitionSummary {
     pub results_dir: PathBuf,
 }
 
-fn last_core() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()) - 1
-}
-
 /// Six receiver sockets and six sender sockets connected to them.
 fn sockets() -> Result<(Vec<UdpSocket>, Vec<UdpSocket>)> {
     let mut rx = Vec::new();
@@ -150,8 +146,8 @@ fn rtu(seconds: f64, scale: u64) -> Result<Vec<u64>> {
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    let io = spawn_udp(sources, IoConfig { core: Some(last_core()), ..IoConfig::default() })?;
-    let rx_run = receivers.spawn(ShellConfig { core: Some(last_core()), ..ShellConfig::default() })?;
+    let io = spawn_udp(sources, IoConfig { core: Some(sys::last_core()), ..IoConfig::default() })?;
+    let rx_run = receivers.spawn(ShellConfig { core: Some(sys::last_core()), ..ShellConfig::default() })?;
     let tx_run = senders.spawn(ShellConfig { core: Some(0), ..ShellConfig::default() })?;
     std::thread::sleep(Duration::from_secs_f64(seconds));
     let _ = tx_run.stop();
@@ -184,7 +180,7 @@ fn threads(seconds: f64, scale: u64) -> Result<Vec<u64>> {
         r.set_read_timeout(Some(Duration::from_millis(20)))?;
         let stop = Arc::clone(&stop);
         receivers.push(std::thread::spawn(move || {
-            let _ = sys::pin_current_thread(last_core());
+            let _ = sys::pin_current_thread(sys::last_core());
             let mut buf = vec![0u8; 65_536];
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -222,7 +218,7 @@ pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         record(scale, "rtu", false, rtu(config.seconds, scale)?);
         record(scale, "threads", false, threads(config.seconds, scale)?);
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = sys::online_cores();
     let background = match crate::background::stress_ng(cores, None) {
         Ok(mut child) => {
             std::thread::sleep(Duration::from_millis(200));

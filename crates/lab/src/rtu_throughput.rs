@@ -44,7 +44,7 @@ pub struct ThroughputConfig {
 
 impl ThroughputConfig {
     pub fn quick() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = sys::online_cores();
         Self { packet_sizes: vec![64, 1024, 8192], seconds: 1.0, core: cores - 1 }
     }
 

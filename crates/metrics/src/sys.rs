@@ -137,6 +137,12 @@ pub fn online_cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
+/// The highest-numbered core this process may use: where experiments put the system under test
+/// (core 0 keeps the senders and the housekeeping).
+pub fn last_core() -> usize {
+    online_cores() - 1
+}
+
 /// The kernel release string (`uname -r`), or `"unknown"`.
 pub fn kernel_release() -> String {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")

@@ -29,7 +29,7 @@ fn a_set_above_the_liu_layland_bound_runs_without_a_miss() {
     assert!(analysis.admitted);
     assert_eq!(analysis.handlers[1].response_time_ns, Some(36 * MS));
 
-    let core = std::thread::available_parallelism().map_or(1, |n| n.get()) - 1;
+    let core = sys::last_core();
     let mut sched = Scheduler::new(());
     for s in &set {
         // Each unit computes for 95% of its declared cost: the declared cost is a bound.

@@ -51,12 +51,7 @@ pub struct SwitchesConfig {
 
 impl SwitchesConfig {
     pub fn quick() -> Self {
-        Self {
-            utilisations: vec![0.2, 0.4, 0.6],
-            seconds: 2.0,
-            core: std::thread::available_parallelism().map_or(1, |n| n.get()) - 1,
-            work_ns: 20_000,
-        }
+        Self { utilisations: vec![0.2, 0.4, 0.6], seconds: 2.0, core: sys::last_core(), work_ns: 20_000 }
     }
 
     pub fn full() -> Self {
