@@ -48,8 +48,9 @@ fn policy(c: &mut Criterion) {
             }
         })
     });
-    // What the shell adds to a dispatch: one monotonic clock read and two reads of the
-    // thread's CPU time (a system call: no vDSO for CPU-time clocks).
+    // The most the shell adds to a dispatch: one monotonic clock read and two reads of the
+    // thread's CPU time (a system call: no vDSO for CPU-time clocks); one of those two while
+    // iterations follow each other.
     group.bench_function("shell clock reads (monotonic + 2 thread CPU time)", |b| {
         b.iter(|| {
             black_box(kairos_metrics::sys::monotonic_ns());

@@ -94,12 +94,21 @@ pub struct Ingress {
 impl Ingress {
     /// Whether a free buffer is at hand (takes back what the handler returned).
     pub fn has_buffer(&mut self) -> bool {
-        if self.stash.is_empty() {
-            let mut burst = [0u32; 32];
-            let n = self.free.dequeue_burst(&mut burst);
-            self.stash.extend_from_slice(&burst[..n]);
-        }
+        self.refill(1);
         !self.stash.is_empty()
+    }
+
+    /// Takes back what the handler returned until the stash holds `want` (or the free ring is
+    /// empty).
+    fn refill(&mut self, want: usize) {
+        while self.stash.len() < want {
+            let mut burst = [0u32; 32];
+            let got = self.free.dequeue_burst(&mut burst);
+            self.stash.extend_from_slice(&burst[..got]);
+            if got == 0 {
+                return;
+            }
+        }
     }
 
     /// Fills a free buffer with `fill` (which returns how many bytes it wrote) and queues it
@@ -138,38 +147,29 @@ impl Ingress {
         fill: impl FnOnce(&mut [&mut [u8]], &mut [usize]) -> Result<usize, E>,
     ) -> Result<usize, E> {
         let want = max.min(Self::MAX_BURST);
-        // Take back what the handler returned, up to the burst.
-        while self.stash.len() < want {
-            let mut burst = [0u32; 32];
-            let got = self.free.dequeue_burst(&mut burst);
-            self.stash.extend_from_slice(&burst[..got]);
-            if got == 0 {
-                break;
-            }
-        }
+        self.refill(want);
         let n = want.min(self.stash.len());
         if n == 0 {
             return Ok(0);
         }
         let mut indices = [0u32; Self::MAX_BURST];
-        let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(n);
-        for slot in indices.iter_mut().take(n) {
+        // No allocation on the I/O thread's path: the slices live in an array.
+        let mut bufs: [&mut [u8]; Self::MAX_BURST] = std::array::from_fn(|_| &mut [][..]);
+        for (slot, buf) in indices.iter_mut().zip(bufs.iter_mut()).take(n) {
             *slot = self.stash.pop().expect("n is at most the stash's length");
             // SAFETY: the index came out of this end's stash, so no other thread holds it, and
             // the indices in the stash are distinct, so the slices do not alias (module doc).
             let buffer = unsafe { &mut *self.buffers.cells[*slot as usize].as_mut_ptr() };
-            bufs.push(&mut buffer.bytes[..]);
+            *buf = &mut buffer.bytes[..];
         }
         let mut lens = [0usize; Self::MAX_BURST];
-        let filled = match fill(&mut bufs, &mut lens[..n]) {
+        let filled = match fill(&mut bufs[..n], &mut lens[..n]) {
             Ok(k) => k.min(n),
             Err(e) => {
-                drop(bufs);
                 self.stash.extend(indices[..n].iter().rev());
                 return Err(e);
             }
         };
-        drop(bufs);
         for (i, &index) in indices[..filled].iter().enumerate() {
             // SAFETY: still held by this end (not yet queued).
             unsafe { self.buffers.cells[index as usize].with_mut(|b| b.len = lens[i].min(b.bytes.len())) };
