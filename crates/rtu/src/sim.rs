@@ -4,13 +4,15 @@
 //! analysis predicts one.
 
 use crate::analysis::HandlerSpec;
-use crate::policy::{Decision, Finished, Policy};
+use crate::policy::{Decision, Finished, Missed, Policy};
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SimResult {
     pub finished: Vec<Finished>,
-    /// Jobs unfinished at their next release.
+    /// Jobs unfinished at their next release, or finished after it.
     pub misses: u64,
+    /// Each of those jobs, in the order they were found.
+    pub missed: Vec<Missed>,
     /// Iterations dispatched.
     pub dispatches: u64,
     /// Times a handler with work left was set aside for a higher-priority one.
@@ -53,6 +55,8 @@ pub fn simulate_with_costs(
     let mut last: Option<usize> = None;
     while now < horizon {
         policy.release(now);
+        // The policy queues each miss until its driver takes it.
+        out.missed.extend(policy.take_missed());
         match policy.next(now) {
             Decision::Idle { until } => {
                 last = None;
@@ -71,7 +75,9 @@ pub fn simulate_with_costs(
                 let elapsed = units * costs[handler];
                 now += elapsed;
                 policy.account(handler, units, elapsed);
-                if let Some(f) = policy.completed(handler, units, now) {
+                let completed = policy.completed(handler, units, now);
+                out.missed.extend(policy.take_missed());
+                if let Some(f) = completed {
                     out.finished.push(f);
                     last = None;
                 } else {

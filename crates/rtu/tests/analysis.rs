@@ -31,6 +31,8 @@ fn the_first_job_meets_its_deadline_and_the_second_misses() {
     let job1 = run.finished.iter().find(|f| f.handler == 1 && f.job == 1).unwrap();
     assert_eq!((job1.release, job1.completion), (10, 21));
     assert!(run.misses >= 1);
+    assert_eq!(run.missed.len() as u64, run.misses, "every miss is kept with its times");
+    assert!(run.missed.iter().any(|m| m.handler == 1 && m.job == 1 && m.completion == Some(21)));
 }
 
 #[test]
