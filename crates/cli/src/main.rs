@@ -3,6 +3,7 @@
 //! stderr. Errors are one line and a non-zero exit.
 
 mod aoi_model;
+mod exit;
 mod forward;
 mod lane;
 mod rtu;
@@ -120,9 +121,12 @@ struct LabArgs {
 
 fn main() {
     let cli = Cli::parse();
-    if let Err(error) = run(cli) {
-        eprintln!("kairos: error: {error:#}");
-        std::process::exit(1);
+    match run(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(error) => {
+            eprintln!("kairos: error: {error:#}");
+            std::process::exit(exit::code_of(&error));
+        }
     }
 }
 
@@ -132,7 +136,9 @@ fn log(line: &str) {
 
 fn seconds(value: f64, flag: &str) -> Result<Duration> {
     if !value.is_finite() || value <= 0.0 || value > 86_400.0 {
-        anyhow::bail!("{flag} must be a number of seconds between 0 and 86400, got {value}");
+        return Err(exit::usage(format!(
+            "{flag} must be a number of seconds between 0 and 86400, got {value}"
+        )));
     }
     Ok(Duration::from_secs_f64(value))
 }
@@ -148,7 +154,7 @@ fn latency_config(args: &RcuLatencyArgs) -> Result<rcu_latency::RcuLatencyConfig
     config.period = Duration::from_micros(args.period_us);
     config.storms = args.storm.clone();
     if config.storms.is_empty() || config.storms.contains(&0) {
-        anyhow::bail!("--storm needs one or more sizes above 0");
+        return Err(exit::usage("--storm needs one or more sizes above 0"));
     }
     config.callback_work_ns = args.callback_work_ns;
     if let Some(core) = args.rt_core {
@@ -160,7 +166,7 @@ fn latency_config(args: &RcuLatencyArgs) -> Result<rcu_latency::RcuLatencyConfig
     config.budget = Duration::from_micros(args.budget_us);
     config.cyclictest = !args.no_cyclictest;
     config.only = args.only.clone();
-    config.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+    config.validate().map_err(|e| exit::usage(e.to_string()))?;
     Ok(config)
 }
 
@@ -182,22 +188,25 @@ pub(crate) fn print<S: serde::Serialize>(json: bool, summary: &S, table: String)
     Ok(())
 }
 
-fn run(cli: Cli) -> Result<()> {
+/// Runs the command; the exit code on success ([`exit::OK`], or [`exit::REFUSED`] when an
+/// admission analysis refused part of the request).
+fn run(cli: Cli) -> Result<i32> {
+    let done = |r: Result<()>| r.map(|()| exit::OK);
     match cli.command {
         Command::RcuLatency(args) => {
             let config = latency_config(&args)?;
             let summary = rcu_latency::run(&config, &args.common.results, &log)?;
-            print(args.common.json, &summary, summary.table())
+            done(print(args.common.json, &summary, summary.table()))
         }
         Command::RcuGrace(args) => {
             let config = grace_config(&args)?;
             let summary = rcu_grace::run(&config, &args.common.results, &log)?;
-            print(args.common.json, &summary, summary.table())
+            done(print(args.common.json, &summary, summary.table()))
         }
-        Command::AoiModel(args) => aoi_model::run(&args),
-        Command::Forward(args) => forward::forward(&args),
-        Command::Sweep(args) => forward::sweep(&args),
-        Command::Lane(args) => lane::run(&args),
+        Command::AoiModel(args) => done(aoi_model::run(&args)),
+        Command::Forward(args) => done(forward::forward(&args)),
+        Command::Sweep(args) => done(forward::sweep(&args)),
+        Command::Lane(args) => done(lane::run(&args)),
         Command::Rtu(args) => rtu::run(&args),
         Command::Lab(args) => {
             let c = &args.common;
@@ -210,7 +219,7 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 print!("{}\n{}", latency.table(), grace.table());
             }
-            Ok(())
+            Ok(exit::OK)
         }
     }
 }

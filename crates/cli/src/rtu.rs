@@ -9,6 +9,12 @@ use kairos_rtu::analysis::analyse;
 use kairos_rtu::file::handlers_from_toml;
 use serde::Serialize;
 
+use crate::exit;
+
+fn ok(r: Result<()>) -> Result<i32> {
+    r.map(|()| exit::OK)
+}
+
 #[derive(Args)]
 pub struct RtuArgs {
     #[command(subcommand)]
@@ -90,7 +96,8 @@ struct AdmitOut {
     liu_layland_bound: f64,
 }
 
-pub fn run(args: &RtuArgs) -> Result<()> {
+/// Runs an `rtu` command; `admit` ends with [`exit::REFUSED`] when the set is refused.
+pub fn run(args: &RtuArgs) -> Result<i32> {
     match &args.command {
         RtuCommand::Deadlines(d) => {
             let a = &d.common;
@@ -102,27 +109,27 @@ pub fn run(args: &RtuArgs) -> Result<()> {
                 config.seconds = seconds;
             }
             let s = rtu_deadlines::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            crate::print(a.json, &s, rtu_deadlines::report(&s))
+            ok(crate::print(a.json, &s, rtu_deadlines::report(&s)))
         }
         RtuCommand::Switches(a) => {
             let config = rtu_switches::SwitchesConfig::preset(a.quick);
             let s = rtu_switches::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            crate::print(a.json, &s, rtu_switches::report(&s))
+            ok(crate::print(a.json, &s, rtu_switches::report(&s)))
         }
         RtuCommand::SchedDeadline(a) => {
             let config = rtu_deadlines::DeadlinesConfig::preset(a.quick);
             let s = rtu_sched_deadline::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            crate::print(a.json, &s, rtu_sched_deadline::report(&s))
+            ok(crate::print(a.json, &s, rtu_sched_deadline::report(&s)))
         }
         RtuCommand::Throughput(a) => {
             let config = rtu_throughput::ThroughputConfig::preset(a.quick);
             let s = rtu_throughput::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            crate::print(a.json, &s, rtu_throughput::report(&s))
+            ok(crate::print(a.json, &s, rtu_throughput::report(&s)))
         }
         RtuCommand::Partition(a) => {
             let config = rtu_partition::PartitionConfig::preset(a.quick);
             let s = rtu_partition::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            crate::print(a.json, &s, rtu_partition::report(&s))
+            ok(crate::print(a.json, &s, rtu_partition::report(&s)))
         }
         RtuCommand::Admit(a) => {
             let text = std::fs::read_to_string(&a.file)
@@ -150,9 +157,10 @@ pub fn run(args: &RtuArgs) -> Result<()> {
                 utilisation: analysis.utilisation,
                 liu_layland_bound: analysis.liu_layland_bound,
             };
+            let verdict_code = if out.admitted { exit::OK } else { exit::REFUSED };
             if a.json {
                 println!("{}", serde_json::to_string(&out)?);
-                return Ok(());
+                return Ok(verdict_code);
             }
             println!(
                 "{:<12} {:>8} {:>11} {:>11} {:>13} {:>10} {:>10}  verdict",
@@ -185,7 +193,7 @@ pub fn run(args: &RtuArgs) -> Result<()> {
                 out.liu_layland_bound,
                 if out.admitted { "admitted" } else { "refused" }
             );
-            Ok(())
+            Ok(verdict_code)
         }
     }
 }

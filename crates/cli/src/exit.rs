@@ -1,0 +1,61 @@
+//! How `kairos` ends: one error style and one exit code per kind of outcome, the same for every
+//! command, so scripts can tell a refusal from a typo from a failure.
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | done (for `rtu admit` and `lane plan`: everything admitted) |
+//! | 1 | the run failed (an OS refusal, a worker that died, an unwritable file) |
+//! | 2 | usage: a flag or input file is wrong; nothing was run (clap's own code for bad flags) |
+//! | 3 | refused: the analysis ran and refused some of what was asked (`rtu admit`, `lane plan`) |
+//!
+//! Errors are one line on stderr, `kairos: error: ...`, saying what was wrong and how to fix it.
+
+use std::fmt;
+
+/// Exit code of a successful run.
+pub(crate) const OK: i32 = 0;
+/// Exit code of a run that failed while running.
+pub(crate) const FAILED: i32 = 1;
+/// Exit code of bad flags or input: nothing ran.
+pub(crate) const USAGE: i32 = 2;
+/// Exit code of an admission analysis that refused part of the request.
+pub(crate) const REFUSED: i32 = 3;
+
+/// A usage error: the flag or file given is wrong, nothing was run. Wrap a message with
+/// [`usage`] and return it through `anyhow`; `main` exits with [`USAGE`].
+#[derive(Debug)]
+pub(crate) struct Usage(pub String);
+
+impl fmt::Display for Usage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// A usage error carrying `message` (exit code [`USAGE`]).
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Usage(message.into()))
+}
+
+/// The exit code for `error`: [`USAGE`] when any error in its chain is a [`Usage`], else
+/// [`FAILED`].
+pub(crate) fn code_of(error: &anyhow::Error) -> i32 {
+    if error.chain().any(|e| e.is::<Usage>()) { USAGE } else { FAILED }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::Context;
+
+    #[test]
+    fn usage_errors_keep_their_code_under_context() {
+        let e: anyhow::Result<()> = Err(usage("--rate must be positive"));
+        let e = e.context("kairos forward").unwrap_err();
+        assert_eq!(code_of(&e), USAGE);
+        assert_eq!(code_of(&anyhow::anyhow!("socket: permission denied")), FAILED);
+        assert_eq!((OK, REFUSED), (0, 3));
+    }
+}

@@ -1,0 +1,124 @@
+//! Reading files a user names: bounded, and with errors that say which file.
+//!
+//! A configuration or trace path comes from outside; it may be a directory, a device such as
+//! `/dev/zero` that never ends, or binary garbage. Every reader of such a path goes through
+//! [`read_text`], which refuses anything over a limit the caller states (before reading it all:
+//! the read stops one byte past the limit) and names the file in every error.
+
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Why a file could not be read as text.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The path names a directory.
+    #[error("{}: is a directory, expected a file", .path.display())]
+    Directory {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file holds more than the caller allows.
+    #[error("{}: larger than {} (the limit for this kind of file); is it the right file?", .path.display(), Bytes(*.limit))]
+    TooLarge {
+        /// The path given.
+        path: PathBuf,
+        /// The caller's limit, bytes.
+        limit: u64,
+    },
+    /// The bytes are not UTF-8 text.
+    #[error("{}: not UTF-8 text (first bad byte at offset {offset}); expected a text file", .path.display())]
+    NotText {
+        /// The path given.
+        path: PathBuf,
+        /// Offset of the first byte that is not valid UTF-8.
+        offset: usize,
+    },
+    /// The operating system refused (missing file, permissions, ...).
+    #[error("{}: {source}", .path.display())]
+    Io {
+        /// The path given.
+        path: PathBuf,
+        /// The system's error.
+        source: std::io::Error,
+    },
+}
+
+struct Bytes(u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            n if n >= 1 << 30 => write!(f, "{} GiB", n >> 30),
+            n if n >= 1 << 20 => write!(f, "{} MiB", n >> 20),
+            n if n >= 1 << 10 => write!(f, "{} KiB", n >> 10),
+            n => write!(f, "{n} bytes"),
+        }
+    }
+}
+
+/// Reads `path` as UTF-8 text of at most `limit` bytes.
+///
+/// Reads at most `limit + 1` bytes whatever the file is (a device, a pipe, a file growing
+/// under us), so memory stays bounded.
+pub fn read_text(path: &Path, limit: u64) -> Result<String, FileError> {
+    let io = |source| FileError::Io { path: path.to_path_buf(), source };
+    if path.is_dir() {
+        return Err(FileError::Directory { path: path.to_path_buf() });
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > limit {
+        return Err(FileError::TooLarge { path: path.to_path_buf(), limit });
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| FileError::NotText { path: path.to_path_buf(), offset: e.utf8_error().valid_up_to() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("kairos-sys-fs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    #[test]
+    fn reads_text_within_the_limit() {
+        let p = scratch("ok.txt");
+        std::fs::write(&p, "a = 1\n").unwrap();
+        assert_eq!(read_text(&p, 6).unwrap(), "a = 1\n");
+    }
+
+    #[test]
+    fn an_endless_device_is_refused_after_the_limit() {
+        let err = read_text(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+        assert!(matches!(err, FileError::TooLarge { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "/dev/zero: larger than 1 MiB (the limit for this kind of file); is it the right file?"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file() {
+        let dir = std::env::temp_dir();
+        let err = read_text(&dir, 100).unwrap_err();
+        assert!(err.to_string().starts_with(&format!("{}: is a directory", dir.display())), "{err}");
+
+        let p = scratch("garbage.bin");
+        std::fs::write(&p, [b'o', b'k', 0xff, 0xfe]).unwrap();
+        let err = read_text(&p, 100).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{}: not UTF-8 text (first bad byte at offset 2); expected a text file", p.display())
+        );
+
+        let missing = scratch("missing.toml");
+        let err = read_text(&missing, 100).unwrap_err();
+        assert!(err.to_string().starts_with(&format!("{}: ", missing.display())), "{err}");
+    }
+}
