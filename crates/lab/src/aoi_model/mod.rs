@@ -14,137 +14,15 @@
 //! `closed_form_peak_age`, `rel_error` (null without a closed form), `discarded`.
 //! Sweep: `arrival`, `service`, `points` (as above), `plot`.
 
-pub mod closed_form;
-pub mod sim;
-
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
 use anyhow::Result;
 use serde::Serialize;
 
 use crate::output::RunDir;
 use crate::plot::{Scales, XySeries, xy_chart};
-use sim::{SimConfig, simulate};
-
-/// When updates arrive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Arrival {
-    Poisson,
-    Periodic,
-}
-
-/// How long service takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Service {
-    Exp,
-    Det,
-}
-
-/// What the queue does with an update that finds the server busy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Discipline {
-    /// First come first served with `buffer` waiting places (`None`: unbounded); arrivals
-    /// finding them taken are discarded (tail drop).
-    Fcfs { buffer: Option<usize> },
-    /// No waiting place: arrivals while busy are discarded (M/M/1/1).
-    Bufferless,
-    /// A new arrival preempts the update in service, which is discarded.
-    LcfsPreemptive,
-    /// `buffer` waiting places; a full queue discards its oldest update for the new one.
-    DropOldest { buffer: usize },
-    /// One waiting place per source holding the latest update (for one source: M/M/1/2*).
-    KeepLatest,
-}
-
-impl Discipline {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Discipline::Fcfs { .. } => "fcfs",
-            Discipline::Bufferless => "bufferless",
-            Discipline::LcfsPreemptive => "lcfs-preemptive",
-            Discipline::DropOldest { .. } => "drop-oldest",
-            Discipline::KeepLatest => "keep-latest",
-        }
-    }
-
-    /// Parses a discipline name with its buffer (`None`: unbounded, only meaningful for FCFS).
-    pub fn parse(name: &str, buffer: Option<usize>) -> Result<Self, String> {
-        Ok(match name {
-            "fcfs" => Discipline::Fcfs { buffer },
-            "bufferless" => Discipline::Bufferless,
-            "lcfs-preemptive" => Discipline::LcfsPreemptive,
-            "drop-oldest" => Discipline::DropOldest { buffer: buffer.unwrap_or(1) },
-            "keep-latest" => Discipline::KeepLatest,
-            other => {
-                return Err(format!(
-                    "unknown discipline '{other}' (use fcfs, bufferless, lcfs-preemptive, drop-oldest or keep-latest)"
-                ));
-            }
-        })
-    }
-
-    fn buffer(&self) -> Option<usize> {
-        match *self {
-            Discipline::Fcfs { buffer } => buffer,
-            Discipline::DropOldest { buffer } => Some(buffer),
-            Discipline::KeepLatest => Some(1),
-            Discipline::Bufferless | Discipline::LcfsPreemptive => Some(0),
-        }
-    }
-
-    fn label(&self) -> String {
-        match self.buffer() {
-            Some(b) if matches!(self, Discipline::Fcfs { .. } | Discipline::DropOldest { .. }) => {
-                format!("{} (buffer {b})", self.name())
-            }
-            _ => self.name().to_string(),
-        }
-    }
-}
-
-impl FromStr for Arrival {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "poisson" => Ok(Arrival::Poisson),
-            "periodic" => Ok(Arrival::Periodic),
-            other => Err(format!("unknown arrival law '{other}' (use poisson or periodic)")),
-        }
-    }
-}
-
-impl FromStr for Service {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "exp" => Ok(Service::Exp),
-            "det" => Ok(Service::Det),
-            other => Err(format!("unknown service law '{other}' (use exp or det)")),
-        }
-    }
-}
-
-impl fmt::Display for Arrival {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Arrival::Poisson => "poisson",
-            Arrival::Periodic => "periodic",
-        })
-    }
-}
-
-impl fmt::Display for Service {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Service::Exp => "exp",
-            Service::Det => "det",
-        })
-    }
-}
+use kairos_aoi::sim::{SimConfig, simulate};
+pub use kairos_aoi::{Arrival, Discipline, Service, closed_form, sim};
 
 /// One simulated point beside its closed form.
 #[derive(Debug, Clone, Serialize)]

@@ -16,11 +16,8 @@
 //! `misaddressed`, `received`, `sent`, `avg_batch` (sender, packets per `tx_burst` that took any),
 //! `fwd_avg_batch`, `fib_age_ns`, `tx_drops`, `pool_drops`, `mean_latency_ns`, `label`.
 
-pub mod forwarder;
 pub mod peer;
-pub mod source;
 pub mod sweep;
-pub mod trace;
 
 use std::fmt;
 use std::str::FromStr;
@@ -33,66 +30,10 @@ use kairos_io::{ForwarderSide, Port, Testbed, UdpPort};
 use kairos_rcu::ReclaimPolicy;
 use serde::Serialize;
 
-use forwarder::{ForwarderStats, RingCounts};
-use source::{Pace, SourceResult};
-use trace::Trace;
-
-/// The data ring's admission policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RingPolicy {
-    DropNewest,
-    DropOldest,
-    /// A latest-only slot per user (the keyed ring), instead of a FIFO.
-    KeepLatest,
-}
-
-impl RingPolicy {
-    pub fn name(self) -> &'static str {
-        match self {
-            RingPolicy::DropNewest => "drop-newest",
-            RingPolicy::DropOldest => "drop-oldest",
-            RingPolicy::KeepLatest => "keep-latest",
-        }
-    }
-}
-
-impl FromStr for RingPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "drop-newest" => Ok(RingPolicy::DropNewest),
-            "drop-oldest" => Ok(RingPolicy::DropOldest),
-            "keep-latest" => Ok(RingPolicy::KeepLatest),
-            other => {
-                Err(format!("unknown ring policy '{other}' (use drop-newest, drop-oldest or keep-latest)"))
-            }
-        }
-    }
-}
-
-/// Who applies location updates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ControlMode {
-    /// A control thread behind a control ring (the source).
-    Thread,
-    /// The RX thread applies each control packet as it splits the burst, before queueing the
-    /// burst's data: control is served first and never waits in a ring.
-    Inline,
-}
-
-/// When the data thread sends what it has addressed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Flush {
-    /// A full burst, or what is there once nothing arrived for `drain_ns` (the source's TX
-    /// thread: burst 64 or a 1 us timeout).
-    Count { drain_ns: u64 },
-    /// As soon as the oldest packet in the batch has waited `max_wait_ns`, or nothing more is
-    /// queued.
-    Age { max_wait_ns: u64 },
-}
+use kairos_forward::forwarder::{ForwarderStats, RingCounts};
+use kairos_forward::source::{Pace, SourceResult};
+use kairos_forward::trace::Trace;
+pub use kairos_forward::{ControlMode, Flush, ForwarderConfig, RingPolicy, forwarder, source, trace};
 
 /// The transport between the source and the forwarder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -118,39 +59,6 @@ impl FromStr for Backend {
             "memory" => Ok(Backend::Memory),
             "udp" => Ok(Backend::Udp),
             other => Err(format!("unknown backend '{other}' (use memory or udp)")),
-        }
-    }
-}
-
-/// The forwarder's knobs; defaults are the source's (Table I and its code).
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct ForwarderConfig {
-    pub burst: usize,
-    pub ctrl_ring: usize,
-    pub data_ring: usize,
-    pub data_policy: RingPolicy,
-    pub control: ControlMode,
-    pub flush: Flush,
-    /// `SCHED_FIFO` priority of the forwarder threads (0: normal scheduling).
-    pub fifo_priority: i32,
-    /// Extra work per data packet on the data thread, ns (0: none): makes the data thread the
-    /// bottleneck, as a heavier lookup or a slower core would.
-    pub data_work_ns: u64,
-}
-
-impl Default for ForwarderConfig {
-    fn default() -> Self {
-        // The source's forwarder: RX/TX burst 64, RX rings of 4096 (Table I); its code sizes the
-        // control and data rings like the burst (64) in the routing runs (Fig. 4's caption).
-        Self {
-            burst: 64,
-            ctrl_ring: 64,
-            data_ring: 64,
-            data_policy: RingPolicy::DropNewest,
-            control: ControlMode::Thread,
-            flush: Flush::Count { drain_ns: 1_000 },
-            fifo_priority: 0,
-            data_work_ns: 0,
         }
     }
 }

@@ -36,13 +36,13 @@ use kairos_fib::FibKind;
 use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
 use serde::Serialize;
 
-use super::source::AgeControl;
-use super::trace::Trace;
 use super::{Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, Row, run_once};
-use crate::aoi_model::closed_form::zipf_user_avg;
 use crate::machine::MachineInfo;
 use crate::output::{RunDir, progress};
 use crate::plot::{Scales, XySeries, xy_chart};
+use kairos_aoi::closed_form::zipf_user_avg;
+use kairos_forward::source::AgeControl;
+use kairos_forward::trace::Trace;
 
 /// The grid.
 #[derive(Debug, Clone, Serialize)]

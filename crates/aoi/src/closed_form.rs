@@ -7,7 +7,7 @@
 //! M/M/1/2 and M/M/1/2* and the M/M/1 peak age; Yates and Kaul (IEEE T-IT 65(3), 2019) for LCFS
 //! with preemption.
 
-use super::{Arrival, Discipline, Service};
+use crate::{Arrival, Discipline, Service};
 
 /// M/M/1 FCFS, infinite buffer (`rho < 1`).
 pub fn mm1_fcfs_avg(rho: f64) -> f64 {

@@ -16,7 +16,7 @@ use kairos_io::{Kind, Packet, Port};
 use kairos_metrics::sys::monotonic_ns;
 use kairos_metrics::{AgeTable, AgeTableSummary};
 
-use super::trace::Trace;
+use crate::trace::Trace;
 
 /// How the sender paces.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -25,7 +25,7 @@ use kairos_ring::{
 };
 use serde::Serialize;
 
-use super::{ControlMode, Flush, ForwarderConfig, RingPolicy};
+use crate::config::{ControlMode, Flush, ForwarderConfig, RingPolicy};
 
 /// The next-hop MAC every user is reached through (one next hop, as in the source's testbed:
 /// the address tuple's time stamp is what tells addresses apart).

@@ -12,7 +12,7 @@ use kairos_metrics::{AgeProcess, Clock, VirtualClock};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{Arrival, Discipline, Service};
+use crate::{Arrival, Discipline, Service};
 
 /// Virtual nanoseconds in one mean service time: ages are reported in units of `1/mu`.
 pub const UNIT_NS: f64 = 1_000_000.0;

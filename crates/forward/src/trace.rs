@@ -155,7 +155,7 @@ impl Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aoi_model::closed_form::zipf_user_avg;
+    use kairos_aoi::closed_form::zipf_user_avg;
     use kairos_metrics::AgeTable;
 
     #[test]

@@ -1,0 +1,136 @@
+//! Age of information of one source through one server: the queueing models Kairos's
+//! freshness claims rest on, as closed forms from the literature ([`closed_form`]) and a
+//! discrete-event simulator on the virtual clock ([`sim`]) that measures with the same
+//! [`kairos_metrics::AgeProcess`] the forwarding experiments use, so that the two agreeing
+//! checks the age calculator too.
+//!
+//! Layer 1: models only, no I/O. The `aoi-model` experiment in `kairos-lab` sweeps and plots
+//! them; the forwarding lab uses the Zipf average ([`closed_form::zipf_user_avg`]).
+
+pub mod closed_form;
+pub mod sim;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+/// When updates arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Arrival {
+    Poisson,
+    Periodic,
+}
+
+/// How long service takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Service {
+    Exp,
+    Det,
+}
+
+/// What the queue does with an update that finds the server busy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discipline {
+    /// First come first served with `buffer` waiting places (`None`: unbounded); arrivals
+    /// finding them taken are discarded (tail drop).
+    Fcfs { buffer: Option<usize> },
+    /// No waiting place: arrivals while busy are discarded (M/M/1/1).
+    Bufferless,
+    /// A new arrival preempts the update in service, which is discarded.
+    LcfsPreemptive,
+    /// `buffer` waiting places; a full queue discards its oldest update for the new one.
+    DropOldest { buffer: usize },
+    /// One waiting place per source holding the latest update (for one source: M/M/1/2*).
+    KeepLatest,
+}
+
+impl Discipline {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Discipline::Fcfs { .. } => "fcfs",
+            Discipline::Bufferless => "bufferless",
+            Discipline::LcfsPreemptive => "lcfs-preemptive",
+            Discipline::DropOldest { .. } => "drop-oldest",
+            Discipline::KeepLatest => "keep-latest",
+        }
+    }
+
+    /// Parses a discipline name with its buffer (`None`: unbounded, only meaningful for FCFS).
+    pub fn parse(name: &str, buffer: Option<usize>) -> Result<Self, String> {
+        Ok(match name {
+            "fcfs" => Discipline::Fcfs { buffer },
+            "bufferless" => Discipline::Bufferless,
+            "lcfs-preemptive" => Discipline::LcfsPreemptive,
+            "drop-oldest" => Discipline::DropOldest { buffer: buffer.unwrap_or(1) },
+            "keep-latest" => Discipline::KeepLatest,
+            other => {
+                return Err(format!(
+                    "unknown discipline '{other}' (use fcfs, bufferless, lcfs-preemptive, drop-oldest or keep-latest)"
+                ));
+            }
+        })
+    }
+
+    /// Waiting places (`None`: unbounded).
+    pub fn buffer(&self) -> Option<usize> {
+        match *self {
+            Discipline::Fcfs { buffer } => buffer,
+            Discipline::DropOldest { buffer } => Some(buffer),
+            Discipline::KeepLatest => Some(1),
+            Discipline::Bufferless | Discipline::LcfsPreemptive => Some(0),
+        }
+    }
+
+    /// The name with its buffer where the buffer is a knob (for legends).
+    pub fn label(&self) -> String {
+        match self.buffer() {
+            Some(b) if matches!(self, Discipline::Fcfs { .. } | Discipline::DropOldest { .. }) => {
+                format!("{} (buffer {b})", self.name())
+            }
+            _ => self.name().to_string(),
+        }
+    }
+}
+
+impl FromStr for Arrival {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "poisson" => Ok(Arrival::Poisson),
+            "periodic" => Ok(Arrival::Periodic),
+            other => Err(format!("unknown arrival law '{other}' (use poisson or periodic)")),
+        }
+    }
+}
+
+impl FromStr for Service {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "exp" => Ok(Service::Exp),
+            "det" => Ok(Service::Det),
+            other => Err(format!("unknown service law '{other}' (use exp or det)")),
+        }
+    }
+}
+
+impl fmt::Display for Arrival {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Arrival::Poisson => "poisson",
+            Arrival::Periodic => "periodic",
+        })
+    }
+}
+
+impl fmt::Display for Service {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Service::Exp => "exp",
+            Service::Det => "det",
+        })
+    }
+}
