@@ -5,12 +5,16 @@
 //! 39,996,600 data at CDR 0.01). Traces are saved as text (`kairos-trace v1` header, then one
 //! `c USER` or `d USER` line per row) and reloaded, so runs repeat exactly.
 
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+
+/// The largest trace file read (a row is 4-12 bytes, so about 100 million rows): a path to
+/// something else, such as a device that never ends, is refused instead of filling memory.
+pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 
 /// One row of the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,16 +112,17 @@ impl Trace {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
-        let file =
-            std::fs::File::open(path).with_context(|| format!("cannot open trace {}", path.display()))?;
-        let mut lines = BufReader::new(file).lines();
-        let header = lines.next().transpose()?.unwrap_or_default();
+        let text = kairos_sys::fs::read_text(path, MAX_TRACE_BYTES)?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses a trace's text; `name` (the file's) prefixes every error.
+    pub fn parse(text: &str, name: &str) -> Result<Self> {
+        let mut lines = text.lines();
+        let header = lines.next().unwrap_or_default();
         let mut fields = header.split_whitespace();
         if fields.next() != Some("kairos-trace") || fields.next() != Some("v1") {
-            bail!(
-                "{}: not a kairos trace (the first line must start with 'kairos-trace v1')",
-                path.display()
-            );
+            bail!("{name}: not a kairos trace (the first line must start with 'kairos-trace v1')");
         }
         let (mut users, mut cdr, mut seed) = (None, None, 0);
         for f in fields {
@@ -129,12 +134,11 @@ impl Trace {
             }
         }
         let (Some(users), Some(cdr)) = (users, cdr) else {
-            bail!("{}: the header must give users=N and cdr=X", path.display());
+            bail!("{name}: the header must give users=N and cdr=X");
         };
         let mut rows = Vec::new();
         for (i, line) in lines.enumerate() {
-            let line = line?;
-            let at = || format!("{}:{}", path.display(), i + 2);
+            let at = || format!("{name}:{}", i + 2);
             let (kind, user) =
                 line.split_once(' ').with_context(|| format!("{}: expected 'c USER' or 'd USER'", at()))?;
             let control = match kind {
