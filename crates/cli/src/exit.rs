@@ -12,6 +12,8 @@
 
 use std::fmt;
 
+use kairos_lab::harness::InvalidConfig;
+
 /// Exit code of a successful run.
 pub(crate) const OK: i32 = 0;
 /// Exit code of a run that failed while running.
@@ -40,9 +42,10 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
 }
 
 /// The exit code for `error`: [`USAGE`] when any error in its chain is a [`Usage`], else
-/// [`FAILED`].
+/// [`FAILED`]. A config an experiment refused before starting ([`InvalidConfig`]) is a usage error.
 pub(crate) fn code_of(error: &anyhow::Error) -> i32 {
-    if error.chain().any(|e| e.is::<Usage>()) { USAGE } else { FAILED }
+    let usage = |e: &(dyn std::error::Error + 'static)| e.is::<Usage>() || e.is::<InvalidConfig>();
+    if error.chain().any(usage) { USAGE } else { FAILED }
 }
 
 #[cfg(test)]

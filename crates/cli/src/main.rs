@@ -178,6 +178,18 @@ fn grace_config(args: &RcuGraceArgs) -> Result<rcu_grace::RcuGraceConfig> {
     Ok(config)
 }
 
+/// Runs experiment `E` through the lab's harness and prints its summary: one JSON object with
+/// `--json`, else its `table`.
+pub(crate) fn experiment<E: kairos_lab::harness::Experiment>(
+    common: &Common,
+    config: &E::Config,
+    table: fn(&E::Summary) -> String,
+) -> Result<i32> {
+    let summary = kairos_lab::harness::run::<E>(config, &common.results, &log)?;
+    print(common.json, &summary, table(&summary))?;
+    Ok(exit::OK)
+}
+
 /// Prints a run's summary as one JSON object (`--json`) or its table.
 pub(crate) fn print<S: serde::Serialize>(json: bool, summary: &S, table: String) -> Result<()> {
     if json {

@@ -11,10 +11,6 @@ use serde::Serialize;
 
 use crate::exit;
 
-fn ok(r: Result<()>) -> Result<i32> {
-    r.map(|()| exit::OK)
-}
-
 #[derive(Args)]
 pub struct RtuArgs {
     #[command(subcommand)]
@@ -108,28 +104,23 @@ pub fn run(args: &RtuArgs) -> Result<i32> {
             if let Some(seconds) = d.seconds {
                 config.seconds = seconds;
             }
-            let s = rtu_deadlines::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            ok(crate::print(a.json, &s, rtu_deadlines::report(&s)))
+            crate::experiment::<rtu_deadlines::Deadlines>(a, &config, rtu_deadlines::report)
         }
         RtuCommand::Switches(a) => {
             let config = rtu_switches::SwitchesConfig::preset(a.quick);
-            let s = rtu_switches::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            ok(crate::print(a.json, &s, rtu_switches::report(&s)))
+            crate::experiment::<rtu_switches::Switches>(a, &config, rtu_switches::report)
         }
         RtuCommand::SchedDeadline(a) => {
             let config = rtu_deadlines::DeadlinesConfig::preset(a.quick);
-            let s = rtu_sched_deadline::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            ok(crate::print(a.json, &s, rtu_sched_deadline::report(&s)))
+            crate::experiment::<rtu_sched_deadline::SchedDeadline>(a, &config, rtu_sched_deadline::report)
         }
         RtuCommand::Throughput(a) => {
             let config = rtu_throughput::ThroughputConfig::preset(a.quick);
-            let s = rtu_throughput::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            ok(crate::print(a.json, &s, rtu_throughput::report(&s)))
+            crate::experiment::<rtu_throughput::Throughput>(a, &config, rtu_throughput::report)
         }
         RtuCommand::Partition(a) => {
             let config = rtu_partition::PartitionConfig::preset(a.quick);
-            let s = rtu_partition::run(&config, &a.results, &|l| eprintln!("kairos: {l}"))?;
-            ok(crate::print(a.json, &s, rtu_partition::report(&s)))
+            crate::experiment::<rtu_partition::Partition>(a, &config, rtu_partition::report)
         }
         RtuCommand::Admit(a) => {
             let text = std::fs::read_to_string(&a.file)

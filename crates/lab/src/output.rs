@@ -17,19 +17,31 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    /// Creates `<root>/<experiment>/<run-id>/`.
+    /// Creates `<root>/<experiment>/<run-id>/`, a directory no other run has: the last step is
+    /// an atomic `mkdir` that fails if the name is taken, so two runs started in the same second
+    /// (in two processes) take `<stamp>` and `<stamp>-2`.
     pub fn create(root: &Path, experiment: &str) -> Result<Self> {
         let base = root.join(experiment);
+        std::fs::create_dir_all(&base).with_context(|| {
+            format!("cannot create results directory {} (choose another with --results)", base.display())
+        })?;
         let stamp = utc_stamp(SystemTime::now());
-        let mut path = base.join(&stamp);
-        let mut n = 1;
-        while path.exists() {
-            n += 1;
-            path = base.join(format!("{stamp}-{n}"));
+        for n in 1..=10_000 {
+            let path = if n == 1 { base.join(&stamp) } else { base.join(format!("{stamp}-{n}")) };
+            match std::fs::create_dir(&path) {
+                Ok(()) => return Ok(Self { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(e).with_context(|| {
+                        format!(
+                            "cannot create results directory {} (choose another with --results)",
+                            path.display()
+                        )
+                    });
+                }
+            }
         }
-        std::fs::create_dir_all(&path)
-            .with_context(|| format!("cannot create results directory {}", path.display()))?;
-        Ok(Self { path })
+        anyhow::bail!("{}: 10,000 runs started in the same second; remove some", base.display())
     }
 
     /// The run's directory.
@@ -88,31 +100,34 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 /// The last lines of an experiment's report: its plots, the longest stall the noise probe saw
 /// (when it ran), and where the run's files are.
-pub fn report_footer(
-    plots: &[PathBuf],
-    noise: Option<&kairos_metrics::NoiseReport>,
-    results_dir: &Path,
-) -> String {
+pub fn report_footer(run: &crate::harness::RunInfo) -> String {
     let mut out = String::new();
-    for p in plots {
+    for p in &run.plots {
         out.push_str(&format!("plot: {}\n", p.display()));
     }
-    if let Some(n) = noise {
+    if let Some(n) = &run.noise {
         out.push_str(&format!("noise: longest stall the probe saw {:.1} us\n", n.max_gap_ns as f64 / 1e3));
     }
-    out.push_str(&format!("results: {}\n", results_dir.display()));
+    out.push_str(&format!("results: {}\n", run.results_dir.display()));
     out
 }
 
-/// A progress bar over `steps`, drawn only when stderr is a terminal and `CI` is unset.
-pub fn progress(steps: u64, what: &str) -> ProgressBar {
+/// Whether progress is drawn: on a terminal, and not under `CI`.
+pub fn interactive() -> bool {
     use std::io::IsTerminal;
-    if !std::io::stderr().is_terminal() || std::env::var_os("CI").is_some() {
+    std::io::stderr().is_terminal() && std::env::var_os("CI").is_none()
+}
+
+/// A progress bar over `steps`, with the time left, drawn only when [`interactive`]. Log through
+/// [`ProgressBar::suspend`] (as [`crate::harness::Run::log`] does) so no frozen copy of the bar
+/// stays on the screen above a log line.
+pub fn progress(steps: u64, what: &str) -> ProgressBar {
+    if !interactive() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new(steps);
     bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed}, {eta} left)")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
@@ -140,8 +155,24 @@ mod tests {
         let a = RunDir::create(&root, "x").unwrap();
         let b = RunDir::create(&root, "x").unwrap();
         assert_ne!(a.path(), b.path());
+        // Many at once, from threads racing for the same second's name.
+        let dirs: Vec<PathBuf> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..8)
+                .map(|_| s.spawn(|| RunDir::create(&root, "y").unwrap().path().to_path_buf()))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let unique: std::collections::BTreeSet<_> = dirs.iter().collect();
+        assert_eq!(unique.len(), dirs.len(), "{dirs:?}");
         a.write_json("s.json", &serde_json::json!({"k": 1})).unwrap();
         assert!(std::fs::read_to_string(a.path().join("s.json")).unwrap().contains("\"k\": 1"));
         std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn an_unwritable_root_fails_at_once_with_the_path_and_the_flag() {
+        let err = RunDir::create(Path::new("/proc/kairos-results"), "x").unwrap_err();
+        let text = format!("{err:#}");
+        assert!(text.contains("/proc/kairos-results/x") && text.contains("--results"), "{text}");
     }
 }

@@ -23,17 +23,15 @@
 //! not run: the machine's stalls, not the shell's work. A miss "coincides with a stall" when one
 //! overlaps the job's window.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
-use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, StallWatch, StallWatchConfig};
+use kairos_metrics::{StallWatch, StallWatchConfig};
 use kairos_rtu::analysis::{HandlerSpec, analyse};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
 
-use crate::machine::MachineInfo;
-use crate::output::{RunDir, progress};
+use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds, check_utilisations};
 use crate::plot::{Scales, XySeries, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
@@ -67,6 +65,52 @@ impl DeadlinesConfig {
 
     pub fn preset(quick: bool) -> Self {
         if quick { Self::quick() } else { Self::full() }
+    }
+
+    /// Checks the points and lengths before anything runs.
+    pub fn validate(&self) -> Result<(), String> {
+        check_utilisations(&self.utilisations)?;
+        check_seconds(
+            self.seconds,
+            0.1,
+            3_600.0,
+            "seconds per point",
+            "0.1 s holds a few jobs of the 45 ms handler",
+        )?;
+        if !(1..=1_000).contains(&self.unit_us) {
+            return Err(format!(
+                "the unit of work must be 1-1000 us (batches are whole units), got {}",
+                self.unit_us
+            ));
+        }
+        check_core(self.core)
+    }
+}
+
+/// The experiment, run by [`crate::harness::run`].
+#[derive(Debug)]
+pub struct Deadlines;
+
+impl Experiment for Deadlines {
+    const NAME: &'static str = "rtu-deadlines";
+    type Config = DeadlinesConfig;
+    type Summary = DeadlinesSummary;
+
+    fn validate(config: &DeadlinesConfig) -> Result<(), String> {
+        config.validate()
+    }
+
+    fn steps(config: &DeadlinesConfig) -> u64 {
+        config.utilisations.len() as u64 * 2
+    }
+
+    fn estimate(config: &DeadlinesConfig) -> Option<Duration> {
+        // Each point runs its seconds, with and without load, plus about 0.3 s of set-up.
+        Some(Duration::from_secs_f64((config.seconds + 0.3) * Self::steps(config) as f64))
+    }
+
+    fn run(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<DeadlinesSummary> {
+        measure(config, run)
     }
 }
 
@@ -109,9 +153,10 @@ pub struct MissRow {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct DeadlinesSummary {
-    pub machine: MachineInfo,
+    /// Machine, noise, plots and results directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub config: DeadlinesConfig,
-    pub noise: NoiseReport,
     pub realtime: bool,
     pub background: String,
     pub rows: Vec<DeadlineRow>,
@@ -122,8 +167,6 @@ pub struct DeadlinesSummary {
     pub stall_watch_realtime: bool,
     /// Misses of admitted sets that no stall explains (the analysis promised none).
     pub unexplained_admitted_misses: u64,
-    pub plots: Vec<PathBuf>,
-    pub results_dir: PathBuf,
 }
 
 /// The twelve handlers at total utilisation `u`: equal shares, batches of whole units.
@@ -219,11 +262,7 @@ pub(crate) struct Point {
     pub watch_realtime: bool,
 }
 
-pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<DeadlinesSummary> {
-    let machine = MachineInfo::probe();
-    let run_dir = RunDir::create(results_root, "rtu-deadlines")?;
-    let probe = NoiseProbe::start(NoiseConfig::quick());
-    let bar = progress(config.utilisations.len() as u64 * 2, "deadline points");
+fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<DeadlinesSummary> {
     let mut rows = Vec::new();
     let mut misses = Vec::new();
     let (mut realtime, mut watch_realtime) = (true, true);
@@ -232,38 +271,39 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         watch_realtime &= point.watch_realtime;
         rows.push(DeadlineRow { background_load, ..point.row });
         misses.extend(point.misses.into_iter().map(|m| MissRow { background_load, ..m }));
-        bar.inc(1);
     };
     for &u in &config.utilisations {
+        run.doing(&format!("U = {u}"));
         record(run_point(&handler_set(u, config.unit_us), config), false);
+        run.step("");
     }
     let background_note = match crate::background::stress_ng(1, Some(config.core)) {
         Ok(mut child) => {
             for &u in &config.utilisations {
+                run.doing(&format!("U = {u} with stress-ng"));
                 record(run_point(&handler_set(u, config.unit_us), config), true);
+                run.step("");
             }
             let _ = child.kill();
             let _ = child.wait();
             format!("stress-ng --cpu 1 --io 1 on core {}", config.core)
         }
         Err(why) => {
-            log(&why);
+            run.log(&why);
             why
         }
     };
-    bar.finish_and_clear();
     if !realtime {
-        log("SCHED_FIFO was not granted: the handlers ran at normal priority (run as root)");
+        run.log("SCHED_FIFO was not granted: the handlers ran at normal priority (run as root)");
     }
     if !watch_realtime {
-        log(
+        run.log(
             "the stall watch ran at normal priority: it cannot tell the machine's stalls from the shell's work",
         );
     }
-    let noise = probe.finish();
-    run_dir.write_csv("rows.csv", &rows)?;
-    run_dir.write_csv("misses.csv", &misses)?;
-    let plot = run_dir.path().join("min_slack.png");
+    run.dir().write_csv("rows.csv", &rows)?;
+    run.dir().write_csv("misses.csv", &misses)?;
+    let plot = run.plot("min_slack.png");
     let series = |bg: bool, name: &str, color: usize| XySeries {
         name: name.into(),
         points: rows
@@ -299,30 +339,24 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
     )?;
     let unexplained_admitted_misses =
         rows.iter().filter(|r| r.admitted).map(|r| r.misses - r.misses_with_stall.min(r.misses)).sum();
-    let summary = DeadlinesSummary {
-        machine,
+    Ok(DeadlinesSummary {
+        run: run.finish(),
         config: config.clone(),
-        noise,
         realtime,
         background: background_note,
         rows,
         unexplained_admitted_misses,
         misses,
         stall_watch_realtime: watch_realtime,
-        plots: vec![plot],
-        results_dir: run_dir.path().to_path_buf(),
-    };
-    run_dir.write_json("summary.json", &summary)?;
-    Ok(summary)
+    })
 }
 
 pub fn report(s: &DeadlinesSummary) -> String {
-    let mut out = format!("machine: {}\n", s.machine.one_line());
+    let mut out = format!("machine: {}\n", s.run.machine.one_line());
     out.push_str(&format!(
-        "SCHED_FIFO: {}; background: {}; noise: longest stall seen {:.1} us\n\n",
+        "SCHED_FIFO: {}; background: {}\n\n",
         if s.realtime { "granted" } else { "NOT granted" },
         s.background,
-        s.noise.max_gap_ns as f64 / 1e3
     ));
     out.push_str(&format!(
         "{:>6} {:>10} {:>8} {:>13} {:>7} {:>11} {:>9} {:>8} {:>13} {:>7} {:>15} {:>12}\n",
@@ -377,6 +411,6 @@ pub fn report(s: &DeadlinesSummary) -> String {
     if !s.stall_watch_realtime {
         out.push_str("the stall watch was NOT real-time: its stalls may be the shell's own work\n");
     }
-    out.push_str(&crate::output::report_footer(&s.plots, None, &s.results_dir));
+    out.push_str(&crate::output::report_footer(&s.run));
     out
 }

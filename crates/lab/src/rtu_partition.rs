@@ -14,21 +14,19 @@
 //! stream over the promise), `plots`. Files: `summary.json`, `rows.csv`, `per_stream.png`.
 
 use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
+use kairos_metrics::sys;
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::inbox::{Inbox, inbox};
 use kairos_rtu::io::{IoConfig, spawn_udp};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
 
-use crate::machine::MachineInfo;
-use crate::output::RunDir;
+use crate::harness::{Experiment, Run, RunInfo, check_seconds};
 use crate::plot::{Scales, XySeries, xy_chart};
 
 const STREAMS: usize = 6;
@@ -74,15 +72,14 @@ pub struct Spread {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PartitionSummary {
-    pub machine: MachineInfo,
-    pub noise: NoiseReport,
+    /// Machine, noise, plots and results directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub config: PartitionConfig,
     pub background: String,
     pub promised_mbps: f64,
     pub rows: Vec<PartitionRow>,
     pub spread: Vec<Spread>,
-    pub plots: Vec<PathBuf>,
-    pub results_dir: PathBuf,
 }
 
 /// Six receiver sockets and six sender sockets connected to them.
@@ -202,10 +199,41 @@ fn threads(seconds: f64, scale: u64) -> Result<Vec<u64>> {
         .collect()
 }
 
-pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<PartitionSummary> {
-    let machine = MachineInfo::probe();
-    let run_dir = RunDir::create(results_root, "rtu-partition")?;
-    let probe = NoiseProbe::start(NoiseConfig::quick());
+impl PartitionConfig {
+    /// Checks the length before anything runs.
+    pub fn validate(&self) -> Result<(), String> {
+        check_seconds(self.seconds, 0.1, 3_600.0, "seconds per point", "0.1 s holds five receiver periods")
+    }
+}
+
+/// The experiment, run by [`crate::harness::run`].
+#[derive(Debug)]
+pub struct Partition;
+
+impl Experiment for Partition {
+    const NAME: &'static str = "rtu-partition";
+    type Config = PartitionConfig;
+    type Summary = PartitionSummary;
+
+    fn validate(config: &PartitionConfig) -> Result<(), String> {
+        config.validate()
+    }
+
+    fn steps(_: &PartitionConfig) -> u64 {
+        // Two scales, two ways, with and without load.
+        8
+    }
+
+    fn estimate(config: &PartitionConfig) -> Option<Duration> {
+        Some(Duration::from_secs_f64((config.seconds + 0.2) * 8.0))
+    }
+
+    fn run(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSummary> {
+        measure(config, run)
+    }
+}
+
+fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSummary> {
     let promised_mbps = (SEND_BATCH as f64 * DATAGRAM as f64 * 8.0) / (SEND_PERIOD_NS as f64 / 1e9) / 1e6;
     let mut rows = Vec::new();
     let mut record = |scale: u64, way: &'static str, loaded: bool, counts: Vec<u64>| {
@@ -216,7 +244,9 @@ pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) ->
     };
     for scale in SCALES {
         record(scale, "rtu", false, rtu(config.seconds, scale)?);
+        run.step("");
         record(scale, "threads", false, threads(config.seconds, scale)?);
+        run.step("");
     }
     let cores = sys::online_cores();
     let background = match crate::background::stress_ng(cores, None) {
@@ -224,7 +254,9 @@ pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) ->
             std::thread::sleep(Duration::from_millis(200));
             for scale in SCALES {
                 record(scale, "rtu", true, rtu(config.seconds, scale)?);
+                run.step("");
                 record(scale, "threads", true, threads(config.seconds, scale)?);
+                run.step("");
             }
             let _ = child.kill();
             let _ = child.wait();
@@ -234,7 +266,7 @@ pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) ->
             let why = format!(
                 "stress-ng could not start ({e}); install it (Debian: stress-ng) for the loaded rows"
             );
-            log(&why);
+            run.log(&why);
             why
         }
     };
@@ -261,9 +293,8 @@ pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) ->
             });
         }
     }
-    let noise = probe.finish();
-    run_dir.write_csv("rows.csv", &rows)?;
-    let plot = run_dir.path().join("per_stream.png");
+    run.dir().write_csv("rows.csv", &rows)?;
+    let plot = run.plot("per_stream.png");
     let series: Vec<XySeries> = spread
         .iter()
         .enumerate()
@@ -292,24 +323,20 @@ pub fn run(config: &PartitionConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         &series,
     )?;
     let summary = PartitionSummary {
-        machine,
-        noise,
-        plots: vec![plot],
+        run: run.finish(),
         config: config.clone(),
         background,
         promised_mbps,
         rows,
         spread,
-        results_dir: run_dir.path().to_path_buf(),
     };
-    run_dir.write_json("summary.json", &summary)?;
     Ok(summary)
 }
 
 pub fn report(s: &PartitionSummary) -> String {
     let mut out = format!(
         "machine: {}\nbackground: {}\npromised per stream: {:.1} Mbit/s\n",
-        s.machine.one_line(),
+        s.run.machine.one_line(),
         s.background,
         s.promised_mbps
     );
@@ -330,6 +357,6 @@ pub fn report(s: &PartitionSummary) -> String {
             sp.max_over_promise * 100.0
         ));
     }
-    out.push_str(&crate::output::report_footer(&s.plots, Some(&s.noise), &s.results_dir));
+    out.push_str(&crate::output::report_footer(&s.run));
     out
 }

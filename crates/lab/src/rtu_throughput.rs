@@ -17,21 +17,19 @@
 //! Files: `summary.json`, `rows.csv`, `throughput.png`.
 
 use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
+use kairos_metrics::sys;
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::inbox::{Inbox, inbox};
 use kairos_rtu::io::{IoConfig, spawn_udp};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
 
-use crate::machine::MachineInfo;
-use crate::output::RunDir;
+use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds};
 use crate::plot::{Scales, XySeries, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
@@ -89,14 +87,13 @@ pub struct Kept {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputSummary {
-    pub machine: MachineInfo,
-    pub noise: NoiseReport,
+    /// Machine, noise, plots and results directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub config: ThroughputConfig,
     pub background: String,
     pub rows: Vec<ThroughputRow>,
     pub kept: Vec<Kept>,
-    pub plots: Vec<PathBuf>,
-    pub results_dir: PathBuf,
 }
 
 /// Datagrams the kernel dropped on `socket` (the last column of `/proc/net/udp`).
@@ -252,14 +249,52 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     })
 }
 
-pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<ThroughputSummary> {
-    let machine = MachineInfo::probe();
-    let run_dir = RunDir::create(results_root, "rtu-throughput")?;
-    let probe = NoiseProbe::start(NoiseConfig::quick());
+impl ThroughputConfig {
+    /// Checks sizes, length and core before anything runs.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.packet_sizes.is_empty() {
+            return Err("give at least one packet size".into());
+        }
+        if let Some(s) = self.packet_sizes.iter().find(|&&s| !(1..=65_507).contains(&s)) {
+            return Err(format!("packet sizes are UDP payloads of 1-65507 bytes, got {s}"));
+        }
+        check_seconds(self.seconds, 0.1, 3_600.0, "seconds per point", "0.1 s holds ten receiver periods")?;
+        check_core(self.core)
+    }
+}
+
+/// The experiment, run by [`crate::harness::run`].
+#[derive(Debug)]
+pub struct Throughput;
+
+impl Experiment for Throughput {
+    const NAME: &'static str = "rtu-throughput";
+    type Config = ThroughputConfig;
+    type Summary = ThroughputSummary;
+
+    fn validate(config: &ThroughputConfig) -> Result<(), String> {
+        config.validate()
+    }
+
+    fn steps(config: &ThroughputConfig) -> u64 {
+        (config.packet_sizes.len() * RECEIVERS.len() * 2) as u64
+    }
+
+    fn estimate(config: &ThroughputConfig) -> Option<Duration> {
+        Some(Duration::from_secs_f64((config.seconds + 0.1) * Self::steps(config) as f64))
+    }
+
+    fn run(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSummary> {
+        measure(config, run)
+    }
+}
+
+fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSummary> {
     let mut rows = Vec::new();
     for &size in &config.packet_sizes {
         for receiver in RECEIVERS {
             rows.push(point(receiver, size, config)?);
+            run.step("");
         }
     }
     let background_note = match crate::background::stress_ng(1, Some(config.core)) {
@@ -268,6 +303,7 @@ pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -
             for &size in &config.packet_sizes {
                 for receiver in RECEIVERS {
                     let mut row = point(receiver, size, config)?;
+                    run.step("");
                     row.background_load = true;
                     rows.push(row);
                 }
@@ -277,7 +313,7 @@ pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -
             format!("stress-ng --cpu 1 --io 1 on core {}", config.core)
         }
         Err(why) => {
-            log(&why);
+            run.log(&why);
             why
         }
     };
@@ -295,9 +331,8 @@ pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -
             })
         })
         .collect();
-    let noise = probe.finish();
-    run_dir.write_csv("rows.csv", &rows)?;
-    let plot = run_dir.path().join("throughput.png");
+    run.dir().write_csv("rows.csv", &rows)?;
+    let plot = run.plot("throughput.png");
     let series: Vec<XySeries> = [false, true]
         .into_iter()
         .flat_map(|bg| RECEIVERS.into_iter().map(move |r| (bg, r)))
@@ -323,21 +358,17 @@ pub fn run(config: &ThroughputConfig, results_root: &Path, log: &dyn Fn(&str)) -
         &series,
     )?;
     let summary = ThroughputSummary {
-        machine,
-        noise,
-        plots: vec![plot],
+        run: run.finish(),
         config: config.clone(),
         background: background_note,
         rows,
         kept,
-        results_dir: run_dir.path().to_path_buf(),
     };
-    run_dir.write_json("summary.json", &summary)?;
     Ok(summary)
 }
 
 pub fn report(s: &ThroughputSummary) -> String {
-    let mut out = format!("machine: {}\nbackground: {}\n", s.machine.one_line(), s.background);
+    let mut out = format!("machine: {}\nbackground: {}\n", s.run.machine.one_line(), s.background);
     out.push_str(&format!(
         "{:<16} {:>7} {:>10} {:>12} {:>10} {:>12} {:>12}\n",
         "receiver", "bytes", "background", "received/s", "Mbit/s", "socket drops", "inbox drops"
@@ -362,6 +393,6 @@ pub fn report(s: &ThroughputSummary) -> String {
             k.kept * 100.0
         ));
     }
-    out.push_str(&crate::output::report_footer(&s.plots, Some(&s.noise), &s.results_dir));
+    out.push_str(&crate::output::report_footer(&s.run));
     out
 }

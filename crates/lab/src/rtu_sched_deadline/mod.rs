@@ -19,20 +19,18 @@
 //! `min_slack_us`, `misses`, `invocations`, `refused`: the kernel's reason for a point it did not
 //! admit), `plots`. Files: `summary.json`, `rows.csv`, `min_slack.png`.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use anyhow::Result;
-use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
+use kairos_metrics::sys;
 use kairos_rtu::analysis::HandlerSpec;
 use serde::Serialize;
 
 mod one_core;
 
-use crate::machine::MachineInfo;
-use crate::output::RunDir;
+use crate::harness::{Experiment, Run, RunInfo};
 use crate::plot::{Scales, XySeries, xy_chart};
 use crate::rtu_deadlines::{DeadlinesConfig, handler_set, run_point};
 use one_core::OneCoreDomain;
@@ -52,14 +50,13 @@ const ONE_CORE: &str = "SCHED_DEADLINE (one core)";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct EdfSummary {
-    pub machine: MachineInfo,
-    pub noise: NoiseReport,
+    /// Machine, noise, plots and results directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub config: DeadlinesConfig,
     pub refused: Option<String>,
     pub one_core: Option<String>,
     pub rows: Vec<EdfRow>,
-    pub plots: Vec<PathBuf>,
-    pub results_dir: PathBuf,
 }
 
 /// `struct sched_attr` of `sched_setattr(2)`.
@@ -179,15 +176,41 @@ fn edf_point(
     })
 }
 
-pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<EdfSummary> {
-    let machine = MachineInfo::probe();
-    let run_dir = RunDir::create(results_root, "rtu-sched-deadline")?;
-    let probe = NoiseProbe::start(NoiseConfig::quick());
+/// The experiment, run by [`crate::harness::run`]: the deadline experiment's set and points.
+#[derive(Debug)]
+pub struct SchedDeadline;
+
+impl Experiment for SchedDeadline {
+    const NAME: &'static str = "rtu-sched-deadline";
+    type Config = DeadlinesConfig;
+    type Summary = EdfSummary;
+
+    fn validate(config: &DeadlinesConfig) -> Result<(), String> {
+        config.validate()
+    }
+
+    fn steps(config: &DeadlinesConfig) -> u64 {
+        // RMDP, global EDF and one-core EDF at every point.
+        config.utilisations.len() as u64 * 3
+    }
+
+    fn estimate(config: &DeadlinesConfig) -> Option<Duration> {
+        // Each point also waits 200 ms for the kernel to release exited threads' bandwidth.
+        Some(Duration::from_secs_f64((config.seconds + 0.3) * Self::steps(config) as f64))
+    }
+
+    fn run(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
+        measure(config, run)
+    }
+}
+
+fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
     let mut rows = Vec::new();
     let mut refused = None;
     for &u in &config.utilisations {
         let specs = handler_set(u, config.unit_us);
         let rmdp = run_point(&specs, config).row;
+        run.step("");
         rows.push(EdfRow {
             scheduler: "RMDP (one core)",
             utilisation: rmdp.utilisation,
@@ -199,10 +222,11 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         if refused.is_some() {
             continue;
         }
+        run.step("");
         match edf_point(&specs, config.seconds, None) {
             Ok(row) => rows.push(row),
             Err(why) => {
-                log(&format!("{why}; the SCHED_DEADLINE rows are skipped"));
+                run.log(&format!("{why}; the SCHED_DEADLINE rows are skipped"));
                 refused = Some(why);
             }
         }
@@ -218,6 +242,7 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         match OneCoreDomain::new(config.core, sys::online_cores()) {
             Ok(d) => {
                 let d = Arc::new(d);
+                run.step("");
                 rows.push(edf_point(&specs, config.seconds, Some(&d)).unwrap_or_else(|why| EdfRow {
                     scheduler: ONE_CORE,
                     utilisation: specs.iter().map(HandlerSpec::utilisation).sum(),
@@ -228,15 +253,14 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
                 }));
             }
             Err(why) => {
-                log(&format!("{why}; no one-core SCHED_DEADLINE rows"));
+                run.log(&format!("{why}; no one-core SCHED_DEADLINE rows"));
                 one_core = Some(why);
                 break;
             }
         }
     }
-    let noise = probe.finish();
-    run_dir.write_csv("rows.csv", &rows)?;
-    let plot = run_dir.path().join("min_slack.png");
+    run.dir().write_csv("rows.csv", &rows)?;
+    let plot = run.plot("min_slack.png");
     let series: Vec<XySeries> = ["RMDP (one core)", GLOBAL, ONE_CORE]
         .into_iter()
         .enumerate()
@@ -260,22 +284,12 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         Scales::default(),
         &series,
     )?;
-    let summary = EdfSummary {
-        machine,
-        noise,
-        plots: vec![plot],
-        config: config.clone(),
-        refused,
-        one_core,
-        rows,
-        results_dir: run_dir.path().to_path_buf(),
-    };
-    run_dir.write_json("summary.json", &summary)?;
+    let summary = EdfSummary { run: run.finish(), config: config.clone(), refused, one_core, rows };
     Ok(summary)
 }
 
 pub fn report(s: &EdfSummary) -> String {
-    let mut out = format!("machine: {}\n", s.machine.one_line());
+    let mut out = format!("machine: {}\n", s.run.machine.one_line());
     if let Some(why) = &s.refused {
         out.push_str(&format!("{why}\n"));
     }
@@ -297,6 +311,6 @@ pub fn report(s: &EdfSummary) -> String {
             )),
         }
     }
-    out.push_str(&crate::output::report_footer(&s.plots, Some(&s.noise), &s.results_dir));
+    out.push_str(&crate::output::report_footer(&s.run));
     out
 }

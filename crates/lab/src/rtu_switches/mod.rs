@@ -22,21 +22,19 @@
 mod pi_mutex;
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
-use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
+use kairos_metrics::sys;
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
 
 pub use pi_mutex::PiMutex;
 
-use crate::machine::MachineInfo;
-use crate::output::RunDir;
+use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds, check_utilisations};
 use crate::plot::{Scales, XySeries, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
@@ -78,16 +76,15 @@ pub struct SwitchRow {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SwitchesSummary {
-    pub machine: MachineInfo,
-    pub noise: NoiseReport,
+    /// Machine, noise, plots and results directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub config: SwitchesConfig,
     pub realtime: bool,
     pub rows: Vec<SwitchRow>,
     pub ratios: Vec<Ratio>,
     /// Context switches per unit, threads over RMDP: the median over the utilisations.
     pub switch_ratio: f64,
-    pub plots: Vec<PathBuf>,
-    pub results_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -225,10 +222,54 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
     }
 }
 
-pub fn run(config: &SwitchesConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<SwitchesSummary> {
-    let machine = MachineInfo::probe();
-    let run_dir = RunDir::create(results_root, "rtu-switches")?;
-    let probe = NoiseProbe::start(NoiseConfig::quick());
+impl SwitchesConfig {
+    /// Checks the points, length, work and core before anything runs.
+    pub fn validate(&self) -> Result<(), String> {
+        check_utilisations(&self.utilisations)?;
+        check_seconds(
+            self.seconds,
+            0.1,
+            3_600.0,
+            "seconds per point",
+            "0.1 s holds a few jobs of every handler",
+        )?;
+        if !(1_000..=1_000_000).contains(&self.work_ns) {
+            return Err(format!(
+                "work per unit must be 1-1000 us (1000-1000000 ns), got {} ns",
+                self.work_ns
+            ));
+        }
+        check_core(self.core)
+    }
+}
+
+/// The experiment, run by [`crate::harness::run`].
+#[derive(Debug)]
+pub struct Switches;
+
+impl Experiment for Switches {
+    const NAME: &'static str = "rtu-switches";
+    type Config = SwitchesConfig;
+    type Summary = SwitchesSummary;
+
+    fn validate(config: &SwitchesConfig) -> Result<(), String> {
+        config.validate()
+    }
+
+    fn steps(config: &SwitchesConfig) -> u64 {
+        config.utilisations.len() as u64 * 2
+    }
+
+    fn estimate(config: &SwitchesConfig) -> Option<Duration> {
+        Some(Duration::from_secs_f64(config.seconds * Self::steps(config) as f64))
+    }
+
+    fn run(config: &SwitchesConfig, run: &mut Run<'_>) -> Result<SwitchesSummary> {
+        measure(config, run)
+    }
+}
+
+fn measure(config: &SwitchesConfig, run: &mut Run<'_>) -> Result<SwitchesSummary> {
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     let mut realtime = true;
@@ -242,16 +283,17 @@ pub fn run(config: &SwitchesConfig, results_root: &Path, log: &dyn Fn(&str)) -> 
         });
         rows.push(r);
         rows.push(t);
+        run.step("");
+        run.step("");
     }
     if !realtime {
-        log("SCHED_FIFO was not granted: both ways ran at normal priority (run as root)");
+        run.log("SCHED_FIFO was not granted: both ways ran at normal priority (run as root)");
     }
-    let noise = probe.finish();
     let mut sorted: Vec<f64> = ratios.iter().map(|r| r.switch_ratio).collect();
     sorted.sort_by(f64::total_cmp);
     let switch_ratio = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
-    run_dir.write_csv("rows.csv", &rows)?;
-    let plot = run_dir.path().join("switches_per_unit.png");
+    run.dir().write_csv("rows.csv", &rows)?;
+    let plot = run.plot("switches_per_unit.png");
     let series: Vec<XySeries> = ["rmdp", "threads + PI mutex"]
         .into_iter()
         .enumerate()
@@ -274,23 +316,13 @@ pub fn run(config: &SwitchesConfig, results_root: &Path, log: &dyn Fn(&str)) -> 
         Scales::default(),
         &series,
     )?;
-    let summary = SwitchesSummary {
-        machine,
-        noise,
-        config: config.clone(),
-        realtime,
-        rows,
-        ratios,
-        switch_ratio,
-        plots: vec![plot],
-        results_dir: run_dir.path().to_path_buf(),
-    };
-    run_dir.write_json("summary.json", &summary)?;
+    let summary =
+        SwitchesSummary { run: run.finish(), config: config.clone(), realtime, rows, ratios, switch_ratio };
     Ok(summary)
 }
 
 pub fn report(s: &SwitchesSummary) -> String {
-    let mut out = format!("machine: {}\n", s.machine.one_line());
+    let mut out = format!("machine: {}\n", s.run.machine.one_line());
     out.push_str(&format!(
         "{:>5} {:<20} {:>9} {:>10} {:>12} {:>16} {:>9} {:>7} {:>10}\n",
         "util", "way", "units", "voluntary", "involuntary", "switches / unit", "locks", "misses", "useful"
@@ -316,6 +348,6 @@ pub fn report(s: &SwitchesSummary) -> String {
         "context switches per unit of work: threads {:.2}x RMDP (median)\n",
         s.switch_ratio
     ));
-    out.push_str(&crate::output::report_footer(&s.plots, Some(&s.noise), &s.results_dir));
+    out.push_str(&crate::output::report_footer(&s.run));
     out
 }

@@ -1,0 +1,311 @@
+//! The one harness every experiment runs in: config -> validate -> results directory -> run with
+//! progress -> records -> summary.
+//!
+//! An experiment says what it is ([`Experiment`]: its name, how to check a config, how many
+//! steps and about how long a run takes, whether the noise probe watches it) and does its
+//! measurement in [`Experiment::run`] against a [`Run`]. The harness owns the order, so no
+//! experiment can get it wrong:
+//!
+//! 1. the config is validated before anything starts (no thread, no directory, no child);
+//! 2. the run's directory is created (atomically unique) and `config.json` written into it, so
+//!    an unwritable `--results` fails in milliseconds, not after the measurement;
+//! 3. the machine is described and the noise probe started (where the experiment wants it);
+//! 4. the experiment runs, with a progress bar on a terminal or one line on stderr otherwise;
+//! 5. its summary is written as `summary.json` and returned for the table or `--json`.
+//!
+//! What every summary carries is [`RunInfo`] (`machine`, `noise`, `plots`, `results_dir`),
+//! flattened into the summary's JSON so the field names stay where they always were.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Result;
+use indicatif::ProgressBar;
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
+use serde::Serialize;
+
+use crate::machine::MachineInfo;
+use crate::output::{RunDir, interactive, progress};
+
+/// An experiment the harness can run.
+pub trait Experiment {
+    /// The results subdirectory and the name in progress lines (`rtu-deadlines`).
+    const NAME: &'static str;
+    /// Everything the run depends on; written to `config.json`.
+    type Config: Serialize;
+    /// What the run found; written to `summary.json`.
+    type Summary: Serialize;
+
+    /// Checks `config` before anything starts; the error says what is wrong, the limit and why.
+    fn validate(config: &Self::Config) -> Result<(), String>;
+
+    /// Steps the progress bar counts (points, rows, runs).
+    fn steps(config: &Self::Config) -> u64;
+
+    /// About how long the run takes, for the line printed when no bar is drawn.
+    fn estimate(config: &Self::Config) -> Option<Duration>;
+
+    /// The noise probe's settings, or `None` for experiments that measure no time (models,
+    /// simulations).
+    fn noise(_config: &Self::Config) -> Option<NoiseConfig> {
+        Some(NoiseConfig::quick())
+    }
+
+    /// Measures. Call [`Run::finish`] once the measuring is over, to stop the noise probe and
+    /// take the [`RunInfo`] for the summary.
+    fn run(config: &Self::Config, run: &mut Run<'_>) -> Result<Self::Summary>;
+}
+
+/// What every summary carries, flattened into its JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunInfo {
+    /// The machine the figures were measured on.
+    pub machine: MachineInfo,
+    /// The noise probe's report (absent for experiments that measure no time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noise: Option<NoiseReport>,
+    /// The plots written, in the order a reader should look at them.
+    pub plots: Vec<PathBuf>,
+    /// Where the run's files are.
+    pub results_dir: PathBuf,
+}
+
+/// One run in progress: its directory, progress bar, log, noise probe and plots.
+pub struct Run<'a> {
+    name: &'static str,
+    dir: RunDir,
+    machine: MachineInfo,
+    probe: Option<NoiseProbe>,
+    noise: Option<NoiseReport>,
+    plots: Vec<PathBuf>,
+    bar: ProgressBar,
+    log: &'a dyn Fn(&str),
+}
+
+impl std::fmt::Debug for Run<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run").field("name", &self.name).field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+impl Run<'_> {
+    /// The run's directory (for CSV series and other files).
+    pub fn dir(&self) -> &RunDir {
+        &self.dir
+    }
+
+    /// The machine, probed before the run.
+    pub fn machine(&self) -> &MachineInfo {
+        &self.machine
+    }
+
+    /// The path of a plot named `file` in the run's directory, recorded for the summary.
+    pub fn plot(&mut self, file: &str) -> PathBuf {
+        let path = self.dir.path().join(file);
+        self.plots.push(path.clone());
+        path
+    }
+
+    /// Logs one line on stderr without leaving a frozen copy of the bar above it.
+    pub fn log(&self, line: &str) {
+        self.bar.suspend(|| (self.log)(line));
+    }
+
+    /// Counts one step done, with what comes next; never past the total.
+    pub fn step(&self, next: &str) {
+        if self.bar.length().is_some_and(|len| self.bar.position() < len) {
+            self.bar.inc(1);
+        }
+        self.bar.set_message(next.to_string());
+    }
+
+    /// Says what the current step is, without counting one.
+    pub fn doing(&self, what: &str) {
+        self.bar.set_message(what.to_string());
+    }
+
+    /// Ends the measuring: stops the noise probe and the bar, and returns what the summary
+    /// carries. Plots recorded after this call are not in the returned list.
+    pub fn finish(&mut self) -> RunInfo {
+        if let Some(probe) = self.probe.take() {
+            self.noise = Some(probe.finish());
+        }
+        self.bar.finish_and_clear();
+        RunInfo {
+            machine: self.machine.clone(),
+            noise: self.noise.clone(),
+            plots: self.plots.clone(),
+            results_dir: self.dir.path().to_path_buf(),
+        }
+    }
+}
+
+/// Runs experiment `E` under `config`, writing `results_root/E::NAME/<run-id>/`.
+pub fn run<E: Experiment>(config: &E::Config, results_root: &Path, log: &dyn Fn(&str)) -> Result<E::Summary> {
+    E::validate(config).map_err(|why| anyhow::Error::new(InvalidConfig(why)))?;
+    let dir = RunDir::create(results_root, E::NAME)?;
+    dir.write_json("config.json", config)?;
+    let steps = E::steps(config);
+    if !interactive() {
+        let about = E::estimate(config).map_or(String::new(), |d| format!(", about {}", human(d)));
+        log(&format!("{}: {steps} steps{about}; results in {}", E::NAME, dir.path().display()));
+    }
+    let machine = MachineInfo::probe();
+    let probe = E::noise(config).map(NoiseProbe::start);
+    let mut run = Run {
+        name: E::NAME,
+        dir,
+        machine,
+        probe,
+        noise: None,
+        plots: Vec::new(),
+        bar: progress(steps, E::NAME),
+        log,
+    };
+    let summary = E::run(config, &mut run)?;
+    run.finish();
+    run.dir.write_json("summary.json", &summary)?;
+    Ok(summary)
+}
+
+/// A config the experiment refused before starting: a usage error, not a failed run.
+#[derive(Debug)]
+pub struct InvalidConfig(pub String);
+
+impl std::fmt::Display for InvalidConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidConfig {}
+
+/// Checks a length of time given in seconds against `min..=max`, naming it `what` and saying
+/// why the bounds are what they are.
+pub fn check_seconds(seconds: f64, min: f64, max: f64, what: &str, why: &str) -> Result<(), String> {
+    if seconds.is_finite() && (min..=max).contains(&seconds) {
+        Ok(())
+    } else {
+        Err(format!("{what} must be between {min} and {max} seconds ({why}), got {seconds}"))
+    }
+}
+
+/// Checks that `core` exists on this machine.
+pub fn check_core(core: usize) -> Result<(), String> {
+    let cores = kairos_metrics::sys::online_cores();
+    if core < cores {
+        Ok(())
+    } else {
+        Err(format!("core {core} does not exist: this machine has cores 0-{}", cores - 1))
+    }
+}
+
+/// Checks a list of utilisations: at least one, each a fraction of a core in (0, 1].
+pub fn check_utilisations(utilisations: &[f64]) -> Result<(), String> {
+    if utilisations.is_empty() {
+        return Err("give at least one utilisation".into());
+    }
+    match utilisations.iter().find(|u| !(u.is_finite() && **u > 0.0 && **u <= 1.0)) {
+        Some(u) => Err(format!("utilisations are fractions of a core in (0, 1], got {u}")),
+        None => Ok(()),
+    }
+}
+
+/// `1 h 5 min`, `3 min`, `40 s`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..=89 => format!("{} s", s.max(1)),
+        90..=3_569 => format!("{} min", (s + 30) / 60),
+        _ => format!("{} h {} min", s / 3600, (s % 3600 + 30) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[derive(Debug)]
+    struct Counting;
+
+    #[derive(Debug, Serialize)]
+    struct Summary {
+        #[serde(flatten)]
+        info: RunInfo,
+        value: u32,
+    }
+
+    thread_local!(static RAN: Cell<bool> = const { Cell::new(false) });
+
+    impl Experiment for Counting {
+        const NAME: &'static str = "counting";
+        type Config = u32;
+        type Summary = Summary;
+        fn validate(c: &u32) -> Result<(), String> {
+            if *c == 0 { Err("count must be at least 1".into()) } else { Ok(()) }
+        }
+        fn steps(c: &u32) -> u64 {
+            u64::from(*c)
+        }
+        fn estimate(_: &u32) -> Option<Duration> {
+            Some(Duration::from_secs(1))
+        }
+        fn noise(_: &u32) -> Option<NoiseConfig> {
+            None
+        }
+        fn run(c: &u32, run: &mut Run<'_>) -> Result<Summary> {
+            RAN.with(|r| r.set(true));
+            for _ in 0..c + 3 {
+                run.step("counting");
+            }
+            let plot = run.plot("p.png");
+            std::fs::write(&plot, b"")?;
+            Ok(Summary { info: run.finish(), value: *c })
+        }
+    }
+
+    fn root() -> PathBuf {
+        std::env::temp_dir().join(format!("kairos-harness-{}", std::process::id()))
+    }
+
+    #[test]
+    fn a_run_writes_config_and_summary_with_the_common_fields() {
+        let s = run::<Counting>(&3, &root(), &|_| {}).unwrap();
+        let text = std::fs::read_to_string(s.info.results_dir.join("summary.json")).unwrap();
+        for field in ["\"machine\"", "\"plots\"", "\"results_dir\"", "\"value\": 3"] {
+            assert!(text.contains(field), "{field} missing from {text}");
+        }
+        assert!(!text.contains("\"noise\""), "no probe ran, so no noise field: {text}");
+        assert!(s.info.results_dir.join("config.json").exists());
+    }
+
+    #[test]
+    fn a_bad_config_is_refused_before_anything_is_created_or_run() {
+        let root = root().join("refused");
+        RAN.with(|r| r.set(false));
+        let err = run::<Counting>(&0, &root, &|_| {}).unwrap_err();
+        assert!(err.is::<InvalidConfig>());
+        assert_eq!(err.to_string(), "count must be at least 1");
+        assert!(!root.exists(), "the results directory was created for a refused config");
+        assert!(!RAN.with(Cell::get));
+    }
+
+    #[test]
+    fn an_unwritable_results_root_fails_before_the_run() {
+        RAN.with(|r| r.set(false));
+        let started = std::time::Instant::now();
+        let err = run::<Counting>(&3, Path::new("/proc/kairos"), &|_| {}).unwrap_err();
+        assert!(format!("{err:#}").contains("--results"), "{err:#}");
+        assert!(!RAN.with(Cell::get), "the experiment ran although its results could not be kept");
+        // Generous: the failure is one mkdir; a second means something ran first.
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn durations_read_as_a_person_would_say_them() {
+        assert_eq!(human(Duration::from_secs(40)), "40 s");
+        assert_eq!(human(Duration::from_secs(17 * 60)), "17 min");
+        assert_eq!(human(Duration::from_secs(3900)), "1 h 5 min");
+    }
+}
