@@ -1,8 +1,10 @@
 //! `kairos aoi-model`: flags and output of the queue-model command.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Args;
-use kairos_lab::aoi_model::{self, Arrival, Discipline, Service};
+use kairos_lab::aoi_model::{self, AoiSweep, Arrival, Discipline, Service, SweepConfig};
+
+use crate::exit::usage;
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -39,34 +41,25 @@ pub struct AoiModelArgs {
     results: PathBuf,
 }
 
-pub fn run(args: &AoiModelArgs) -> Result<()> {
-    let discipline = Discipline::parse(&args.discipline, args.buffer).map_err(anyhow::Error::msg)?;
-    if !(args.service_rate.is_finite() && args.service_rate > 0.0) {
-        bail!("--service-rate must be a positive number, got {}", args.service_rate);
+pub fn run(args: &AoiModelArgs) -> Result<i32> {
+    let discipline = Discipline::parse(&args.discipline, args.buffer).map_err(usage)?;
+    if !(args.service_rate.is_finite() && args.service_rate > 0.0 && args.service_rate <= 1e12) {
+        return Err(usage(format!("--service-rate must be a positive number up to 1e12, got {}", args.service_rate)));
     }
-    if args.arrivals == 0 {
-        bail!("--arrivals must be at least 1");
-    }
+    let config = SweepConfig { arrival: args.arrival, service: args.service, arrivals: args.arrivals, seed: args.seed };
+    config.validate().map_err(|why| usage(format!("--arrivals: {why}")))?;
     let Some(rate) = args.rate else {
-        let sweep = aoi_model::sweep(args.arrival, args.service, args.arrivals, args.seed, &args.results)?;
-        if args.json {
-            println!("{}", serde_json::to_string(&sweep)?);
-        } else {
-            print!("{}", aoi_model::table(&sweep));
-            if let Some(plot) = &sweep.plot {
-                println!("plot: {}", plot.display());
-            }
-        }
-        return Ok(());
+        let common = crate::Common { quick: false, json: args.json, results: args.results.clone() };
+        return crate::experiment::<AoiSweep>(&common, &config, aoi_model::table);
     };
-    if !(rate.is_finite() && rate > 0.0) {
-        bail!("--rate must be a positive number, got {rate}");
+    if !(rate.is_finite() && rate > 0.0 && rate <= 1e12) {
+        return Err(usage(format!("--rate must be a positive number up to 1e12, got {rate}")));
     }
     if matches!(discipline, Discipline::Fcfs { buffer: None }) && rate >= args.service_rate {
-        bail!(
+        return Err(usage(format!(
             "an unbounded FCFS queue at load {:.3} >= 1 has no steady state: lower --rate or give --buffer",
             rate / args.service_rate
-        );
+        )));
     }
     let p = aoi_model::point(
         args.arrival,
@@ -86,5 +79,5 @@ pub fn run(args: &AoiModelArgs) -> Result<()> {
             p.arrival, p.service, args.discipline, p.rho, p.avg_age, p.peak_age
         );
     }
-    Ok(())
+    Ok(crate::exit::OK)
 }

@@ -10,7 +10,7 @@ mod rtu;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use kairos_lab::{rcu_grace, rcu_latency};
+use kairos_lab::{harness, rcu_grace, rcu_latency};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -166,7 +166,6 @@ fn latency_config(args: &RcuLatencyArgs) -> Result<rcu_latency::RcuLatencyConfig
     config.budget = Duration::from_micros(args.budget_us);
     config.cyclictest = !args.no_cyclictest;
     config.only = args.only.clone();
-    config.validate().map_err(|e| exit::usage(e.to_string()))?;
     Ok(config)
 }
 
@@ -207,15 +206,13 @@ fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::RcuLatency(args) => {
             let config = latency_config(&args)?;
-            let summary = rcu_latency::run(&config, &args.common.results, &log)?;
-            done(print(args.common.json, &summary, summary.table()))
+            experiment::<rcu_latency::RcuLatency>(&args.common, &config, rcu_latency::Summary::table)
         }
         Command::RcuGrace(args) => {
             let config = grace_config(&args)?;
-            let summary = rcu_grace::run(&config, &args.common.results, &log)?;
-            done(print(args.common.json, &summary, summary.table()))
+            experiment::<rcu_grace::RcuGrace>(&args.common, &config, rcu_grace::Summary::table)
         }
-        Command::AoiModel(args) => done(aoi_model::run(&args)),
+        Command::AoiModel(args) => aoi_model::run(&args),
         Command::Forward(args) => done(forward::forward(&args)),
         Command::Sweep(args) => done(forward::sweep(&args)),
         Command::Lane(args) => done(lane::run(&args)),
@@ -224,8 +221,8 @@ fn run(cli: Cli) -> Result<i32> {
             let c = &args.common;
             let (latency, grace) =
                 (rcu_latency::RcuLatencyConfig::preset(c.quick), rcu_grace::RcuGraceConfig::preset(c.quick));
-            let latency = rcu_latency::run(&latency, &c.results, &log)?;
-            let grace = rcu_grace::run(&grace, &c.results, &log)?;
+            let latency = harness::run::<rcu_latency::RcuLatency>(&latency, &c.results, &log)?;
+            let grace = harness::run::<rcu_grace::RcuGrace>(&grace, &c.results, &log)?;
             if c.json {
                 println!("{}", serde_json::json!({ "rcu-latency": latency, "rcu-grace": grace }));
             } else {

@@ -19,13 +19,11 @@
 //! `offline_p99_ratio`, `stall_trials` (`reader`, `delay_ns`), `stall_threshold_ns`,
 //! `stall_within_10pct`, `clean_run_s`, `false_reports`.
 
-use crate::machine::MachineInfo;
-use crate::output::{RunDir, progress};
+use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds};
 use anyhow::{Context, Result, anyhow};
-use kairos_metrics::{LatencyRecorder, LatencySummary, NoiseConfig, NoiseProbe, sys};
+use kairos_metrics::{LatencyRecorder, LatencySummary, NoiseConfig, sys};
 use kairos_rcu::{Domain, DomainConfig, ReclaimPolicy, StallConfig};
 use serde::Serialize;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -92,10 +90,9 @@ pub struct StallTrial {
 pub struct Summary {
     /// Experiment name.
     pub experiment: &'static str,
-    /// The machine.
-    pub machine: MachineInfo,
-    /// Machine noise around and during the run.
-    pub noise: kairos_metrics::NoiseReport,
+    /// Machine, noise around and during the run, and the results directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
     /// The configuration.
     pub config: RcuGraceConfig,
     /// The reader's measured interval between quiescent states.
@@ -120,15 +117,13 @@ pub struct Summary {
     pub clean_run_s: f64,
     /// Reports during the clean run (must be 0).
     pub false_reports: u64,
-    /// Where the files went.
-    pub results_dir: String,
 }
 
 impl Summary {
     /// The table a person reads.
     pub fn table(&self) -> String {
         let us = |ns: u64| ns as f64 / 1_000.0;
-        let mut out = format!("rcu-grace: {}\n", self.machine.one_line());
+        let mut out = format!("rcu-grace: {}\n", self.run.machine.one_line());
         out.push_str(&format!(
             "reporting interval p50 {:.1} us (p99 {:.1} us); grace period p50/p99/max: {:.1}/{:.1}/{:.1} us; \
              with an offline reader: {:.1}/{:.1}/{:.1} us; bound 2x interval + 10 us = {:.1} us: {}\n",
@@ -157,7 +152,7 @@ impl Summary {
             self.clean_run_s,
             self.false_reports
         ));
-        out.push_str(&format!("results in {}\n", self.results_dir));
+        out.push_str(&format!("results in {}\n", self.run.results_dir.display()));
         out
     }
 }
@@ -170,33 +165,69 @@ fn work_for(ns: u64) {
     }
 }
 
-/// Runs the experiment and writes `results/rcu-grace/<run-id>/`.
-pub fn run(config: &RcuGraceConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<Summary> {
-    let cores = sys::online_cores();
-    if config.reader_core >= cores || config.writer_core >= cores {
-        return Err(anyhow!("cores must be below {cores}"));
+impl RcuGraceConfig {
+    /// Checks cores, counts and lengths before anything runs.
+    pub fn validate(&self) -> Result<(), String> {
+        check_core(self.reader_core)?;
+        check_core(self.writer_core)?;
+        if !(1..=10_000_000).contains(&self.samples) {
+            return Err(format!("samples must be 1-10000000 (each is a grace period), got {}", self.samples));
+        }
+        if self.stall_trials > 1_000 {
+            return Err(format!("stall trials must be at most 1000 (each stalls a reader), got {}", self.stall_trials));
+        }
+        check_seconds(self.clean_run.as_secs_f64(), 0.1, 86_400.0, "the clean run", "up to a day")?;
+        if self.stall_length <= self.stall_threshold {
+            return Err("a stall must last longer than the threshold that detects it".into());
+        }
+        Ok(())
     }
-    let machine = MachineInfo::probe();
-    log(&format!("rcu-grace on {}", machine.one_line()));
-    let probe = NoiseProbe::start(if config.clean_run < Duration::from_secs(30) {
-        NoiseConfig::quick()
-    } else {
-        NoiseConfig::default()
-    });
-    let bar = progress(4, "rcu-grace");
-    bar.set_message("grace periods");
+}
+
+/// The experiment, run by [`crate::harness::run`].
+#[derive(Debug)]
+pub struct RcuGrace;
+
+impl Experiment for RcuGrace {
+    const NAME: &'static str = "rcu-grace";
+    type Config = RcuGraceConfig;
+    type Summary = Summary;
+
+    fn validate(config: &RcuGraceConfig) -> Result<(), String> {
+        config.validate()
+    }
+
+    fn steps(_: &RcuGraceConfig) -> u64 {
+        4
+    }
+
+    fn estimate(config: &RcuGraceConfig) -> Option<Duration> {
+        let grace = config.qs_interval * 2 * config.samples as u32 * 2;
+        let stalls = config.stall_length * 2 * config.stall_trials as u32;
+        Some(grace + stalls + config.clean_run)
+    }
+
+    fn noise(config: &RcuGraceConfig) -> Option<NoiseConfig> {
+        Some(if config.clean_run < Duration::from_secs(30) { NoiseConfig::quick() } else { NoiseConfig::default() })
+    }
+
+    fn run(config: &RcuGraceConfig, run: &mut Run<'_>) -> Result<Summary> {
+        measure(config, run)
+    }
+}
+
+fn measure(config: &RcuGraceConfig, run: &mut Run<'_>) -> Result<Summary> {
+    run.log(&format!("rcu-grace on {}", run.machine().one_line()));
+    run.doing("grace periods");
     let (qs_interval, alone) = grace_latency(config, false)?;
-    bar.inc(1);
+    run.step("grace periods with an offline reader");
     let (_, with_offline) = grace_latency(config, true)?;
-    bar.inc(1);
-    bar.set_message("stalls");
+    run.step("stalls");
     let trials = stall_trials(config)?;
-    bar.inc(1);
-    bar.set_message("clean run");
-    log(&format!("clean run of {:.0} s", config.clean_run.as_secs_f64()));
+    run.step("clean run");
+    run.log(&format!("clean run of {:.0} s", config.clean_run.as_secs_f64()));
     let false_reports = clean_run(config)?;
-    bar.finish_and_clear();
-    let noise = probe.finish();
+    run.step("");
 
     let gp_bound_ns = 2 * qs_interval.p50 + 10_000;
     let threshold_ns = config.stall_threshold.as_nanos() as u64;
@@ -206,11 +237,9 @@ pub fn run(config: &RcuGraceConfig, results_root: &Path, log: &dyn Fn(&str)) -> 
                 && t.delay_ns >= threshold_ns
                 && t.delay_ns <= threshold_ns + threshold_ns / 10
         });
-    let dir = RunDir::create(results_root, "rcu-grace")?;
     let summary = Summary {
         experiment: "rcu-grace",
-        machine,
-        noise,
+        run: run.finish(),
         config: config.clone(),
         qs_interval_ns: qs_interval,
         gp_latency_ns: alone,
@@ -223,11 +252,8 @@ pub fn run(config: &RcuGraceConfig, results_root: &Path, log: &dyn Fn(&str)) -> 
         stall_within_10pct,
         clean_run_s: config.clean_run.as_secs_f64(),
         false_reports,
-        results_dir: dir.path().display().to_string(),
     };
-    dir.write_json("config.json", config)?;
-    dir.write_json("summary.json", &summary)?;
-    dir.write_text("table.txt", &summary.table())?;
+    run.dir().write_text("table.txt", &summary.table())?;
     Ok(summary)
 }
 

@@ -12,14 +12,14 @@
 //! Point: `arrival`, `service`, `discipline`, `buffer`, `rate`, `service_rate`, `rho`,
 //! `arrivals`, `avg_age`, `peak_age`, `closed_form_avg_age` (null when none is known),
 //! `closed_form_peak_age`, `rel_error` (null without a closed form), `discarded`.
-//! Sweep: `arrival`, `service`, `points` (as above), `plot`.
+//! Sweep: `machine`, `plots`, `results_dir`, `arrival`, `service`, `points` (as above).
 
-use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::output::RunDir;
+use crate::harness::{Experiment, Run, RunInfo};
 use crate::plot::{Scales, XySeries, xy_chart};
 use kairos_aoi::sim::{SimConfig, simulate};
 pub use kairos_aoi::{Arrival, Discipline, Service, closed_form, sim};
@@ -76,13 +76,85 @@ pub fn point(
     }
 }
 
+/// What a sweep simulates: the laws, the arrivals per point and the seed.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepConfig {
+    /// When updates arrive.
+    pub arrival: Arrival,
+    /// How long service takes.
+    pub service: Service,
+    /// Arrivals simulated per point.
+    pub arrivals: u64,
+    /// Seed of the simulation.
+    pub seed: u64,
+}
+
+/// The most arrivals a point simulates: about 10 s a point here (a sweep has 60 points).
+pub const MAX_ARRIVALS: u64 = 100_000_000;
+
+impl SweepConfig {
+    /// Checks the arrivals before anything runs.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=MAX_ARRIVALS).contains(&self.arrivals) {
+            return Err(format!(
+                "arrivals per point must be 1-{MAX_ARRIVALS} (more takes over 10 s a point), got {}",
+                self.arrivals
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A sweep of the load for every discipline.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sweep {
+    /// Machine, plots and results directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
     pub arrival: Arrival,
     pub service: Service,
     pub points: Vec<Point>,
-    pub plot: Option<PathBuf>,
+}
+
+/// The load sweep, run by [`crate::harness::run`].
+#[derive(Debug)]
+pub struct AoiSweep;
+
+impl Experiment for AoiSweep {
+    const NAME: &'static str = "aoi-model";
+    type Config = SweepConfig;
+    type Summary = Sweep;
+
+    fn validate(config: &SweepConfig) -> Result<(), String> {
+        config.validate()
+    }
+
+    fn steps(_: &SweepConfig) -> u64 {
+        sweep_plan().len() as u64
+    }
+
+    fn estimate(config: &SweepConfig) -> Option<Duration> {
+        // About ten million arrivals a second here.
+        Some(Duration::from_secs_f64(config.arrivals as f64 * Self::steps(config) as f64 / 1e7))
+    }
+
+    fn noise(_: &SweepConfig) -> Option<kairos_metrics::NoiseConfig> {
+        None
+    }
+
+    fn run(config: &SweepConfig, run: &mut Run<'_>) -> Result<Sweep> {
+        sweep(config, run)
+    }
+}
+
+/// Every (discipline, load) point of a sweep.
+fn sweep_plan() -> Vec<(Discipline, f64)> {
+    sweep_disciplines()
+        .into_iter()
+        .flat_map(|d| sweep_loads().into_iter().map(move |rho| (d, rho)))
+        // Unbounded FCFS has no steady state at or beyond full load.
+        .filter(|(d, rho)| !(matches!(d, Discipline::Fcfs { buffer: None }) && *rho >= 1.0))
+        .collect()
 }
 
 /// The disciplines a sweep compares.
@@ -101,25 +173,15 @@ pub fn sweep_loads() -> Vec<f64> {
     vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.2, 1.5, 2.0, 3.0]
 }
 
-/// Runs the sweep, writes `summary.json` and `aoi_model.png` under `results_root`.
-pub fn sweep(
-    arrival: Arrival,
-    service: Service,
-    arrivals: u64,
-    seed: u64,
-    results_root: &Path,
-) -> Result<Sweep> {
+/// Simulates every point and plots them beside the closed forms (`aoi_model.png`).
+fn sweep(config: &SweepConfig, run: &mut Run<'_>) -> Result<Sweep> {
+    let SweepConfig { arrival, service, arrivals, seed } = *config;
     let mut points = Vec::new();
-    for discipline in sweep_disciplines() {
-        for rho in sweep_loads() {
-            // Unbounded FCFS has no steady state at or beyond full load.
-            if matches!(discipline, Discipline::Fcfs { buffer: None }) && rho >= 1.0 {
-                continue;
-            }
-            points.push(point(arrival, service, discipline, rho, 1.0, arrivals, seed));
-        }
+    for (discipline, rho) in sweep_plan() {
+        run.doing(&format!("{} at rho {rho}", discipline.label()));
+        points.push(point(arrival, service, discipline, rho, 1.0, arrivals, seed));
+        run.step("");
     }
-    let run = RunDir::create(results_root, "aoi-model")?;
     let mut series = Vec::new();
     for (color, discipline) in sweep_disciplines().into_iter().enumerate() {
         let mine: Vec<&Point> = points
@@ -143,7 +205,7 @@ pub fn sweep(
             });
         }
     }
-    let plot = run.path().join("aoi_model.png");
+    let plot = run.plot("aoi_model.png");
     xy_chart(
         &plot,
         &format!("Average age, {arrival} arrivals, {service} service"),
@@ -152,9 +214,7 @@ pub fn sweep(
         Scales { log_x: true, log_y: true },
         &series,
     )?;
-    let sweep = Sweep { arrival, service, points, plot: Some(plot) };
-    run.write_json("summary.json", &sweep)?;
-    Ok(sweep)
+    Ok(Sweep { run: run.finish(), arrival, service, points })
 }
 
 /// The sweep as a text table.
@@ -177,6 +237,7 @@ pub fn table(sweep: &Sweep) -> String {
             p.rho, p.avg_age, p.peak_age
         ));
     }
+    out.push_str(&crate::output::report_footer(&sweep.run));
     out
 }
 

@@ -40,7 +40,36 @@ use kairos_metrics::LatencySummary;
 use serde::Serialize;
 use std::time::Duration;
 
-pub use run::run;
+/// The experiment, run by [`crate::harness::run`].
+#[derive(Debug)]
+pub struct RcuLatency;
+
+impl crate::harness::Experiment for RcuLatency {
+    const NAME: &'static str = "rcu-latency";
+    type Config = RcuLatencyConfig;
+    type Summary = Summary;
+
+    fn validate(config: &RcuLatencyConfig) -> Result<(), String> {
+        config.validate()
+    }
+
+    fn steps(config: &RcuLatencyConfig) -> u64 {
+        (run::plan_rows(config).len() * config.repetitions) as u64
+    }
+
+    fn estimate(config: &RcuLatencyConfig) -> Option<Duration> {
+        // Each row also sets up its domain and drains its backlog: about 0.3 s.
+        Some((config.row_duration + Duration::from_millis(300)) * Self::steps(config) as u32)
+    }
+
+    fn noise(config: &RcuLatencyConfig) -> Option<kairos_metrics::NoiseConfig> {
+        Some(run::noise_config(config))
+    }
+
+    fn run(config: &RcuLatencyConfig, run: &mut crate::harness::Run<'_>) -> anyhow::Result<Summary> {
+        run::measure(config, run)
+    }
+}
 
 /// The experiment's knobs. [`RcuLatencyConfig::quick`] and [`RcuLatencyConfig::full`] are the
 /// presets the command offers.
@@ -249,12 +278,11 @@ pub struct RealtimeSetup {
 pub struct Summary {
     /// Experiment name.
     pub experiment: &'static str,
-    /// The machine.
-    pub machine: crate::machine::MachineInfo,
+    /// Machine, noise probe over the whole run, plots and results directory.
+    #[serde(flatten)]
+    pub run: crate::harness::RunInfo,
     /// How the process was prepared.
     pub realtime_setup: RealtimeSetup,
-    /// The noise probe over the whole run.
-    pub noise: kairos_metrics::NoiseReport,
     /// The configuration.
     pub config: RcuLatencyConfig,
     /// Calibrated callback cost: (p50, p99.9) ns.
@@ -263,8 +291,6 @@ pub struct Summary {
     pub rows: Vec<Row>,
     /// Comparisons with the baseline.
     pub verdicts: Vec<Verdict>,
-    /// Where the files went.
-    pub results_dir: String,
 }
 
 impl Summary {
@@ -274,7 +300,7 @@ impl Summary {
         let mut out = String::new();
         out.push_str(&format!(
             "rcu-latency: {} | realtime task every {} us on core {}, {} | callback {:.0} ns (p99.9 {:.0} ns)\n",
-            self.machine.one_line(),
+            self.run.machine.one_line(),
             self.config.period.as_micros(),
             self.config.realtime_core,
             if self.rows.iter().any(|r| r.sched_fifo) { "SCHED_FIFO" } else { "normal priority (not root)" },
@@ -341,9 +367,9 @@ impl Summary {
         }
         out.push_str(&format!(
             "noise: longest gap before {:.1} us, after {:.1} us (a spinning thread, per core); results in {}\n",
-            us(self.noise.before.iter().map(|c| c.max_gap_ns).max().unwrap_or(0)),
-            us(self.noise.after.iter().map(|c| c.max_gap_ns).max().unwrap_or(0)),
-            self.results_dir
+            us(self.run.noise.iter().flat_map(|n| &n.before).map(|c| c.max_gap_ns).max().unwrap_or(0)),
+            us(self.run.noise.iter().flat_map(|n| &n.after).map(|c| c.max_gap_ns).max().unwrap_or(0)),
+            self.run.results_dir.display()
         ));
         out
     }

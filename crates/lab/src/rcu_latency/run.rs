@@ -5,14 +5,13 @@ use super::cyclictest::Cyclictest;
 use super::realtime::{self, RealtimeRun, RealtimeSpec};
 use super::workload::{self, Route};
 use super::{RcuLatencyConfig, RealtimeSetup, Row, RowNoise, Summary, Verdict, peer};
+use crate::harness::Run;
 use crate::machine::MachineInfo;
-use crate::output::{RunDir, progress};
 use crate::plot::{self, Series};
 use anyhow::{Context, Result, anyhow};
-use kairos_metrics::{LatencyRecorder, NoiseConfig, NoiseProbe, Sampler, sys};
+use kairos_metrics::{LatencyRecorder, NoiseConfig, Sampler, sys};
 use kairos_rcu::{Domain, DomainConfig, DomainStats, RcuCell, ReclaimPolicy};
 use std::fmt::Write as _;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -136,14 +135,17 @@ impl Aggregate {
     }
 }
 
-/// Runs the experiment, writes its files under `results_root`, and returns the summary.
-/// `log` receives progress lines (stderr in the command).
-pub fn run(config: &RcuLatencyConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<Summary> {
-    config.validate().map_err(|e| anyhow!("{e}"))?;
-    let machine = MachineInfo::probe();
-    log(&format!("rcu-latency on {}", machine.one_line()));
+/// The noise probe's settings: the full windows only for rows long enough to pay for them.
+pub(super) fn noise_config(config: &RcuLatencyConfig) -> NoiseConfig {
+    if config.row_duration < Duration::from_secs(5) { NoiseConfig::quick() } else { NoiseConfig::default() }
+}
+
+/// Measures every row, writes the CSV series and plots, and returns the summary.
+pub(super) fn measure(config: &RcuLatencyConfig, run: &mut Run<'_>) -> Result<Summary> {
+    let machine = run.machine().clone();
+    run.log(&format!("rcu-latency on {}", machine.one_line()));
     if !machine.sched_fifo {
-        log("the realtime task runs at normal priority: SCHED_FIFO needs root");
+        run.log("the realtime task runs at normal priority: SCHED_FIFO needs root");
     }
     workload::EXTRA_WORK_NS.store(config.callback_work_ns, Ordering::Relaxed);
     let callback_ns = workload::calibrate_callback_ns();
@@ -156,20 +158,14 @@ pub fn run(config: &RcuLatencyConfig, results_root: &Path, log: &dyn Fn(&str)) -
         heap_trimming_disabled: sys::disable_heap_trimming(),
         no_idle_states: no_idle.is_some(),
     };
-    let noise_config = if config.row_duration < Duration::from_secs(5) {
-        NoiseConfig::quick()
-    } else {
-        NoiseConfig::default()
-    };
-    let probe = NoiseProbe::start(noise_config.clone());
-    let bar = progress((plan.len() * config.repetitions) as u64, "rcu-latency");
+    let noise_config = noise_config(config);
     let mut aggregates: Vec<Aggregate> =
         plan.iter().map(|&(name, storm)| Aggregate::new(name, storm)).collect();
     for repetition in 0..config.repetitions {
         for aggregate in &mut aggregates {
             let (name, storm) = (aggregate.name, aggregate.storm);
-            bar.set_message(format!("{name} x{storm}"));
-            log(&format!("run {}/{}: row {name}, storm {storm}", repetition + 1, config.repetitions));
+            run.doing(&format!("{name} x{storm}"));
+            run.log(&format!("run {}/{}: row {name}, storm {storm}", repetition + 1, config.repetitions));
             let sampler = Sampler::start(&noise_config);
             let cyclictest = start_cyclictest(config, &machine, name);
             let parts = if name == "crossbeam-epoch" {
@@ -179,32 +175,28 @@ pub fn run(config: &RcuLatencyConfig, results_root: &Path, log: &dyn Fn(&str)) -
             };
             let during = sampler.finish();
             aggregate.add(parts, &during, cyclictest.map(Cyclictest::finish));
-            bar.inc(1);
+            run.step("");
         }
     }
-    bar.finish_and_clear();
     let rows: Vec<Row> = aggregates.into_iter().map(Aggregate::finish).collect();
-    let noise = probe.finish();
     drop(no_idle);
     let verdicts = verdicts(config, &rows, callback_ns.1);
-    let dir = RunDir::create(results_root, "rcu-latency")?;
+    write_files(run, config, &rows)?;
     let summary = Summary {
         experiment: "rcu-latency",
-        machine,
+        run: run.finish(),
         realtime_setup: setup,
-        noise,
         config: config.clone(),
         callback_ns,
         rows,
         verdicts,
-        results_dir: dir.path().display().to_string(),
     };
-    write_files(&dir, &summary)?;
+    run.dir().write_text("table.txt", &summary.table())?;
     Ok(summary)
 }
 
 /// The rows to run, in order: the baseline once, then every row at every storm size.
-fn plan_rows(config: &RcuLatencyConfig) -> Vec<(&'static str, usize)> {
+pub(super) fn plan_rows(config: &RcuLatencyConfig) -> Vec<(&'static str, usize)> {
     let wanted = |name: &str| config.only.is_empty() || config.only.iter().any(|n| n == name);
     let mut plan = Vec::new();
     if wanted("baseline") {
@@ -400,18 +392,16 @@ fn verdicts(config: &RcuLatencyConfig, rows: &[Row], callback_p999_ns: u64) -> V
         .collect()
 }
 
-fn write_files(dir: &RunDir, summary: &Summary) -> Result<()> {
-    dir.write_json("config.json", &summary.config)?;
-    dir.write_json("summary.json", summary)?;
-    let mut rows = String::from(
+fn write_files(run: &mut Run<'_>, config: &RcuLatencyConfig, rows: &[Row]) -> Result<()> {
+    let mut csv = String::from(
         "name,storm,mean_ns,stddev_ns,p50_ns,p99_ns,p999_ns,p9999_ns,max_ns,wakeup_p999_ns,in_task_p999_ns,in_task_max_ns,callbacks_per_s,peak_unreclaimed_bytes,\
          longest_reclaim_ns,reclaimer_longest_batch_ns,writer_longest_reclaim_ns,periods,overruns,noise_max_gap_ns,cyclictest_max_us\n",
     );
     let mut ccdf = String::from("name,storm,lateness_ns,fraction_later\n");
-    for r in &summary.rows {
+    for r in rows {
         let l = &r.lateness_ns;
         let _ = writeln!(
-            rows,
+            csv,
             "{},{},{:.1},{:.1},{},{},{},{},{},{},{},{},{:.0},{},{},{},{},{},{},{},{}",
             r.name,
             r.storm,
@@ -439,12 +429,10 @@ fn write_files(dir: &RunDir, summary: &Summary) -> Result<()> {
             let _ = writeln!(ccdf, "{},{},{},{:.9}", r.name, r.storm, value, fraction);
         }
     }
-    dir.write_text("rows.csv", &rows)?;
-    dir.write_text("lateness_ccdf.csv", &ccdf)?;
-    dir.write_text("table.txt", &summary.table())?;
-    for &storm in &summary.config.storms {
-        let series: Vec<Series> = summary
-            .rows
+    run.dir().write_text("rows.csv", &csv)?;
+    run.dir().write_text("lateness_ccdf.csv", &ccdf)?;
+    for &storm in &config.storms {
+        let series: Vec<Series> = rows
             .iter()
             .filter(|r| r.storm == storm || r.storm == 0)
             .map(|r| Series {
@@ -458,10 +446,10 @@ fn write_files(dir: &RunDir, summary: &Summary) -> Result<()> {
         }
         let title = format!(
             "Realtime task lateness, {storm} callbacks per grace period ({} us period)",
-            summary.config.period.as_micros()
+            config.period.as_micros()
         );
         plot::tail_chart(
-            &dir.path().join(format!("lateness-storm{storm}.png")),
+            &run.plot(&format!("lateness-storm{storm}.png")),
             &title,
             "completion lateness (us)",
             &series,
