@@ -44,9 +44,17 @@ pub struct AoiModelArgs {
 pub fn run(args: &AoiModelArgs) -> Result<i32> {
     let discipline = Discipline::parse(&args.discipline, args.buffer).map_err(usage)?;
     if !(args.service_rate.is_finite() && args.service_rate > 0.0 && args.service_rate <= 1e12) {
-        return Err(usage(format!("--service-rate must be a positive number up to 1e12, got {}", args.service_rate)));
+        return Err(usage(format!(
+            "--service-rate must be a positive number up to 1e12, got {}",
+            args.service_rate
+        )));
     }
-    let config = SweepConfig { arrival: args.arrival, service: args.service, arrivals: args.arrivals, seed: args.seed };
+    let config = SweepConfig {
+        arrival: args.arrival,
+        service: args.service,
+        arrivals: args.arrivals,
+        seed: args.seed,
+    };
     config.validate().map_err(|why| usage(format!("--arrivals: {why}")))?;
     let Some(rate) = args.rate else {
         let common = crate::Common { quick: false, json: args.json, results: args.results.clone() };

@@ -1,10 +1,17 @@
 //! Plots for reports: log-log tail (complementary CDF) charts and x-y charts (lines for
 //! measurements, dashed lines for models), PNG with an embedded font.
 //!
+//! Made to be read, not only drawn: colours from a fixed palette that stays apart on white and
+//! for colour-blind readers (Okabe and Ito's, without its yellow, plus grey); the legend in a
+//! column of its own beside the data, never over it; log axes labelled at every decade, with
+//! minor lines at 2-9 (and labels at 1, 2 and 5 when fewer than three decades show); at most
+//! eight series in one panel, more are split into panels that share the axes.
+//!
 //! The font (DejaVu Sans, Bitstream Vera licence, `assets/`) is compiled in, so plots render the
 //! same on a machine without fontconfig or any installed font.
 
 use anyhow::{Result, anyhow};
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::Once;
@@ -19,6 +26,99 @@ fn register_font() {
     });
 }
 
+/// The series colours: Okabe and Ito's palette without yellow (unreadable on white), then grey.
+pub const PALETTE: [RGBColor; 8] = [
+    RGBColor(0, 114, 178),   // blue
+    RGBColor(213, 94, 0),    // vermillion
+    RGBColor(0, 158, 115),   // bluish green
+    RGBColor(204, 121, 167), // reddish purple
+    RGBColor(230, 159, 0),   // orange
+    RGBColor(86, 180, 233),  // sky blue
+    RGBColor(0, 0, 0),       // black
+    RGBColor(120, 120, 120), // grey
+];
+
+/// Series one panel shows at most; more are split into panels.
+pub const MAX_SERIES_PER_PANEL: usize = 8;
+
+const WIDTH: u32 = 1200;
+const PANEL_HEIGHT: u32 = 640;
+const LEGEND_WIDTH: u32 = 300;
+
+/// Labelled (bold) and unlabelled (light) tick positions of a log axis over `lo..hi`: every
+/// decade labelled, 2-9 of each decade as minor lines; with fewer than three decades in range,
+/// 1, 2 and 5 of each decade are labelled too, so an axis never has fewer than two labels.
+pub fn log_ticks(lo: f64, hi: f64) -> (Vec<f64>, Vec<f64>) {
+    let (mut bold, mut light) = (Vec::new(), Vec::new());
+    if !(lo > 0.0 && hi > lo && lo.is_finite() && hi.is_finite()) {
+        return (bold, light);
+    }
+    let first = lo.log10().floor() as i32;
+    let last = hi.log10().ceil() as i32;
+    let decades_in_range = (first..=last).filter(|&e| (lo..=hi).contains(&10f64.powi(e))).count();
+    for e in first..=last {
+        let base = 10f64.powi(e);
+        for m in 1..=9 {
+            let v = base * f64::from(m);
+            if !(lo..=hi).contains(&v) {
+                continue;
+            }
+            if m == 1 || (decades_in_range < 3 && (m == 2 || m == 5)) {
+                bold.push(v);
+            } else {
+                light.push(v);
+            }
+        }
+    }
+    (bold, light)
+}
+
+/// One legend entry: a line sample (dashed for models) and the series' name.
+struct LegendEntry {
+    name: String,
+    color: RGBColor,
+    dashed: bool,
+}
+
+/// Draws `entries` down the legend column `area`.
+fn draw_legend(area: &Area<'_>, entries: &[LegendEntry]) -> Result<()> {
+    let font = ("sans-serif", 14).into_font();
+    for (i, e) in entries.iter().enumerate() {
+        let y = 60 + 24 * i as i32;
+        let style = e.color.stroke_width(3);
+        if e.dashed {
+            for x in [4, 16] {
+                area.draw(&PathElement::new(vec![(x, y), (x + 8, y)], style))
+                    .map_err(|e| anyhow!("plot: {e}"))?;
+            }
+        } else {
+            area.draw(&PathElement::new(vec![(4, y), (28, y)], style)).map_err(|e| anyhow!("plot: {e}"))?;
+        }
+        let mut name = e.name.clone();
+        if name.chars().count() > 36 {
+            name = name.chars().take(35).collect::<String>() + "…";
+        }
+        area.draw(&Text::new(name, (36, y - 8), font.clone())).map_err(|e| anyhow!("plot: {e}"))?;
+    }
+    Ok(())
+}
+
+/// A drawing area of a PNG.
+type Area<'a> = DrawingArea<BitMapBackend<'a>, Shift>;
+
+/// A root area of `panels` panels, each split into the chart and its legend column.
+fn panels(path: &Path, count: usize) -> Result<(Area<'_>, Vec<(Area<'_>, Area<'_>)>)> {
+    let height = PANEL_HEIGHT * count.max(1) as u32;
+    let root = BitMapBackend::new(path, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("plot: {e}"))?;
+    let areas = root
+        .split_evenly((count.max(1), 1))
+        .into_iter()
+        .map(|a| a.split_horizontally(WIDTH - LEGEND_WIDTH))
+        .collect();
+    Ok((root, areas))
+}
+
 /// One line of a tail chart.
 #[derive(Debug, Clone)]
 pub struct Series {
@@ -28,7 +128,8 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-/// Draws `series` as complementary CDFs on log-log axes into a PNG at `path`.
+/// Draws `series` as complementary CDFs on log-log axes into a PNG at `path`, split into
+/// panels of at most [`MAX_SERIES_PER_PANEL`].
 pub fn tail_chart(path: &Path, title: &str, x_label: &str, series: &[Series]) -> Result<()> {
     register_font();
     let points = || series.iter().flat_map(|s| s.points.iter().copied());
@@ -38,40 +139,47 @@ pub fn tail_chart(path: &Path, title: &str, x_label: &str, series: &[Series]) ->
     if !x_min.is_finite() || x_max <= 0.0 {
         return Err(anyhow!("nothing to plot for {title}"));
     }
-    let x_range = (x_min * 0.8)..(x_max * 1.25);
-    let y_range = (y_min * 0.5)..1.2;
-    let root = BitMapBackend::new(path, (1000, 640)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("plot: {e}"))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(14)
-        .x_label_area_size(48)
-        .y_label_area_size(72)
-        .build_cartesian_2d(x_range.log_scale(), y_range.log_scale())
-        .map_err(|e| anyhow!("plot: {e}"))?;
-    chart
-        .configure_mesh()
-        .x_desc(x_label)
-        .y_desc("fraction of samples above x")
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(|e| anyhow!("plot: {e}"))?;
-    for (i, s) in series.iter().enumerate() {
-        let color = Palette99::pick(i).mix(0.95);
+    let (x0, x1) = (x_min * 0.8, x_max * 1.25);
+    let (y0, y1) = (y_min * 0.5, 1.2);
+    let chunks: Vec<&[Series]> = series.chunks(MAX_SERIES_PER_PANEL).collect();
+    let (root, areas) = panels(path, chunks.len())?;
+    for (n, (chunk, (chart_area, legend_area))) in chunks.iter().zip(&areas).enumerate() {
+        let caption = if chunks.len() > 1 {
+            format!("{title} ({}/{})", n + 1, chunks.len())
+        } else {
+            title.to_string()
+        };
+        let (xb, xl) = log_ticks(x0, x1);
+        let (yb, yl) = log_ticks(y0, y1);
+        let mut chart = ChartBuilder::on(chart_area)
+            .caption(caption, ("sans-serif", 22))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(80)
+            .build_cartesian_2d(
+                (x0..x1).log_scale().with_key_points(xb).with_light_points(xl),
+                (y0..y1).log_scale().with_key_points(yb).with_light_points(yl),
+            )
+            .map_err(|e| anyhow!("plot: {e}"))?;
         chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
-            .map_err(|e| anyhow!("plot: {e}"))?
-            .label(s.name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3)));
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc("fraction of samples above x")
+            .x_label_formatter(&tick)
+            .y_label_formatter(&tick)
+            .label_style(("sans-serif", 14))
+            .draw()
+            .map_err(|e| anyhow!("plot: {e}"))?;
+        let mut legend = Vec::new();
+        for (i, s) in chunk.iter().enumerate() {
+            let color = PALETTE[i % PALETTE.len()];
+            chart
+                .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
+                .map_err(|e| anyhow!("plot: {e}"))?;
+            legend.push(LegendEntry { name: s.name.clone(), color, dashed: false });
+        }
+        draw_legend(legend_area, &legend)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font(("sans-serif", 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| anyhow!("plot: {e}"))?;
     root.present().map_err(|e| anyhow!("plot: cannot write {}: {e}", path.display()))?;
     Ok(())
 }
@@ -121,8 +229,33 @@ fn padded_range(values: impl Iterator<Item = f64> + Clone, log: bool) -> Option<
     })
 }
 
+/// Splits series into panels of at most [`MAX_SERIES_PER_PANEL`], keeping the series of one
+/// colour (a measurement and its model) together.
+fn panel_groups(series: &[XySeries]) -> Vec<Vec<&XySeries>> {
+    let mut colours: Vec<usize> = Vec::new();
+    for s in series {
+        if !colours.contains(&s.color) {
+            colours.push(s.color);
+        }
+    }
+    // As many panels as needed, filled evenly rather than eight and a remainder.
+    let target = series.len().div_ceil(series.len().div_ceil(MAX_SERIES_PER_PANEL).max(1));
+    let mut panels: Vec<Vec<&XySeries>> = vec![Vec::new()];
+    for c in colours {
+        let group: Vec<&XySeries> = series.iter().filter(|s| s.color == c).collect();
+        let last = panels.last_mut().expect("one panel at least");
+        if !last.is_empty() && (last.len() >= target || last.len() + group.len() > MAX_SERIES_PER_PANEL) {
+            panels.push(group);
+        } else {
+            last.extend(group);
+        }
+    }
+    panels
+}
+
 /// Draws `series` on an x-y chart into a PNG at `path`. Measured series get lines with point
-/// markers; model series are dashed.
+/// markers; model series are dashed. More than [`MAX_SERIES_PER_PANEL`] series are split into
+/// panels sharing the axes' ranges.
 pub fn xy_chart(
     path: &Path,
     title: &str,
@@ -138,66 +271,73 @@ pub fn xy_chart(
     else {
         return Err(anyhow!("nothing to plot for {title}"));
     };
-    let root = BitMapBackend::new(path, (1000, 640)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| anyhow!("plot: {e}"))?;
-    let mut builder = ChartBuilder::on(&root);
-    builder.caption(title, ("sans-serif", 22)).margin(14).x_label_area_size(48).y_label_area_size(80);
-    macro_rules! draw {
-        ($chart:expr) => {{
-            let mut chart = $chart.map_err(|e| anyhow!("plot: {e}"))?;
-            chart
-                .configure_mesh()
-                .x_desc(x_label)
-                .y_desc(y_label)
-                .x_label_formatter(&tick)
-                .y_label_formatter(&tick)
-                .label_style(("sans-serif", 14))
-                .draw()
-                .map_err(|e| anyhow!("plot: {e}"))?;
-            for s in series {
-                let color = Palette99::pick(s.color).mix(0.95);
-                let points: Vec<(f64, f64)> = s
-                    .points
-                    .iter()
-                    .copied()
-                    .filter(|&(x, y)| (!scales.log_x || x > 0.0) && (!scales.log_y || y > 0.0))
-                    .collect();
-                if s.model {
-                    chart
-                        .draw_series(DashedLineSeries::new(points.clone(), 8, 5, color.stroke_width(2)))
-                        .map_err(|e| anyhow!("plot: {e}"))?
-                        .label(s.name.clone())
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2))
-                        });
-                } else {
-                    chart
-                        .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
-                        .map_err(|e| anyhow!("plot: {e}"))?
-                        .label(s.name.clone())
-                        .legend(move |(x, y)| {
-                            PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(3))
-                        });
-                    chart
-                        .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                        .map_err(|e| anyhow!("plot: {e}"))?;
-                }
+    let groups = panel_groups(series);
+    let (root, areas) = panels(path, groups.len())?;
+    for (n, (group, (chart_area, legend_area))) in groups.iter().zip(&areas).enumerate() {
+        let caption = if groups.len() > 1 {
+            format!("{title} ({}/{})", n + 1, groups.len())
+        } else {
+            title.to_string()
+        };
+        // Colours are dealt per panel, in the order the series' colour indices first appear.
+        let mut order: Vec<usize> = Vec::new();
+        for s in group {
+            if !order.contains(&s.color) {
+                order.push(s.color);
             }
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .label_font(("sans-serif", 14))
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(|e| anyhow!("plot: {e}"))?;
-        }};
-    }
-    match (scales.log_x, scales.log_y) {
-        (false, false) => draw!(builder.build_cartesian_2d(x0..x1, y0..y1)),
-        (true, false) => draw!(builder.build_cartesian_2d((x0..x1).log_scale(), y0..y1)),
-        (false, true) => draw!(builder.build_cartesian_2d(x0..x1, (y0..y1).log_scale())),
-        (true, true) => draw!(builder.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())),
+        }
+        let colour_of =
+            |s: &XySeries| PALETTE[order.iter().position(|&c| c == s.color).unwrap_or(0) % PALETTE.len()];
+        let mut builder = ChartBuilder::on(chart_area);
+        builder.caption(caption, ("sans-serif", 22)).margin(14).x_label_area_size(48).y_label_area_size(80);
+        let mut legend = Vec::new();
+        macro_rules! draw {
+            ($chart:expr) => {{
+                let mut chart = $chart.map_err(|e| anyhow!("plot: {e}"))?;
+                chart
+                    .configure_mesh()
+                    .x_desc(x_label)
+                    .y_desc(y_label)
+                    .x_label_formatter(&tick)
+                    .y_label_formatter(&tick)
+                    .label_style(("sans-serif", 14))
+                    .draw()
+                    .map_err(|e| anyhow!("plot: {e}"))?;
+                for s in group {
+                    let color = colour_of(s);
+                    let points: Vec<(f64, f64)> = s
+                        .points
+                        .iter()
+                        .copied()
+                        .filter(|&(x, y)| (!scales.log_x || x > 0.0) && (!scales.log_y || y > 0.0))
+                        .collect();
+                    if s.model {
+                        chart
+                            .draw_series(DashedLineSeries::new(points.clone(), 8, 5, color.stroke_width(2)))
+                            .map_err(|e| anyhow!("plot: {e}"))?;
+                    } else {
+                        chart
+                            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+                            .map_err(|e| anyhow!("plot: {e}"))?;
+                        chart
+                            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                            .map_err(|e| anyhow!("plot: {e}"))?;
+                    }
+                    legend.push(LegendEntry { name: s.name.clone(), color, dashed: s.model });
+                }
+            }};
+        }
+        let (xb, xl) = log_ticks(x0, x1);
+        let (yb, yl) = log_ticks(y0, y1);
+        let log_x = || (x0..x1).log_scale().with_key_points(xb.clone()).with_light_points(xl.clone());
+        let log_y = || (y0..y1).log_scale().with_key_points(yb.clone()).with_light_points(yl.clone());
+        match (scales.log_x, scales.log_y) {
+            (false, false) => draw!(builder.build_cartesian_2d(x0..x1, y0..y1)),
+            (true, false) => draw!(builder.build_cartesian_2d(log_x(), y0..y1)),
+            (false, true) => draw!(builder.build_cartesian_2d(x0..x1, log_y())),
+            (true, true) => draw!(builder.build_cartesian_2d(log_x(), log_y())),
+        }
+        draw_legend(legend_area, &legend)?;
     }
     root.present().map_err(|e| anyhow!("plot: cannot write {}: {e}", path.display()))?;
     Ok(())
@@ -248,6 +388,51 @@ mod tests {
         assert_eq!(tick(&1500.0), "1500");
         assert_eq!(tick(&0.00125), "0.00125");
         assert_eq!(tick(&0.0), "0");
+    }
+
+    #[test]
+    fn log_axes_are_labelled_at_every_decade_with_minor_lines_between() {
+        let (bold, light) = log_ticks(0.5, 20_000.0);
+        assert_eq!(bold, vec![1.0, 10.0, 100.0, 1000.0, 10_000.0]);
+        assert!(light.contains(&2.0) && light.contains(&900.0) && light.contains(&0.5));
+        assert_eq!(light.len(), 5 + 8 + 8 + 8 + 8 + 1, "{light:?}");
+        // Fewer than three decades: 1, 2 and 5 are labelled too.
+        let (bold, _) = log_ticks(1.5, 60.0);
+        assert_eq!(bold, vec![2.0, 5.0, 10.0, 20.0, 50.0]);
+        assert_eq!(log_ticks(0.0, 1.0), (vec![], vec![]));
+    }
+
+    #[test]
+    fn more_than_eight_series_are_split_into_panels_keeping_a_model_with_its_measurement() {
+        let s = |color: usize, model: bool| XySeries {
+            name: format!("{color}{model}"),
+            points: vec![(1.0, 1.0)],
+            model,
+            color,
+        };
+        let series: Vec<XySeries> = (0..6).flat_map(|c| [s(c, false), s(c, true)]).collect();
+        let groups = panel_groups(&series);
+        assert_eq!(groups.iter().map(Vec::len).collect::<Vec<_>>(), vec![6, 6]);
+        for g in &groups {
+            for x in g {
+                assert!(g.iter().filter(|y| y.color == x.color).count() == 2, "a pair was split");
+            }
+        }
+        let path = std::env::temp_dir().join(format!("kairos-xy-panels-{}.png", std::process::id()));
+        xy_chart(&path, "t", "x", "y", Scales::default(), &series).unwrap();
+        assert_eq!(&std::fs::read(&path).unwrap()[1..4], b"PNG");
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn the_palette_has_no_yellow_and_distinct_colours() {
+        for (i, a) in PALETTE.iter().enumerate() {
+            // Yellow: red and green high, blue low.
+            assert!(!(a.0 > 200 && a.1 > 200 && a.2 < 100), "{a:?}");
+            for b in &PALETTE[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
     }
 
     #[test]

@@ -174,7 +174,10 @@ impl RcuGraceConfig {
             return Err(format!("samples must be 1-10000000 (each is a grace period), got {}", self.samples));
         }
         if self.stall_trials > 1_000 {
-            return Err(format!("stall trials must be at most 1000 (each stalls a reader), got {}", self.stall_trials));
+            return Err(format!(
+                "stall trials must be at most 1000 (each stalls a reader), got {}",
+                self.stall_trials
+            ));
         }
         check_seconds(self.clean_run.as_secs_f64(), 0.1, 86_400.0, "the clean run", "up to a day")?;
         if self.stall_length <= self.stall_threshold {
@@ -208,7 +211,11 @@ impl Experiment for RcuGrace {
     }
 
     fn noise(config: &RcuGraceConfig) -> Option<NoiseConfig> {
-        Some(if config.clean_run < Duration::from_secs(30) { NoiseConfig::quick() } else { NoiseConfig::default() })
+        Some(if config.clean_run < Duration::from_secs(30) {
+            NoiseConfig::quick()
+        } else {
+            NoiseConfig::default()
+        })
     }
 
     fn run(config: &RcuGraceConfig, run: &mut Run<'_>) -> Result<Summary> {
