@@ -132,8 +132,10 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         peer,
         ..ForwardConfig::default()
     };
-    let row = forward::run_once(&config, &trace)?;
+    // The results directory first: an unwritable --results fails before the run, not after it.
     let run = RunDir::create(&args.results, "forward")?;
+    run.write_json("config.json", &config)?;
+    let row = forward::run_once(&config, &trace)?;
     run.write_json("summary.json", &serde_json::json!({ "config": config, "row": row }))?;
     let mut csv = String::from("user,avg_age_ns\n");
     for (u, a) in row.per_user_age_ns.iter().enumerate() {

@@ -1,0 +1,46 @@
+//! Every command that writes a results directory fails at once, before measuring, when it
+//! cannot write there: one line naming the directory and the flag, exit code 1.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Every command that writes results, with flags that keep it short if it did run.
+const COMMANDS: &[&[&str]] = &[
+    &["rcu-latency", "--quick", "--runs", "1"],
+    &["rcu-grace", "--quick"],
+    &["lab", "--quick"],
+    &["aoi-model", "--arrivals", "1000"],
+    &["forward", "--packets", "20000"],
+    &["sweep", "--quick"],
+    &["lane", "tightness", "--quick"],
+    &["rtu", "deadlines", "--quick"],
+    &["rtu", "switches", "--quick"],
+    &["rtu", "sched-deadline", "--quick"],
+    &["rtu", "throughput", "--quick"],
+    &["rtu", "partition", "--quick"],
+];
+
+#[test]
+fn an_unwritable_results_directory_fails_in_under_a_second_before_measuring() {
+    for args in COMMANDS {
+        let started = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_kairos"))
+            .args(*args)
+            .args(["--results", "/proc/kairos-results"])
+            .env("CI", "1")
+            .output()
+            .expect("the kairos binary runs");
+        let took = started.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let error: Vec<&str> = stderr.lines().filter(|l| l.starts_with("kairos: error:")).collect();
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(error.len(), 1, "{args:?}: one error line expected: {stderr}");
+        assert!(
+            error[0].contains("/proc/kairos-results") && error[0].contains("--results"),
+            "{args:?}: {stderr}"
+        );
+        // Generous for a loaded machine: the refusal is one mkdir after parsing the flags; a
+        // command that measured first takes seconds at least.
+        assert!(took < Duration::from_secs(1), "{args:?} took {took:?} to fail");
+    }
+}
