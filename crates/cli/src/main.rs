@@ -49,7 +49,8 @@ enum Command {
 /// The flags every experiment takes.
 #[derive(Args, Clone)]
 pub(crate) struct Common {
-    /// Short runs (about a minute in all) instead of the full ones.
+    /// Short runs instead of the full ones (each command's help says how long; a line on stderr
+    /// says it again when the run starts).
     #[arg(long)]
     pub quick: bool,
     /// Print the summary as one JSON object on stdout instead of a table.
@@ -64,34 +65,36 @@ pub(crate) struct Common {
 struct RcuLatencyArgs {
     #[command(flatten)]
     common: Common,
-    /// Seconds per row and run (default: 1 with --quick, else 4).
+    /// Seconds per row and run, enough for 100 periods, at most 3600 (default: 1 with --quick,
+    /// else 4).
     #[arg(long)]
     seconds: Option<f64>,
-    /// Runs of every row, interleaved (default: 3 with --quick, else 5); verdicts use the median.
+    /// Runs of every row, interleaved, 1-100 (default: 3 with --quick, else 5); verdicts use the
+    /// median.
     #[arg(long)]
     runs: Option<usize>,
-    /// Period of the realtime task, microseconds.
+    /// Period of the realtime task, microseconds, 1-1000000.
     #[arg(long, default_value_t = 1_000)]
     period_us: u64,
-    /// Storm sizes, callbacks per grace period (repeat or comma-separate).
+    /// Storm sizes, callbacks per grace period, 1-10000000 (repeat or comma-separate).
     #[arg(long, value_delimiter = ',', default_values_t = [1_660usize, 30_000])]
     storm: Vec<usize>,
-    /// Extra work per callback, nanoseconds, on top of freeing a 256-byte node.
+    /// Extra work per callback, nanoseconds, 0-1000000, on top of freeing a 256-byte node.
     #[arg(long, default_value_t = 0)]
     callback_work_ns: u64,
-    /// Core of the realtime task (default: the last core).
+    /// Core of the realtime task, 0 to the last core (default: the last core).
     #[arg(long)]
     rt_core: Option<usize>,
-    /// Core of the writer and the offload reclaimer.
+    /// Core of the writer and the offload reclaimer, 0 to the last core.
     #[arg(long, default_value_t = 0)]
     housekeeping_core: usize,
-    /// SCHED_FIFO priority of the realtime task (0: do not ask).
+    /// SCHED_FIFO priority of the realtime task, 1-98 (0: do not ask; needs root).
     #[arg(long, default_value_t = 80)]
     priority: i32,
-    /// Throttle: callbacks per reader call.
+    /// Throttle: callbacks per reader call, 1-1000000.
     #[arg(long, default_value_t = 256)]
     throttle_batch: usize,
-    /// Throttle and Adaptive: time budget per reader call, microseconds.
+    /// Throttle and Adaptive: time budget per reader call, microseconds, 1 up to the period.
     #[arg(long, default_value_t = 20)]
     budget_us: u64,
     /// Do not run cyclictest beside the inline and offload rows.
@@ -107,7 +110,7 @@ struct RcuLatencyArgs {
 struct RcuGraceArgs {
     #[command(flatten)]
     common: Common,
-    /// Length of the run without stalls that checks for false reports, seconds
+    /// Length of the run without stalls that checks for false reports, seconds, 0.1-86400
     /// (default: 10 with --quick, else 60).
     #[arg(long)]
     clean_seconds: Option<f64>,

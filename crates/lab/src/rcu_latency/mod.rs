@@ -140,20 +140,36 @@ impl RcuLatencyConfig {
     /// Checks the knobs; the error says which one and how to fix it.
     pub fn validate(&self) -> Result<(), String> {
         let cores = kairos_metrics::sys::online_cores();
-        if self.period.is_zero() {
-            return Err("--period-us must be at least 1".into());
+        if self.period.is_zero() || self.period > Duration::from_secs(1) {
+            return Err("--period-us must be 1-1000000 (up to one second)".into());
         }
         if self.row_duration < self.period * 100 {
             return Err("--seconds must cover at least 100 periods".into());
         }
-        if self.repetitions == 0 {
-            return Err("--runs must be at least 1".into());
+        if self.row_duration > Duration::from_secs(3_600) {
+            return Err("--seconds must be at most 3600 per row".into());
+        }
+        if !(1..=100).contains(&self.repetitions) {
+            return Err("--runs must be 1-100".into());
+        }
+        // A storm retires this many 256-byte nodes per grace period; the backlog may hold a few
+        // storms at once.
+        if let Some(&storm) = self.storms.iter().find(|&&s| s == 0 || s > MAX_STORM) {
+            return Err(format!(
+                "--storm sizes must be 1-{MAX_STORM} callbacks (a storm of 256-byte nodes must fit in memory several times over), got {storm}"
+            ));
+        }
+        if self.callback_work_ns > 1_000_000 {
+            return Err("--callback-work-ns must be at most 1000000 (1 ms per callback)".into());
         }
         if self.realtime_core >= cores || self.housekeeping_core >= cores {
             return Err(format!("cores must be below {cores} (this machine has {cores})"));
         }
-        if self.throttle_max_batch == 0 || self.budget.is_zero() {
-            return Err("--throttle-batch and --budget-us must be at least 1".into());
+        if !(1..=1_000_000).contains(&self.throttle_max_batch)
+            || self.budget.is_zero()
+            || self.budget > self.period
+        {
+            return Err("--throttle-batch must be 1-1000000 and --budget-us 1 up to the period".into());
         }
         if !(1..=98).contains(&self.fifo_priority) && self.fifo_priority != 0 {
             return Err("--priority must be 1-98, or 0 for no real-time priority".into());
@@ -272,6 +288,9 @@ pub struct RealtimeSetup {
     /// wake-up never waits for the hypervisor to resume a halted vCPU (needs root).
     pub no_idle_states: bool,
 }
+
+/// The largest storm, callbacks per grace period: 10 million 256-byte nodes are 2.5 GB.
+pub const MAX_STORM: usize = 10_000_000;
 
 /// The whole result.
 #[derive(Debug, Clone, Serialize)]
