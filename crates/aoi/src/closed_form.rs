@@ -14,6 +14,7 @@ pub fn mm1_fcfs_avg(rho: f64) -> f64 {
     1.0 + 1.0 / rho + rho * rho / (1.0 - rho)
 }
 
+/// M/M/1 FCFS, infinite buffer: the average peak age (`rho < 1`).
 pub fn mm1_fcfs_peak(rho: f64) -> f64 {
     1.0 + 1.0 / rho + rho / (1.0 - rho)
 }
@@ -47,6 +48,7 @@ pub fn mm11_avg(rho: f64) -> f64 {
     1.0 + 1.0 / rho + rho / (1.0 + rho)
 }
 
+/// M/M/1/1: the average peak age.
 pub fn mm11_peak(rho: f64) -> f64 {
     2.0 + 1.0 / rho
 }
@@ -67,6 +69,7 @@ pub fn lcfs_preemptive_avg(rho: f64) -> f64 {
     1.0 + 1.0 / rho
 }
 
+/// M/M/1 LCFS with preemption in service: the average peak age.
 pub fn lcfs_preemptive_peak(rho: f64) -> f64 {
     1.0 + 1.0 / rho + 1.0 / (1.0 + rho)
 }

@@ -7,6 +7,9 @@
 //! Layer 1: models only, no I/O. The `aoi-model` experiment in `kairos-lab` sweeps and plots
 //! them; the forwarding lab uses the Zipf average ([`closed_form::zipf_user_avg`]).
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
 pub mod closed_form;
 pub mod sim;
 
@@ -19,7 +22,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Arrival {
+    /// Exponential gaps of mean `1/lambda` (M/-/1).
     Poisson,
+    /// Every `1/lambda` exactly (D/-/1).
     Periodic,
 }
 
@@ -27,7 +32,9 @@ pub enum Arrival {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Service {
+    /// Exponential service of mean `1/mu` (-/M/1).
     Exp,
+    /// Exactly `1/mu` (-/D/1).
     Det,
 }
 
@@ -36,18 +43,25 @@ pub enum Service {
 pub enum Discipline {
     /// First come first served with `buffer` waiting places (`None`: unbounded); arrivals
     /// finding them taken are discarded (tail drop).
-    Fcfs { buffer: Option<usize> },
+    Fcfs {
+        /// Waiting places (`None`: unbounded).
+        buffer: Option<usize>,
+    },
     /// No waiting place: arrivals while busy are discarded (M/M/1/1).
     Bufferless,
     /// A new arrival preempts the update in service, which is discarded.
     LcfsPreemptive,
     /// `buffer` waiting places; a full queue discards its oldest update for the new one.
-    DropOldest { buffer: usize },
+    DropOldest {
+        /// Waiting places, at least one.
+        buffer: usize,
+    },
     /// One waiting place per source holding the latest update (for one source: M/M/1/2*).
     KeepLatest,
 }
 
 impl Discipline {
+    /// The name the command line and the JSON use (`fcfs`, `keep-latest`, ...).
     pub fn name(&self) -> &'static str {
         match self {
             Discipline::Fcfs { .. } => "fcfs",

@@ -20,8 +20,11 @@ pub const UNIT_NS: f64 = 1_000_000.0;
 /// One simulation's parameters. Rates are per unit of time; only their ratio matters.
 #[derive(Debug, Clone, Copy)]
 pub struct SimConfig {
+    /// When updates arrive.
     pub arrival: Arrival,
+    /// How long service takes.
     pub service: Service,
+    /// What happens to an update that finds the server busy.
     pub discipline: Discipline,
     /// Arrival rate of batches (lambda).
     pub rate: f64,
@@ -31,15 +34,20 @@ pub struct SimConfig {
     pub batch: usize,
     /// Arrivals to simulate.
     pub arrivals: u64,
+    /// Seed of the arrival and service draws: the same seed gives the same result.
     pub seed: u64,
 }
 
 /// What one simulation measured, in units of `1/mu`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SimResult {
+    /// Time-average age at the monitor.
     pub avg_age: f64,
+    /// Average of the age's peaks (just before each delivery that lowered it).
     pub peak_age: f64,
+    /// Updates delivered to the monitor.
     pub delivered: u64,
+    /// Updates the discipline discarded.
     pub discarded: u64,
 }
 
@@ -49,6 +57,7 @@ fn exponential(rng: &mut StdRng, mean: f64) -> f64 {
     -mean * (1.0 - u).ln()
 }
 
+/// Runs one simulation of `config.arrivals` arrivals.
 pub fn simulate(config: &SimConfig) -> SimResult {
     let mut rng = StdRng::seed_from_u64(config.seed);
     let clock = VirtualClock::new();
