@@ -189,6 +189,7 @@ pub fn tail_chart(path: &Path, title: &str, x_label: &str, series: &[Series]) ->
 pub struct XySeries {
     /// Legend text.
     pub name: String,
+    /// `(x, y)` points in drawing order.
     pub points: Vec<(f64, f64)>,
     /// Dashed, without point markers: for models and bounds drawn beside measurements.
     pub model: bool,
@@ -210,7 +211,9 @@ pub fn tick(v: &f64) -> String {
 /// Axis scales of an x-y chart.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Scales {
+    /// A log-scaled x axis (points with x <= 0 are left out).
     pub log_x: bool,
+    /// A log-scaled y axis (points with y <= 0 are left out).
     pub log_y: bool,
 }
 

@@ -35,7 +35,9 @@ use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds, check_
 use crate::plot::{Scales, XySeries, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
+/// What the deadline experiment runs.
 pub struct DeadlinesConfig {
+    /// Total utilisations of the twelve handlers, one point each, in (0, 1].
     pub utilisations: Vec<f64>,
     /// Run time per point.
     pub seconds: f64,
@@ -46,6 +48,7 @@ pub struct DeadlinesConfig {
 }
 
 impl DeadlinesConfig {
+    /// Seven points of 1.5 s: about 25 s with and without load.
     pub fn quick() -> Self {
         Self {
             utilisations: vec![0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95],
@@ -55,6 +58,7 @@ impl DeadlinesConfig {
         }
     }
 
+    /// Twelve points of 20 s: about 8 minutes with and without load.
     pub fn full() -> Self {
         Self {
             utilisations: vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95],
@@ -63,6 +67,7 @@ impl DeadlinesConfig {
         }
     }
 
+    /// [`DeadlinesConfig::quick`] or [`DeadlinesConfig::full`].
     pub fn preset(quick: bool) -> Self {
         if quick { Self::quick() } else { Self::full() }
     }
@@ -115,22 +120,32 @@ impl Experiment for Deadlines {
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// One point: a utilisation, with or without background load.
 pub struct DeadlineRow {
+    /// Total utilisation of the set.
     pub utilisation: f64,
+    /// Whether `stress-ng` ran on the shell's core.
     pub background_load: bool,
+    /// Whether the response-time analysis admitted the set.
     pub admitted: bool,
+    /// Minimum over every invocation of deadline minus completion, us (negative: a miss).
     pub min_slack_us: f64,
+    /// Jobs still unfinished at their deadline.
     pub misses: u64,
+    /// Jobs released.
     pub invocations: u64,
+    /// Iterations that ran over their declared cost.
     pub overruns: u64,
     /// Handlers demoted for overrunning (three in a row): each then runs below every other.
     pub demoted: usize,
+    /// Latest wake-up of the shell after a release it slept towards, us.
     pub worst_wakeup_lateness_us: f64,
     /// Misses over invocations.
     pub miss_fraction: f64,
     /// Stalls the stall watch (`SCHED_FIFO` 99 on the shell's core) saw during the point, and
     /// the longest.
     pub stalls_seen: usize,
+    /// The longest of those stalls, us.
     pub longest_stall_us: f64,
     /// Misses whose window (release to deadline, or to completion when later) overlaps a stall.
     pub misses_with_stall: u64,
@@ -139,26 +154,37 @@ pub struct DeadlineRow {
 /// One missed job, with the stall it coincides with (if any).
 #[derive(Debug, Clone, Serialize)]
 pub struct MissRow {
+    /// Total utilisation of the point.
     pub utilisation: f64,
+    /// Whether `stress-ng` ran on the shell's core.
     pub background_load: bool,
+    /// The handler's name (`g0-20ms`: group 0, period 20 ms).
     pub handler: String,
+    /// The job's number, from 0 at the point's start.
     pub job: u64,
     /// Times in ms since the point started.
     pub release_ms: f64,
+    /// Its deadline, ms since the point started.
     pub deadline_ms: f64,
+    /// When it completed, if it did (a late job is dropped at its deadline).
     pub completion_ms: Option<f64>,
     /// The longest stall overlapping the job's window, us (0: none seen).
     pub stall_us: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// What the deadline experiment found.
 pub struct DeadlinesSummary {
     /// Machine, noise, plots and results directory.
     #[serde(flatten)]
     pub run: RunInfo,
+    /// The configuration run.
     pub config: DeadlinesConfig,
+    /// Whether the shell ran `SCHED_FIFO` at every point.
     pub realtime: bool,
+    /// How the background load was made, or why it was not.
     pub background: String,
+    /// Every point, without load first.
     pub rows: Vec<DeadlineRow>,
     /// Every miss kept by the shell, with the stall it coincides with.
     pub misses: Vec<MissRow>,
@@ -351,6 +377,7 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<DeadlinesSumma
     })
 }
 
+/// The report a person reads: one line per point, then the admitted sets' misses.
 pub fn report(s: &DeadlinesSummary) -> String {
     let mut out = format!("machine: {}\n", s.run.machine.one_line());
     out.push_str(&format!(

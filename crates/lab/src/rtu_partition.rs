@@ -40,45 +40,64 @@ const RECV_BATCH: u64 = 2;
 const SCALES: [u64; 2] = [1, 16];
 
 #[derive(Debug, Clone, Serialize)]
+/// What the partitioning experiment runs.
 pub struct PartitionConfig {
+    /// Seconds per point (eight points: two scales, two ways, with and without load).
     pub seconds: f64,
 }
 
 impl PartitionConfig {
+    /// 2 s points with `quick`, else 10 s.
     pub fn preset(quick: bool) -> Self {
         Self { seconds: if quick { 2.0 } else { 10.0 } }
     }
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// One stream's throughput at one point.
 pub struct PartitionRow {
     /// Datagrams per period over the source's (4 sent every 20 ms, 2 read every 10 ms).
     pub scale: u64,
+    /// `rtu` (receivers drain inboxes on the real-time shell) or `threads` (a thread per stream).
     pub way: &'static str,
+    /// Whether `stress-ng` loaded both cores.
     pub background_load: bool,
+    /// The stream's index, 0-5.
     pub stream: usize,
+    /// What the stream's receiver read, Mbit/s.
     pub received_mbps: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// The spread of the six streams at one point.
 pub struct Spread {
+    /// Datagrams per period over the source's.
     pub scale: u64,
+    /// `rtu` or `threads`.
     pub way: &'static str,
+    /// Whether `stress-ng` loaded both cores.
     pub background_load: bool,
     /// Slowest and fastest stream over the promised rate.
     pub min_over_promise: f64,
+    /// Fastest stream over the promised rate.
     pub max_over_promise: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
+/// What the partitioning experiment found.
 pub struct PartitionSummary {
     /// Machine, noise, plots and results directory.
     #[serde(flatten)]
     pub run: RunInfo,
+    /// The configuration run.
     pub config: PartitionConfig,
+    /// How the background load was made, or why it was not.
     pub background: String,
+    /// Each stream's promised rate at scale 1, Mbit/s.
     pub promised_mbps: f64,
+    /// Every stream at every point.
     pub rows: Vec<PartitionRow>,
+    /// Every point's spread.
     pub spread: Vec<Spread>,
 }
 
@@ -333,6 +352,7 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
     Ok(summary)
 }
 
+/// The report a person reads: each point's streams and their spread.
 pub fn report(s: &PartitionSummary) -> String {
     let mut out = format!(
         "machine: {}\nbackground: {}\npromised per stream: {:.1} Mbit/s\n",

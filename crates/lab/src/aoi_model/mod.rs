@@ -27,19 +27,33 @@ pub use kairos_aoi::{Arrival, Discipline, Service, closed_form, sim};
 /// One simulated point beside its closed form.
 #[derive(Debug, Clone, Serialize)]
 pub struct Point {
+    /// When updates arrived.
     pub arrival: Arrival,
+    /// How long service took.
     pub service: Service,
+    /// The discipline's name (`fcfs`, `keep-latest`, ...).
     pub discipline: &'static str,
+    /// Its waiting places (`null`: unbounded).
     pub buffer: Option<usize>,
+    /// Arrival rate lambda, per unit of time.
     pub rate: f64,
+    /// Service rate mu, per unit of time.
     pub service_rate: f64,
+    /// Load `lambda / mu`.
     pub rho: f64,
+    /// Arrivals simulated.
     pub arrivals: u64,
+    /// Simulated time-average age, in units of `1/mu`.
     pub avg_age: f64,
+    /// Simulated average peak age, in units of `1/mu`.
     pub peak_age: f64,
+    /// The closed form's average age, where one is known.
     pub closed_form_avg_age: Option<f64>,
+    /// The closed form's average peak age, where one is known.
     pub closed_form_peak_age: Option<f64>,
+    /// `(simulated - closed form) / closed form`, where a closed form is known.
     pub rel_error: Option<f64>,
+    /// Updates the discipline discarded.
     pub discarded: u64,
 }
 
@@ -111,8 +125,11 @@ pub struct Sweep {
     /// Machine, plots and results directory.
     #[serde(flatten)]
     pub run: RunInfo,
+    /// Arrival law of every point.
     pub arrival: Arrival,
+    /// Service law of every point.
     pub service: Service,
+    /// Every (discipline, load) point.
     pub points: Vec<Point>,
 }
 
