@@ -25,7 +25,7 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use kairos_metrics::{StallWatch, StallWatchConfig};
 use kairos_rtu::analysis::{HandlerSpec, analyse};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
@@ -212,7 +212,7 @@ pub fn handler_set(u: f64, unit_us: u64) -> Vec<HandlerSpec> {
         .collect()
 }
 
-pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Point {
+pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Result<Point> {
     let admitted = analyse(specs).map(|a| a.admitted).unwrap_or(false);
     let mut sched = Scheduler::new(());
     for s in specs {
@@ -224,9 +224,9 @@ pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Poin
     }
     let watch = StallWatch::start(StallWatchConfig::on_core(config.core)).ok();
     let shell = ShellConfig { core: Some(config.core), ..ShellConfig::default() };
-    let running = sched.spawn(shell).expect("spawn the shell thread");
+    let running = sched.spawn(shell).context("starting the real-time shell's thread")?;
     std::thread::sleep(Duration::from_secs_f64(config.seconds));
-    let report = running.stop();
+    let report = running.stop()?;
     let stalls = watch.map(StallWatch::finish).unwrap_or_default();
     let min_slack = report
         .finished
@@ -277,7 +277,7 @@ pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Poin
         longest_stall_us: stalls.stalls.iter().map(|s| s.length_ns()).max().unwrap_or(0) as f64 / 1e3,
         misses_with_stall: misses.iter().filter(|m| m.stall_us > 0.0).count() as u64,
     };
-    Point { row, misses, realtime: report.realtime, watch_realtime: stalls.realtime }
+    Ok(Point { row, misses, realtime: report.realtime, watch_realtime: stalls.realtime })
 }
 
 /// One point's row, its misses, and whether the shell and the stall watch were real-time.
@@ -300,14 +300,14 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<DeadlinesSumma
     };
     for &u in &config.utilisations {
         run.doing(&format!("U = {u}"));
-        record(run_point(&handler_set(u, config.unit_us), config), false);
+        record(run_point(&handler_set(u, config.unit_us), config)?, false);
         run.step("");
     }
     let background_note = match crate::background::stress_ng(1, Some(config.core)) {
         Ok(mut child) => {
             for &u in &config.utilisations {
                 run.doing(&format!("U = {u} with stress-ng"));
-                record(run_point(&handler_set(u, config.unit_us), config), true);
+                record(run_point(&handler_set(u, config.unit_us), config)?, true);
                 run.step("");
             }
             let _ = child.kill();

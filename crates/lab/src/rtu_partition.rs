@@ -166,8 +166,8 @@ fn rtu(seconds: f64, scale: u64) -> Result<Vec<u64>> {
     let rx_run = receivers.spawn(ShellConfig { core: Some(sys::last_core()), ..ShellConfig::default() })?;
     let tx_run = senders.spawn(ShellConfig { core: Some(0), ..ShellConfig::default() })?;
     std::thread::sleep(Duration::from_secs_f64(seconds));
-    let _ = tx_run.stop();
-    let received = rx_run.stop().shared.1;
+    tx_run.stop()?;
+    let received = rx_run.stop()?.shared.1;
     let _ = io.stop();
     Ok(received)
 }

@@ -186,7 +186,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
         let running =
             sched.spawn(ShellConfig { core: Some(config.core), spin_ns: 5_000, ..ShellConfig::default() })?;
         std::thread::sleep(Duration::from_secs_f64(config.seconds));
-        let report = running.stop();
+        let report = running.stop()?;
         (report.shared.2, report.shared.3)
     } else if receiver == RTU_INBOX {
         // The I/O thread (SCHED_FIFO 70, same core) reads the socket into the handler's inbox;
@@ -210,7 +210,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
         let running =
             sched.spawn(ShellConfig { core: Some(config.core), spin_ns: 5_000, ..ShellConfig::default() })?;
         std::thread::sleep(Duration::from_secs_f64(config.seconds));
-        let report = running.stop();
+        let report = running.stop()?;
         let io = io.stop();
         io_drops = io.sources[0].dropped;
         (report.shared.1, report.shared.2)

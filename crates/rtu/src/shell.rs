@@ -260,15 +260,45 @@ impl<S> Running<S> {
         Ok(())
     }
 
-    /// Raises the abort flag, waits for every handler's shutdown, and returns the report.
-    pub fn stop(mut self) -> Report<S> {
+    /// Raises the abort flag, waits for every handler's shutdown, and returns the report; a
+    /// handler that panicked ended the shell's thread, and comes back as the error.
+    pub fn stop(mut self) -> Result<Report<S>, HandlerPanicked> {
         self.abort.store(true, Ordering::Relaxed);
-        let thread = self.thread.take().expect("stopped once");
-        match thread.join() {
-            Ok(report) => report,
-            Err(panic) => std::panic::resume_unwind(panic),
+        let thread = self.thread.take().expect("a Running is stopped once: stop takes it by value");
+        thread.join().map_err(|panic| HandlerPanicked(panic_message(panic.as_ref())))
+    }
+}
+
+/// Dropping a running shell stops its thread and waits for it (a real-time thread must never
+/// outlive its owner); the report is lost: call [`Running::stop`] to keep it.
+impl<S> Drop for Running<S> {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            self.abort.store(true, Ordering::Relaxed);
+            let _ = thread.join();
         }
     }
+}
+
+/// A handler panicked on the shell's thread, which ended the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerPanicked(pub String);
+
+impl std::fmt::Display for HandlerPanicked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "a handler of the real-time shell panicked: {}", self.0)
+    }
+}
+
+impl std::error::Error for HandlerPanicked {}
+
+/// The message a panic carried, when it was a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string())
 }
 
 fn run<S>(

@@ -46,7 +46,7 @@ fn a_set_above_the_liu_layland_bound_runs_without_a_miss() {
     let watch = StallWatch::start(StallWatchConfig::on_core(core)).unwrap();
     let running = sched.spawn(ShellConfig { core: Some(core), ..ShellConfig::default() }).unwrap();
     std::thread::sleep(Duration::from_secs(3));
-    let report = running.stop();
+    let report = running.stop().unwrap();
     let stalls = watch.finish();
     if !report.realtime {
         eprintln!(

@@ -52,7 +52,7 @@ fn handlers_share_state_without_locks_and_shut_down_on_abort() {
     let b = s.register(spec("b", 10_000, 2, 1, 20), B).unwrap();
     let running = s.spawn(ShellConfig { spin_ns: 5_000, ..ShellConfig::default() }).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let report = running.stop();
+    let report = running.stop().unwrap();
     let (ca, cb) = (report.counts[a], report.counts[b]);
     // About 40 and 20 periods in 200 ms; at least half of them on a busy machine.
     assert!(ca.completed >= 20 && cb.completed >= 10, "{ca:?} {cb:?}");
@@ -99,7 +99,7 @@ fn an_overrunning_handler_is_reported_and_demoted_and_can_be_stopped() {
     running.set_enabled(bad, false).unwrap();
     assert!(running.set_enabled(9, false).is_err());
     std::thread::sleep(Duration::from_millis(20));
-    let report = running.stop();
+    let report = running.stop().unwrap();
     let b = report.counts[bad];
     assert!(b.overruns >= 3 && b.demoted, "{b:?}");
     assert!(b.worst_excess_ns >= 250_000, "{b:?}");
@@ -116,7 +116,7 @@ fn changes_are_admitted_or_refused() {
     let e = running.change(a, spec("a", 1_000, 20, 1, 100)).unwrap_err().to_string();
     assert!(e.contains("unschedulable"), "{e}");
     std::thread::sleep(Duration::from_millis(20));
-    let report = running.stop();
+    let report = running.stop().unwrap();
     assert!(report.counts[a].completed >= 1);
 }
 
@@ -178,7 +178,7 @@ fn an_io_thread_feeds_two_handlers_through_their_inboxes() {
     }
     std::thread::sleep(Duration::from_millis(100));
     let io_report = io.stop();
-    let report = running.stop();
+    let report = running.stop().unwrap();
     for stream in 0..2 {
         let mine: Vec<_> = report.shared.1.iter().filter(|e| e.0 == stream).collect();
         // Loopback loses nothing here: every datagram the I/O thread delivered was read, in
@@ -188,4 +188,43 @@ fn an_io_thread_feeds_two_handlers_through_their_inboxes() {
         assert_eq!(mine.len(), 400, "stream {stream} lost datagrams");
         assert!(mine.iter().enumerate().all(|(i, e)| e.1 == i as u32 && e.2 == 100 + stream * 100));
     }
+}
+
+#[test]
+fn a_handler_that_panics_ends_the_run_with_its_message_instead_of_a_panic_in_the_caller() {
+    let mut s = Scheduler::new(0u64);
+    s.register(spec("bad", 1_000, 1, 1, 10), |n: &mut u64, units: u64, _: &Context<'_>| {
+        *n += 1;
+        if *n == 3 {
+            panic!("sensor 7 unplugged");
+        }
+        units
+    })
+    .unwrap();
+    let running = s.spawn(ShellConfig::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let err = running.stop().unwrap_err();
+    assert_eq!(err.to_string(), "a handler of the real-time shell panicked: sensor 7 unplugged");
+}
+
+#[test]
+fn dropping_a_running_shell_stops_and_joins_its_thread() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let runs = Arc::new(AtomicU64::new(0));
+    let mut s = Scheduler::new(Arc::clone(&runs));
+    s.register(spec("tick", 1_000, 1, 1, 10), |runs: &mut Arc<AtomicU64>, units: u64, _: &Context<'_>| {
+        runs.fetch_add(1, Ordering::Relaxed);
+        units
+    })
+    .unwrap();
+    let running = s.spawn(ShellConfig::default()).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    drop(running);
+    let after_drop = runs.load(Ordering::Relaxed);
+    assert!(after_drop > 0, "the handler never ran");
+    std::thread::sleep(Duration::from_millis(30));
+    // Joined in drop: nothing runs any more (before, the thread ran on, unowned, forever).
+    assert_eq!(runs.load(Ordering::Relaxed), after_drop);
+    assert_eq!(Arc::strong_count(&runs), 1, "the shell's thread still holds the state");
 }

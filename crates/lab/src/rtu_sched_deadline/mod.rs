@@ -209,7 +209,7 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
     let mut refused = None;
     for &u in &config.utilisations {
         let specs = handler_set(u, config.unit_us);
-        let rmdp = run_point(&specs, config).row;
+        let rmdp = run_point(&specs, config)?.row;
         run.step("");
         rows.push(EdfRow {
             scheduler: "RMDP (one core)",

@@ -144,7 +144,7 @@ fn rmdp(u: f64, config: &SwitchesConfig) -> Result<(SwitchRow, bool), String> {
     let running =
         sched.spawn(ShellConfig { core: Some(config.core), ..ShellConfig::default() }).expect("spawn");
     std::thread::sleep(Duration::from_secs_f64(config.seconds));
-    let report = running.stop();
+    let report = running.stop().map_err(|e| e.to_string())?;
     let wall = (sys::monotonic_ns() - start).max(1);
     let units = report.shared.updates;
     let (vol, invol) = report.context_switches;
