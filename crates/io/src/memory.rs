@@ -2,7 +2,7 @@
 //! network, no root). Packets are copied by value (a 64-byte descriptor, as a NIC descriptor
 //! ring holds); `rx_ns` is read from the monotonic clock when the burst is taken.
 
-use kairos_metrics::sys::monotonic_ns;
+use kairos_sys::clock::monotonic_ns;
 use std::sync::Arc;
 use std::time::Duration;
 

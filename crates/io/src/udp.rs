@@ -12,7 +12,7 @@ use std::mem::{MaybeUninit, size_of, zeroed};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 
-use kairos_metrics::sys::monotonic_ns;
+use kairos_sys::clock::monotonic_ns;
 
 use crate::packet::{Packet, WIRE_LEN};
 use crate::port::{Capabilities, Port, PortError, PortStats, RxTimestamps};

@@ -52,7 +52,7 @@ impl DeadlinesConfig {
         Self {
             utilisations: vec![0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95],
             seconds: 1.5,
-            core: kairos_metrics::sys::last_core(),
+            core: kairos_sys::proc::last_core(),
             unit_us: 50,
         }
     }
@@ -149,7 +149,7 @@ pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Poin
     for s in specs {
         let cost = s.unit_cost_ns;
         sched.register_unadmitted(s.clone(), move |_: &mut (), units: u64, _: &Context<'_>| {
-            kairos_metrics::sys::spin_until_ns(kairos_metrics::sys::monotonic_ns() + units * cost);
+            kairos_sys::clock::spin_until_ns(kairos_sys::clock::monotonic_ns() + units * cost);
             units
         });
     }

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::inbox::{Inbox, inbox};
 use kairos_rtu::io::{IoConfig, spawn_udp};
@@ -33,6 +33,9 @@ use serde::Serialize;
 use crate::machine::MachineInfo;
 use crate::output::RunDir;
 use crate::plot::{Scales, XySeries, xy_chart};
+use kairos_sys::clock::monotonic_ns;
+use kairos_sys::proc::online_cores;
+use kairos_sys::thread::pin_current_thread;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputConfig {
@@ -44,7 +47,7 @@ pub struct ThroughputConfig {
 
 impl ThroughputConfig {
     pub fn quick() -> Self {
-        let cores = sys::online_cores();
+        let cores = online_cores();
         Self { packet_sizes: vec![64, 1024, 8192], seconds: 1.0, core: cores - 1 }
     }
 
@@ -143,7 +146,7 @@ fn sender(
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         if let Some(c) = core {
-            let _ = sys::pin_current_thread(c);
+            let _ = pin_current_thread(c);
         }
         let Ok(socket) = UdpSocket::bind("127.0.0.1:0") else { return };
         let buf = vec![0x5au8; size];
@@ -161,7 +164,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     let sender_core = (config.core > 0).then_some(0);
     let drops_before = socket_drops(&socket);
     let mut io_drops = 0;
-    let start = sys::monotonic_ns();
+    let start = monotonic_ns();
     let send = sender(to, size, sender_core, Arc::clone(&stop));
     let (packets, bytes) = if receiver == RTU {
         socket.set_nonblocking(true)?;
@@ -223,7 +226,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
         let stop_rx = Arc::clone(&stop);
         let core = config.core;
         let rx = std::thread::spawn(move || {
-            let _ = sys::pin_current_thread(core);
+            let _ = pin_current_thread(core);
             let mut buf = vec![0u8; 65_536];
             let (mut packets, mut bytes) = (0u64, 0u64);
             while !stop_rx.load(Ordering::Relaxed) {
@@ -240,7 +243,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     };
     stop.store(true, Ordering::Relaxed);
     let _ = send.join();
-    let wall = (sys::monotonic_ns() - start) as f64 / 1e9;
+    let wall = (monotonic_ns() - start) as f64 / 1e9;
     Ok(ThroughputRow {
         receiver,
         packet_bytes: size,

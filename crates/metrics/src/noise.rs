@@ -20,7 +20,9 @@
 //! not per core, and `pinned` says so).
 
 use crate::latency::{LatencyRecorder, LatencySummary};
-use crate::sys;
+use kairos_sys::clock::monotonic_ns;
+use kairos_sys::proc::{online_cores, steal_ns_per_core};
+use kairos_sys::thread::{pin_current_thread, thread_cpu_time_ns};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,7 +54,7 @@ impl NoiseConfig {
 impl Default for NoiseConfig {
     fn default() -> Self {
         Self {
-            cores: (0..sys::online_cores()).collect(),
+            cores: (0..online_cores()).collect(),
             window: Duration::from_millis(500),
             sample_for: Duration::from_millis(1),
             sample_every: Duration::from_millis(100),
@@ -129,7 +131,7 @@ struct GapMeter {
 
 impl GapMeter {
     fn new(core: usize, floor_ns: u64) -> Self {
-        let pinned = sys::pin_current_thread(core).is_ok();
+        let pinned = pin_current_thread(core).is_ok();
         Self {
             core,
             pinned,
@@ -157,12 +159,12 @@ impl GapMeter {
 
     /// Spins for `length`, or until `stop` is raised, counting gaps.
     fn spin(&mut self, length: Duration, stop: Option<&AtomicBool>) {
-        let start = sys::monotonic_ns();
+        let start = monotonic_ns();
         let end = start + length.as_nanos() as u64;
         let mut last = start;
         let mut reads = 0u32;
         loop {
-            let now = sys::monotonic_ns();
+            let now = monotonic_ns();
             self.account(now - last);
             last = now;
             reads = reads.wrapping_add(1);
@@ -198,7 +200,7 @@ fn steal_delta(before: &Option<Vec<u64>>, after: &Option<Vec<u64>>, core: usize)
 
 /// Spins on every configured core at once for `config.window`.
 pub fn measure_window(config: &NoiseConfig) -> Vec<CoreNoise> {
-    let steal_before = sys::steal_ns_per_core();
+    let steal_before = steal_ns_per_core();
     let meters: Vec<GapMeter> = std::thread::scope(|scope| {
         let handles: Vec<_> = config
             .cores
@@ -213,7 +215,7 @@ pub fn measure_window(config: &NoiseConfig) -> Vec<CoreNoise> {
             .collect();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
-    let steal_after = sys::steal_ns_per_core();
+    let steal_after = steal_ns_per_core();
     meters
         .into_iter()
         .map(|m| {
@@ -239,7 +241,7 @@ impl Sampler {
     /// Starts one sampling thread per configured core.
     pub fn start(config: &NoiseConfig) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
-        let steal_start = sys::steal_ns_per_core();
+        let steal_start = steal_ns_per_core();
         let threads = config
             .cores
             .iter()
@@ -250,30 +252,29 @@ impl Sampler {
                 std::thread::Builder::new()
                     .name(format!("noise-sampler-{core}"))
                     .spawn(move || {
-                        let cpu_start = sys::thread_cpu_time_ns();
+                        let cpu_start = thread_cpu_time_ns();
                         let mut meter = GapMeter::new(core, floor);
                         while !stop.load(Ordering::Relaxed) {
                             meter.spin(sample_for, Some(&stop));
-                            let wake =
-                                sys::monotonic_ns() + every.saturating_sub(sample_for).as_nanos() as u64;
-                            while !stop.load(Ordering::Relaxed) && sys::monotonic_ns() < wake {
+                            let wake = monotonic_ns() + every.saturating_sub(sample_for).as_nanos() as u64;
+                            while !stop.load(Ordering::Relaxed) && monotonic_ns() < wake {
                                 std::thread::sleep(Duration::from_millis(5).min(every));
                             }
                         }
-                        (meter.finish(0), sys::thread_cpu_time_ns() - cpu_start)
+                        (meter.finish(0), thread_cpu_time_ns() - cpu_start)
                     })
                     .expect("spawning a noise sampler thread")
             })
             .collect();
-        Self { config: config.clone(), stop, threads, started_ns: sys::monotonic_ns(), steal_start }
+        Self { config: config.clone(), stop, threads, started_ns: monotonic_ns(), steal_start }
     }
 
     /// Stops the sampling threads and reports what they saw.
     pub fn finish(self) -> DuringNoise {
         self.stop.store(true, Ordering::Relaxed);
         let results: Vec<_> = self.threads.into_iter().filter_map(|h| h.join().ok()).collect();
-        let wall_ns = (sys::monotonic_ns() - self.started_ns).max(1);
-        let steal_end = sys::steal_ns_per_core();
+        let wall_ns = (monotonic_ns() - self.started_ns).max(1);
+        let steal_end = steal_ns_per_core();
         let cpu_ns: u64 = results.iter().map(|(_, cpu)| cpu).sum();
         let cores = results
             .into_iter()

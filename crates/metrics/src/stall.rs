@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
+use kairos_sys::thread::{pin_current_thread, set_fifo, thread_cpu_time_ns};
 use serde::{Deserialize, Serialize};
-
-use crate::sys;
 
 /// How the watch runs.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -107,15 +107,15 @@ impl StallWatch {
 }
 
 fn watch(config: StallWatchConfig, stop: &AtomicBool) -> StallReport {
-    let _ = sys::pin_current_thread(config.core);
-    let realtime = config.fifo_priority > 0 && sys::set_fifo(config.fifo_priority).is_ok();
+    let _ = pin_current_thread(config.core);
+    let realtime = config.fifo_priority > 0 && set_fifo(config.fifo_priority).is_ok();
     let period = (config.period.as_nanos() as u64).max(1_000);
-    let (cpu_start, wall_start) = (sys::thread_cpu_time_ns(), sys::monotonic_ns());
+    let (cpu_start, wall_start) = (thread_cpu_time_ns(), monotonic_ns());
     let mut report = StallReport { core: config.core, realtime, ..StallReport::default() };
     let mut due = wall_start + period;
     while !stop.load(Ordering::Relaxed) {
-        sys::sleep_until_ns(due);
-        let woke = sys::monotonic_ns();
+        sleep_until_ns(due);
+        let woke = monotonic_ns();
         report.wakeups += 1;
         let late = woke.saturating_sub(due);
         report.worst_ns = report.worst_ns.max(late);
@@ -125,8 +125,8 @@ fn watch(config: StallWatchConfig, stop: &AtomicBool) -> StallReport {
         // After a long stall, start afresh rather than fire the missed wake-ups back to back.
         due = (due + period).max(woke + period / 2);
     }
-    let wall = sys::monotonic_ns().saturating_sub(wall_start).max(1);
-    report.cpu_fraction = sys::thread_cpu_time_ns().saturating_sub(cpu_start) as f64 / wall as f64;
+    let wall = monotonic_ns().saturating_sub(wall_start).max(1);
+    report.cpu_fraction = thread_cpu_time_ns().saturating_sub(cpu_start) as f64 / wall as f64;
     report
 }
 

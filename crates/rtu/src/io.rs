@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use kairos_metrics::sys;
-
 use crate::inbox::Ingress;
+use kairos_sys::clock::monotonic_ns;
+use kairos_sys::thread::{pin_current_thread, set_fifo};
 
 /// The I/O thread's knobs.
 #[derive(Debug, Clone, Copy)]
@@ -130,9 +130,9 @@ fn recv_burst(socket: &UdpSocket, bufs: &mut [&mut [u8]], lens: &mut [usize]) ->
 
 fn serve(mut sources: Vec<(UdpSocket, Ingress)>, config: IoConfig, stop: &AtomicBool) -> IoReport {
     if let Some(core) = config.core {
-        let _ = sys::pin_current_thread(core);
+        let _ = pin_current_thread(core);
     }
-    let rt = (config.fifo_priority > 0).then(|| sys::set_fifo(config.fifo_priority));
+    let rt = (config.fifo_priority > 0).then(|| set_fifo(config.fifo_priority));
     let mut counts = vec![SourceCounts::default(); sources.len()];
     let mut fds: Vec<libc::pollfd> = sources
         .iter()
@@ -145,14 +145,14 @@ fn serve(mut sources: Vec<(UdpSocket, Ingress)>, config: IoConfig, stop: &Atomic
     // datagrams here. Then it sleeps in `poll` again.
     let mut last_data = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let busy = sys::monotonic_ns().saturating_sub(last_data) < config.busy_poll_ns;
+        let busy = monotonic_ns().saturating_sub(last_data) < config.busy_poll_ns;
         // SAFETY: `fds` is a live array of `fds.len()` pollfd entries for the call's duration.
         let ready =
             unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, if busy { 0 } else { 10 }) };
         if ready <= 0 {
             continue;
         }
-        last_data = sys::monotonic_ns();
+        last_data = monotonic_ns();
         for (i, (socket, ingress)) in sources.iter_mut().enumerate() {
             if fds[i].revents & libc::POLLIN == 0 {
                 continue;

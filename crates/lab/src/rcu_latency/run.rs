@@ -9,8 +9,10 @@ use crate::machine::MachineInfo;
 use crate::output::{RunDir, progress};
 use crate::plot::{self, Series};
 use anyhow::{Context, Result, anyhow};
-use kairos_metrics::{LatencyRecorder, NoiseConfig, NoiseProbe, Sampler, sys};
+use kairos_metrics::{LatencyRecorder, NoiseConfig, NoiseProbe, Sampler};
 use kairos_rcu::{Domain, DomainConfig, DomainStats, RcuCell, ReclaimPolicy};
+use kairos_sys::memory::{NoIdleStates, disable_heap_trimming, lock_memory};
+use kairos_sys::thread::{pin_current_thread, set_nice};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -150,10 +152,10 @@ pub fn run(config: &RcuLatencyConfig, results_root: &Path, log: &dyn Fn(&str)) -
     let plan = plan_rows(config);
     // Realtime practice, applied to every row alike: no page faults, no unmapping (TLB
     // shootdowns) in the process, no idle states (a halted vCPU wakes late).
-    let no_idle = sys::NoIdleStates::request().ok();
+    let no_idle = NoIdleStates::request().ok();
     let setup = RealtimeSetup {
-        memory_locked: machine.sched_fifo && sys::lock_memory().is_ok(),
-        heap_trimming_disabled: sys::disable_heap_trimming(),
+        memory_locked: machine.sched_fifo && lock_memory().is_ok(),
+        heap_trimming_disabled: disable_heap_trimming(),
         no_idle_states: no_idle.is_some(),
     };
     let noise_config = if config.row_duration < Duration::from_secs(5) {
@@ -292,8 +294,8 @@ fn kairos_row(config: &RcuLatencyConfig, name: &str, storm: usize) -> Result<Row
     let nice = config.reclaimer_nice;
     let reclaimer_init = reclaimer_core.map(|core| {
         Arc::new(move || {
-            let _ = sys::pin_current_thread(core);
-            let _ = sys::set_nice(nice);
+            let _ = pin_current_thread(core);
+            let _ = set_nice(nice);
         }) as Arc<dyn Fn() + Send + Sync>
     });
     let domain = Domain::new(DomainConfig {
@@ -325,7 +327,7 @@ fn kairos_row(config: &RcuLatencyConfig, name: &str, storm: usize) -> Result<Row
         let (domain, cell, stop) = (domain.clone(), Arc::clone(&cell), Arc::clone(&stop));
         let (core, pause) = (config.housekeeping_core, config.period);
         std::thread::spawn(move || {
-            let _ = sys::pin_current_thread(core);
+            let _ = pin_current_thread(core);
             let mut seed = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let nodes = workload::storm_nodes(storm, seed, false);

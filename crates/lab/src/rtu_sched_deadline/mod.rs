@@ -25,7 +25,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use anyhow::Result;
-use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
 use kairos_rtu::analysis::HandlerSpec;
 use serde::Serialize;
 
@@ -35,6 +35,8 @@ use crate::machine::MachineInfo;
 use crate::output::RunDir;
 use crate::plot::{Scales, XySeries, xy_chart};
 use crate::rtu_deadlines::{DeadlinesConfig, handler_set, run_point};
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns, spin_until_ns};
+use kairos_sys::proc::online_cores;
 use one_core::OneCoreDomain;
 
 #[derive(Debug, Clone, Serialize)]
@@ -124,12 +126,12 @@ fn edf_thread(
     // and slack is measured from it. (`sched_yield`, the other way to wait for the next period,
     // now and then returned into a period whose runtime was spent, and the job then waited a
     // whole period for the next replenishment.)
-    let start = sys::monotonic_ns();
+    let start = monotonic_ns();
     while !stop.load(Ordering::Relaxed) {
         let release = start + jobs * spec.period_ns;
-        sys::sleep_until_ns(release);
-        sys::spin_until_ns(sys::monotonic_ns().max(release) + cost);
-        let slack = (release + spec.period_ns) as i64 - sys::monotonic_ns() as i64;
+        sleep_until_ns(release);
+        spin_until_ns(monotonic_ns().max(release) + cost);
+        let slack = (release + spec.period_ns) as i64 - monotonic_ns() as i64;
         min_slack = min_slack.min(slack);
         misses += u64::from(slack < 0);
         jobs += 1;
@@ -215,7 +217,7 @@ pub fn run(config: &DeadlinesConfig, results_root: &Path, log: &dyn Fn(&str)) ->
         if refused.is_some() {
             break;
         }
-        match OneCoreDomain::new(config.core, sys::online_cores()) {
+        match OneCoreDomain::new(config.core, online_cores()) {
             Ok(d) => {
                 let d = Arc::new(d);
                 rows.push(edf_point(&specs, config.seconds, Some(&d)).unwrap_or_else(|why| EdfRow {

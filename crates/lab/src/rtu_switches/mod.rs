@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
-use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport, sys};
+use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
@@ -38,6 +38,9 @@ pub use pi_mutex::PiMutex;
 use crate::machine::MachineInfo;
 use crate::output::RunDir;
 use crate::plot::{Scales, XySeries, xy_chart};
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns, spin_until_ns};
+use kairos_sys::proc::last_core;
+use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SwitchesConfig {
@@ -51,7 +54,7 @@ pub struct SwitchesConfig {
 
 impl SwitchesConfig {
     pub fn quick() -> Self {
-        Self { utilisations: vec![0.2, 0.4, 0.6], seconds: 2.0, core: sys::last_core(), work_ns: 20_000 }
+        Self { utilisations: vec![0.2, 0.4, 0.6], seconds: 2.0, core: last_core(), work_ns: 20_000 }
     }
 
     pub fn full() -> Self {
@@ -126,7 +129,7 @@ fn unit_of_work(shared: &mut Shared, work_ns: u64) {
         shared.queue.pop_front();
     }
     shared.updates += 1;
-    sys::spin_until_ns(sys::monotonic_ns() + work_ns);
+    spin_until_ns(monotonic_ns() + work_ns);
 }
 
 fn rmdp(u: f64, config: &SwitchesConfig) -> Result<(SwitchRow, bool), String> {
@@ -143,12 +146,12 @@ fn rmdp(u: f64, config: &SwitchesConfig) -> Result<(SwitchRow, bool), String> {
             })
             .map_err(|e| format!("utilisation {u}: {e}"))?;
     }
-    let start = sys::monotonic_ns();
+    let start = monotonic_ns();
     let running =
         sched.spawn(ShellConfig { core: Some(config.core), ..ShellConfig::default() }).expect("spawn");
     std::thread::sleep(Duration::from_secs_f64(config.seconds));
     let report = running.stop();
-    let wall = (sys::monotonic_ns() - start).max(1);
+    let wall = (monotonic_ns() - start).max(1);
     let units = report.shared.updates;
     let (vol, invol) = report.context_switches;
     Ok((
@@ -171,7 +174,7 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
     let specs = handler_set(u, config.work_ns);
     let shared = Arc::new(PiMutex::new(Shared::default()).expect("a priority-inheritance mutex"));
     let stop = Arc::new(AtomicBool::new(false));
-    let start = sys::monotonic_ns() + 5_000_000;
+    let start = monotonic_ns() + 5_000_000;
     let handles: Vec<_> = specs
         .iter()
         .enumerate()
@@ -179,26 +182,26 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
             let (shared, stop, spec, core, work) =
                 (Arc::clone(&shared), Arc::clone(&stop), spec.clone(), config.core, config.work_ns);
             std::thread::spawn(move || {
-                let _ = sys::pin_current_thread(core);
+                let _ = pin_current_thread(core);
                 // Rate-monotonic: the shortest period gets the highest priority.
-                let _ = sys::set_fifo(80 - rank as i32);
-                let before = sys::thread_context_switches();
+                let _ = set_fifo(80 - rank as i32);
+                let before = thread_context_switches();
                 let (mut release, mut misses, mut locks) = (start, 0u64, 0u64);
                 while !stop.load(Ordering::Relaxed) {
-                    sys::sleep_until_ns(release);
+                    sleep_until_ns(release);
                     for _ in 0..spec.batch {
                         let mut guard = shared.lock();
                         locks += 1;
                         unit_of_work(&mut guard, 0);
                         drop(guard);
-                        sys::spin_until_ns(sys::monotonic_ns() + work);
+                        spin_until_ns(monotonic_ns() + work);
                     }
-                    if sys::monotonic_ns() > release + spec.period_ns {
+                    if monotonic_ns() > release + spec.period_ns {
                         misses += 1;
                     }
                     release += spec.period_ns;
                 }
-                let after = sys::thread_context_switches();
+                let after = thread_context_switches();
                 (after.0 - before.0, after.1 - before.1, misses, locks)
             })
         })
@@ -210,7 +213,7 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
         let (v, i, m, l) = h.join().expect("a handler thread");
         (vol, invol, misses, locks) = (vol + v, invol + i, misses + m, locks + l);
     }
-    let wall = (sys::monotonic_ns() - start).max(1);
+    let wall = (monotonic_ns() - start).max(1);
     let units = shared.lock().updates;
     SwitchRow {
         utilisation: u,
