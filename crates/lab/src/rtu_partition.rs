@@ -25,13 +25,13 @@ use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::inbox::{Inbox, inbox};
 use kairos_rtu::io::{IoConfig, spawn_udp};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
+use kairos_sys::proc::{last_core, online_cores};
+use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
 use crate::machine::MachineInfo;
 use crate::output::RunDir;
 use crate::plot::{Scales, XySeries, xy_chart};
-use kairos_sys::proc::{last_core, online_cores};
-use kairos_sys::thread::pin_current_thread;
 
 const STREAMS: usize = 6;
 const DATAGRAM: usize = 8_192;
@@ -154,7 +154,7 @@ fn rtu(seconds: f64, scale: u64) -> Result<Vec<u64>> {
     std::thread::sleep(Duration::from_secs_f64(seconds));
     let _ = tx_run.stop();
     let received = rx_run.stop().shared.1;
-    let _ = io.stop();
+    io.stop()?;
     Ok(received)
 }
 

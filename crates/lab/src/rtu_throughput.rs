@@ -28,14 +28,14 @@ use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::inbox::{Inbox, inbox};
 use kairos_rtu::io::{IoConfig, spawn_udp};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
+use kairos_sys::clock::monotonic_ns;
+use kairos_sys::proc::online_cores;
+use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
 use crate::machine::MachineInfo;
 use crate::output::RunDir;
 use crate::plot::{Scales, XySeries, xy_chart};
-use kairos_sys::clock::monotonic_ns;
-use kairos_sys::proc::online_cores;
-use kairos_sys::thread::pin_current_thread;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputConfig {
@@ -102,39 +102,16 @@ pub struct ThroughputSummary {
     pub results_dir: PathBuf,
 }
 
-/// Datagrams the kernel dropped on `socket` (the last column of `/proc/net/udp`).
+/// Datagrams the kernel dropped on `socket` (the last column of `/proc/net/udp`; 0 if unread).
 fn socket_drops(socket: &UdpSocket) -> u64 {
-    let Ok(port) = socket.local_addr().map(|a| a.port()) else { return 0 };
-    let Ok(text) = std::fs::read_to_string("/proc/net/udp") else { return 0 };
-    text.lines()
-        .skip(1)
-        .find_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let p = u16::from_str_radix(fields.get(1)?.rsplit(':').next()?, 16).ok()?;
-            if p == port { fields.last()?.parse().ok() } else { None }
-        })
-        .unwrap_or(0)
+    kairos_sys::net::drops::kernel_drops(socket).unwrap_or(0)
 }
 
 /// Asks for a receive buffer of `bytes` (the forcing form when root): the RTU reads once per
 /// period, so the buffer must hold a period of traffic; both receivers get the same.
-pub(crate) fn grow_receive_buffer(socket: &UdpSocket, bytes: i32) {
-    use std::os::fd::AsRawFd;
-    for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // SAFETY: `bytes` outlives the call and its size is passed; the fd is an open socket.
-        let rc = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                option,
-                (&bytes as *const i32).cast(),
-                std::mem::size_of::<i32>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            return;
-        }
-    }
+pub(crate) fn grow_receive_buffer(socket: &UdpSocket, bytes: usize) {
+    // Best effort: without it the rows still say how many datagrams the kernel dropped.
+    let _ = kairos_sys::net::options::set_receive_buffer(socket, bytes);
 }
 
 /// Runs a sender flooding `to` with `size`-byte datagrams until `stop`.
@@ -217,7 +194,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
             sched.spawn(ShellConfig { core: Some(config.core), spin_ns: 5_000, ..ShellConfig::default() })?;
         std::thread::sleep(Duration::from_secs_f64(config.seconds));
         let report = running.stop();
-        let io = io.stop();
+        let io = io.stop()?;
         io_drops = io.sources[0].dropped;
         (report.shared.1, report.shared.2)
     } else {

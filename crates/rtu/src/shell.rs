@@ -19,6 +19,8 @@
 //! handler sees in its [`Context`]; each handler's [`Handler::shutdown`] then runs on the same
 //! thread before the state is handed back.
 
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
+use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches, thread_cpu_time_ns};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
@@ -26,8 +28,6 @@ use std::thread::JoinHandle;
 
 use crate::analysis::{Analysis, HandlerSpec, analyse};
 use crate::policy::{Counts, Decision, Finished, Missed, Policy};
-use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
-use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches, thread_cpu_time_ns};
 
 /// What a handler sees while it runs.
 #[derive(Debug)]
