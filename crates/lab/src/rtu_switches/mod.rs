@@ -19,28 +19,25 @@
 //! RMDP, the median over the utilisations), `plots`. Files: `summary.json`, `rows.csv`,
 //! `switches_per_unit.png`.
 
-mod pi_mutex;
-
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns, spin_until_ns};
+use kairos_sys::pi_mutex::PiMutex;
+use kairos_sys::proc::last_core;
+use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches};
 use serde::Serialize;
-
-pub use pi_mutex::PiMutex;
 
 use crate::machine::MachineInfo;
 use crate::output::RunDir;
 use crate::plot::{Scales, XySeries, xy_chart};
-use kairos_sys::clock::{monotonic_ns, sleep_until_ns, spin_until_ns};
-use kairos_sys::proc::last_core;
-use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SwitchesConfig {
@@ -170,9 +167,9 @@ fn rmdp(u: f64, config: &SwitchesConfig) -> Result<(SwitchRow, bool), String> {
     ))
 }
 
-fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
+fn threads(u: f64, config: &SwitchesConfig) -> Result<SwitchRow> {
     let specs = handler_set(u, config.work_ns);
-    let shared = Arc::new(PiMutex::new(Shared::default()).expect("a priority-inheritance mutex"));
+    let shared = Arc::new(PiMutex::new(Shared::default()).context("a priority-inheritance mutex")?);
     let stop = Arc::new(AtomicBool::new(false));
     let start = monotonic_ns() + 5_000_000;
     let handles: Vec<_> = specs
@@ -190,10 +187,10 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
                 while !stop.load(Ordering::Relaxed) {
                     sleep_until_ns(release);
                     for _ in 0..spec.batch {
-                        let mut guard = shared.lock();
+                        let mut guard = shared.lock()?;
                         locks += 1;
                         unit_of_work(&mut guard, 0);
-                        drop(guard);
+                        guard.unlock()?;
                         spin_until_ns(monotonic_ns() + work);
                     }
                     if monotonic_ns() > release + spec.period_ns {
@@ -202,7 +199,7 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
                     release += spec.period_ns;
                 }
                 let after = thread_context_switches();
-                (after.0 - before.0, after.1 - before.1, misses, locks)
+                Ok::<_, std::io::Error>((after.0 - before.0, after.1 - before.1, misses, locks))
             })
         })
         .collect();
@@ -210,12 +207,15 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
     stop.store(true, Ordering::Relaxed);
     let (mut vol, mut invol, mut misses, mut locks) = (0, 0, 0, 0);
     for h in handles {
-        let (v, i, m, l) = h.join().expect("a handler thread");
+        let (v, i, m, l) = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a handler thread panicked"))?
+            .context("the PI mutex refused a handler thread")?;
         (vol, invol, misses, locks) = (vol + v, invol + i, misses + m, locks + l);
     }
     let wall = (monotonic_ns() - start).max(1);
-    let units = shared.lock().updates;
-    SwitchRow {
+    let units = shared.lock().context("the PI mutex after the run")?.updates;
+    Ok(SwitchRow {
         utilisation: u,
         way: "threads + PI mutex",
         units,
@@ -225,7 +225,7 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
         lock_operations: locks,
         misses,
         useful_utilisation: (units * config.work_ns) as f64 / wall as f64,
-    }
+    })
 }
 
 pub fn run(config: &SwitchesConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<SwitchesSummary> {
@@ -238,7 +238,7 @@ pub fn run(config: &SwitchesConfig, results_root: &Path, log: &dyn Fn(&str)) -> 
     for &u in &config.utilisations {
         let (r, rt) = rmdp(u, config).map_err(|e| anyhow::anyhow!("the RMDP set was refused: {e}"))?;
         realtime &= rt;
-        let t = threads(u, config);
+        let t = threads(u, config)?;
         ratios.push(Ratio {
             utilisation: u,
             switch_ratio: t.switches_per_unit / r.switches_per_unit.max(f64::MIN_POSITIVE),
