@@ -158,7 +158,8 @@ pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Poin
     let running = sched.spawn(shell).expect("spawn the shell thread");
     std::thread::sleep(Duration::from_secs_f64(config.seconds));
     let report = running.stop();
-    let stalls = watch.map(StallWatch::finish).unwrap_or_default();
+    // A watch that died is a bug in the watch: say so rather than report no stalls.
+    let stalls = watch.map(|w| w.finish().unwrap_or_else(|e| panic!("{e}"))).unwrap_or_default();
     let min_slack = report
         .finished
         .iter()

@@ -49,7 +49,7 @@ fn a_set_above_the_liu_layland_bound_runs_without_a_miss() {
     let running = sched.spawn(ShellConfig { core: Some(core), ..ShellConfig::default() }).unwrap();
     std::thread::sleep(Duration::from_secs(3));
     let report = running.stop();
-    let stalls = watch.finish();
+    let stalls = watch.finish().unwrap();
     if !report.realtime {
         eprintln!(
             "skipped the run's assertions: SCHED_FIFO was not granted ({}); run as root",

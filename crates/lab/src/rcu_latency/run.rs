@@ -172,14 +172,14 @@ pub fn run(config: &RcuLatencyConfig, results_root: &Path, log: &dyn Fn(&str)) -
             let (name, storm) = (aggregate.name, aggregate.storm);
             bar.set_message(format!("{name} x{storm}"));
             log(&format!("run {}/{}: row {name}, storm {storm}", repetition + 1, config.repetitions));
-            let sampler = Sampler::start(&noise_config);
+            let sampler = Sampler::start(&noise_config)?;
             let cyclictest = start_cyclictest(config, &machine, name);
             let parts = if name == "crossbeam-epoch" {
                 peer::crossbeam_row(config, storm)?
             } else {
                 kairos_row(config, name, storm)?
             };
-            let during = sampler.finish();
+            let during = sampler.finish()?;
             aggregate.add(parts, &during, cyclictest.map(Cyclictest::finish));
             bar.inc(1);
         }
