@@ -7,6 +7,8 @@
 //! Layer 1: models only, no I/O. The `aoi-model` experiment in `kairos-lab` sweeps and plots
 //! them; the forwarding lab uses the Zipf average ([`closed_form::zipf_user_avg`]).
 
+#![forbid(unsafe_code)]
+
 pub mod closed_form;
 pub mod sim;
 
