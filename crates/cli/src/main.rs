@@ -2,6 +2,8 @@
 //! table (or, with `--json`, the summary as one JSON object on stdout) and sends progress to
 //! stderr. Errors are one line and a non-zero exit.
 
+#![forbid(unsafe_code)]
+
 mod aoi_model;
 mod exit;
 mod forward;

@@ -19,10 +19,10 @@ use kairos_fib::{AddrTuple, Fib, FibReader};
 use kairos_io::pool::{Allocator, Freer, PoolSlots, pool};
 use kairos_io::{Kind, Packet, Port};
 use kairos_metrics::AgeTable;
-use kairos_metrics::sys::monotonic_ns;
 use kairos_ring::{
     Consumer, Doorbell, KeyedConsumer, KeyedProducer, Overflow, Producer, RingStats, keyed, spsc,
 };
+use kairos_sys::clock::monotonic_ns;
 use serde::Serialize;
 
 use crate::config::{ControlMode, Flush, ForwarderConfig, RingPolicy};
@@ -108,7 +108,7 @@ impl Idle {
 /// overloaded, and the kernel's real-time throttling bounds even that.
 fn realtime(config: &ForwarderConfig) {
     if config.fifo_priority > 0 {
-        let _ = kairos_metrics::sys::set_fifo(config.fifo_priority);
+        let _ = kairos_sys::thread::set_fifo(config.fifo_priority);
     }
 }
 
@@ -432,7 +432,7 @@ fn data_thread<F: Fib, P: Port>(
                     }
                 }
                 if config.data_work_ns > 0 {
-                    kairos_metrics::sys::spin_until_ns(monotonic_ns() + config.data_work_ns);
+                    kairos_sys::clock::spin_until_ns(monotonic_ns() + config.data_work_ns);
                 }
                 batch.push(p);
             }

@@ -13,8 +13,8 @@
 //! lower the age.
 
 use kairos_io::{Kind, Packet, Port};
-use kairos_metrics::sys::monotonic_ns;
 use kairos_metrics::{AgeTable, AgeTableSummary};
+use kairos_sys::clock::monotonic_ns;
 
 use crate::trace::Trace;
 

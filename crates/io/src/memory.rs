@@ -2,11 +2,11 @@
 //! network, no root). Packets are copied by value (a 64-byte descriptor, as a NIC descriptor
 //! ring holds); `rx_ns` is read from the monotonic clock when the burst is taken.
 
-use kairos_metrics::sys::monotonic_ns;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kairos_ring::{Consumer, Doorbell, Overflow, Producer, spsc};
+use kairos_sys::clock::monotonic_ns;
 
 use crate::packet::Packet;
 use crate::port::{Capabilities, Port, PortError, PortStats, RxTimestamps};

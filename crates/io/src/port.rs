@@ -34,12 +34,6 @@ pub enum PortError {
     Disconnected,
 }
 
-impl PortError {
-    pub(crate) fn last_os(what: &'static str) -> Self {
-        PortError::Io { what, source: std::io::Error::last_os_error() }
-    }
-}
-
 /// Counters every port keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PortStats {

@@ -7,7 +7,6 @@
 //! Needs root (CAP_NET_ADMIN and `ip` from iproute2); without it, [`Testbed::create`] says so.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::{Mutex, Once};
 
@@ -120,8 +119,7 @@ impl Testbed {
 
     /// Creates the two namespaces and the veth pair, the forwarder's end set up as `side` says.
     pub fn create_with(side: ForwarderSide) -> Result<Self, TestbedError> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !kairos_sys::user::is_root() {
             return Err(TestbedError::NotRoot);
         }
         install_signal_cleanup();
@@ -228,13 +226,8 @@ fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket, TestbedError> {
         s.spawn(|| {
             let file = std::fs::File::open(&path)
                 .map_err(|source| TestbedError::Io { what: format!("open {path}"), source })?;
-            // SAFETY: `file` is an open namespace file; setns changes only this thread.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(TestbedError::Io {
-                    what: format!("setns {ns}"),
-                    source: std::io::Error::last_os_error(),
-                });
-            }
+            kairos_sys::netns::enter_network_namespace(&file)
+                .map_err(|source| TestbedError::Io { what: format!("setns {ns}"), source })?;
             UdpSocket::bind(addr)
                 .map_err(|source| TestbedError::Io { what: format!("bind {addr} in {ns}"), source })
         })

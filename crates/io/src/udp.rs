@@ -6,38 +6,28 @@
 //! burst converts with the offset between the two read just after the `recvmmsg`, so a clock
 //! step between bursts costs at most one burst's accuracy.
 //!
-//! All of the crate's `unsafe` for sockets lives here.
+//! The system calls (bursts, time stamps, socket options, `ppoll`, the drop counter) are
+//! `kairos_sys::net`'s; this module turns datagrams into packets and stamps into monotonic
+//! time.
 
-use std::mem::{MaybeUninit, size_of, zeroed};
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 
-use kairos_metrics::sys::monotonic_ns;
+use kairos_sys::clock::{monotonic_ns, realtime_ns};
+use kairos_sys::net::{MmsgBatch, drops, options, poll};
 
 use crate::packet::{Packet, WIRE_LEN};
 use crate::port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
 
 /// Most datagrams one call moves.
-pub const MAX_BURST: usize = 64;
-/// Room for one `SCM_TIMESTAMPING` control message (three timespecs) and its header.
-const CMSG_SPACE: usize = 128;
+pub const MAX_BURST: usize = kairos_sys::net::MAX_BURST;
 
 #[derive(Debug)]
 pub struct UdpPort {
     socket: UdpSocket,
     stats: PortStats,
+    batch: MmsgBatch,
     rx_bufs: Box<[[u8; 128]; MAX_BURST]>,
-    cmsg_bufs: Box<[[u8; CMSG_SPACE]; MAX_BURST]>,
     tx_bufs: Box<[[u8; WIRE_LEN]; MAX_BURST]>,
-}
-
-fn realtime_ns() -> u64 {
-    let mut ts = MaybeUninit::<libc::timespec>::uninit();
-    // SAFETY: `ts` is a valid out-pointer for one timespec; CLOCK_REALTIME always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, ts.as_mut_ptr()) };
-    // SAFETY: clock_gettime filled it.
-    let ts = unsafe { ts.assume_init() };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 impl UdpPort {
@@ -46,40 +36,35 @@ impl UdpPort {
     pub fn new(socket: UdpSocket, peer: SocketAddr, rcvbuf: usize) -> Result<Self, PortError> {
         socket.connect(peer).map_err(|source| PortError::Io { what: "connect", source })?;
         socket.set_nonblocking(true).map_err(|source| PortError::Io { what: "set_nonblocking", source })?;
-        let fd = socket.as_raw_fd();
-        let flags: libc::c_uint = libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE;
-        set_option(fd, libc::SO_TIMESTAMPING, flags as libc::c_int, "SO_TIMESTAMPING")?;
+        options::enable_rx_timestamps(&socket)
+            .map_err(|source| PortError::Io { what: "SO_TIMESTAMPING", source })?;
         // Best effort: the kernel caps it at net.core.rmem_max unless root uses the FORCE form.
-        let size = rcvbuf.min(i32::MAX as usize) as libc::c_int;
-        if set_option(fd, libc::SO_RCVBUFFORCE, size, "SO_RCVBUFFORCE").is_err() {
-            let _ = set_option(fd, libc::SO_RCVBUF, size, "SO_RCVBUF");
-        }
-        Ok(Self {
+        let _ = options::set_receive_buffer(&socket, rcvbuf);
+        Ok(Self::on(socket))
+    }
+
+    fn on(socket: UdpSocket) -> Self {
+        Self {
             socket,
             stats: PortStats::default(),
+            batch: MmsgBatch::new(),
             rx_bufs: Box::new([[0; 128]; MAX_BURST]),
-            cmsg_bufs: Box::new([[0; CMSG_SPACE]; MAX_BURST]),
             tx_bufs: Box::new([[0; WIRE_LEN]; MAX_BURST]),
-        })
+        }
     }
 
     /// Sends datagrams with no UDP checksum (`SO_NO_CHECK`; allowed over IPv4). Over a veth the
     /// kernel leaves the checksum for an offload that never happens, which is harmless between
     /// two kernels but wrong once a peer reading frames off the interface sends them back.
     pub fn send_without_checksum(&self) -> Result<(), PortError> {
-        set_option(self.socket.as_raw_fd(), libc::SO_NO_CHECK, 1, "SO_NO_CHECK")
+        options::send_without_checksum(&self.socket)
+            .map_err(|source| PortError::Io { what: "SO_NO_CHECK", source })
     }
 
     /// A second port on the same socket (for a peer that answers to the sending port).
     pub fn try_clone(&self) -> Result<Self, PortError> {
         let socket = self.socket.try_clone().map_err(|source| PortError::Io { what: "dup", source })?;
-        Ok(Self {
-            socket,
-            stats: PortStats::default(),
-            rx_bufs: Box::new([[0; 128]; MAX_BURST]),
-            cmsg_bufs: Box::new([[0; CMSG_SPACE]; MAX_BURST]),
-            tx_bufs: Box::new([[0; WIRE_LEN]; MAX_BURST]),
-        })
+        Ok(Self::on(socket))
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -89,51 +74,15 @@ impl UdpPort {
     /// Datagrams the kernel dropped for want of receive-buffer room, if it says
     /// (`SO_RXQ_OVFL` is per message; this reads the socket's drop counter from `/proc`).
     pub fn kernel_drops(&self) -> Option<u64> {
-        let port = self.socket.local_addr().ok()?.port();
-        let text = std::fs::read_to_string("/proc/net/udp").ok()?;
-        text.lines().skip(1).find_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let local = fields.get(1)?;
-            let p = u16::from_str_radix(local.rsplit(':').next()?, 16).ok()?;
-            if p == port { fields.last()?.parse().ok() } else { None }
-        })
+        drops::kernel_drops(&self.socket)
     }
 }
 
-fn set_option(fd: i32, name: libc::c_int, value: libc::c_int, what: &'static str) -> Result<(), PortError> {
-    // SAFETY: `value` outlives the call and its size is passed; `fd` is an open socket.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            name,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 { Ok(()) } else { Err(PortError::last_os(what)) }
-}
-
-/// The software receive time stamp in a message's control data, realtime ns.
-fn rx_timestamp(msg: &libc::msghdr) -> Option<u64> {
-    // SAFETY: `msg` was filled by recvmmsg: its control pointer and length describe our buffer,
-    // and the CMSG_* macros walk only within `msg_controllen`.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
-        while !cmsg.is_null() {
-            let c = &*cmsg;
-            if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == libc::SCM_TIMESTAMPING {
-                // struct scm_timestamping { struct timespec ts[3]; }: ts[0] is the software one.
-                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::timespec>());
-                if ts.tv_sec == 0 && ts.tv_nsec == 0 {
-                    return None;
-                }
-                return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-            }
-            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
-        }
-    }
-    None
+/// Whether a burst call's error only means "nothing moved this time".
+fn nothing_moved(err: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    // A connected UDP socket reports an earlier ICMP "port unreachable" as ConnectionRefused.
+    matches!(err.kind(), WouldBlock | Interrupted | ConnectionRefused)
 }
 
 impl Port for UdpPort {
@@ -142,47 +91,21 @@ impl Port for UdpPort {
         if want == 0 {
             return Ok(0);
         }
-        // SAFETY: plain C structs for which all-zero is a valid value.
-        let mut iovs: [libc::iovec; MAX_BURST] = unsafe { zeroed() };
-        // SAFETY: as above.
-        let mut msgs: [libc::mmsghdr; MAX_BURST] = unsafe { zeroed() };
-        for i in 0..want {
-            iovs[i] =
-                libc::iovec { iov_base: self.rx_bufs[i].as_mut_ptr().cast(), iov_len: self.rx_bufs[i].len() };
-            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
-            msgs[i].msg_hdr.msg_control = self.cmsg_bufs[i].as_mut_ptr().cast();
-            msgs[i].msg_hdr.msg_controllen = CMSG_SPACE as _;
-        }
-        // SAFETY: `msgs[..want]` point at buffers owned by `self` that live through the call;
-        // MSG_DONTWAIT makes it return at once when nothing is queued.
-        let n = unsafe {
-            libc::recvmmsg(
-                self.socket.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                want as _,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
+        let mut bufs = self.rx_bufs.each_mut().map(|b| &mut b[..]);
+        let n = match self.batch.recv_into(&self.socket, &mut bufs[..want], true) {
+            Ok(n) => n,
+            Err(err) if nothing_moved(&err) => return Ok(0),
+            Err(source) => return Err(PortError::Io { what: "recvmmsg", source }),
         };
-        if n < 0 {
-            let err = std::io::Error::last_os_error();
-            return match err.kind() {
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(0),
-                // A connected UDP socket reports an earlier ICMP "port unreachable" here.
-                std::io::ErrorKind::ConnectionRefused => Ok(0),
-                _ => Err(PortError::Io { what: "recvmmsg", source: err }),
-            };
-        }
         let mono = monotonic_ns();
         let offset = realtime_ns().saturating_sub(mono);
         let mut got = 0;
-        for (i, msg) in msgs.iter().enumerate().take(n as usize) {
-            let len = msg.msg_len as usize;
-            match Packet::decode(&self.rx_bufs[i][..len.min(128)]) {
+        for (i, (&len, stamp)) in
+            self.batch.lengths().iter().zip(self.batch.rx_timestamps_ns()).enumerate().take(n)
+        {
+            match Packet::decode(&self.rx_bufs[i][..len]) {
                 Ok(mut p) => {
-                    p.rx_ns =
-                        rx_timestamp(&msg.msg_hdr).map_or(mono, |rt| rt.saturating_sub(offset).min(mono));
+                    p.rx_ns = stamp.map_or(mono, |rt| rt.saturating_sub(offset).min(mono));
                     out[got] = p;
                     got += 1;
                 }
@@ -198,31 +121,15 @@ impl Port for UdpPort {
         if want == 0 {
             return Ok(0);
         }
-        // SAFETY: plain C structs for which all-zero is a valid value.
-        let mut iovs: [libc::iovec; MAX_BURST] = unsafe { zeroed() };
-        // SAFETY: as above.
-        let mut msgs: [libc::mmsghdr; MAX_BURST] = unsafe { zeroed() };
-        for i in 0..want {
-            packets[i].encode(&mut self.tx_bufs[i]);
-            iovs[i] = libc::iovec { iov_base: self.tx_bufs[i].as_mut_ptr().cast(), iov_len: WIRE_LEN };
-            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
+        for (packet, buf) in packets.iter().zip(self.tx_bufs.iter_mut()).take(want) {
+            packet.encode(buf);
         }
-        // SAFETY: `msgs[..want]` point at encoded buffers owned by `self`; the socket is
-        // connected, so no address is needed; MSG_DONTWAIT never blocks.
-        let n = unsafe {
-            libc::sendmmsg(self.socket.as_raw_fd(), msgs.as_mut_ptr(), want as _, libc::MSG_DONTWAIT)
-        };
-        let sent = if n < 0 {
-            let err = std::io::Error::last_os_error();
-            match err.kind() {
-                std::io::ErrorKind::WouldBlock
-                | std::io::ErrorKind::Interrupted
-                | std::io::ErrorKind::ConnectionRefused => 0,
-                _ => return Err(PortError::Io { what: "sendmmsg", source: err }),
-            }
-        } else {
-            n as usize
+        let datagrams = self.tx_bufs.each_ref().map(|b| &b[..]);
+        // The socket is connected: no destination.
+        let sent = match self.batch.send(&self.socket, &datagrams[..want], None) {
+            Ok(n) => n,
+            Err(err) if nothing_moved(&err) => 0,
+            Err(source) => return Err(PortError::Io { what: "sendmmsg", source }),
         };
         self.stats.tx_packets += sent as u64;
         self.stats.tx_refused += (packets.len() - sent) as u64;
@@ -242,9 +149,7 @@ impl Port for UdpPort {
     }
 
     fn wait(&mut self, timeout: std::time::Duration) {
-        let mut fds = libc::pollfd { fd: self.socket.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ts = libc::timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
-        // SAFETY: one valid pollfd and a valid timespec, both outliving the call.
-        unsafe { libc::ppoll(&mut fds, 1, &ts, std::ptr::null()) };
+        // An error (a signal) only ends the wait early, as a timeout would.
+        let _ = poll::wait_readable(&self.socket, timeout);
     }
 }

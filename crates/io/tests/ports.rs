@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use kairos_io::memory::pair;
 use kairos_io::pool::pool;
 use kairos_io::{FaultPort, Faults, Kind, Packet, Port, RxTimestamps, Testbed, TestbedError, UdpPort};
-use kairos_metrics::sys::monotonic_ns;
+use kairos_sys::clock::monotonic_ns;
 
 fn packets(n: u64) -> Vec<Packet> {
     (0..n)

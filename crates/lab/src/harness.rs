@@ -192,7 +192,7 @@ pub fn check_seconds(seconds: f64, min: f64, max: f64, what: &str, why: &str) ->
 
 /// Checks that `core` exists on this machine.
 pub fn check_core(core: usize) -> Result<(), String> {
-    let cores = kairos_metrics::sys::online_cores();
+    let cores = kairos_sys::proc::online_cores();
     if core < cores {
         Ok(())
     } else {

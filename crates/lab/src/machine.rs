@@ -1,6 +1,8 @@
 //! What machine a figure was measured on: cores, kernel, CPU, real-time rights, clock costs.
 
-use kairos_metrics::{clock, sys};
+use kairos_metrics::clock;
+use kairos_sys::proc::{cpu_model, kernel_release, online_cores};
+use kairos_sys::thread::set_fifo;
 use serde::Serialize;
 
 /// The machine description every summary carries under `"machine"`.
@@ -26,13 +28,13 @@ pub struct MachineInfo {
 impl MachineInfo {
     /// Probes this machine (takes a few milliseconds).
     pub fn probe() -> Self {
-        let fifo = std::thread::spawn(|| sys::set_fifo(1))
+        let fifo = std::thread::spawn(|| set_fifo(1))
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("probe thread panicked")));
         Self {
-            cores: sys::online_cores(),
-            kernel: sys::kernel_release(),
-            cpu: sys::cpu_model(),
+            cores: online_cores(),
+            kernel: kernel_release(),
+            cpu: cpu_model(),
             sched_fifo: fifo.is_ok(),
             sched_fifo_error: fifo.err().map(|e| e.to_string()),
             monotonic_read_ns: clock::read_cost_ns(&clock::MonotonicClock, 5),

@@ -21,8 +21,11 @@
 
 use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds};
 use anyhow::{Context, Result, anyhow};
-use kairos_metrics::{LatencyRecorder, LatencySummary, NoiseConfig, sys};
+use kairos_metrics::{LatencyRecorder, LatencySummary, NoiseConfig};
 use kairos_rcu::{Domain, DomainConfig, ReclaimPolicy, StallConfig};
+use kairos_sys::clock::monotonic_ns;
+use kairos_sys::proc::online_cores;
+use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -62,7 +65,7 @@ impl RcuGraceConfig {
 
     /// About 75 s, with the 60 s clean run.
     pub fn full() -> Self {
-        let cores = sys::online_cores();
+        let cores = online_cores();
         Self {
             qs_interval: Duration::from_micros(100),
             samples: 10_000,
@@ -159,8 +162,8 @@ impl Summary {
 
 /// Busy work for `ns` nanoseconds.
 fn work_for(ns: u64) {
-    let end = sys::monotonic_ns() + ns;
-    while sys::monotonic_ns() < end {
+    let end = monotonic_ns() + ns;
+    while monotonic_ns() < end {
         std::hint::spin_loop();
     }
 }
@@ -274,14 +277,14 @@ fn grace_latency(
     let interval_ns = config.qs_interval.as_nanos() as u64;
     let (reader_domain, reader_stop, core) = (domain.clone(), Arc::clone(&stop), config.reader_core);
     let reader = std::thread::spawn(move || {
-        let _ = sys::pin_current_thread(core);
+        let _ = pin_current_thread(core);
         let mut handle = reader_domain.register("busy-reader").expect("free slot");
         let mut intervals = LatencyRecorder::new();
-        let mut last = sys::monotonic_ns();
+        let mut last = monotonic_ns();
         while !reader_stop.load(Ordering::Relaxed) {
             work_for(interval_ns);
             handle.quiescent();
-            let now = sys::monotonic_ns();
+            let now = monotonic_ns();
             intervals.record(now - last);
             last = now;
         }
@@ -296,7 +299,7 @@ fn grace_latency(
             }
         })
     });
-    let _ = sys::pin_current_thread(config.writer_core);
+    let _ = pin_current_thread(config.writer_core);
     std::thread::sleep(Duration::from_millis(20));
     let mut latency = LatencyRecorder::new();
     let mut phase = 0x9e37_79b9_7f4a_7c15u64;
@@ -306,26 +309,26 @@ fn grace_latency(
         phase ^= phase >> 7;
         phase ^= phase << 17;
         work_for(phase % interval_ns.max(1));
-        let start = sys::monotonic_ns();
+        let start = monotonic_ns();
         let ticket = domain.start();
         while !domain.poll(ticket) {
             std::hint::spin_loop();
         }
-        latency.record(sys::monotonic_ns() - start);
+        latency.record(monotonic_ns() - start);
     }
     stop.store(true, Ordering::Relaxed);
     let intervals = reader.join().map_err(|_| anyhow!("reader thread panicked"))?;
     if let Some(sleeper) = sleeper {
         sleeper.join().map_err(|_| anyhow!("offline reader thread panicked"))?;
     }
-    let _ = sys::pin_current_thread(config.writer_core);
+    let _ = pin_current_thread(config.writer_core);
     Ok((intervals.summary(), latency.summary()))
 }
 
 fn stall_domain(config: &RcuGraceConfig, reports: &Arc<Mutex<Vec<(String, u64)>>>) -> Result<Domain> {
     let sink = Arc::clone(reports);
     let on_stall = Arc::new(move |report: &kairos_rcu::StallReport| {
-        let now = sys::monotonic_ns();
+        let now = monotonic_ns();
         sink.lock().unwrap_or_else(|p| p.into_inner()).push((report.reader.clone(), now));
     });
     Domain::new(DomainConfig {
@@ -350,14 +353,14 @@ fn stall_trials(config: &RcuGraceConfig) -> Result<Vec<StallTrial>> {
             config.reader_core,
         );
         std::thread::spawn(move || {
-            let _ = sys::pin_current_thread(core);
+            let _ = pin_current_thread(core);
             let mut handle = reader_domain.register("stalled-reader").expect("free slot");
-            let end = sys::monotonic_ns() + 30_000_000;
-            while sys::monotonic_ns() < end {
+            let end = monotonic_ns() + 30_000_000;
+            while monotonic_ns() < end {
                 work_for(interval.as_nanos() as u64);
                 handle.quiescent();
             }
-            reader_last.store(sys::monotonic_ns(), Ordering::SeqCst);
+            reader_last.store(monotonic_ns(), Ordering::SeqCst);
             std::thread::sleep(stall);
             handle.quiescent();
         })
@@ -380,11 +383,11 @@ fn clean_run(config: &RcuGraceConfig) -> Result<u64> {
     let (reader_domain, interval, length, threshold, core) =
         (domain.clone(), config.qs_interval, config.clean_run, config.stall_threshold, config.reader_core);
     std::thread::spawn(move || {
-        let _ = sys::pin_current_thread(core);
+        let _ = pin_current_thread(core);
         let mut handle = reader_domain.register("healthy-reader").expect("free slot");
-        let end = sys::monotonic_ns() + length.as_nanos() as u64;
+        let end = monotonic_ns() + length.as_nanos() as u64;
         let mut n = 0u64;
-        while sys::monotonic_ns() < end {
+        while monotonic_ns() < end {
             work_for(interval.as_nanos() as u64);
             handle.quiescent();
             n += 1;

@@ -53,7 +53,7 @@ impl DeadlinesConfig {
         Self {
             utilisations: vec![0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95],
             seconds: 1.5,
-            core: kairos_metrics::sys::last_core(),
+            core: kairos_sys::proc::last_core(),
             unit_us: 50,
         }
     }
@@ -218,7 +218,7 @@ pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Resu
     for s in specs {
         let cost = s.unit_cost_ns;
         sched.register_unadmitted(s.clone(), move |_: &mut (), units: u64, _: &Context<'_>| {
-            kairos_metrics::sys::spin_until_ns(kairos_metrics::sys::monotonic_ns() + units * cost);
+            kairos_sys::clock::spin_until_ns(kairos_sys::clock::monotonic_ns() + units * cost);
             units
         });
     }
@@ -227,7 +227,7 @@ pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Resu
     let running = sched.spawn(shell).context("starting the real-time shell's thread")?;
     std::thread::sleep(Duration::from_secs_f64(config.seconds));
     let report = running.stop()?;
-    let stalls = watch.map(StallWatch::finish).unwrap_or_default();
+    let stalls = watch.map(StallWatch::finish).transpose()?.unwrap_or_default();
     let min_slack = report
         .finished
         .iter()

@@ -19,11 +19,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kairos_metrics::sys;
+
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::inbox::{Inbox, inbox};
 use kairos_rtu::io::{IoConfig, spawn_udp};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
+use kairos_sys::proc::{last_core, online_cores};
+use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
 use crate::harness::{Experiment, Run, RunInfo, check_seconds};
@@ -162,13 +164,13 @@ fn rtu(seconds: f64, scale: u64) -> Result<Vec<u64>> {
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    let io = spawn_udp(sources, IoConfig { core: Some(sys::last_core()), ..IoConfig::default() })?;
-    let rx_run = receivers.spawn(ShellConfig { core: Some(sys::last_core()), ..ShellConfig::default() })?;
+    let io = spawn_udp(sources, IoConfig { core: Some(last_core()), ..IoConfig::default() })?;
+    let rx_run = receivers.spawn(ShellConfig { core: Some(last_core()), ..ShellConfig::default() })?;
     let tx_run = senders.spawn(ShellConfig { core: Some(0), ..ShellConfig::default() })?;
     std::thread::sleep(Duration::from_secs_f64(seconds));
     tx_run.stop()?;
     let received = rx_run.stop()?.shared.1;
-    let _ = io.stop();
+    io.stop()?;
     Ok(received)
 }
 
@@ -180,7 +182,7 @@ fn threads(seconds: f64, scale: u64) -> Result<Vec<u64>> {
     for t in tx {
         let stop = Arc::clone(&stop);
         handles.push(std::thread::spawn(move || {
-            let _ = sys::pin_current_thread(0);
+            let _ = pin_current_thread(0);
             let buf = vec![0x5au8; DATAGRAM];
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..SEND_BATCH * scale {
@@ -196,7 +198,7 @@ fn threads(seconds: f64, scale: u64) -> Result<Vec<u64>> {
         r.set_read_timeout(Some(Duration::from_millis(20)))?;
         let stop = Arc::clone(&stop);
         receivers.push(std::thread::spawn(move || {
-            let _ = sys::pin_current_thread(sys::last_core());
+            let _ = pin_current_thread(last_core());
             let mut buf = vec![0u8; 65_536];
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -267,7 +269,7 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
         record(scale, "threads", false, threads(config.seconds, scale)?);
         run.step("");
     }
-    let cores = sys::online_cores();
+    let cores = online_cores();
     let background = match crate::background::stress_ng(cores, None) {
         Ok(mut child) => {
             std::thread::sleep(Duration::from_millis(200));

@@ -22,11 +22,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kairos_metrics::sys;
+
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::inbox::{Inbox, inbox};
 use kairos_rtu::io::{IoConfig, spawn_udp};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
+use kairos_sys::clock::monotonic_ns;
+use kairos_sys::proc::online_cores;
+use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
 use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds};
@@ -42,7 +45,7 @@ pub struct ThroughputConfig {
 
 impl ThroughputConfig {
     pub fn quick() -> Self {
-        let cores = sys::online_cores();
+        let cores = online_cores();
         Self { packet_sizes: vec![64, 1024, 8192], seconds: 1.0, core: cores - 1 }
     }
 
@@ -96,39 +99,16 @@ pub struct ThroughputSummary {
     pub kept: Vec<Kept>,
 }
 
-/// Datagrams the kernel dropped on `socket` (the last column of `/proc/net/udp`).
+/// Datagrams the kernel dropped on `socket` (the last column of `/proc/net/udp`; 0 if unread).
 fn socket_drops(socket: &UdpSocket) -> u64 {
-    let Ok(port) = socket.local_addr().map(|a| a.port()) else { return 0 };
-    let Ok(text) = std::fs::read_to_string("/proc/net/udp") else { return 0 };
-    text.lines()
-        .skip(1)
-        .find_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let p = u16::from_str_radix(fields.get(1)?.rsplit(':').next()?, 16).ok()?;
-            if p == port { fields.last()?.parse().ok() } else { None }
-        })
-        .unwrap_or(0)
+    kairos_sys::net::drops::kernel_drops(socket).unwrap_or(0)
 }
 
 /// Asks for a receive buffer of `bytes` (the forcing form when root): the RTU reads once per
 /// period, so the buffer must hold a period of traffic; both receivers get the same.
-pub(crate) fn grow_receive_buffer(socket: &UdpSocket, bytes: i32) {
-    use std::os::fd::AsRawFd;
-    for option in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // SAFETY: `bytes` outlives the call and its size is passed; the fd is an open socket.
-        let rc = unsafe {
-            libc::setsockopt(
-                socket.as_raw_fd(),
-                libc::SOL_SOCKET,
-                option,
-                (&bytes as *const i32).cast(),
-                std::mem::size_of::<i32>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            return;
-        }
-    }
+pub(crate) fn grow_receive_buffer(socket: &UdpSocket, bytes: usize) {
+    // Best effort: without it the rows still say how many datagrams the kernel dropped.
+    let _ = kairos_sys::net::options::set_receive_buffer(socket, bytes);
 }
 
 /// Runs a sender flooding `to` with `size`-byte datagrams until `stop`.
@@ -140,7 +120,7 @@ fn sender(
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         if let Some(c) = core {
-            let _ = sys::pin_current_thread(c);
+            let _ = pin_current_thread(c);
         }
         let Ok(socket) = UdpSocket::bind("127.0.0.1:0") else { return };
         let buf = vec![0x5au8; size];
@@ -158,7 +138,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     let sender_core = (config.core > 0).then_some(0);
     let drops_before = socket_drops(&socket);
     let mut io_drops = 0;
-    let start = sys::monotonic_ns();
+    let start = monotonic_ns();
     let send = sender(to, size, sender_core, Arc::clone(&stop));
     let (packets, bytes) = if receiver == RTU {
         socket.set_nonblocking(true)?;
@@ -211,7 +191,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
             sched.spawn(ShellConfig { core: Some(config.core), spin_ns: 5_000, ..ShellConfig::default() })?;
         std::thread::sleep(Duration::from_secs_f64(config.seconds));
         let report = running.stop()?;
-        let io = io.stop();
+        let io = io.stop()?;
         io_drops = io.sources[0].dropped;
         (report.shared.1, report.shared.2)
     } else {
@@ -220,7 +200,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
         let stop_rx = Arc::clone(&stop);
         let core = config.core;
         let rx = std::thread::spawn(move || {
-            let _ = sys::pin_current_thread(core);
+            let _ = pin_current_thread(core);
             let mut buf = vec![0u8; 65_536];
             let (mut packets, mut bytes) = (0u64, 0u64);
             while !stop_rx.load(Ordering::Relaxed) {
@@ -237,7 +217,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     };
     stop.store(true, Ordering::Relaxed);
     let _ = send.join();
-    let wall = (sys::monotonic_ns() - start) as f64 / 1e9;
+    let wall = (monotonic_ns() - start) as f64 / 1e9;
     Ok(ThroughputRow {
         receiver,
         packet_bytes: size,

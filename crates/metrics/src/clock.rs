@@ -2,7 +2,7 @@
 //!
 //! All clocks count nanoseconds in a `u64` from an origin of their own. [`MonotonicClock`] reads
 //! the kernel's `CLOCK_MONOTONIC`, so its values can be handed to an absolute-time sleep
-//! ([`crate::sys::sleep_until_ns`]); it costs one vDSO call (about 20-25 ns on the virtual
+//! ([`kairos_sys::clock::sleep_until_ns`]); it costs one vDSO call (about 20-25 ns on the virtual
 //! machines Kairos is developed on). [`TscClock`] reads the time-stamp counter through `quanta`
 //! when the kernel reports a stable TSC and falls back to the monotonic clock otherwise; it is the
 //! cheaper ruler for budgets checked per callback. [`VirtualClock`] only moves when told to.
@@ -24,7 +24,7 @@ pub struct MonotonicClock;
 impl Clock for MonotonicClock {
     #[inline]
     fn now_ns(&self) -> u64 {
-        crate::sys::monotonic_ns()
+        kairos_sys::clock::monotonic_ns()
     }
 }
 
@@ -98,13 +98,13 @@ pub fn read_cost_ns(clock: &dyn Clock, rounds: usize) -> f64 {
     const READS: u64 = 1_000;
     let mut costs: Vec<f64> = (0..rounds.max(1))
         .map(|_| {
-            let start = crate::sys::monotonic_ns();
+            let start = kairos_sys::clock::monotonic_ns();
             let mut sink = 0u64;
             for _ in 0..READS {
                 sink = sink.wrapping_add(clock.now_ns());
             }
             std::hint::black_box(sink);
-            (crate::sys::monotonic_ns() - start) as f64 / READS as f64
+            (kairos_sys::clock::monotonic_ns() - start) as f64 / READS as f64
         })
         .collect();
     costs.sort_by(f64::total_cmp);

@@ -15,17 +15,16 @@
 //!    so a deadline miss can be checked against them.
 //! 4. [`aoi`]: age of information: the exact sawtooth integral of a monitor's age, its peaks, and
 //!    a table of per-user age processes.
-//! 5. [`sys`]: the few syscalls the measurements need (pinning, SCHED_FIFO, absolute sleeps, thread
-//!    CPU time, `/proc` readings), fenced in one module.
-#![deny(unsafe_code)]
+//!
+//! The system calls the measurements make (pinning, `SCHED_FIFO`, absolute sleeps, thread CPU
+//! time, `/proc` readings) are `kairos-sys`'s.
+#![forbid(unsafe_code)]
 
 pub mod aoi;
 pub mod clock;
 pub mod latency;
 pub mod noise;
 pub mod stall;
-#[allow(unsafe_code)]
-pub mod sys;
 
 pub use aoi::{AgeProcess, AgeSummary, AgeTable, AgeTableSummary};
 pub use clock::{Clock, MonotonicClock, TscClock, VirtualClock};

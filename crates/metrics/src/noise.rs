@@ -18,14 +18,18 @@
 //!
 //! The probe needs no privileges. Pinning failures are tolerated (the gap is then per thread,
 //! not per core, and `pinned` says so).
+use kairos_sys::clock::monotonic_ns;
+use kairos_sys::proc::{online_cores, steal_ns_per_core};
+use kairos_sys::stoppable_thread::{StoppableThread, ThreadDied};
+use kairos_sys::thread::{pin_current_thread, thread_cpu_time_ns};
 
 use crate::latency::{LatencyRecorder, LatencySummary};
-use crate::sys;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
+
+#[cfg(test)]
+mod owner_tests;
 
 /// How the probe measures.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -52,7 +56,7 @@ impl NoiseConfig {
 impl Default for NoiseConfig {
     fn default() -> Self {
         Self {
-            cores: (0..sys::online_cores()).collect(),
+            cores: (0..online_cores()).collect(),
             window: Duration::from_millis(500),
             sample_for: Duration::from_millis(1),
             sample_every: Duration::from_millis(100),
@@ -97,6 +101,9 @@ pub struct DuringNoise {
     pub wall_ns: u64,
     /// Gaps per core, over all sampling bursts.
     pub cores: Vec<CoreNoise>,
+    /// Why there are no figures: the sampler could not start, or one of its threads died.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The probe's findings; experiments put it under `"noise"` in their summaries.
@@ -129,7 +136,7 @@ struct GapMeter {
 
 impl GapMeter {
     fn new(core: usize, floor_ns: u64) -> Self {
-        let pinned = sys::pin_current_thread(core).is_ok();
+        let pinned = pin_current_thread(core).is_ok();
         Self {
             core,
             pinned,
@@ -157,12 +164,12 @@ impl GapMeter {
 
     /// Spins for `length`, or until `stop` is raised, counting gaps.
     fn spin(&mut self, length: Duration, stop: Option<&AtomicBool>) {
-        let start = sys::monotonic_ns();
+        let start = monotonic_ns();
         let end = start + length.as_nanos() as u64;
         let mut last = start;
         let mut reads = 0u32;
         loop {
-            let now = sys::monotonic_ns();
+            let now = monotonic_ns();
             self.account(now - last);
             last = now;
             reads = reads.wrapping_add(1);
@@ -198,7 +205,7 @@ fn steal_delta(before: &Option<Vec<u64>>, after: &Option<Vec<u64>>, core: usize)
 
 /// Spins on every configured core at once for `config.window`.
 pub fn measure_window(config: &NoiseConfig) -> Vec<CoreNoise> {
-    let steal_before = sys::steal_ns_per_core();
+    let steal_before = steal_ns_per_core();
     let meters: Vec<GapMeter> = std::thread::scope(|scope| {
         let handles: Vec<_> = config
             .cores
@@ -213,7 +220,7 @@ pub fn measure_window(config: &NoiseConfig) -> Vec<CoreNoise> {
             .collect();
         handles.into_iter().filter_map(|h| h.join().ok()).collect()
     });
-    let steal_after = sys::steal_ns_per_core();
+    let steal_after = steal_ns_per_core();
     meters
         .into_iter()
         .map(|m| {
@@ -225,55 +232,55 @@ pub fn measure_window(config: &NoiseConfig) -> Vec<CoreNoise> {
 
 /// The low-duty sampler alone: spins `sample_for` every `sample_every` on each core until
 /// [`Sampler::finish`]. [`NoiseProbe`] runs one for the whole run; experiments may run one per
-/// configuration as well.
+/// configuration as well. Dropping it stops and joins its threads.
 #[derive(Debug)]
 pub struct Sampler {
     config: NoiseConfig,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<(CoreNoise, u64)>>,
+    threads: Vec<StoppableThread<(CoreNoise, u64)>>,
     started_ns: u64,
     steal_start: Option<Vec<u64>>,
 }
 
 impl Sampler {
-    /// Starts one sampling thread per configured core.
-    pub fn start(config: &NoiseConfig) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let steal_start = sys::steal_ns_per_core();
+    /// Starts one sampling thread per configured core; fails when the system cannot start a
+    /// thread (those already started are stopped).
+    pub fn start(config: &NoiseConfig) -> std::io::Result<Self> {
+        let steal_start = steal_ns_per_core();
         let threads = config
             .cores
             .iter()
             .map(|&core| {
-                let stop = Arc::clone(&stop);
                 let (floor, sample_for, every) =
                     (config.gap_floor_ns, config.sample_for, config.sample_every);
-                std::thread::Builder::new()
-                    .name(format!("noise-sampler-{core}"))
-                    .spawn(move || {
-                        let cpu_start = sys::thread_cpu_time_ns();
-                        let mut meter = GapMeter::new(core, floor);
-                        while !stop.load(Ordering::Relaxed) {
-                            meter.spin(sample_for, Some(&stop));
-                            let wake =
-                                sys::monotonic_ns() + every.saturating_sub(sample_for).as_nanos() as u64;
-                            while !stop.load(Ordering::Relaxed) && sys::monotonic_ns() < wake {
-                                std::thread::sleep(Duration::from_millis(5).min(every));
-                            }
+                StoppableThread::spawn(format!("noise-sampler-{core}"), move |stop: &AtomicBool| {
+                    let cpu_start = thread_cpu_time_ns();
+                    let mut meter = GapMeter::new(core, floor);
+                    while !stop.load(Ordering::Relaxed) {
+                        meter.spin(sample_for, Some(stop));
+                        let wake = monotonic_ns() + every.saturating_sub(sample_for).as_nanos() as u64;
+                        while !stop.load(Ordering::Relaxed) && monotonic_ns() < wake {
+                            std::thread::sleep(Duration::from_millis(5).min(every));
                         }
-                        (meter.finish(0), sys::thread_cpu_time_ns() - cpu_start)
-                    })
-                    .expect("spawning a noise sampler thread")
+                    }
+                    (meter.finish(0), thread_cpu_time_ns() - cpu_start)
+                })
             })
-            .collect();
-        Self { config: config.clone(), stop, threads, started_ns: sys::monotonic_ns(), steal_start }
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Self { config: config.clone(), threads, started_ns: monotonic_ns(), steal_start })
     }
 
-    /// Stops the sampling threads and reports what they saw.
-    pub fn finish(self) -> DuringNoise {
-        self.stop.store(true, Ordering::Relaxed);
-        let results: Vec<_> = self.threads.into_iter().filter_map(|h| h.join().ok()).collect();
-        let wall_ns = (sys::monotonic_ns() - self.started_ns).max(1);
-        let steal_end = sys::steal_ns_per_core();
+    /// Stops the sampling threads and reports what they saw, or that one of them died.
+    pub fn finish(self) -> Result<DuringNoise, ThreadDied> {
+        // Every flag first, so the threads wind down together.
+        for thread in &self.threads {
+            thread.request_stop();
+        }
+        let mut results = Vec::with_capacity(self.threads.len());
+        for thread in self.threads {
+            results.push(thread.stop()?);
+        }
+        let wall_ns = (monotonic_ns() - self.started_ns).max(1);
+        let steal_end = steal_ns_per_core();
         let cpu_ns: u64 = results.iter().map(|(_, cpu)| cpu).sum();
         let cores = results
             .into_iter()
@@ -282,12 +289,13 @@ impl Sampler {
                 c
             })
             .collect();
-        DuringNoise {
+        Ok(DuringNoise {
             duty_cycle: self.config.sample_for.as_secs_f64() / self.config.sample_every.as_secs_f64(),
             overhead_cpu_fraction: cpu_ns as f64 / (wall_ns as f64 * self.config.cores.len().max(1) as f64),
             wall_ns,
             cores,
-        }
+            error: None,
+        })
     }
 }
 
@@ -304,11 +312,14 @@ impl DuringNoise {
 }
 
 /// A running probe: the "before" window is done and the low-duty sampler is running.
+///
+/// A probe never stops an experiment: a sampler that could not start or died leaves the
+/// "during" figures empty and says why in [`DuringNoise::error`].
 #[derive(Debug)]
 pub struct NoiseProbe {
     config: NoiseConfig,
     before: Vec<CoreNoise>,
-    sampler: Sampler,
+    sampler: Result<Sampler, String>,
     clock_read_ns: f64,
 }
 
@@ -318,13 +329,16 @@ impl NoiseProbe {
     pub fn start(config: NoiseConfig) -> Self {
         let clock_read_ns = crate::clock::read_cost_ns(&crate::clock::MonotonicClock, 5);
         let before = measure_window(&config);
-        let sampler = Sampler::start(&config);
+        let sampler = Sampler::start(&config).map_err(|e| format!("the noise sampler could not start: {e}"));
         Self { config, before, sampler, clock_read_ns }
     }
 
     /// Stops the sampler, measures the quiet window after the run, and reports.
     pub fn finish(self) -> NoiseReport {
-        let during = self.sampler.finish();
+        let during = self
+            .sampler
+            .and_then(|s| s.finish().map_err(|e| e.to_string()))
+            .unwrap_or_else(|why| DuringNoise { error: Some(why), ..DuringNoise::default() });
         let after = measure_window(&self.config);
         let max_gap_ns =
             self.before.iter().chain(&during.cores).chain(&after).map(|c| c.max_gap_ns).max().unwrap_or(0);

@@ -14,14 +14,13 @@
 //! and reported as a CPU fraction). Without the privilege to be `SCHED_FIFO` it still runs, and
 //! `realtime` says its stalls may then be anyone's.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
+use kairos_sys::stoppable_thread::{StoppableThread, ThreadDied};
+use kairos_sys::thread::{pin_current_thread, set_fifo, thread_cpu_time_ns};
 use serde::{Deserialize, Serialize};
-
-use crate::sys;
 
 /// How the watch runs.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -83,39 +82,38 @@ impl StallReport {
     }
 }
 
-/// A running stall watch.
+/// A running stall watch; dropping it stops and joins its thread (the report is then lost).
 #[derive(Debug)]
 pub struct StallWatch {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<StallReport>,
+    thread: StoppableThread<StallReport>,
 }
 
 impl StallWatch {
+    /// Starts the watch's thread; fails only when the system cannot start a thread.
     pub fn start(config: StallWatchConfig) -> std::io::Result<Self> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name(format!("stall-watch-{}", config.core))
-            .spawn(move || watch(config, &flag))?;
-        Ok(Self { stop, thread })
+        let thread =
+            StoppableThread::spawn(format!("stall-watch-{}", config.core), move |stop: &AtomicBool| {
+                watch(config, stop)
+            })?;
+        Ok(Self { thread })
     }
 
-    pub fn finish(self) -> StallReport {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or_default()
+    /// Stops the watch (within one period) and reports, or says that its thread died.
+    pub fn finish(self) -> Result<StallReport, ThreadDied> {
+        self.thread.stop()
     }
 }
 
 fn watch(config: StallWatchConfig, stop: &AtomicBool) -> StallReport {
-    let _ = sys::pin_current_thread(config.core);
-    let realtime = config.fifo_priority > 0 && sys::set_fifo(config.fifo_priority).is_ok();
+    let _ = pin_current_thread(config.core);
+    let realtime = config.fifo_priority > 0 && set_fifo(config.fifo_priority).is_ok();
     let period = (config.period.as_nanos() as u64).max(1_000);
-    let (cpu_start, wall_start) = (sys::thread_cpu_time_ns(), sys::monotonic_ns());
+    let (cpu_start, wall_start) = (thread_cpu_time_ns(), monotonic_ns());
     let mut report = StallReport { core: config.core, realtime, ..StallReport::default() };
     let mut due = wall_start + period;
     while !stop.load(Ordering::Relaxed) {
-        sys::sleep_until_ns(due);
-        let woke = sys::monotonic_ns();
+        sleep_until_ns(due);
+        let woke = monotonic_ns();
         report.wakeups += 1;
         let late = woke.saturating_sub(due);
         report.worst_ns = report.worst_ns.max(late);
@@ -125,8 +123,8 @@ fn watch(config: StallWatchConfig, stop: &AtomicBool) -> StallReport {
         // After a long stall, start afresh rather than fire the missed wake-ups back to back.
         due = (due + period).max(woke + period / 2);
     }
-    let wall = sys::monotonic_ns().saturating_sub(wall_start).max(1);
-    report.cpu_fraction = sys::thread_cpu_time_ns().saturating_sub(cpu_start) as f64 / wall as f64;
+    let wall = monotonic_ns().saturating_sub(wall_start).max(1);
+    report.cpu_fraction = thread_cpu_time_ns().saturating_sub(cpu_start) as f64 / wall as f64;
     report
 }
 
@@ -163,12 +161,54 @@ mod tests {
         };
         let watch = StallWatch::start(config).unwrap();
         std::thread::sleep(Duration::from_millis(100));
-        let report = watch.finish();
+        let report = watch.finish().unwrap();
         assert!(!report.realtime);
         // 100 ms at 1 ms: about 100 wake-ups, fewer when the machine is busy.
         assert!(report.wakeups >= 20 && report.wakeups <= 101, "{} wake-ups", report.wakeups);
         assert!(report.stalls.windows(2).all(|w| w[0].woke_ns <= w[1].due_ns));
         assert!(report.stalls.iter().all(|s| s.length_ns() > 50_000));
         assert!(report.cpu_fraction < 0.5);
+    }
+
+    /// The names of this process's threads, from `/proc/self/task/*/comm`.
+    fn thread_names() -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn dropping_the_watch_stops_and_joins_its_thread() {
+        // A core number no other test uses, so the thread's name is this test's alone (pinning
+        // to an absent core fails and the watch runs anyway).
+        let config = StallWatchConfig { fifo_priority: 0, ..StallWatchConfig::on_core(977) };
+        let listed = || thread_names().iter().any(|n| n == "stall-watch-977");
+        // Within a second: the kernel may list a task a moment before it takes its name, and a
+        // moment after it exits.
+        let within_a_second = |want: bool| {
+            (0..100).any(|_| {
+                let seen = listed() == want;
+                std::thread::sleep(Duration::from_millis(10));
+                seen
+            })
+        };
+        let watch = StallWatch::start(config).unwrap();
+        assert!(within_a_second(true), "the watch thread runs");
+        drop(watch);
+        assert!(within_a_second(false), "the watch thread outlived its owner");
+    }
+
+    #[test]
+    fn a_watch_whose_thread_died_reports_an_error() {
+        let watch = StallWatch {
+            thread: StoppableThread::spawn("stall-watch-x", |_: &AtomicBool| -> StallReport {
+                panic!("clock gone")
+            })
+            .unwrap(),
+        };
+        let err = watch.finish().unwrap_err();
+        assert_eq!(err.to_string(), "thread stall-watch-x died: clock gone");
     }
 }

@@ -53,9 +53,9 @@ fn policy(c: &mut Criterion) {
     // iterations follow each other.
     group.bench_function("shell clock reads (monotonic + 2 thread CPU time)", |b| {
         b.iter(|| {
-            black_box(kairos_metrics::sys::monotonic_ns());
-            black_box(kairos_metrics::sys::thread_cpu_time_ns());
-            black_box(kairos_metrics::sys::thread_cpu_time_ns())
+            black_box(kairos_sys::clock::monotonic_ns());
+            black_box(kairos_sys::thread::thread_cpu_time_ns());
+            black_box(kairos_sys::thread::thread_cpu_time_ns())
         })
     });
     group.finish();

@@ -15,14 +15,19 @@
 
 use std::io;
 use std::net::UdpSocket;
-use std::os::fd::AsRawFd;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::time::Duration;
 
-use kairos_metrics::sys;
+use kairos_sys::clock::monotonic_ns;
+use kairos_sys::net::MmsgBatch;
+use kairos_sys::net::poll::PollSet;
+use kairos_sys::stoppable_thread::{StoppableThread, ThreadDied};
+use kairos_sys::thread::{pin_current_thread, set_fifo};
 
 use crate::inbox::Ingress;
+
+// The ingress hands the I/O thread at most this many buffers; one `recvmmsg` must take them all.
+const _: () = assert!(Ingress::MAX_BURST <= kairos_sys::net::MAX_BURST);
 
 /// The I/O thread's knobs.
 #[derive(Debug, Clone, Copy)]
@@ -60,11 +65,10 @@ pub struct IoReport {
     pub realtime_error: Option<String>,
 }
 
-/// A running I/O thread.
+/// A running I/O thread; dropping it stops and joins the thread (its report is then lost).
 #[derive(Debug)]
 pub struct IoThread {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<IoReport>>,
+    thread: StoppableThread<IoReport>,
 }
 
 /// Starts an I/O thread reading each socket into its ingress. The sockets are made
@@ -73,71 +77,27 @@ pub fn spawn_udp(sources: Vec<(UdpSocket, Ingress)>, config: IoConfig) -> io::Re
     for (socket, _) in &sources {
         socket.set_nonblocking(true)?;
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&stop);
-    let thread = std::thread::Builder::new()
-        .name("kairos-rtu-io".into())
-        .spawn(move || serve(sources, config, &flag))?;
-    Ok(IoThread { stop, thread: Some(thread) })
+    let thread =
+        StoppableThread::spawn("kairos-rtu-io", move |stop: &AtomicBool| serve(sources, config, stop))?;
+    Ok(IoThread { thread })
 }
 
 impl IoThread {
-    /// Stops the thread and reports.
-    pub fn stop(mut self) -> IoReport {
-        self.stop.store(true, Ordering::Relaxed);
-        let thread = self.thread.take().expect("stopped once");
-        match thread.join() {
-            Ok(report) => report,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+    /// Stops the thread and reports, or says that it died.
+    pub fn stop(self) -> Result<IoReport, ThreadDied> {
+        self.thread.stop()
     }
 }
 
-/// Reads up to `bufs.len()` datagrams in one `recvmmsg`, each into its buffer; sets their
-/// lengths. Never blocks.
-fn recv_burst(socket: &UdpSocket, bufs: &mut [&mut [u8]], lens: &mut [usize]) -> io::Result<usize> {
-    const MAX: usize = Ingress::MAX_BURST;
-    let n = bufs.len().min(MAX);
-    // SAFETY: iovec and mmsghdr are plain C structs for which all-zero is a valid value.
-    let mut iovs: [libc::iovec; MAX] = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut msgs: [libc::mmsghdr; MAX] = unsafe { std::mem::zeroed() };
-    for i in 0..n {
-        iovs[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() };
-        msgs[i].msg_hdr.msg_iov = &mut iovs[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
-    }
-    // SAFETY: `msgs[..n]` each point at one live iovec describing a distinct buffer borrowed
-    // mutably for this call; no address or control buffers are asked for; the socket is open.
-    let got = unsafe {
-        libc::recvmmsg(
-            socket.as_raw_fd(),
-            msgs.as_mut_ptr(),
-            n as libc::c_uint,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        )
-    };
-    if got < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let got = got as usize;
-    for i in 0..got {
-        lens[i] = msgs[i].msg_len as usize;
-    }
-    Ok(got)
-}
-
-fn serve(mut sources: Vec<(UdpSocket, Ingress)>, config: IoConfig, stop: &AtomicBool) -> IoReport {
+fn serve(sources: Vec<(UdpSocket, Ingress)>, config: IoConfig, stop: &AtomicBool) -> IoReport {
     if let Some(core) = config.core {
-        let _ = sys::pin_current_thread(core);
+        let _ = pin_current_thread(core);
     }
-    let rt = (config.fifo_priority > 0).then(|| sys::set_fifo(config.fifo_priority));
+    let rt = (config.fifo_priority > 0).then(|| set_fifo(config.fifo_priority));
     let mut counts = vec![SourceCounts::default(); sources.len()];
-    let mut fds: Vec<libc::pollfd> = sources
-        .iter()
-        .map(|(s, _)| libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLIN, revents: 0 })
-        .collect();
+    let (sockets, mut ingresses): (Vec<UdpSocket>, Vec<Ingress>) = sources.into_iter().unzip();
+    let mut readable = PollSet::readable(&sockets);
+    let mut batch = MmsgBatch::new();
     let mut scratch = vec![0u8; 65_536];
     let burst = config.burst.max(1);
     // While datagrams keep coming, the thread polls without sleeping for up to `busy_poll_ns`
@@ -145,21 +105,25 @@ fn serve(mut sources: Vec<(UdpSocket, Ingress)>, config: IoConfig, stop: &Atomic
     // datagrams here. Then it sleeps in `poll` again.
     let mut last_data = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let busy = sys::monotonic_ns().saturating_sub(last_data) < config.busy_poll_ns;
-        // SAFETY: `fds` is a live array of `fds.len()` pollfd entries for the call's duration.
-        let ready =
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, if busy { 0 } else { 10 }) };
-        if ready <= 0 {
+        let busy = monotonic_ns().saturating_sub(last_data) < config.busy_poll_ns;
+        let timeout = if busy { Duration::ZERO } else { Duration::from_millis(10) };
+        // An error (a signal) is a wake-up with nothing ready, as a timeout is.
+        if !matches!(readable.wait(timeout), Ok(ready) if ready > 0) {
             continue;
         }
-        last_data = sys::monotonic_ns();
-        for (i, (socket, ingress)) in sources.iter_mut().enumerate() {
-            if fds[i].revents & libc::POLLIN == 0 {
+        last_data = monotonic_ns();
+        for (i, (socket, ingress)) in sockets.iter().zip(&mut ingresses).enumerate() {
+            if !readable.is_readable(i) {
                 continue;
             }
             let mut read = 0;
             while read < burst {
-                match ingress.push_burst_with(burst - read, |bufs, lens| recv_burst(socket, bufs, lens)) {
+                let filled = ingress.push_burst_with(burst - read, |bufs, lens| {
+                    let n = batch.recv_into(socket, bufs, false)?;
+                    lens[..n].copy_from_slice(batch.lengths());
+                    Ok::<_, io::Error>(n)
+                });
+                match filled {
                     Ok(0) => match socket.recv(&mut scratch) {
                         // No free buffer: the handler is behind. Read and drop its newest.
                         Ok(_) => {
@@ -185,5 +149,59 @@ fn serve(mut sources: Vec<(UdpSocket, Ingress)>, config: IoConfig, stop: &Atomic
             Some(Err(e)) => Some(e.to_string()),
             _ => None,
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbox::inbox;
+
+    #[test]
+    fn dropping_the_io_thread_stops_it_and_closes_its_sockets() {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let address = socket.local_addr().unwrap();
+        let (ingress, _inbox) = inbox(8, 64).unwrap();
+        let io =
+            spawn_udp(vec![(socket, ingress)], IoConfig { fifo_priority: 0, ..IoConfig::default() }).unwrap();
+        // While the thread runs it holds the socket, so the port is taken.
+        assert!(UdpSocket::bind(address).is_err());
+        drop(io);
+        // Joined: the thread returned and dropped the socket before `drop` did.
+        UdpSocket::bind(address).expect("the port is free once the I/O thread is gone");
+    }
+
+    #[test]
+    fn a_thread_that_died_makes_stop_an_error() {
+        let io = IoThread {
+            thread: StoppableThread::spawn("kairos-rtu-io", |_: &AtomicBool| -> IoReport {
+                panic!("socket table corrupt")
+            })
+            .unwrap(),
+        };
+        let err = io.stop().unwrap_err();
+        assert_eq!(err.to_string(), "thread kairos-rtu-io died: socket table corrupt");
+    }
+
+    #[test]
+    fn stop_reports_what_each_socket_delivered() {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let address = socket.local_addr().unwrap();
+        let (ingress, mut inbox) = inbox(64, 64).unwrap();
+        let io =
+            spawn_udp(vec![(socket, ingress)], IoConfig { fifo_priority: 0, ..IoConfig::default() }).unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..10u8 {
+            sender.send_to(&[i; 3], address).unwrap();
+        }
+        let mut read = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while read.len() < 10 && std::time::Instant::now() < deadline {
+            inbox.drain(16, |d| read.push(d.to_vec()));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let report = io.stop().unwrap();
+        assert_eq!(report.sources[0], SourceCounts { delivered: 10, dropped: 0 });
+        assert_eq!(read, (0..10u8).map(|i| vec![i; 3]).collect::<Vec<_>>());
     }
 }

@@ -19,12 +19,12 @@
 //! handler sees in its [`Context`]; each handler's [`Handler::shutdown`] then runs on the same
 //! thread before the state is handed back.
 
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
+use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches, thread_cpu_time_ns};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-
-use kairos_metrics::sys;
 
 use crate::analysis::{Analysis, HandlerSpec, analyse};
 use crate::policy::{Counts, Decision, Finished, Missed, Policy};
@@ -173,9 +173,9 @@ impl<S: Send + 'static> Scheduler<S> {
         let ctx = Context { abort: &abort, release_ns: 0 };
         let mut worst = 1u64;
         for _ in 0..rounds.max(1) {
-            let start = sys::monotonic_ns();
+            let start = monotonic_ns();
             let done = handler.run(&mut self.shared, spec.batch, &ctx).max(1);
-            worst = worst.max((sys::monotonic_ns() - start).div_ceil(done));
+            worst = worst.max((monotonic_ns() - start).div_ceil(done));
         }
         spec.unit_cost_ns = ((worst as f64) * margin.max(1.0)).ceil() as u64;
         self.register(spec, handler)
@@ -308,18 +308,17 @@ fn run<S>(
     inbox: Receiver<Control>,
 ) -> Report<S> {
     if let Some(core) = config.core {
-        let _ = sys::pin_current_thread(core);
+        let _ = pin_current_thread(core);
     }
-    let realtime_result =
-        if config.fifo_priority > 0 { Some(sys::set_fifo(config.fifo_priority)) } else { None };
+    let realtime_result = if config.fifo_priority > 0 { Some(set_fifo(config.fifo_priority)) } else { None };
     let realtime = matches!(realtime_result, Some(Ok(())));
     let realtime_error = match realtime_result {
         Some(Err(e)) => Some(e.to_string()),
         _ => None,
     };
-    let switches_before = sys::thread_context_switches();
+    let switches_before = thread_context_switches();
     let mut policy = Policy::new(&sched.specs, &[]);
-    let start = sys::monotonic_ns();
+    let start = monotonic_ns();
     let (mut finished, mut dispatches, mut worst_late) = (Vec::new(), 0u64, 0u64);
     let mut missed = Vec::new();
     // The thread's CPU time at the end of the last iteration, while iterations follow each
@@ -343,7 +342,7 @@ fn run<S>(
             }
         }
         // One clock read serves the releases and, when a handler runs, its iteration's start.
-        let t0 = sys::monotonic_ns();
+        let t0 = monotonic_ns();
         let now = t0 - start;
         policy.release(now);
         keep_missed(&mut policy);
@@ -355,24 +354,24 @@ fn run<S>(
                 let wake = until.min(now + 10_000_000);
                 let target = start + wake;
                 if wake > now + config.spin_ns {
-                    sys::sleep_until_ns(target - config.spin_ns);
+                    sleep_until_ns(target - config.spin_ns);
                 }
-                while sys::monotonic_ns() < target && !abort.load(Ordering::Relaxed) {
+                while monotonic_ns() < target && !abort.load(Ordering::Relaxed) {
                     std::hint::spin_loop();
                 }
                 if wake == until {
-                    worst_late = worst_late.max(sys::monotonic_ns().saturating_sub(target));
+                    worst_late = worst_late.max(monotonic_ns().saturating_sub(target));
                 }
             }
             Decision::Run { handler, units } => {
                 dispatches += 1;
                 let ctx = Context { abort, release_ns: now };
-                let cpu0 = cpu_mark.unwrap_or_else(sys::thread_cpu_time_ns);
+                let cpu0 = cpu_mark.unwrap_or_else(thread_cpu_time_ns);
                 let done = sched.handlers[handler].run(&mut sched.shared, units, &ctx).min(units);
-                let t1 = sys::monotonic_ns();
+                let t1 = monotonic_ns();
                 // Overruns are judged on the thread's CPU time, not the wall clock's: time the
                 // core spent on a higher-priority thread or a stolen vCPU is not the handler's.
-                let cpu1 = sys::thread_cpu_time_ns();
+                let cpu1 = thread_cpu_time_ns();
                 policy.account(handler, done.max(1), cpu1.saturating_sub(cpu0));
                 cpu_mark = Some(cpu1);
                 let at = t1 - start;
@@ -389,7 +388,7 @@ fn run<S>(
     for h in sched.handlers.iter_mut() {
         h.shutdown(&mut sched.shared);
     }
-    let after = sys::thread_context_switches();
+    let after = thread_context_switches();
     Report {
         counts: (0..sched.specs.len()).map(|h| policy.counts(h)).collect(),
         shared: sched.shared,

@@ -8,9 +8,11 @@
 
 use std::time::Duration;
 
-use kairos_metrics::{StallWatch, StallWatchConfig, sys};
+use kairos_metrics::{StallWatch, StallWatchConfig};
 use kairos_rtu::analysis::{HandlerSpec, analyse};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
+use kairos_sys::clock::{monotonic_ns, spin_until_ns};
+use kairos_sys::proc::last_core;
 
 const MS: u64 = 1_000_000;
 
@@ -29,7 +31,7 @@ fn a_set_above_the_liu_layland_bound_runs_without_a_miss() {
     assert!(analysis.admitted);
     assert_eq!(analysis.handlers[1].response_time_ns, Some(36 * MS));
 
-    let core = sys::last_core();
+    let core = last_core();
     let mut sched = Scheduler::new(());
     for s in &set {
         // Each unit computes for 95% of its declared cost: the declared cost is a bound.
@@ -37,7 +39,7 @@ fn a_set_above_the_liu_layland_bound_runs_without_a_miss() {
         sched
             .register(s.clone(), move |_: &mut (), units: u64, _: &Context<'_>| {
                 for _ in 0..units {
-                    sys::spin_until_ns(sys::monotonic_ns() + work);
+                    spin_until_ns(monotonic_ns() + work);
                 }
                 units
             })
@@ -47,7 +49,7 @@ fn a_set_above_the_liu_layland_bound_runs_without_a_miss() {
     let running = sched.spawn(ShellConfig { core: Some(core), ..ShellConfig::default() }).unwrap();
     std::thread::sleep(Duration::from_secs(3));
     let report = running.stop().unwrap();
-    let stalls = watch.finish();
+    let stalls = watch.finish().unwrap();
     if !report.realtime {
         eprintln!(
             "skipped the run's assertions: SCHED_FIFO was not granted ({}); run as root",

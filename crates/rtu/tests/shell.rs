@@ -177,7 +177,7 @@ fn an_io_thread_feeds_two_handlers_through_their_inboxes() {
         }
     }
     std::thread::sleep(Duration::from_millis(100));
-    let io_report = io.stop();
+    let io_report = io.stop().unwrap();
     let report = running.stop().unwrap();
     for stream in 0..2 {
         let mine: Vec<_> = report.shared.1.iter().filter(|e| e.0 == stream).collect();

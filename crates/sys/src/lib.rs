@@ -7,9 +7,34 @@
 //! a file read, depends on the machine and the user, and callers degrade and say so.
 //!
 //! Modules:
+//! - [`clock`]: `CLOCK_MONOTONIC` and `CLOCK_REALTIME` in nanoseconds, spins and absolute
+//!   sleeps to a deadline.
 //! - [`fs`]: bounded reads of files given from outside (configurations, traces), with errors
 //!   that name the file.
+//! - [`memory`]: `mlockall`, heap trimming off, `/dev/cpu_dma_latency` held at 0.
+//! - [`net`]: UDP bursts (`recvmmsg`/`sendmmsg` with kernel receive time stamps), socket
+//!   options, `ppoll` on sockets, the kernel's per-socket drop count.
+//! - [`netns`]: entering a network namespace (`setns`).
+//! - [`pi_mutex`]: the priority-inheritance pthread mutex, with a guard that stays on its
+//!   thread.
+//! - [`proc`]: `/proc` readings: cores, kernel release, CPU model, steal time.
+//! - [`sched_deadline`]: `SCHED_DEADLINE` reservations (`sched_setattr`).
+//! - [`stoppable_thread`]: a thread its owner stops and joins on every path, whose panic is
+//!   an error.
+//! - [`thread`]: the calling thread: pinning, `SCHED_FIFO`, nice, thread id, CPU time,
+//!   context switches.
+//! - [`user`]: the effective user id (is this root?).
 
 #![warn(missing_docs)]
 
+pub mod clock;
 pub mod fs;
+pub mod memory;
+pub mod net;
+pub mod netns;
+pub mod pi_mutex;
+pub mod proc;
+pub mod sched_deadline;
+pub mod stoppable_thread;
+pub mod thread;
+pub mod user;

@@ -54,7 +54,7 @@ impl Testpmd {
             .context("dpdk-testpmd is not installed (Debian: apt install dpdk-dev); the peer needs it")?;
         let pid = std::process::id();
         // The main lcore on CPU 0 (it sleeps in a read), the forwarding lcore on the last CPU.
-        let last_cpu = kairos_metrics::sys::last_core();
+        let last_cpu = kairos_sys::proc::last_core();
         let mut child = Command::new("ip")
             .args(["netns", "exec", &bed.forwarder_ns])
             // Line-buffered: testpmd prints "Press enter to exit" with printf into a pipe.

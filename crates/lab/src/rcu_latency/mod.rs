@@ -113,7 +113,7 @@ impl RcuLatencyConfig {
 
     /// About 6 minutes: 15 rows, 5 runs of 4 s each.
     pub fn full() -> Self {
-        let cores = kairos_metrics::sys::online_cores();
+        let cores = kairos_sys::proc::online_cores();
         Self {
             row_duration: Duration::from_secs(4),
             repetitions: 5,
@@ -139,7 +139,7 @@ impl RcuLatencyConfig {
 
     /// Checks the knobs; the error says which one and how to fix it.
     pub fn validate(&self) -> Result<(), String> {
-        let cores = kairos_metrics::sys::online_cores();
+        let cores = kairos_sys::proc::online_cores();
         if self.period.is_zero() || self.period > Duration::from_secs(1) {
             return Err("--period-us must be 1-1000000 (up to one second)".into());
         }

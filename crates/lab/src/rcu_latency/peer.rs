@@ -9,7 +9,8 @@ use super::run::{RowParts, finish_row, spawn_realtime};
 use super::workload::{self, COUNTED_DROPS, Route};
 use anyhow::Result;
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
-use kairos_metrics::{Clock, TscClock, sys};
+use kairos_metrics::{Clock, TscClock};
+use kairos_sys::thread::pin_current_thread;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -46,7 +47,7 @@ pub(super) fn crossbeam_row(config: &RcuLatencyConfig, storm: usize) -> Result<R
         let (route, stop, peak) = (Arc::clone(&route), Arc::clone(&stop), Arc::clone(&peak_pending));
         let (core, pause) = (config.housekeeping_core, config.period);
         std::thread::spawn(move || {
-            let _ = sys::pin_current_thread(core);
+            let _ = pin_current_thread(core);
             let mut deferred = 0u64;
             let mut seed = 0u64;
             while !stop.load(Ordering::Relaxed) {

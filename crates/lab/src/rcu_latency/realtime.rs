@@ -7,7 +7,9 @@
 //! whose body ends after the next release counts as an overrun, and the next release moves to the
 //! first period boundary after it (missed releases are not replayed).
 
-use kairos_metrics::{LatencyRecorder, sys};
+use kairos_metrics::LatencyRecorder;
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
+use kairos_sys::thread::{pin_current_thread, set_fifo};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -55,8 +57,8 @@ pub struct RealtimeRun {
 
 /// Sets up the calling thread as `spec` asks, as far as the kernel allows.
 pub fn enter(spec: &RealtimeSpec) -> RealtimeStatus {
-    let pinned = sys::pin_current_thread(spec.core).is_ok();
-    let sched_fifo = spec.fifo_priority > 0 && sys::set_fifo(spec.fifo_priority).is_ok();
+    let pinned = pin_current_thread(spec.core).is_ok();
+    let sched_fifo = spec.fifo_priority > 0 && set_fifo(spec.fifo_priority).is_ok();
     RealtimeStatus { pinned, sched_fifo }
 }
 
@@ -77,13 +79,13 @@ pub fn run(
         in_task: LatencyRecorder::preallocated(10_000_000_000),
         ..RealtimeRun::default()
     };
-    let mut release = sys::monotonic_ns() + period_ns;
+    let mut release = monotonic_ns() + period_ns;
     let mut warmup = WARMUP_PERIODS;
     while !stop.load(Ordering::Relaxed) {
-        sys::sleep_until_ns(release);
-        let woken = sys::monotonic_ns();
+        sleep_until_ns(release);
+        let woken = monotonic_ns();
         body();
-        let end = sys::monotonic_ns();
+        let end = monotonic_ns();
         if warmup > 0 {
             warmup -= 1;
         } else {

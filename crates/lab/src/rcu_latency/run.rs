@@ -9,8 +9,10 @@ use crate::harness::Run;
 use crate::machine::MachineInfo;
 use crate::plot::{self, Series};
 use anyhow::{Context, Result, anyhow};
-use kairos_metrics::{LatencyRecorder, NoiseConfig, Sampler, sys};
+use kairos_metrics::{LatencyRecorder, NoiseConfig, Sampler};
 use kairos_rcu::{Domain, DomainConfig, DomainStats, RcuCell, ReclaimPolicy};
+use kairos_sys::memory::{NoIdleStates, disable_heap_trimming, lock_memory};
+use kairos_sys::thread::{pin_current_thread, set_nice};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -152,10 +154,10 @@ pub(super) fn measure(config: &RcuLatencyConfig, run: &mut Run<'_>) -> Result<Su
     let plan = plan_rows(config);
     // Realtime practice, applied to every row alike: no page faults, no unmapping (TLB
     // shootdowns) in the process, no idle states (a halted vCPU wakes late).
-    let no_idle = sys::NoIdleStates::request().ok();
+    let no_idle = NoIdleStates::request().ok();
     let setup = RealtimeSetup {
-        memory_locked: machine.sched_fifo && sys::lock_memory().is_ok(),
-        heap_trimming_disabled: sys::disable_heap_trimming(),
+        memory_locked: machine.sched_fifo && lock_memory().is_ok(),
+        heap_trimming_disabled: disable_heap_trimming(),
         no_idle_states: no_idle.is_some(),
     };
     let noise_config = noise_config(config);
@@ -166,14 +168,14 @@ pub(super) fn measure(config: &RcuLatencyConfig, run: &mut Run<'_>) -> Result<Su
             let (name, storm) = (aggregate.name, aggregate.storm);
             run.doing(&format!("{name} x{storm}"));
             run.log(&format!("run {}/{}: row {name}, storm {storm}", repetition + 1, config.repetitions));
-            let sampler = Sampler::start(&noise_config);
+            let sampler = Sampler::start(&noise_config)?;
             let cyclictest = start_cyclictest(config, &machine, name);
             let parts = if name == "crossbeam-epoch" {
                 peer::crossbeam_row(config, storm)?
             } else {
                 kairos_row(config, name, storm)?
             };
-            let during = sampler.finish();
+            let during = sampler.finish()?;
             aggregate.add(parts, &during, cyclictest.map(Cyclictest::finish));
             run.step("");
         }
@@ -284,8 +286,8 @@ fn kairos_row(config: &RcuLatencyConfig, name: &str, storm: usize) -> Result<Row
     let nice = config.reclaimer_nice;
     let reclaimer_init = reclaimer_core.map(|core| {
         Arc::new(move || {
-            let _ = sys::pin_current_thread(core);
-            let _ = sys::set_nice(nice);
+            let _ = pin_current_thread(core);
+            let _ = set_nice(nice);
         }) as Arc<dyn Fn() + Send + Sync>
     });
     let domain = Domain::new(DomainConfig {
@@ -317,7 +319,7 @@ fn kairos_row(config: &RcuLatencyConfig, name: &str, storm: usize) -> Result<Row
         let (domain, cell, stop) = (domain.clone(), Arc::clone(&cell), Arc::clone(&stop));
         let (core, pause) = (config.housekeeping_core, config.period);
         std::thread::spawn(move || {
-            let _ = sys::pin_current_thread(core);
+            let _ = pin_current_thread(core);
             let mut seed = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let nodes = workload::storm_nodes(storm, seed, false);

@@ -39,8 +39,8 @@ impl Drop for Node {
         std::hint::black_box(&mut self.words)[0] = 0;
         let extra = EXTRA_WORK_NS.load(Ordering::Relaxed);
         if extra > 0 {
-            let end = kairos_metrics::sys::monotonic_ns() + extra;
-            while kairos_metrics::sys::monotonic_ns() < end {
+            let end = kairos_sys::clock::monotonic_ns() + extra;
+            while kairos_sys::clock::monotonic_ns() < end {
                 std::hint::spin_loop();
             }
         }

@@ -24,8 +24,11 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use anyhow::Result;
-use kairos_metrics::sys;
+
 use kairos_rtu::analysis::HandlerSpec;
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns, spin_until_ns};
+use kairos_sys::proc::online_cores;
+use kairos_sys::sched_deadline::{DeadlineReservation, set_deadline};
 use serde::Serialize;
 
 mod one_core;
@@ -59,39 +62,6 @@ pub struct EdfSummary {
     pub rows: Vec<EdfRow>,
 }
 
-/// `struct sched_attr` of `sched_setattr(2)`.
-#[repr(C)]
-struct SchedAttr {
-    size: u32,
-    sched_policy: u32,
-    sched_flags: u64,
-    sched_nice: i32,
-    sched_priority: u32,
-    sched_runtime: u64,
-    sched_deadline: u64,
-    sched_period: u64,
-}
-
-const SCHED_DEADLINE: u32 = 6;
-
-/// Puts the calling thread under `SCHED_DEADLINE`.
-fn set_deadline(runtime_ns: u64, deadline_ns: u64, period_ns: u64) -> std::io::Result<()> {
-    let attr = SchedAttr {
-        size: std::mem::size_of::<SchedAttr>() as u32,
-        sched_policy: SCHED_DEADLINE,
-        sched_flags: 0,
-        sched_nice: 0,
-        sched_priority: 0,
-        sched_runtime: runtime_ns,
-        sched_deadline: deadline_ns,
-        sched_period: period_ns,
-    };
-    // SAFETY: `attr` is a valid sched_attr of the size it declares, alive for the call; pid 0 is
-    // the calling thread and flags 0 is the only defined value.
-    let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
-    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
-}
-
 /// (min slack ns, misses, invocations) of one handler thread, or why the kernel refused it.
 fn edf_thread(
     spec: HandlerSpec,
@@ -103,7 +73,12 @@ fn edf_thread(
     let runtime = cost + cost / 20 + 50_000;
     let joined = domain.as_ref().map_or(Ok(()), |d| d.join());
     let set = joined.and_then(|()| {
-        set_deadline(runtime.min(spec.period_ns), spec.period_ns, spec.period_ns).map_err(|e| e.to_string())
+        set_deadline(DeadlineReservation {
+            runtime_ns: runtime.min(spec.period_ns),
+            deadline_ns: spec.period_ns,
+            period_ns: spec.period_ns,
+        })
+        .map_err(|e| e.to_string())
     });
     // The set runs only when the kernel admitted every thread of it.
     let (barrier, refused) = &*admitted;
@@ -121,12 +96,12 @@ fn edf_thread(
     // and slack is measured from it. (`sched_yield`, the other way to wait for the next period,
     // now and then returned into a period whose runtime was spent, and the job then waited a
     // whole period for the next replenishment.)
-    let start = sys::monotonic_ns();
+    let start = monotonic_ns();
     while !stop.load(Ordering::Relaxed) {
         let release = start + jobs * spec.period_ns;
-        sys::sleep_until_ns(release);
-        sys::spin_until_ns(sys::monotonic_ns().max(release) + cost);
-        let slack = (release + spec.period_ns) as i64 - sys::monotonic_ns() as i64;
+        sleep_until_ns(release);
+        spin_until_ns(monotonic_ns().max(release) + cost);
+        let slack = (release + spec.period_ns) as i64 - monotonic_ns() as i64;
         min_slack = min_slack.min(slack);
         misses += u64::from(slack < 0);
         jobs += 1;
@@ -239,7 +214,7 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
         if refused.is_some() {
             break;
         }
-        match OneCoreDomain::new(config.core, sys::online_cores()) {
+        match OneCoreDomain::new(config.core, online_cores()) {
             Ok(d) => {
                 let d = Arc::new(d);
                 run.step("");

@@ -68,8 +68,7 @@ impl OneCoreDomain {
 
     /// Moves the calling thread into the one-core set.
     pub fn join(&self) -> Result<(), String> {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
+        let tid = kairos_sys::thread::thread_id();
         write(&self.dl.join("tasks"), &tid.to_string())
     }
 }

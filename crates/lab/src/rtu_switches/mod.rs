@@ -19,20 +19,19 @@
 //! RMDP, the median over the utilisations), `plots`. Files: `summary.json`, `rows.csv`,
 //! `switches_per_unit.png`.
 
-mod pi_mutex;
-
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Result;
-use kairos_metrics::sys;
+use anyhow::{Context as _, Result};
 use kairos_rtu::analysis::HandlerSpec;
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns, spin_until_ns};
+use kairos_sys::pi_mutex::PiMutex;
+use kairos_sys::proc::last_core;
+use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches};
 use serde::Serialize;
-
-pub use pi_mutex::PiMutex;
 
 use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds, check_utilisations};
 use crate::plot::{Scales, XySeries, xy_chart};
@@ -49,7 +48,7 @@ pub struct SwitchesConfig {
 
 impl SwitchesConfig {
     pub fn quick() -> Self {
-        Self { utilisations: vec![0.2, 0.4, 0.6], seconds: 2.0, core: sys::last_core(), work_ns: 20_000 }
+        Self { utilisations: vec![0.2, 0.4, 0.6], seconds: 2.0, core: last_core(), work_ns: 20_000 }
     }
 
     pub fn full() -> Self {
@@ -123,7 +122,7 @@ fn unit_of_work(shared: &mut Shared, work_ns: u64) {
         shared.queue.pop_front();
     }
     shared.updates += 1;
-    sys::spin_until_ns(sys::monotonic_ns() + work_ns);
+    spin_until_ns(monotonic_ns() + work_ns);
 }
 
 fn rmdp(u: f64, config: &SwitchesConfig) -> Result<(SwitchRow, bool), String> {
@@ -140,12 +139,12 @@ fn rmdp(u: f64, config: &SwitchesConfig) -> Result<(SwitchRow, bool), String> {
             })
             .map_err(|e| format!("utilisation {u}: {e}"))?;
     }
-    let start = sys::monotonic_ns();
+    let start = monotonic_ns();
     let running =
         sched.spawn(ShellConfig { core: Some(config.core), ..ShellConfig::default() }).expect("spawn");
     std::thread::sleep(Duration::from_secs_f64(config.seconds));
     let report = running.stop().map_err(|e| e.to_string())?;
-    let wall = (sys::monotonic_ns() - start).max(1);
+    let wall = (monotonic_ns() - start).max(1);
     let units = report.shared.updates;
     let (vol, invol) = report.context_switches;
     Ok((
@@ -164,11 +163,11 @@ fn rmdp(u: f64, config: &SwitchesConfig) -> Result<(SwitchRow, bool), String> {
     ))
 }
 
-fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
+fn threads(u: f64, config: &SwitchesConfig) -> Result<SwitchRow> {
     let specs = handler_set(u, config.work_ns);
-    let shared = Arc::new(PiMutex::new(Shared::default()).expect("a priority-inheritance mutex"));
+    let shared = Arc::new(PiMutex::new(Shared::default()).context("a priority-inheritance mutex")?);
     let stop = Arc::new(AtomicBool::new(false));
-    let start = sys::monotonic_ns() + 5_000_000;
+    let start = monotonic_ns() + 5_000_000;
     let handles: Vec<_> = specs
         .iter()
         .enumerate()
@@ -176,27 +175,27 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
             let (shared, stop, spec, core, work) =
                 (Arc::clone(&shared), Arc::clone(&stop), spec.clone(), config.core, config.work_ns);
             std::thread::spawn(move || {
-                let _ = sys::pin_current_thread(core);
+                let _ = pin_current_thread(core);
                 // Rate-monotonic: the shortest period gets the highest priority.
-                let _ = sys::set_fifo(80 - rank as i32);
-                let before = sys::thread_context_switches();
+                let _ = set_fifo(80 - rank as i32);
+                let before = thread_context_switches();
                 let (mut release, mut misses, mut locks) = (start, 0u64, 0u64);
                 while !stop.load(Ordering::Relaxed) {
-                    sys::sleep_until_ns(release);
+                    sleep_until_ns(release);
                     for _ in 0..spec.batch {
-                        let mut guard = shared.lock();
+                        let mut guard = shared.lock()?;
                         locks += 1;
                         unit_of_work(&mut guard, 0);
-                        drop(guard);
-                        sys::spin_until_ns(sys::monotonic_ns() + work);
+                        guard.unlock()?;
+                        spin_until_ns(monotonic_ns() + work);
                     }
-                    if sys::monotonic_ns() > release + spec.period_ns {
+                    if monotonic_ns() > release + spec.period_ns {
                         misses += 1;
                     }
                     release += spec.period_ns;
                 }
-                let after = sys::thread_context_switches();
-                (after.0 - before.0, after.1 - before.1, misses, locks)
+                let after = thread_context_switches();
+                Ok::<_, std::io::Error>((after.0 - before.0, after.1 - before.1, misses, locks))
             })
         })
         .collect();
@@ -204,12 +203,15 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
     stop.store(true, Ordering::Relaxed);
     let (mut vol, mut invol, mut misses, mut locks) = (0, 0, 0, 0);
     for h in handles {
-        let (v, i, m, l) = h.join().expect("a handler thread");
+        let (v, i, m, l) = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a handler thread panicked"))?
+            .context("the PI mutex refused a handler thread")?;
         (vol, invol, misses, locks) = (vol + v, invol + i, misses + m, locks + l);
     }
-    let wall = (sys::monotonic_ns() - start).max(1);
-    let units = shared.lock().updates;
-    SwitchRow {
+    let wall = (monotonic_ns() - start).max(1);
+    let units = shared.lock().context("the PI mutex after the run")?.updates;
+    Ok(SwitchRow {
         utilisation: u,
         way: "threads + PI mutex",
         units,
@@ -219,7 +221,7 @@ fn threads(u: f64, config: &SwitchesConfig) -> SwitchRow {
         lock_operations: locks,
         misses,
         useful_utilisation: (units * config.work_ns) as f64 / wall as f64,
-    }
+    })
 }
 
 impl SwitchesConfig {
@@ -276,7 +278,7 @@ fn measure(config: &SwitchesConfig, run: &mut Run<'_>) -> Result<SwitchesSummary
     for &u in &config.utilisations {
         let (r, rt) = rmdp(u, config).map_err(|e| anyhow::anyhow!("the RMDP set was refused: {e}"))?;
         realtime &= rt;
-        let t = threads(u, config);
+        let t = threads(u, config)?;
         ratios.push(Ratio {
             utilisation: u,
             switch_ratio: t.switches_per_unit / r.switches_per_unit.max(f64::MIN_POSITIVE),

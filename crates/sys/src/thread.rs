@@ -1,0 +1,119 @@
+//! The calling thread's place in the scheduler: its core, its policy and priority, its thread
+//! id, and what it has cost (CPU time, context switches).
+//!
+//! Every setter acts on the calling thread only (Linux schedules threads, not processes) and
+//! returns the kernel's refusal as an `io::Error`: pinning to an absent core or asking for
+//! `SCHED_FIFO` without `CAP_SYS_NICE` is an answer the caller reports, not a panic.
+
+use std::io;
+
+use crate::clock::read_clock;
+
+/// The calling thread's kernel thread id (`gettid`), as `/proc` and the cgroup `tasks` files
+/// name threads.
+pub fn thread_id() -> i32 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// Pins the calling thread to one core.
+pub fn pin_current_thread(core: usize) -> io::Result<()> {
+    if core >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("core {core} out of range")));
+    }
+    // SAFETY: cpu_set_t is plain data for which all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `core` < CPU_SETSIZE was checked above, so CPU_SET stays inside `set`.
+    unsafe { libc::CPU_SET(core, &mut set) };
+    // SAFETY: pid 0 names the calling thread; `set` is a valid cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Makes the calling thread `SCHED_FIFO` at `priority` (1-99). Fails without `CAP_SYS_NICE`.
+pub fn set_fifo(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: pid 0 names the calling thread; `param` is a valid sched_param.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Sets the nice value of the calling thread (not the whole process: Linux niceness is per task).
+pub fn set_nice(nice: i32) -> io::Result<()> {
+    let tid = thread_id();
+    // SAFETY: PRIO_PROCESS with a thread id sets that one task's niceness; no pointers involved.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// CPU time consumed by the calling thread, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_time_ns() -> u64 {
+    read_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Voluntary and involuntary context switches of the calling thread so far; `(0, 0)` if the
+/// kernel does not say.
+pub fn thread_context_switches() -> (u64, u64) {
+    // SAFETY: rusage is plain data for which all-zero is valid.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_THREAD fills `usage`, a valid writable rusage.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    if rc != 0 {
+        return (0, 0);
+    }
+    (usage.ru_nvcsw as u64, usage.ru_nivcsw as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::monotonic_ns;
+
+    #[test]
+    fn pinning_to_an_absent_core_is_an_error_not_a_panic() {
+        assert!(pin_current_thread(100_000).is_err());
+        assert!(pin_current_thread(libc::CPU_SETSIZE as usize - 1).is_err());
+    }
+
+    #[test]
+    fn a_thread_pinned_to_core_0_runs_there() {
+        let core = std::thread::spawn(|| {
+            pin_current_thread(0).unwrap();
+            // SAFETY: sched_getcpu has no preconditions.
+            unsafe { libc::sched_getcpu() }
+        });
+        assert_eq!(core.join().unwrap(), 0);
+    }
+
+    #[test]
+    fn thread_ids_differ_between_threads() {
+        let other = std::thread::spawn(thread_id).join().unwrap();
+        assert_ne!(other, thread_id());
+        assert!(other > 0);
+    }
+
+    #[test]
+    fn thread_cpu_time_grows_while_spinning() {
+        let before = thread_cpu_time_ns();
+        let end = monotonic_ns() + 5_000_000;
+        while monotonic_ns() < end {}
+        assert!(thread_cpu_time_ns() > before);
+    }
+
+    #[test]
+    fn sleeping_is_a_voluntary_context_switch() {
+        let (voluntary, _) = std::thread::spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            thread_context_switches()
+        })
+        .join()
+        .unwrap();
+        assert!(voluntary >= 1);
+    }
+
+    #[test]
+    fn an_invalid_fifo_priority_is_refused() {
+        let err = std::thread::spawn(|| set_fifo(1_000)).join().unwrap().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+    }
+}
