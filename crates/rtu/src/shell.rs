@@ -260,6 +260,11 @@ impl<S> Running<S> {
         Ok(())
     }
 
+    /// Whether the shell's thread has ended (a handler panicked) while it should be running.
+    pub fn has_ended(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
     /// Raises the abort flag, waits for every handler's shutdown, and returns the report; a
     /// handler that panicked ended the shell's thread, and comes back as the error.
     pub fn stop(mut self) -> Result<Report<S>, HandlerPanicked> {

@@ -201,8 +201,12 @@ fn a_handler_that_panics_ends_the_run_with_its_message_instead_of_a_panic_in_the
         units
     })
     .unwrap();
-    let running = s.spawn(ShellConfig::default()).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    let running = s.spawn(ShellConfig { fifo_priority: 0, ..ShellConfig::default() }).unwrap();
+    // Wait (up to a minute on a loaded machine) for the third invocation's panic to end the thread.
+    let started = std::time::Instant::now();
+    while !running.has_ended() && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let err = running.stop().unwrap_err();
     assert_eq!(err.to_string(), "a handler of the real-time shell panicked: sensor 7 unplugged");
 }
@@ -218,11 +222,14 @@ fn dropping_a_running_shell_stops_and_joins_its_thread() {
         units
     })
     .unwrap();
-    let running = s.spawn(ShellConfig::default()).unwrap();
-    std::thread::sleep(Duration::from_millis(30));
+    let running = s.spawn(ShellConfig { fifo_priority: 0, ..ShellConfig::default() }).unwrap();
+    let started = std::time::Instant::now();
+    while runs.load(Ordering::Relaxed) == 0 && started.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     drop(running);
     let after_drop = runs.load(Ordering::Relaxed);
-    assert!(after_drop > 0, "the handler never ran");
+    assert!(after_drop > 0, "the handler never ran in a minute");
     std::thread::sleep(Duration::from_millis(30));
     // Joined in drop: nothing runs any more (before, the thread ran on, unowned, forever).
     assert_eq!(runs.load(Ordering::Relaxed), after_drop);
