@@ -3,7 +3,8 @@
 //! `loom::cell::UnsafeCell` that its destructor writes; loom reports any read of it by a reader
 //! that is not ordered before that write, i.e. any use after free.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p kairos-rcu --test loom --release`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p kairos-rcu --test loom --release -- --nocapture`
+//! (each model prints how many schedules it explored).
 #![cfg(loom)]
 
 use kairos_rcu::{Domain, DomainConfig, RcuCell, ReclaimPolicy};
@@ -35,6 +36,20 @@ impl Drop for Node {
 // SAFETY: access to `value` is ordered by the RCU protocol under test; loom verifies it.
 unsafe impl Sync for Node {}
 
+/// Runs `f` under loom, prints how many schedules it explored and checks that there was more
+/// than one: a model that explores one checks nothing about concurrency.
+fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+    let iterations = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&iterations);
+    loom::model(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    let n = iterations.load(std::sync::atomic::Ordering::Relaxed);
+    println!("{name}: {n} schedules");
+    assert!(n > 1, "loom explored {n} schedule(s)");
+}
+
 fn domain(policy: ReclaimPolicy) -> Domain {
     Domain::new(DomainConfig { max_readers: 2, ..DomainConfig::with_policy(policy) }).unwrap()
 }
@@ -42,7 +57,7 @@ fn domain(policy: ReclaimPolicy) -> Domain {
 /// A reader holds a reference across the writer's replace and reclaim; then passes a quiescent
 /// state and reads again.
 fn reader_holds_across_replace(policy: ReclaimPolicy) {
-    loom::model(move || {
+    model(policy.name(), move || {
         let domain = domain(policy);
         let cell = loom::sync::Arc::new(RcuCell::new(&domain, Node::new(1)));
         let mut reader = domain.register("r").unwrap();
@@ -82,7 +97,7 @@ fn direct_writer_waits_for_the_reader_before_freeing() {
 /// A reader coming online races with a writer that unlinks and frees: the Dekker case.
 #[test]
 fn a_reader_coming_online_never_reads_a_freed_value() {
-    loom::model(|| {
+    model("coming online", || {
         let domain = domain(ReclaimPolicy::Inline);
         let cell = loom::sync::Arc::new(RcuCell::new(&domain, Node::new(1)));
         let mut reader = domain.register("r").unwrap();
@@ -103,7 +118,7 @@ fn a_reader_coming_online_never_reads_a_freed_value() {
 /// started has not passed a quiescent state.
 #[test]
 fn poll_never_completes_before_the_reader_is_quiescent() {
-    loom::model(|| {
+    model("poll", || {
         let domain = domain(ReclaimPolicy::Offload);
         let mut reader = domain.register("r").unwrap();
         let passed = loom::sync::Arc::new(loom::sync::atomic::AtomicBool::new(false));
