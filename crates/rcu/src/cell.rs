@@ -6,7 +6,8 @@
 //! retires the old value through the domain's reclamation policy, so it is freed only after every
 //! reader that might hold it has passed a quiescent state.
 
-use crate::domain::{Admission, Domain};
+use crate::backlog::Admission;
+use crate::domain::Domain;
 use crate::error::Full;
 use crate::reader::ReaderHandle;
 use crate::sync::{AtomicPtr, Ordering};

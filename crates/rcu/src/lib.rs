@@ -41,28 +41,34 @@
 //! ```
 //!
 //! # Correctness
-//! The protocol is described in the `domain` module. Loom models (`tests/loom.rs`, run with
+//! The protocol is described in the `grace` module (grace periods) and the `backlog` module
+//! (callbacks). Loom models (`tests/loom.rs`, run with
 //! `RUSTFLAGS="--cfg loom"`) check that a reader holding a reference across a replace never sees
 //! it freed; `tests/stress.rs` poisons every retired object before freeing it while many readers
 //! check they never see poison, and runs under valgrind in CI.
 
 #![cfg_attr(loom, allow(dead_code))]
 
+mod backlog;
 mod callback;
 mod cell;
 mod domain;
 mod error;
+mod grace;
 mod policy;
 mod reader;
 mod ready;
 #[cfg(not(loom))]
 mod reclaimer;
 mod stall;
+mod stats;
 mod sync;
 
 pub use cell::RcuCell;
-pub use domain::{Domain, DomainConfig, DomainStats, ThreadInit, Ticket};
+pub use domain::{Domain, DomainConfig, ThreadInit};
 pub use error::{ConfigError, Full, RegisterError};
+pub use grace::Ticket;
 pub use policy::{OnFull, ReclaimPolicy};
 pub use reader::{Offline, ReaderHandle};
 pub use stall::{OnStall, StallConfig, StallDetector, StallReport};
+pub use stats::DomainStats;
