@@ -82,6 +82,8 @@ pub enum FibError {
         "the RCU backlog of retired entries is full ({0} waiting): readers are not passing quiescent states"
     )]
     Backlog(usize),
+    #[error("cannot update the RCU FIB: {0}")]
+    ReaderOnline(kairos_rcu::ReaderOnline),
     #[error("cannot register a FIB reader: {0}")]
     Reader(String),
     #[error("cannot build the FIB: {0}")]

@@ -14,6 +14,8 @@
 //! [`Backlog::admit`] reserves places with a compare-and-swap, so concurrent writers never pass
 //! `high_watermark`; at it, [`OnFull`] decides: run the callbacks in the caller after a grace
 //! period, or refuse and hand the value back. Under `Direct` every callback runs in the caller.
+//! A caller that would wait for a grace period while its own reader is online is refused instead
+//! (`GracePeriods::refuse_own_reader`): it would wait forever.
 //!
 //! # Work bounds
 //! [`Backlog::dispatch`] of queued callbacks holds the queue lock for O(1) work (plus, when no
@@ -22,6 +24,7 @@
 //! each one, so a call passes its budget by at most one callback.
 
 use crate::callback::Callback;
+use crate::error::{DeferError, Full, ReaderOnline};
 use crate::grace::{GracePeriods, Ticket};
 use crate::policy::{OnFull, ReclaimPolicy};
 use crate::ready::Ready;
@@ -34,10 +37,31 @@ use std::collections::VecDeque;
 pub(crate) enum Admission {
     /// Queued for a grace period; their backlog place is reserved.
     Queued,
-    /// Run by the caller after a grace period (`Direct`, or at the watermark under `Synchronize`).
+    /// Run by the caller after a grace period (`Direct`, or at the watermark under `Synchronize`);
+    /// the caller has no reader online, so the wait ends.
     Synchronous,
-    /// Refused at the watermark (`OnFull::Fail`).
-    Refused,
+}
+
+/// Why callbacks offered to `defer` were not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// At the watermark under `OnFull::Fail`.
+    Full {
+        /// The watermark.
+        limit: usize,
+    },
+    /// They would run after a grace period that the caller's own online reader holds up.
+    ReaderOnline(ReaderOnline),
+}
+
+impl Refusal {
+    /// The public error, handing `value` back.
+    pub(crate) fn hand_back<T>(self, value: T) -> DeferError<T> {
+        match self {
+            Self::Full { limit } => DeferError::Full(Full { value, limit }),
+            Self::ReaderOnline(error) => DeferError::ReaderOnline { value, error },
+        }
+    }
 }
 
 /// What one run of callbacks did.
@@ -174,16 +198,22 @@ impl Backlog {
 
     /// Decides how `count` callbacks will be taken, reserving their place in the backlog when
     /// they are to be queued (a compare-and-swap, so concurrent writers never pass the watermark).
-    pub(crate) fn admit(&self, count: usize) -> Admission {
+    /// Callbacks that would run after a grace period are refused when the calling thread has a
+    /// reader of `grace` online: that wait would never end.
+    pub(crate) fn admit(&self, grace: &GracePeriods, count: usize) -> Result<Admission, Refusal> {
+        let synchronous = || match grace.refuse_own_reader() {
+            Ok(()) => Ok(Admission::Synchronous),
+            Err(error) => Err(Refusal::ReaderOnline(error)),
+        };
         if self.policy == ReclaimPolicy::Direct {
-            return Admission::Synchronous;
+            return synchronous();
         }
         let mut pending = self.counters.pending.load(Ordering::Acquire);
         loop {
             if pending.saturating_add(count) > self.high_watermark {
                 return match self.on_full {
-                    OnFull::Fail => Admission::Refused,
-                    OnFull::Synchronize => Admission::Synchronous,
+                    OnFull::Fail => Err(Refusal::Full { limit: self.high_watermark }),
+                    OnFull::Synchronize => synchronous(),
                 };
             }
             match self.counters.pending.compare_exchange_weak(
@@ -192,7 +222,7 @@ impl Backlog {
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
-                Ok(_) => return Admission::Queued,
+                Ok(_) => return Ok(Admission::Queued),
                 Err(now) => pending = now,
             }
         }
@@ -208,7 +238,7 @@ impl Backlog {
         c.peak_unreclaimed_bytes.fetch_max(unreclaimed, Ordering::Relaxed);
         match admission {
             Admission::Queued => {}
-            Admission::Synchronous | Admission::Refused => {
+            Admission::Synchronous => {
                 if self.policy != ReclaimPolicy::Direct {
                     c.watermark_fallbacks.fetch_add(count as u64, Ordering::Relaxed);
                 }
@@ -234,8 +264,9 @@ impl Backlog {
 
     /// Runs `callbacks` on the calling thread once no reader can hold what they free.
     fn run_synchronously(&self, grace: &GracePeriods, callbacks: Vec<Callback>) {
+        // Admission checked that none of the online readers is this thread's.
         if grace.any_reader_online() {
-            grace.synchronize();
+            grace.wait_for_readers();
         }
         let mut ready = Ready::default();
         ready.push(callbacks);

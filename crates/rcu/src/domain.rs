@@ -12,13 +12,13 @@
 //! `start` is one atomic increment; `poll` is O(registered readers); `defer` takes the queue lock
 //! for O(1) work (plus, when no grace period is in flight, one counter increment).
 //! `synchronize`, and `defer` under `Direct` or at the watermark under
-//! [`OnFull::Synchronize`], block until every online reader passes a quiescent state: never call
-//! them from a thread holding an online [`crate::ReaderHandle`] of the same domain, which would
-//! wait for itself.
+//! [`OnFull::Synchronize`], block until every online reader passes a quiescent state; called
+//! from a thread holding an online [`crate::ReaderHandle`] of the same domain, which would wait
+//! for itself, they refuse at once with [`ReaderOnline`].
 
-use crate::backlog::{Admission, Backlog, Runner};
+use crate::backlog::{Admission, Backlog, Refusal, Runner};
 use crate::callback::Callback;
-use crate::error::{ConfigError, Full};
+use crate::error::{ConfigError, DeferError, ReaderOnline};
 use crate::grace::{GracePeriods, Ticket};
 use crate::policy::{OnFull, ReclaimPolicy};
 use crate::ready::Ready;
@@ -201,28 +201,43 @@ impl Domain {
 
     /// Blocks until every reader online now has passed a quiescent state (spinning briefly,
     /// then sleeping in 20 us steps).
-    pub fn synchronize(&self) {
-        self.shared.grace.synchronize();
+    ///
+    /// # Errors
+    /// [`ReaderOnline`], at once, when the calling thread has a reader of this domain online:
+    /// that reader cannot pass a quiescent state while its thread waits here.
+    pub fn synchronize(&self) -> Result<(), ReaderOnline> {
+        self.shared.grace.synchronize()
     }
 
-    /// Defers `f` until every reader online now has passed a quiescent state.
-    pub fn defer<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), Full<F>> {
+    /// Defers `f` until every reader online now has passed a quiescent state. Under `Direct`,
+    /// and at the watermark under [`OnFull::Synchronize`], it waits for that grace period and
+    /// runs `f` itself before returning.
+    ///
+    /// # Errors
+    /// `f` comes back, not run, in [`DeferError::Full`] at the watermark under
+    /// [`OnFull::Fail`], or in [`DeferError::ReaderOnline`] when `defer` would wait for a grace
+    /// period and this thread has a reader of the domain online (it would wait for itself). The
+    /// other `defer_*` calls refuse in the same cases.
+    pub fn defer<F: FnOnce() + Send + 'static>(&self, f: F) -> Result<(), DeferError<F>> {
         self.defer_sized(f, 0)
     }
 
     /// Like [`Domain::defer`], declaring that `f` frees `bytes` (for the unreclaimed-memory count).
-    pub fn defer_sized<F: FnOnce() + Send + 'static>(&self, f: F, bytes: usize) -> Result<(), Full<F>> {
+    pub fn defer_sized<F: FnOnce() + Send + 'static>(&self, f: F, bytes: usize) -> Result<(), DeferError<F>> {
         self.offer(1, f, |f| vec![Callback::call(Box::new(f), bytes)])
     }
 
     /// Drops `value` once every reader online now has passed a quiescent state.
-    pub fn defer_drop<T: Send + 'static>(&self, value: Box<T>) -> Result<(), Full<Box<T>>> {
+    pub fn defer_drop<T: Send + 'static>(&self, value: Box<T>) -> Result<(), DeferError<Box<T>>> {
         self.offer(1, value, |value| vec![Callback::drop_box(value)])
     }
 
     /// Drops every value after one grace period: one lock, one seal, and under `Direct` one wait,
     /// for the whole batch.
-    pub fn defer_drop_all<T: Send + 'static>(&self, values: Vec<Box<T>>) -> Result<(), Full<Vec<Box<T>>>> {
+    pub fn defer_drop_all<T: Send + 'static>(
+        &self,
+        values: Vec<Box<T>>,
+    ) -> Result<(), DeferError<Vec<Box<T>>>> {
         if values.is_empty() {
             return Ok(());
         }
@@ -235,19 +250,20 @@ impl Domain {
         count: usize,
         value: V,
         callbacks: impl FnOnce(V) -> Vec<Callback>,
-    ) -> Result<(), Full<V>> {
-        match self.shared.backlog.admit(count) {
-            Admission::Refused => Err(Full { value, limit: self.high_watermark() }),
-            admitted => {
+    ) -> Result<(), DeferError<V>> {
+        match self.admit(count) {
+            Ok(admitted) => {
                 self.shared.backlog.dispatch(&self.shared.grace, admitted, callbacks(value));
                 Ok(())
             }
+            Err(refusal) => Err(refusal.hand_back(value)),
         }
     }
 
-    /// Decides how one more callback would be taken (reserving its backlog place if queued).
-    pub(crate) fn admit_one(&self) -> Admission {
-        self.shared.backlog.admit(1)
+    /// Decides how `count` more callbacks would be taken (reserving their backlog places if
+    /// queued), or why not.
+    pub(crate) fn admit(&self, count: usize) -> Result<Admission, Refusal> {
+        self.shared.backlog.admit(&self.shared.grace, count)
     }
 
     /// Retires the box behind `ptr` (used by `RcuCell::replace`) as `admission` decided.
@@ -255,7 +271,7 @@ impl Domain {
     /// # Safety
     /// `ptr` must come from `Box::<T>::into_raw`, be unreachable for readers that start after
     /// this call, and be owned by the domain from now on. `admission` must come from
-    /// [`Domain::admit_one`] and not be `Refused`.
+    /// [`Domain::admit`] of one callback.
     pub(crate) unsafe fn retire_raw<T: Send + 'static>(&self, admission: Admission, ptr: *mut T) {
         // SAFETY: the caller hands over an unfreed `Box::<T>::into_raw` pointer that it no longer
         // uses, which is `Callback::drop_raw`'s contract.

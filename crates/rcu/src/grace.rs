@@ -17,14 +17,23 @@
 //! its slot then reads pointers; the writer unlinks, then reads slots); both sides put a `SeqCst`
 //! fence between their store and their load, as liburcu's QSBR does.
 //!
+//! # Waiting for oneself
+//! A thread that waits for a grace period while one of its own readers is online waits forever:
+//! that reader passes no quiescent state while its thread waits. Each slot therefore remembers
+//! the thread that registered it or last brought it online (its owner), and every blocking wait
+//! first looks for an online slot owned by the calling thread and refuses with
+//! [`ReaderOnline`] instead of hanging. The owner is recorded where the reader already writes
+//! its slot on the way online, never on the quiescent path, so the readers' fast path is
+//! unchanged. A handle moved to another thread while online still counts as its old thread's
+//! until it comes online again on the new one (register readers on the thread that reads).
+//!
 //! # Work bounds
 //! [`GracePeriods::start`] is one atomic increment. [`GracePeriods::poll`] is O(1) when a later
 //! ticket was already seen to end, otherwise one pass over the registered slots.
-//! [`GracePeriods::synchronize`] blocks until every online reader passes a quiescent state:
-//! never call it from a thread holding an online [`crate::ReaderHandle`] of the same domain,
-//! which would wait for itself.
+//! [`GracePeriods::synchronize`] blocks until every online reader passes a quiescent state (or
+//! refuses at once, see above).
 
-use crate::error::RegisterError;
+use crate::error::{ReaderOnline, RegisterError};
 use crate::stats::DomainStats;
 use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, Ordering, Padded, fence};
 
@@ -40,12 +49,23 @@ impl Ticket {
     }
 }
 
+/// One reader's slot, on a cache line of its own.
+#[derive(Default)]
+struct Slot {
+    /// The counter value the reader last acknowledged; 0 while offline or free.
+    counter: AtomicU64,
+    /// The [`sync::thread_token`] of the thread that registered the reader or last brought it
+    /// online. Advisory (it only decides whether a wait is refused), so a plain atomic even
+    /// under loom, and `Relaxed`: a thread reads back its own writes in program order.
+    owner: std::sync::atomic::AtomicU64,
+}
+
 /// The grace-period counter and the reader slots of one domain.
 pub(crate) struct GracePeriods {
     gp: Padded<AtomicU64>,
     /// The smallest slot value the last full scan saw: every ticket up to it has ended.
     acked: Padded<AtomicU64>,
-    slots: Box<[Padded<AtomicU64>]>,
+    slots: Box<[Padded<Slot>]>,
     /// Slots ever handed out (a high-water mark): scans stop there.
     slots_used: AtomicUsize,
     /// The registered readers' names, by slot (`None`: free).
@@ -59,7 +79,7 @@ impl GracePeriods {
         Self {
             gp: Padded(AtomicU64::new(1)),
             acked: Padded(AtomicU64::new(1)),
-            slots: (0..max_readers).map(|_| Padded(AtomicU64::new(0))).collect(),
+            slots: (0..max_readers).map(|_| Padded(Slot::default())).collect(),
             slots_used: AtomicUsize::new(0),
             names: Mutex::new(Vec::new()),
             started: AtomicU64::new(0),
@@ -87,7 +107,7 @@ impl GracePeriods {
         let mut complete = self.gp.load(Ordering::Acquire);
         let used = self.slots_used.load(Ordering::Acquire);
         for slot in &self.slots[..used] {
-            let seen = slot.load(Ordering::Acquire);
+            let seen = slot.counter.load(Ordering::Acquire);
             if seen != 0 && seen < complete {
                 complete = seen;
             }
@@ -100,11 +120,40 @@ impl GracePeriods {
     pub(crate) fn any_reader_online(&self) -> bool {
         fence(Ordering::SeqCst);
         let used = self.slots_used.load(Ordering::Acquire);
-        self.slots[..used].iter().any(|slot| slot.load(Ordering::Acquire) != 0)
+        self.slots[..used].iter().any(|slot| slot.counter.load(Ordering::Acquire) != 0)
     }
 
-    /// Blocks until a grace period started now has ended.
-    pub(crate) fn synchronize(&self) {
+    /// Refuses a blocking wait when the calling thread has a reader of this domain online: the
+    /// wait would never end. Costs one pass over the registered slots' owners.
+    pub(crate) fn refuse_own_reader(&self) -> Result<(), ReaderOnline> {
+        let me = sync::thread_token();
+        let used = self.slots_used.load(Ordering::Acquire);
+        // Owner first: it is not a loom operation, so the models explore the same schedules
+        // when the readers belong to other threads.
+        let own_online = self.slots[..used].iter().position(|slot| {
+            slot.owner.load(std::sync::atomic::Ordering::Relaxed) == me
+                && slot.counter.load(Ordering::Relaxed) != 0
+        });
+        match own_online {
+            None => Ok(()),
+            Some(slot) => {
+                let reader = self.reader_name(slot).unwrap_or_else(|| format!("slot {slot}"));
+                Err(ReaderOnline { reader })
+            }
+        }
+    }
+
+    /// Blocks until a grace period started now has ended, unless the calling thread has a reader
+    /// online (see [`GracePeriods::refuse_own_reader`]).
+    pub(crate) fn synchronize(&self) -> Result<(), ReaderOnline> {
+        self.refuse_own_reader()?;
+        self.wait_for_readers();
+        Ok(())
+    }
+
+    /// Blocks until a grace period started now has ended. The caller has checked
+    /// [`GracePeriods::refuse_own_reader`].
+    pub(crate) fn wait_for_readers(&self) {
         let ticket = self.start();
         let mut round = 0u32;
         while !self.poll(ticket) {
@@ -136,9 +185,12 @@ impl GracePeriods {
     }
 
     /// Brings `slot` online at the current counter and returns that value.
+    /// The calling thread becomes the slot's owner.
     pub(crate) fn come_online(&self, slot: usize) -> u64 {
+        let slot = &self.slots[slot];
+        slot.owner.store(sync::thread_token(), std::sync::atomic::Ordering::Relaxed);
         let gp = self.counter();
-        self.slots[slot].store(gp, Ordering::SeqCst);
+        slot.counter.store(gp, Ordering::SeqCst);
         // Order the slot store before any later pointer load (the Dekker race with a writer that
         // unlinks and then scans slots; the writer side has the matching fence in `poll`).
         fence(Ordering::SeqCst);
@@ -148,12 +200,12 @@ impl GracePeriods {
     /// Records that the reader of `slot` passed a quiescent state after seeing counter `gp`.
     #[inline]
     pub(crate) fn acknowledge(&self, slot: usize, gp: u64) {
-        self.slots[slot].store(gp, Ordering::Release);
+        self.slots[slot].counter.store(gp, Ordering::Release);
     }
 
     /// Takes `slot` offline: grace periods stop waiting for it.
     pub(crate) fn go_offline(&self, slot: usize) {
-        self.slots[slot].store(0, Ordering::Release);
+        self.slots[slot].counter.store(0, Ordering::Release);
     }
 
     /// The counter, then every registered slot's value (0: offline) into `out`: what the stall
@@ -162,7 +214,7 @@ impl GracePeriods {
         let gp = self.counter();
         let used = self.slots_used.load(Ordering::Acquire);
         out.clear();
-        out.extend(self.slots[..used].iter().map(|s| s.load(Ordering::Acquire)));
+        out.extend(self.slots[..used].iter().map(|s| s.counter.load(Ordering::Acquire)));
         gp
     }
 

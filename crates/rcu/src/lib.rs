@@ -66,7 +66,7 @@ mod sync;
 
 pub use cell::RcuCell;
 pub use domain::{Domain, DomainConfig, ThreadInit};
-pub use error::{ConfigError, Full, RegisterError};
+pub use error::{ConfigError, DeferError, Full, ReaderOnline, RegisterError};
 pub use grace::Ticket;
 pub use policy::{OnFull, ReclaimPolicy};
 pub use reader::{Offline, ReaderHandle};
