@@ -11,6 +11,7 @@ use kairos_rcu::{DeferError, Domain, DomainConfig, RcuCell, ReaderHandle, Reclai
 
 use crate::{AddrTuple, Fib, FibError, FibReader, UserId};
 
+/// The FIB with an [`RcuCell`] per user, in one `kairos-rcu` domain (16 reader slots).
 pub struct RcuFib {
     domain: Domain,
     table: HashMap<UserId, RcuCell<AddrTuple>>,

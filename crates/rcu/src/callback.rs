@@ -24,9 +24,10 @@ unsafe impl Send for Callback {}
 /// Drops a `Box<T>` given as a type-erased pointer.
 ///
 /// # Safety
-/// `ptr` must come from `Box::<T>::into_raw` and not have been freed.
+/// `ptr` must come from `Box::<T>::into_raw`, not have been freed, and not be used afterwards.
 unsafe fn drop_box<T>(ptr: *mut ()) {
-    // SAFETY: guaranteed by the caller: `ptr` is an unfreed `Box<T>` pointer.
+    // SAFETY: the caller's contract: `ptr` is an unfreed `Box<T>` pointer that nobody else uses,
+    // so rebuilding the box and dropping it frees the value exactly once.
     drop(unsafe { Box::from_raw(ptr.cast::<T>()) });
 }
 

@@ -49,6 +49,7 @@
 //! it freed; `tests/stress.rs` poisons every retired object before freeing it while many readers
 //! check they never see poison, and runs under valgrind in CI.
 
+#![warn(missing_docs)]
 #![cfg_attr(loom, allow(dead_code))]
 
 mod backlog;

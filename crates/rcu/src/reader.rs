@@ -31,6 +31,13 @@ impl Domain {
 
 /// A registered reader of one domain. `Send` (it may move to another thread between uses) but
 /// not `Sync`: one thread uses it at a time.
+///
+/// While it is online, its thread cannot wait for a grace period of the domain (the reader could
+/// not pass a quiescent state meanwhile): `Domain::synchronize`, and `defer` or
+/// `RcuCell::replace` when they would wait, refuse with [`crate::ReaderOnline`]. A handle counts
+/// as the thread's that registered it or last brought it online; register readers on the thread
+/// that reads (a handle moved while online counts as its old thread's until it comes back online
+/// on the new one).
 pub struct ReaderHandle {
     domain: Domain,
     slot: usize,

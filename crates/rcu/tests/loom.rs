@@ -22,13 +22,17 @@ impl Node {
     }
 
     fn get(&self) -> u64 {
-        // SAFETY (loom checks it): no writer touches a node while a reader may hold it.
+        // SAFETY: the value is only written by `drop`, which the protocol under test orders after
+        // every read of a reader that could reach the node; `with` reports to loom any read that
+        // is not, so a protocol bug fails the model instead of going unseen.
         self.value.with(|p| unsafe { *p })
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
+        // SAFETY: `&mut self`: nothing else borrows the node; loom checks that no reader's
+        // `get` races this write (the use after free the models look for).
         self.value.with_mut(|p| unsafe { *p = u64::MAX });
     }
 }

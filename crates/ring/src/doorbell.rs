@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::thread::Thread;
 use std::time::Duration;
 
+/// Sleep and wake-up between one waiting consumer and any number of producers. Share it (an
+/// `Arc`, or a reference into a scope) between the ring's two sides.
 #[derive(Debug, Default)]
 pub struct Doorbell {
     sleeping: AtomicBool,
@@ -19,6 +21,7 @@ pub struct Doorbell {
 }
 
 impl Doorbell {
+    /// A doorbell nobody waits on yet.
     pub fn new() -> Self {
         Self::default()
     }
