@@ -417,9 +417,17 @@ fn reader_reclaiming_policies_keep_up_with_a_writer_on_another_thread() {
             for i in 0..1_000 {
                 cell.replace(i).unwrap();
             }
-            let start = Instant::now();
-            assert!(domain.barrier(Duration::from_secs(5)), "{policy:?} round {round}: {:?}", domain.stats());
-            assert!(start.elapsed() < Duration::from_secs(1), "{policy:?}: {:?}", start.elapsed());
+            // Behaviour, not speed: the busy reader, the only thread that runs callbacks under
+            // these policies, takes every batch. Reclaiming 1,000 retired values takes
+            // milliseconds; 60 s is reached only if the reader stops taking them, never from a
+            // slow or loaded machine. How fast it keeps up is the `reclaim/inline` and
+            // `reclaim/throttle` benchmarks' figure.
+            assert!(
+                domain.barrier(Duration::from_secs(60)),
+                "{policy:?} round {round}: {:?}",
+                domain.stats()
+            );
+            assert!(domain.stats().reader_reclaim_calls > 0, "{policy:?}: the reader ran the callbacks");
         }
         stop.store(true, Ordering::Relaxed);
         t.join().unwrap();

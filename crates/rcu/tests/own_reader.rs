@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-/// Runs `f` on a thread of its own and fails if it has not returned within 10 s. A refusal
-/// returns in microseconds; only a wait that can never end reaches the limit.
+/// Runs `f` on a thread of its own and fails if it has not returned within 10 s. Every call here
+/// returns within a scheduling delay (a refusal at once, a real grace period as soon as the other
+/// thread's reader runs); only a wait that can never end reaches the limit.
 fn returns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'static) -> R {
     let limit = Duration::from_secs(10);
     let (done, outcome) = mpsc::channel();
