@@ -21,6 +21,10 @@
 //!   both RCU and the RW lock wanting. Modelled with `loom` in `tests/loom.rs`.
 //! - [`PapayaFib`]: the `papaya` concurrent hash map, a well-kept peer.
 
+#![warn(missing_docs)]
+// The seqlock is built from atomics alone; nothing in this crate needs `unsafe`.
+#![forbid(unsafe_code)]
+
 #[cfg(not(loom))]
 mod peer;
 #[cfg(not(loom))]
@@ -49,11 +53,15 @@ pub type UserId = u32;
 /// put it there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 pub struct AddrTuple {
+    /// The next hop's MAC address.
     pub mac: [u8; 6],
+    /// The sender's time stamp of the location update that wrote this tuple, in nanoseconds
+    /// on the sender's clock.
     pub stamp_ns: u64,
 }
 
 impl AddrTuple {
+    /// The tuple of `mac`, written by the location update stamped `stamp_ns`.
     pub fn new(mac: [u8; 6], stamp_ns: u64) -> Self {
         Self { mac, stamp_ns }
     }
@@ -65,6 +73,7 @@ impl AddrTuple {
         u64::from_le_bytes(bytes)
     }
 
+    /// The tuple whose MAC is the low 48 bits of `mac` (the inverse of [`AddrTuple::mac_word`]).
     pub fn from_words(mac: u64, stamp_ns: u64) -> Self {
         let bytes = mac.to_le_bytes();
         let mut m = [0u8; 6];
@@ -76,14 +85,22 @@ impl AddrTuple {
 /// A FIB operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FibError {
+    /// The user is not in the FIB.
     #[error("user {0} is not in the FIB (the user set is fixed when the FIB is built)")]
     UnknownUser(UserId),
+    /// The RCU domain's backlog of retired entries is at its watermark (the number given).
     #[error(
         "the RCU backlog of retired entries is full ({0} waiting): readers are not passing quiescent states"
     )]
     Backlog(usize),
+    /// An RCU update under `ReclaimPolicy::Direct` from a thread whose own reader is online: it
+    /// would wait for a grace period that reader holds up. Nothing was written.
+    #[error("cannot update the RCU FIB: {0}")]
+    ReaderOnline(kairos_rcu::ReaderOnline),
+    /// No reader could be registered (the reason given).
     #[error("cannot register a FIB reader: {0}")]
     Reader(String),
+    /// The FIB could not be built (the reason given).
     #[error("cannot build the FIB: {0}")]
     Build(String),
 }
@@ -103,6 +120,7 @@ pub trait FibReader {
 
 /// A FIB that readers and writers use concurrently.
 pub trait Fib: Send + Sync {
+    /// The implementation's reader, borrowing the FIB.
     type Reader<'a>: FibReader
     where
         Self: 'a;
@@ -115,6 +133,7 @@ pub trait Fib: Send + Sync {
     fn update(&self, user: UserId, addr: AddrTuple) -> Result<(), FibError>;
     /// Users in the FIB.
     fn len(&self) -> usize;
+    /// Whether the FIB has no users.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -123,15 +142,21 @@ pub trait Fib: Send + Sync {
 /// The implementations, by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FibKind {
+    /// [`RcuFib`].
     Rcu,
+    /// [`RwLockFib`].
     RwLock,
+    /// [`SeqlockFib`].
     Seqlock,
+    /// [`PapayaFib`].
     Papaya,
 }
 
 impl FibKind {
+    /// Every implementation, in the order experiments report them.
     pub const ALL: [FibKind; 4] = [FibKind::Rcu, FibKind::RwLock, FibKind::Seqlock, FibKind::Papaya];
 
+    /// The name command lines and reports use (`rcu`, `rwlock`, `seqlock`, `papaya`).
     pub fn name(self) -> &'static str {
         match self {
             FibKind::Rcu => "rcu",

@@ -6,12 +6,14 @@ use papaya::{HashMap, HashMapRef, LocalGuard};
 
 use crate::{AddrTuple, Fib, FibError, FibReader, UserId};
 
+/// The FIB as a `papaya` map: lock-free reads and writes, epoch-based reclamation inside.
 #[derive(Debug)]
 pub struct PapayaFib {
     map: HashMap<UserId, AddrTuple>,
 }
 
 impl PapayaFib {
+    /// A FIB of `users`, each at `initial`.
     pub fn new(users: impl IntoIterator<Item = UserId>, initial: AddrTuple) -> Self {
         let map = HashMap::new();
         {

@@ -7,10 +7,11 @@
 //! source's configuration) or `Offload` (a reclaimer thread frees it; the writer never waits).
 
 use hashbrown::HashMap;
-use kairos_rcu::{Domain, DomainConfig, RcuCell, ReaderHandle, ReclaimPolicy};
+use kairos_rcu::{DeferError, Domain, DomainConfig, RcuCell, ReaderHandle, ReclaimPolicy};
 
 use crate::{AddrTuple, Fib, FibError, FibReader, UserId};
 
+/// The FIB with an [`RcuCell`] per user, in one `kairos-rcu` domain (16 reader slots).
 pub struct RcuFib {
     domain: Domain,
     table: HashMap<UserId, RcuCell<AddrTuple>>,
@@ -67,8 +68,9 @@ impl FibReader for RcuFibReader<'_> {
     }
 }
 
-/// Under `ReclaimPolicy::Direct`, `update` waits for a grace period when readers are online: a
-/// thread must not update while its own reader is online (it would wait for itself forever).
+/// Under `ReclaimPolicy::Direct`, `update` waits for a grace period when readers are online; from
+/// a thread whose own reader is online it returns [`FibError::ReaderOnline`] instead (that wait
+/// would never end): update from another thread, or inside `FibReader::offline_while`.
 impl Fib for RcuFib {
     type Reader<'a> = RcuFibReader<'a>;
 
@@ -83,7 +85,10 @@ impl Fib for RcuFib {
 
     fn update(&self, user: UserId, addr: AddrTuple) -> Result<(), FibError> {
         let cell = self.table.get(&user).ok_or(FibError::UnknownUser(user))?;
-        cell.replace(addr).map_err(|full| FibError::Backlog(full.limit))
+        cell.replace(addr).map_err(|refused| match refused {
+            DeferError::Full(full) => FibError::Backlog(full.limit),
+            DeferError::ReaderOnline { error, .. } => FibError::ReaderOnline(error),
+        })
     }
 
     fn len(&self) -> usize {

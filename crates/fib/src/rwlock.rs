@@ -10,12 +10,14 @@ use hashbrown::HashMap;
 
 use crate::{AddrTuple, Fib, FibError, FibReader, UserId};
 
+/// The FIB as one hash table under a `std::sync::RwLock`.
 #[derive(Debug)]
 pub struct RwLockFib {
     table: RwLock<HashMap<UserId, AddrTuple>>,
 }
 
 impl RwLockFib {
+    /// A FIB of `users`, each at `initial`.
     pub fn new(users: impl IntoIterator<Item = UserId>, initial: AddrTuple) -> Self {
         Self { table: RwLock::new(users.into_iter().map(|u| (u, initial)).collect()) }
     }

@@ -22,6 +22,7 @@ pub struct SeqEntry {
 }
 
 impl SeqEntry {
+    /// An entry holding `addr`.
     pub fn new(addr: AddrTuple) -> Self {
         Self {
             seq: AtomicU64::new(0),
@@ -83,6 +84,7 @@ mod table {
     }
 
     impl SeqlockFib {
+        /// A FIB of `users`, each at `initial`.
         pub fn new(users: impl IntoIterator<Item = UserId>, initial: AddrTuple) -> Self {
             Self { table: users.into_iter().map(|u| (u, SeqEntry::new(initial))).collect() }
         }

@@ -23,10 +23,17 @@ fn contract<F: Fib>(fib: &F) {
     let mut reader = fib.reader().unwrap();
     assert_eq!(reader.lookup(3), Some(tuple(0)));
     assert_eq!(reader.lookup(USERS), None);
-    // An RCU writer under `Direct` waits for every online reader, so this thread's own reader
-    // must not be online while it writes.
+    // An RCU writer under `Direct` waits for every online reader, so it refuses to write while
+    // this thread's own reader is online (it would wait for itself); offline, it may.
+    match fib.update(3, tuple(42)) {
+        Ok(()) => {}
+        Err(FibError::ReaderOnline(_)) => {
+            assert_eq!(reader.lookup(3), Some(tuple(0)), "{}: a refused update changes nothing", fib.name());
+            reader.offline_while(&mut || fib.update(3, tuple(42)).unwrap());
+        }
+        Err(other) => panic!("{}: {other}", fib.name()),
+    }
     drop(reader);
-    fib.update(3, tuple(42)).unwrap();
     let mut reader = fib.reader().unwrap();
     assert_eq!(reader.lookup(3), Some(tuple(42)));
     assert_eq!(reader.lookup(4), Some(tuple(0)));
@@ -88,6 +95,22 @@ fn every_fib_keeps_the_contract() {
     contract(&RwLockFib::new(users.clone(), tuple(0)));
     contract(&SeqlockFib::new(users.clone(), tuple(0)));
     contract(&PapayaFib::new(users, tuple(0)));
+}
+
+#[test]
+fn rcu_direct_refuses_an_update_while_the_writers_own_reader_is_online() {
+    let fib = RcuFib::new(0..USERS, tuple(0), ReclaimPolicy::Direct).unwrap();
+    let reader = fib.reader().unwrap();
+    let refused = fib.update(3, tuple(42)).unwrap_err();
+    assert!(matches!(refused, FibError::ReaderOnline(_)), "{refused:?}");
+    assert!(refused.to_string().contains("offline"), "{refused}");
+    drop(reader);
+    fib.update(3, tuple(42)).unwrap();
+    // Under `Offload` the writer never waits, so its own reader may stay online.
+    let fib = RcuFib::new(0..USERS, tuple(0), ReclaimPolicy::Offload).unwrap();
+    let reader = fib.reader().unwrap();
+    fib.update(3, tuple(42)).unwrap();
+    drop(reader);
 }
 
 #[test]

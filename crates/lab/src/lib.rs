@@ -22,9 +22,7 @@
 //! - [`rtu_throughput`]: a UDP receiver as an RTU against a plain loop, with and without load.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
 
-// Deny, not forbid, while the crossbeam-epoch peer (rcu_latency/peer.rs) dereferences epoch
-// pointers itself; forbid once it leaves the lab.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod aoi_model;
 pub mod background;
@@ -35,7 +33,6 @@ pub mod machine;
 pub mod output;
 pub mod plot;
 pub mod rcu_grace;
-#[allow(unsafe_code)]
 pub mod rcu_latency;
 pub mod rtu_deadlines;
 pub mod rtu_partition;

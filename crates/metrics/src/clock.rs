@@ -128,14 +128,34 @@ mod tests {
         }
     }
 
+    /// A TSC reading bracketed by two monotonic ones: `(tsc, monotonic midpoint, bracket
+    /// width)`, the tightest of 20 tries. Being preempted between the reads widens the bracket,
+    /// and the width is charged to the tolerance instead of being assumed small.
+    fn paired_reading(tsc: &TscClock) -> (u64, u64, u64) {
+        (0..20)
+            .map(|_| {
+                let before = MonotonicClock.now_ns();
+                let t = tsc.now_ns();
+                let after = MonotonicClock.now_ns();
+                (t, before + (after - before) / 2, after - before)
+            })
+            .min_by_key(|&(_, _, width)| width)
+            .expect("20 tries")
+    }
+
     #[test]
     fn tsc_clock_agrees_with_monotonic_over_a_sleep() {
         let tsc = TscClock::new();
-        let (t0, m0) = (tsc.now_ns(), MonotonicClock.now_ns());
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let (t1, m1) = (tsc.now_ns(), MonotonicClock.now_ns());
+        let (t0, m0, width0) = paired_reading(&tsc);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let (t1, m1, width1) = paired_reading(&tsc);
         let (dt, dm) = ((t1 - t0) as f64, (m1 - m0) as f64);
-        assert!((dt / dm - 1.0).abs() < 0.02, "tsc {dt} ns vs monotonic {dm} ns");
+        // The clocks must run at one rate. Each pairing is off by at most half its bracket, so
+        // scheduling noise is accounted for exactly; what is left is the TSC's calibration
+        // against the monotonic clock, far inside the 10% allowed, while the faults this test
+        // is for are off by far more: a TSC scaled by the wrong frequency, a unit slip.
+        let allowed = 0.10 * dm + (width0 + width1) as f64 / 2.0;
+        assert!((dt - dm).abs() <= allowed, "tsc {dt} ns vs monotonic {dm} ns (allowed {allowed} ns)");
     }
 
     #[test]
@@ -153,7 +173,11 @@ mod tests {
 
     #[test]
     fn read_cost_is_positive_and_plausible() {
-        let cost = read_cost_ns(&MonotonicClock, 5);
+        // A read costs tens of nanoseconds, so a round of 1,000 takes tens of microseconds. The
+        // median of 21 rounds passes 10 us per read only if 11 rounds were each held up 10 ms:
+        // the thread losing its core for 10 ms in more than half of 21 windows of tens of
+        // microseconds, which noise alone does not do. A unit slip (us for ns) still fails.
+        let cost = read_cost_ns(&MonotonicClock, 21);
         assert!(cost > 0.0 && cost < 10_000.0, "{cost} ns per read");
     }
 }

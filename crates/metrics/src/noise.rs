@@ -394,9 +394,13 @@ mod tests {
         let report = probe.finish();
         assert!((report.during.duty_cycle - 0.05).abs() < 1e-9);
         assert!(report.during.wall_ns >= 200_000_000);
-        // Spinning 1 ms in 20 costs about 5% of a core; allow for sleep overshoot and noise.
+        // Spinning 1 ms of wall time in every 20 costs at most about 5% of a core, plus the
+        // thread's start-up: sleep overshoot and preemption only lower it (a preempted spin
+        // burns less CPU in its millisecond), so the upper bound cannot be reached by noise.
+        // The lower bound is only "it measured its cost": a sampler starved of CPU on a loaded
+        // machine may use far less than its duty cycle, so its speed is not asserted.
         let overhead = report.during.overhead_cpu_fraction;
-        assert!(overhead > 0.005 && overhead < 0.3, "overhead {overhead}");
+        assert!(overhead > 0.0 && overhead < 0.3, "overhead {overhead}");
         assert_eq!(report.before.len(), 1);
         assert_eq!(report.after.len(), 1);
         assert!(report.max_gap_ns >= report.before[0].max_gap_ns);

@@ -13,6 +13,7 @@
 //! `cargo bench -p kairos-rcu` runs them; `scripts/test` runs every bench once as a smoke test.
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use kairos_rcu::peer::{self, EpochCell};
 use kairos_rcu::{Domain, DomainConfig, RcuCell, ReclaimPolicy};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,13 +38,11 @@ fn reads(c: &mut Criterion) {
     let reader = domain.register("bench").unwrap();
     group.bench_function("rcu_cell", |b| b.iter(|| black_box(black_box(&cell).read(&reader).next_hop)));
 
-    let epoch_value = crossbeam_epoch::Atomic::new(Route { next_hop: 7 });
+    let epoch_value = EpochCell::new(Route { next_hop: 7 });
     group.bench_function("crossbeam_epoch", |b| {
         b.iter(|| {
-            let guard = crossbeam_epoch::pin();
-            let shared = epoch_value.load(Ordering::Acquire, &guard);
-            // SAFETY: loaded under `guard`; never null.
-            black_box(unsafe { shared.deref() }.next_hop)
+            let guard = peer::pin();
+            black_box(epoch_value.read(&guard).next_hop)
         })
     });
 
@@ -56,8 +55,6 @@ fn reads(c: &mut Criterion) {
     });
     group.finish();
     drop(reader);
-    // SAFETY: no guard is alive; the value is owned here.
-    drop(unsafe { epoch_value.into_owned() });
 }
 
 fn quiescent(c: &mut Criterion) {
@@ -140,22 +137,17 @@ fn reclaim(c: &mut Criterion) {
             })
         });
     }
-    let value = crossbeam_epoch::Atomic::new(Route { next_hop: 0 });
+    let value = EpochCell::new(Route { next_hop: 0 });
     group.bench_function("crossbeam_epoch", |b| {
         b.iter(|| {
             for i in 0..BATCH {
-                let guard = crossbeam_epoch::pin();
-                let old =
-                    value.swap(crossbeam_epoch::Owned::new(Route { next_hop: i }), Ordering::AcqRel, &guard);
-                // SAFETY: `old` was unlinked by the swap.
-                unsafe { guard.defer_destroy(old) };
+                let guard = peer::pin();
+                value.replace(Route { next_hop: i }, &guard);
             }
-            crossbeam_epoch::pin().flush();
+            peer::pin().flush();
         })
     });
     group.finish();
-    // SAFETY: no guard is alive.
-    drop(unsafe { value.into_owned() });
 }
 
 /// The offload reclaimer's raw rate: 100,000 callbacks deferred at once, timed from deferral to

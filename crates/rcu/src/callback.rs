@@ -1,15 +1,8 @@
-//! Deferred callbacks and the queue they wait in for their grace period.
+//! Deferred callbacks: one piece of reclamation work each, run exactly once.
 //!
 //! A [`Callback`] is either "drop this box" (a function pointer and a raw pointer: no allocation
-//! beyond the retired object itself) or a boxed closure. Callbacks wait in a [`Queue`]:
-//! `unsealed` collects those deferred while a grace period is in flight; when none is in flight
-//! they are sealed into a [`Batch`] stamped with the ticket of a freshly started grace period
-//! (so callbacks deferred during one grace period share the next one, as in the kernel); sealed
-//! batches complete in order. `spilled` holds callbacks whose grace period has already ended but
-//! which a reader handed on (its budget ran out, or it unregistered).
-
-use crate::ready::Ready;
-use std::collections::VecDeque;
+//! beyond the retired object itself) or a boxed closure. Where callbacks wait, and who runs them
+//! when, is the backlog's business (`backlog`).
 
 /// One deferred piece of reclamation work.
 pub(crate) struct Callback {
@@ -23,16 +16,18 @@ enum Kind {
     Call(Box<dyn FnOnce() + Send>),
 }
 
-// SAFETY: `Drop` pointers come only from `Callback::drop_box::<T>` with `T: Send`, so the box may
-// be dropped on any thread; `Call` closures are `Send` by their type.
+// SAFETY: `Drop` pointers come only from `Callback::drop_box::<T>` and `Callback::drop_raw::<T>`,
+// both with `T: Send`, so the box may be dropped on any thread; `Call` closures are `Send` by
+// their type.
 unsafe impl Send for Callback {}
 
 /// Drops a `Box<T>` given as a type-erased pointer.
 ///
 /// # Safety
-/// `ptr` must come from `Box::<T>::into_raw` and not have been freed.
+/// `ptr` must come from `Box::<T>::into_raw`, not have been freed, and not be used afterwards.
 unsafe fn drop_box<T>(ptr: *mut ()) {
-    // SAFETY: guaranteed by the caller: `ptr` is an unfreed `Box<T>` pointer.
+    // SAFETY: the caller's contract: `ptr` is an unfreed `Box<T>` pointer that nobody else uses,
+    // so rebuilding the box and dropping it frees the value exactly once.
     drop(unsafe { Box::from_raw(ptr.cast::<T>()) });
 }
 
@@ -66,31 +61,5 @@ impl Callback {
             Kind::Drop { ptr, drop } => unsafe { drop(ptr) },
             Kind::Call(f) => f(),
         }
-    }
-}
-
-/// Callbacks sealed against one grace period.
-pub(crate) struct Batch {
-    pub(crate) ticket: u64,
-    pub(crate) callbacks: Vec<Callback>,
-}
-
-/// The domain's callback queue; guarded by the domain's queue lock.
-#[derive(Default)]
-pub(crate) struct Queue {
-    pub(crate) unsealed: Vec<Callback>,
-    pub(crate) sealed: VecDeque<Batch>,
-    pub(crate) spilled: Ready,
-}
-
-impl Queue {
-    /// Takes every callback, in any state (used when no reader can exist any more).
-    pub(crate) fn take_all(&mut self) -> Ready {
-        let mut all = std::mem::take(&mut self.spilled);
-        for batch in self.sealed.drain(..) {
-            all.push(batch.callbacks);
-        }
-        all.push(std::mem::take(&mut self.unsealed));
-        all
     }
 }

@@ -6,8 +6,8 @@
 //! retires the old value through the domain's reclamation policy, so it is freed only after every
 //! reader that might hold it has passed a quiescent state.
 
-use crate::domain::{Admission, Domain};
-use crate::error::Full;
+use crate::domain::Domain;
+use crate::error::DeferError;
 use crate::reader::ReaderHandle;
 use crate::sync::{AtomicPtr, Ordering};
 use std::fmt;
@@ -49,17 +49,23 @@ impl<T: Send + Sync + 'static> RcuCell<T> {
     }
 
     /// Publishes `value` and retires the previous one (freed after a grace period, by whoever
-    /// the domain's policy says). Under `OnFull::Fail` at the watermark nothing is published
-    /// and `value` comes back in the error.
-    pub fn replace(&self, value: T) -> Result<(), Full<T>> {
-        let admission = self.domain.admit_one();
-        if admission == Admission::Refused {
-            return Err(Full { value, limit: self.domain.high_watermark() });
-        }
+    /// the domain's policy says). Under `Direct`, and at the watermark under
+    /// `OnFull::Synchronize`, it waits for that grace period and frees the old value itself.
+    ///
+    /// # Errors
+    /// Nothing is published and `value` comes back in the error:
+    /// [`DeferError::Full`] at the watermark under `OnFull::Fail`;
+    /// [`DeferError::ReaderOnline`] when the replace would wait for a grace period and this
+    /// thread has a reader of the domain online (it would wait for itself).
+    pub fn replace(&self, value: T) -> Result<(), DeferError<T>> {
+        let admission = match self.domain.admit(1) {
+            Ok(admission) => admission,
+            Err(refusal) => return Err(refusal.hand_back(value)),
+        };
         let old = self.ptr.swap(Box::into_raw(Box::new(value)), Ordering::SeqCst);
         // SAFETY: `old` came from `Box::into_raw`, was just unlinked (readers starting from now
         // load the new pointer), and this call owned it: only the swap that removed it retires
-        // it. `admission` is not `Refused`.
+        // it. `admission` was granted for one callback.
         unsafe { self.domain.retire_raw(admission, old) };
         Ok(())
     }

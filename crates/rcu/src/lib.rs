@@ -25,6 +25,8 @@
 //!   store only when the grace-period counter moved), [`ReaderHandle::offline`] around blocking.
 //! - [`RcuCell`]: a value read with one load and replaced by writers.
 //! - [`StallConfig`]: a watchdog that names readers that stop passing quiescent states.
+//! - [`peer::EpochCell`]: the same job through `crossbeam-epoch`, for experiments to measure
+//!   beside [`RcuCell`].
 //!
 //! # Example
 //! ```
@@ -41,28 +43,37 @@
 //! ```
 //!
 //! # Correctness
-//! The protocol is described in the `domain` module. Loom models (`tests/loom.rs`, run with
+//! The protocol is described in the `grace` module (grace periods) and the `backlog` module
+//! (callbacks). Loom models (`tests/loom.rs`, run with
 //! `RUSTFLAGS="--cfg loom"`) check that a reader holding a reference across a replace never sees
 //! it freed; `tests/stress.rs` poisons every retired object before freeing it while many readers
 //! check they never see poison, and runs under valgrind in CI.
 
+#![warn(missing_docs)]
 #![cfg_attr(loom, allow(dead_code))]
 
+mod backlog;
 mod callback;
 mod cell;
 mod domain;
 mod error;
+mod grace;
+#[cfg(not(loom))]
+pub mod peer;
 mod policy;
 mod reader;
 mod ready;
 #[cfg(not(loom))]
 mod reclaimer;
 mod stall;
+mod stats;
 mod sync;
 
 pub use cell::RcuCell;
-pub use domain::{Domain, DomainConfig, DomainStats, ThreadInit, Ticket};
-pub use error::{ConfigError, Full, RegisterError};
+pub use domain::{Domain, DomainConfig, ThreadInit};
+pub use error::{ConfigError, DeferError, Full, ReaderOnline, RegisterError};
+pub use grace::Ticket;
 pub use policy::{OnFull, ReclaimPolicy};
 pub use reader::{Offline, ReaderHandle};
 pub use stall::{OnStall, StallConfig, StallDetector, StallReport};
+pub use stats::DomainStats;

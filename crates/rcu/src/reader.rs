@@ -12,14 +12,32 @@
 //! runs what its policy allows; leftovers stay with the handle and keep the slow path armed until
 //! they are done, handed to the reclaimer, or handed back to the queue when the handle is dropped.
 
+use crate::backlog::Runner;
 use crate::domain::Domain;
+use crate::error::RegisterError;
 use crate::policy::ReclaimPolicy;
 use crate::ready::Ready;
-use crate::sync::{self, AtomicU64, Ordering, fence};
 use std::fmt;
+
+// Registration lives beside the handle it creates, so that the domain does not depend on its
+// readers (the module graph stays acyclic: `reader` builds on `domain`, not the reverse).
+impl Domain {
+    /// Registers a reader named `name` (stall reports use the name); it starts online.
+    pub fn register(&self, name: impl Into<String>) -> Result<ReaderHandle, RegisterError> {
+        let slot = self.shared.grace.register(name.into())?;
+        Ok(ReaderHandle::new(self.clone(), slot))
+    }
+}
 
 /// A registered reader of one domain. `Send` (it may move to another thread between uses) but
 /// not `Sync`: one thread uses it at a time.
+///
+/// While it is online, its thread cannot wait for a grace period of the domain (the reader could
+/// not pass a quiescent state meanwhile): `Domain::synchronize`, and `defer` or
+/// `RcuCell::replace` when they would wait, refuse with [`crate::ReaderOnline`]. A handle counts
+/// as the thread's that registered it or last brought it online; register readers on the thread
+/// that reads (a handle moved while online counts as its old thread's until it comes back online
+/// on the new one).
 pub struct ReaderHandle {
     domain: Domain,
     slot: usize,
@@ -45,8 +63,8 @@ impl fmt::Debug for ReaderHandle {
 }
 
 impl ReaderHandle {
-    pub(crate) fn new(domain: Domain, slot: usize) -> Self {
-        let budget_ns = match domain.shared.policy {
+    fn new(domain: Domain, slot: usize) -> Self {
+        let budget_ns = match domain.policy() {
             ReclaimPolicy::Adaptive { max_budget } => (max_budget.as_nanos() as u64 / 4).max(1),
             _ => 0,
         };
@@ -63,24 +81,15 @@ impl ReaderHandle {
         handle
     }
 
-    fn counter(&self) -> &AtomicU64 {
-        &self.domain.shared.slots[self.slot]
-    }
-
     pub(crate) fn domain(&self) -> &Domain {
         &self.domain
     }
 
     fn go_online(&mut self) {
-        let gp = self.domain.shared.gp.load(Ordering::Acquire);
-        self.counter().store(gp, Ordering::SeqCst);
-        // Order the slot store before any later pointer load (the Dekker race with a writer that
-        // unlinks and then scans slots; the writer side has the matching fence in `poll`).
-        fence(Ordering::SeqCst);
-        self.seen = gp;
+        self.seen = self.domain.shared.grace.come_online(self.slot);
         // A grace period may have ended while this reader was away (or before it registered)
         // with nobody left to notice: look at the queue on the next quiescent state.
-        self.has_work = self.domain.shared.policy.readers_reclaim();
+        self.has_work = self.domain.policy().readers_reclaim();
     }
 
     /// Announces a quiescent state: this thread holds no reference obtained through this handle.
@@ -89,7 +98,7 @@ impl ReaderHandle {
     /// also run callbacks, within the policy's bound.
     #[inline]
     pub fn quiescent(&mut self) {
-        let gp = self.domain.shared.gp.load(Ordering::Acquire);
+        let gp = self.domain.shared.grace.counter();
         if gp != self.seen || self.has_work {
             self.quiescent_slow(gp);
         }
@@ -99,28 +108,28 @@ impl ReaderHandle {
     #[inline(never)]
     fn quiescent_slow(&mut self, gp: u64) {
         if gp != self.seen {
-            self.counter().store(gp, Ordering::Release);
+            self.domain.shared.grace.acknowledge(self.slot, gp);
             self.seen = gp;
         }
-        if self.domain.shared.policy.readers_reclaim() {
+        if self.domain.policy().readers_reclaim() {
             self.reclaim_step();
         }
     }
 
     /// Takes ready callbacks and runs what the policy allows.
     fn reclaim_step(&mut self) {
-        let shared = &self.domain.shared;
-        let adaptive = matches!(shared.policy, ReclaimPolicy::Adaptive { .. });
-        let took = match sync::try_lock(&shared.queue) {
+        let (grace, backlog) = (&self.domain.shared.grace, &self.domain.shared.backlog);
+        let policy = backlog.policy();
+        let took = match backlog.try_lock() {
             Some(mut queue) => {
-                let in_flight = shared.take_ready(&mut queue, &mut self.local, true);
+                let in_flight = backlog.take_ready(grace, &mut queue, &mut self.local, true);
                 // This reader is quiescent throughout the call, so it may acknowledge the grace
                 // period it may just have started, and take that batch too if it was the last.
-                let gp = shared.gp.load(Ordering::Acquire);
+                let gp = grace.counter();
                 if in_flight && gp != self.seen {
-                    shared.slots[self.slot].store(gp, Ordering::Release);
+                    grace.acknowledge(self.slot, gp);
                     self.seen = gp;
-                    shared.take_ready(&mut queue, &mut self.local, true);
+                    backlog.take_ready(grace, &mut queue, &mut self.local, true);
                 }
                 true
             }
@@ -130,33 +139,31 @@ impl ReaderHandle {
             self.has_work = !took;
             return;
         }
-        let outcome = match shared.policy {
+        let outcome = match policy {
             ReclaimPolicy::Throttle { max_batch, budget } => {
-                shared.run_ready(&mut self.local, max_batch, budget.as_nanos().max(1) as u64)
+                backlog.run_ready(&mut self.local, max_batch, budget.as_nanos().max(1) as u64)
             }
-            ReclaimPolicy::Adaptive { .. } => shared.run_ready(&mut self.local, usize::MAX, self.budget_ns),
-            _ => shared.run_ready(&mut self.local, usize::MAX, u64::MAX),
+            ReclaimPolicy::Adaptive { .. } => backlog.run_ready(&mut self.local, usize::MAX, self.budget_ns),
+            _ => backlog.run_ready(&mut self.local, usize::MAX, u64::MAX),
         };
-        shared.stats.reader_reclaim_calls.fetch_add(1, Ordering::Relaxed);
-        shared.stats.reader_longest_reclaim_ns.fetch_max(outcome.elapsed_ns, Ordering::Relaxed);
-        shared.stats.reader_longest_callback_ns.fetch_max(outcome.longest_callback_ns, Ordering::Relaxed);
-        if adaptive {
-            self.adapt(outcome.elapsed_ns);
+        backlog.record(Runner::Reader, outcome);
+        if let ReclaimPolicy::Adaptive { max_budget } = policy {
+            self.adapt(max_budget, outcome.elapsed_ns);
         }
         self.has_work = !self.local.is_empty() || !took;
     }
 
     /// `Adaptive`: grow the budget while work is left over, shrink it while calls finish early,
     /// and hand what the largest budget cannot finish to the reclaimer thread.
-    fn adapt(&mut self, elapsed_ns: u64) {
-        let ReclaimPolicy::Adaptive { max_budget } = self.domain.shared.policy else {
-            return;
-        };
+    fn adapt(&mut self, max_budget: std::time::Duration, elapsed_ns: u64) {
         let max_ns = (max_budget.as_nanos() as u64).max(1);
         let min_ns = (max_ns / 16).max(1);
         if !self.local.is_empty() {
             if self.budget_ns >= max_ns {
-                self.spill();
+                // Never blocks: if the queue is busy, the spill is retried next time. It does not
+                // wake the reclaimer, which would be a system call on the reader's time; the
+                // reclaimer polls for spills every millisecond under `Adaptive`.
+                self.domain.shared.backlog.try_spill(&mut self.local);
             }
             self.budget_ns = (self.budget_ns.saturating_mul(2)).min(max_ns);
         } else if elapsed_ns < self.budget_ns / 2 {
@@ -164,24 +171,11 @@ impl ReaderHandle {
         }
     }
 
-    /// Hands every held callback to the reclaimer thread (never blocks: retried next time).
-    /// It does not wake the reclaimer, which would be a system call on the reader's time; the
-    /// reclaimer polls for spills every millisecond under `Adaptive`.
-    fn spill(&mut self) {
-        let shared = &self.domain.shared;
-        if let Some(mut queue) = sync::try_lock(&shared.queue) {
-            let count = self.local.len() as u64;
-            queue.spilled.append(&mut self.local);
-            drop(queue);
-            shared.stats.callbacks_spilled.fetch_add(count, Ordering::Relaxed);
-        }
-    }
-
     /// Goes offline (before blocking, sleeping or waiting on I/O): grace periods stop waiting for
     /// this reader until the returned guard is dropped or [`Offline::online`] is called. No
     /// reference obtained through the handle can live across it.
     pub fn offline(&mut self) -> Offline<'_> {
-        self.counter().store(0, Ordering::Release);
+        self.domain.shared.grace.go_offline(self.slot);
         Offline { handle: self }
     }
 
@@ -204,13 +198,13 @@ impl ReaderHandle {
 
 impl Drop for ReaderHandle {
     fn drop(&mut self) {
-        self.counter().store(0, Ordering::Release);
         let shared = &self.domain.shared;
+        shared.grace.go_offline(self.slot);
         if !self.local.is_empty() {
-            sync::lock(&shared.queue).spilled.append(&mut self.local);
-            shared.wake_reclaimer();
+            shared.backlog.hand_back(&mut self.local);
+            shared.backlog.wake_reclaimer();
         }
-        sync::lock(&shared.names)[self.slot] = None;
+        shared.grace.unregister(self.slot);
     }
 }
 

@@ -13,8 +13,9 @@
 //! The decision logic is [`StallDetector::tick`], a plain state machine that takes the counter
 //! values and `now`, so it is tested without threads or clocks.
 
-use crate::domain::Shared;
-use crate::sync::{self, Arc, Ordering};
+use crate::grace::GracePeriods;
+use crate::stats::DomainStats;
+use crate::sync::{self, AtomicBool, AtomicU64, Mutex, Ordering};
 use std::fmt;
 use std::time::Duration;
 
@@ -115,46 +116,59 @@ impl StallDetector {
     }
 }
 
-pub(crate) fn spawn(shared: Arc<Shared>, config: StallConfig) -> std::thread::JoinHandle<()> {
-    std::thread::Builder::new()
-        .name("kairos-rcu-stall".into())
-        .spawn(move || watch(&shared, &config))
-        .expect("spawning the stall watchdog thread")
+/// The stall reports of one domain: a count and the most recent [`StallLog::KEPT`].
+#[derive(Default)]
+pub(crate) struct StallLog {
+    reports: Mutex<Vec<StallReport>>,
+    count: AtomicU64,
 }
 
-fn watch(shared: &Shared, config: &StallConfig) {
+impl StallLog {
+    /// Reports kept; older ones are dropped (the count keeps them all).
+    const KEPT: usize = 1024;
+
+    fn keep(&self, report: StallReport) {
+        let mut reports = sync::lock(&self.reports);
+        if reports.len() >= Self::KEPT {
+            reports.remove(0);
+        }
+        reports.push(report);
+    }
+
+    /// The reports kept, oldest first.
+    pub(crate) fn reports(&self) -> Vec<StallReport> {
+        sync::lock(&self.reports).clone()
+    }
+
+    /// Adds the number of stalls reported to `stats`.
+    pub(crate) fn add_stats(&self, stats: &mut DomainStats) {
+        stats.stalls_reported = self.count.load(Ordering::Relaxed);
+    }
+}
+
+/// The watchdog thread's loop: ticks until `shutdown` is raised, reporting into `log`.
+pub(crate) fn watch(grace: &GracePeriods, log: &StallLog, shutdown: &AtomicBool, config: &StallConfig) {
     let tick = config.tick_ns();
     let mut detector = StallDetector::new(config.threshold);
     let mut slots = Vec::new();
     let mut next = sync::now_ns();
-    while !shared.shutdown.load(Ordering::Acquire) {
+    while !shutdown.load(Ordering::Acquire) {
         let now = sync::now_ns();
         if now < next {
             std::thread::park_timeout(Duration::from_nanos(next - now));
             continue;
         }
         next = now + tick;
-        let gp = shared.gp.load(Ordering::Acquire);
-        let used = shared.slots_used.load(Ordering::Acquire);
-        slots.clear();
-        slots.extend(shared.slots[..used].iter().map(|s| s.load(Ordering::Acquire)));
-        let probe = shared.start().value();
+        let gp = grace.snapshot(&mut slots);
+        let probe = grace.start().value();
         for (slot, stalled_ns) in detector.tick(now, gp, &slots, probe) {
-            let name = sync::lock(&shared.names)
-                .get(slot)
-                .cloned()
-                .flatten()
-                .unwrap_or_else(|| format!("slot {slot}"));
+            let name = grace.reader_name(slot).unwrap_or_else(|| format!("slot {slot}"));
             let report = StallReport { reader: name, stalled_for: Duration::from_nanos(stalled_ns) };
-            shared.stats.stalls_reported.fetch_add(1, Ordering::Relaxed);
+            log.count.fetch_add(1, Ordering::Relaxed);
             if let Some(on_stall) = &config.on_stall {
                 on_stall(&report);
             }
-            let mut reports = sync::lock(&shared.stall_reports);
-            if reports.len() >= 1024 {
-                reports.remove(0);
-            }
-            reports.push(report);
+            log.keep(report);
         }
     }
 }

@@ -85,3 +85,21 @@ impl<T> std::ops::Deref for Padded<T> {
         &self.0
     }
 }
+
+/// Source of [`thread_token`]s; a plain atomic even under loom, where it only hands out names.
+static NEXT_THREAD_TOKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+#[cfg(loom)]
+loom::thread_local! {
+    static THREAD_TOKEN: u64 = NEXT_THREAD_TOKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+#[cfg(not(loom))]
+std::thread_local! {
+    static THREAD_TOKEN: u64 = NEXT_THREAD_TOKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// A number naming the calling thread, never 0 and never reused within the process (loom's
+/// model threads each get their own).
+pub(crate) fn thread_token() -> u64 {
+    THREAD_TOKEN.with(|token| *token)
+}

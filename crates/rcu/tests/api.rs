@@ -2,10 +2,10 @@
 #![cfg(not(loom))]
 
 use kairos_rcu::{
-    ConfigError, Domain, DomainConfig, OnFull, RcuCell, ReclaimPolicy, RegisterError, StallConfig,
+    ConfigError, DeferError, Domain, DomainConfig, OnFull, RcuCell, ReclaimPolicy, RegisterError, StallConfig,
 };
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 /// Busy-waits `micros` (sleeping would overshoot by the timer slack).
@@ -91,33 +91,52 @@ fn polled_grace_periods_end_when_readers_pass_quiescent_states() {
 fn with_no_reader_online_grace_periods_end_at_once() {
     let domain = Domain::with_policy(ReclaimPolicy::Offload).unwrap();
     assert!(domain.poll(domain.start()));
-    domain.synchronize();
+    domain.synchronize().unwrap();
     let reader = domain.register("r").unwrap();
     drop(reader);
     assert!(domain.poll(domain.start()));
 }
 
+/// Spawns a thread that registers a reader (so the reader is that thread's), waits until it has,
+/// and leaves it running `body` with the handle.
+fn reader_thread(
+    domain: &Domain,
+    body: impl FnOnce(kairos_rcu::ReaderHandle) + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    let (registered, wait) = mpsc::channel();
+    let domain = domain.clone();
+    let thread = std::thread::spawn(move || {
+        let reader = domain.register("r").unwrap();
+        registered.send(()).unwrap();
+        body(reader);
+    });
+    wait.recv().unwrap();
+    thread
+}
+
 #[test]
 fn synchronize_waits_for_a_reader_on_another_thread() {
     let domain = Domain::with_policy(ReclaimPolicy::Offload).unwrap();
-    let mut reader = domain.register("r").unwrap();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop2 = Arc::clone(&stop);
-    let t = std::thread::spawn(move || {
+    let passed = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (passed2, stop2) = (Arc::clone(&passed), Arc::clone(&stop));
+    let t = reader_thread(&domain, move |mut reader| {
         std::thread::sleep(Duration::from_millis(30));
+        passed2.store(true, Ordering::SeqCst);
         while !stop2.load(Ordering::SeqCst) {
             reader.quiescent();
             std::thread::sleep(Duration::from_micros(100));
         }
     });
-    let start = Instant::now();
-    domain.synchronize();
-    let waited = start.elapsed();
+    domain.synchronize().unwrap();
+    // The flag is set before the reader's first quiescent state, whose slot store the grace
+    // period's scan reads: behaviour, not timing, so no scheduling delay can break it.
+    let returned_after_the_reader_passed = passed.load(Ordering::SeqCst);
     stop.store(true, Ordering::SeqCst);
     t.join().unwrap();
     assert!(
-        waited >= Duration::from_millis(25),
-        "returned after {waited:?}, before the reader's first quiescent state"
+        returned_after_the_reader_passed,
+        "synchronize returned before the reader's first quiescent state"
     );
 }
 
@@ -133,8 +152,7 @@ fn direct_runs_callbacks_in_the_writer_at_once_when_no_reader_is_online() {
 #[test]
 fn direct_with_a_reader_online_waits_for_its_quiescent_state() {
     let domain = Domain::with_policy(ReclaimPolicy::Direct).unwrap();
-    let mut reader = domain.register("r").unwrap();
-    let t = std::thread::spawn(move || {
+    let t = reader_thread(&domain, |mut reader| {
         for _ in 0..200 {
             reader.quiescent();
             std::thread::sleep(Duration::from_micros(200));
@@ -259,11 +277,13 @@ fn the_backlog_refuses_past_the_watermark_and_hands_the_value_back() {
         domain.defer_drop(Box::new(i)).unwrap();
     }
     let refused = domain.defer_drop(Box::new(99u32)).unwrap_err();
-    assert_eq!((*refused.value, refused.limit), (99, 3));
     assert!(refused.to_string().contains("high watermark of 3"));
+    let DeferError::Full(refused) = refused else { panic!("{refused:?}") };
+    assert_eq!((*refused.value, refused.limit), (99, 3));
     let cell = RcuCell::new(&domain, 1u32);
     let refused = cell.replace(7).unwrap_err();
-    assert_eq!(refused.value, 7, "nothing published");
+    assert!(matches!(refused, DeferError::Full(_)));
+    assert_eq!(refused.into_value(), 7, "nothing published");
     assert_eq!(domain.pending(), 3);
 }
 
@@ -397,9 +417,17 @@ fn reader_reclaiming_policies_keep_up_with_a_writer_on_another_thread() {
             for i in 0..1_000 {
                 cell.replace(i).unwrap();
             }
-            let start = Instant::now();
-            assert!(domain.barrier(Duration::from_secs(5)), "{policy:?} round {round}: {:?}", domain.stats());
-            assert!(start.elapsed() < Duration::from_secs(1), "{policy:?}: {:?}", start.elapsed());
+            // Behaviour, not speed: the busy reader, the only thread that runs callbacks under
+            // these policies, takes every batch. Reclaiming 1,000 retired values takes
+            // milliseconds; 60 s is reached only if the reader stops taking them, never from a
+            // slow or loaded machine. How fast it keeps up is the `reclaim/inline` and
+            // `reclaim/throttle` benchmarks' figure.
+            assert!(
+                domain.barrier(Duration::from_secs(60)),
+                "{policy:?} round {round}: {:?}",
+                domain.stats()
+            );
+            assert!(domain.stats().reader_reclaim_calls > 0, "{policy:?}: the reader ran the callbacks");
         }
         stop.store(true, Ordering::Relaxed);
         t.join().unwrap();

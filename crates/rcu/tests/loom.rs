@@ -3,7 +3,8 @@
 //! `loom::cell::UnsafeCell` that its destructor writes; loom reports any read of it by a reader
 //! that is not ordered before that write, i.e. any use after free.
 //!
-//! Run: `RUSTFLAGS="--cfg loom" cargo test -p kairos-rcu --test loom --release`
+//! Run: `RUSTFLAGS="--cfg loom" cargo test -p kairos-rcu --test loom --release -- --nocapture`
+//! (each model prints how many schedules it explored).
 #![cfg(loom)]
 
 use kairos_rcu::{Domain, DomainConfig, RcuCell, ReclaimPolicy};
@@ -21,19 +22,37 @@ impl Node {
     }
 
     fn get(&self) -> u64 {
-        // SAFETY (loom checks it): no writer touches a node while a reader may hold it.
+        // SAFETY: the value is only written by `drop`, which the protocol under test orders after
+        // every read of a reader that could reach the node; `with` reports to loom any read that
+        // is not, so a protocol bug fails the model instead of going unseen.
         self.value.with(|p| unsafe { *p })
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
+        // SAFETY: `&mut self`: nothing else borrows the node; loom checks that no reader's
+        // `get` races this write (the use after free the models look for).
         self.value.with_mut(|p| unsafe { *p = u64::MAX });
     }
 }
 
 // SAFETY: access to `value` is ordered by the RCU protocol under test; loom verifies it.
 unsafe impl Sync for Node {}
+
+/// Runs `f` under loom, prints how many schedules it explored and checks that there was more
+/// than one: a model that explores one checks nothing about concurrency.
+fn model(name: &str, f: impl Fn() + Sync + Send + 'static) {
+    let iterations = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&iterations);
+    loom::model(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    let n = iterations.load(std::sync::atomic::Ordering::Relaxed);
+    println!("{name}: {n} schedules");
+    assert!(n > 1, "loom explored {n} schedule(s)");
+}
 
 fn domain(policy: ReclaimPolicy) -> Domain {
     Domain::new(DomainConfig { max_readers: 2, ..DomainConfig::with_policy(policy) }).unwrap()
@@ -42,12 +61,19 @@ fn domain(policy: ReclaimPolicy) -> Domain {
 /// A reader holds a reference across the writer's replace and reclaim; then passes a quiescent
 /// state and reads again.
 fn reader_holds_across_replace(policy: ReclaimPolicy) {
-    loom::model(move || {
+    model(policy.name(), move || {
         let domain = domain(policy);
         let cell = loom::sync::Arc::new(RcuCell::new(&domain, Node::new(1)));
-        let mut reader = domain.register("r").unwrap();
+        // Under `Direct` the writer refuses to wait for a reader its own thread registered (that
+        // wait could never end), so there the reader registers on the thread that reads, at any
+        // point of the writer's replace.
+        let reader = match policy {
+            ReclaimPolicy::Direct => Err(domain.clone()),
+            _ => Ok(domain.register("r").unwrap()),
+        };
         let reader_cell = loom::sync::Arc::clone(&cell);
         let r = thread::spawn(move || {
+            let mut reader = reader.unwrap_or_else(|domain| domain.register("r").unwrap());
             let first = reader_cell.read(&reader).get();
             assert!(first == 1 || first == 2, "saw {first}");
             reader.quiescent();
@@ -82,7 +108,7 @@ fn direct_writer_waits_for_the_reader_before_freeing() {
 /// A reader coming online races with a writer that unlinks and frees: the Dekker case.
 #[test]
 fn a_reader_coming_online_never_reads_a_freed_value() {
-    loom::model(|| {
+    model("coming online", || {
         let domain = domain(ReclaimPolicy::Inline);
         let cell = loom::sync::Arc::new(RcuCell::new(&domain, Node::new(1)));
         let mut reader = domain.register("r").unwrap();
@@ -103,7 +129,7 @@ fn a_reader_coming_online_never_reads_a_freed_value() {
 /// started has not passed a quiescent state.
 #[test]
 fn poll_never_completes_before_the_reader_is_quiescent() {
-    loom::model(|| {
+    model("poll", || {
         let domain = domain(ReclaimPolicy::Offload);
         let mut reader = domain.register("r").unwrap();
         let passed = loom::sync::Arc::new(loom::sync::atomic::AtomicBool::new(false));

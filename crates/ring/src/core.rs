@@ -62,10 +62,12 @@ pub(crate) struct Core<T> {
     evicting: bool,
 }
 
-// SAFETY: a slot's payload is only touched by the thread that owns its position under the stamp
-// protocol (see the module doc), and values are `Send`.
+// SAFETY: the only non-`Sync` part is the slots' payload cells, and a payload is only touched by
+// the one thread that owns its position under the stamp protocol (see the module doc): shared
+// access never reads or writes a cell concurrently. Values move between threads, hence `T: Send`.
 unsafe impl<T: Send> Sync for Core<T> {}
-// SAFETY: as above; the core owns plain `Copy` values.
+// SAFETY: the core owns its values (plain `Copy` data), which may go to another thread since
+// `T: Send`; the atomics and the boxed slots are `Send` themselves.
 unsafe impl<T: Send> Send for Core<T> {}
 
 impl<T: Copy> Core<T> {
@@ -216,7 +218,9 @@ impl<T: Copy> Core<T> {
             if slot.stamp.load(Ordering::Acquire) != 2 * pos + 1 {
                 break;
             }
-            // SAFETY: the stamp says position `pos` is written, and only this consumer claims.
+            // SAFETY: the stamp says position `pos` is written (its `Acquire` load pairs with the
+            // writer's `Release` store), and in a ring without evicting producers only this
+            // consumer claims positions: nobody writes the slot until we release it below.
             out[n] = unsafe { slot.value.read() };
             slot.stamp.store(2 * (pos + self.capacity), Ordering::Release);
             n += 1;

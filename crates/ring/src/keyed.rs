@@ -103,6 +103,7 @@ impl KeyedProducer {
         Admitted { taken, evicted: evicted.len() - before }
     }
 
+    /// The ring's counters (shared by every handle; `len` counts distinct queued keys).
     pub fn stats(&self) -> RingStats {
         self.shared.order.stats()
     }
@@ -133,10 +134,12 @@ impl KeyedConsumer {
         self.shared.order.len()
     }
 
+    /// Whether no key is queued now (a snapshot).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// The ring's counters (shared by every handle; `len` counts distinct queued keys).
     pub fn stats(&self) -> RingStats {
         self.shared.order.stats()
     }

@@ -20,6 +20,8 @@
 //! The protocol (position stamps per slot; see `core`) is modelled with `loom` in
 //! `tests/loom.rs` and stressed with several producers in `tests/stress.rs`.
 
+#![warn(missing_docs)]
+
 mod core;
 mod doorbell;
 mod keyed;

@@ -14,6 +14,7 @@ pub enum Overflow {
 }
 
 impl Overflow {
+    /// The policy's name as command lines and reports spell it (`drop-newest`, `drop-oldest`).
     pub fn name(self) -> &'static str {
         match self {
             Overflow::DropNewest => "drop-newest",
@@ -51,7 +52,10 @@ impl FromStr for Overflow {
 /// that thread, it refuses the rest of the burst (counted as `dropped_newest`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Admitted {
+    /// Entries of the burst the ring took: `offered[..taken]` (keyed rings: how many entries
+    /// went in or replaced a queued one).
     pub taken: usize,
+    /// Entries appended to the caller's `evicted` vector by this call.
     pub evicted: usize,
 }
 
@@ -62,14 +66,21 @@ pub struct Admitted {
 /// conservation law.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RingStats {
+    /// Entries the ring holds at most (distinct keys, for a keyed ring).
     pub capacity: usize,
+    /// Entries queued when the counters were read.
     pub len: usize,
     /// Entries offered to the ring, over all producers.
     pub offered: u64,
+    /// Entries handed to the consumer.
     pub dequeued: u64,
+    /// Offered entries refused because the ring was full (tail drop).
     pub dropped_newest: u64,
+    /// Queued entries discarded to admit newer ones (drop-oldest).
     pub dropped_oldest: u64,
+    /// Queued entries replaced in place by a newer one with the same key (keyed rings).
     pub replaced: u64,
+    /// Offered entries refused because their key was outside the ring's key space (keyed rings).
     pub invalid_key: u64,
 }
 
@@ -83,10 +94,13 @@ impl RingStats {
 /// A ring could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RingError {
+    /// A capacity of zero was asked for.
     #[error("ring capacity must be at least 1")]
     ZeroCapacity,
+    /// The capacity asked for (more than 2^32 entries).
     #[error("ring capacity {0} is too large (at most 2^32 entries)")]
     TooLarge(usize),
+    /// A keyed ring with an empty key space.
     #[error("a keyed ring needs at least one key")]
     NoKeys,
 }

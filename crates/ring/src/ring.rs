@@ -141,10 +141,12 @@ impl<T: Copy> Producer<T> {
         admit(self, overflow, offered, evicted)
     }
 
+    /// The ring's counters (shared by every handle).
     pub fn stats(&self) -> RingStats {
         self.core.stats()
     }
 
+    /// What the ring does with a burst that does not fit.
     pub fn overflow(&self) -> Overflow {
         self.overflow
     }
@@ -159,6 +161,7 @@ impl<T: Copy> SharedProducer<T> {
         admit(self, overflow, offered, evicted)
     }
 
+    /// The ring's counters (shared by every handle).
     pub fn stats(&self) -> RingStats {
         self.core.stats()
     }
@@ -176,14 +179,17 @@ impl<T: Copy> Consumer<T> {
         self.core.len()
     }
 
+    /// Whether no entry is queued now (a snapshot).
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    /// Entries the ring holds at most (all of them usable).
     pub fn capacity(&self) -> usize {
         self.core.capacity()
     }
 
+    /// The ring's counters (shared by every handle).
     pub fn stats(&self) -> RingStats {
         self.core.stats()
     }

@@ -31,10 +31,12 @@ impl<T: Copy> Payload<T> {
     #[inline]
     pub(crate) unsafe fn write(&self, value: T) {
         #[cfg(loom)]
-        // SAFETY: exclusive access is the caller's contract; loom checks it.
+        // SAFETY: the caller owns the slot's position for writing (this function's contract), so
+        // no other thread reads or writes the cell now; loom checks that it is so.
         self.0.with_mut(|p| unsafe { (*p).write(value) });
         #[cfg(not(loom))]
-        // SAFETY: exclusive access is the caller's contract.
+        // SAFETY: the caller owns the slot's position for writing (this function's contract), so
+        // no other thread reads or writes the cell now.
         unsafe {
             (*self.0.get()).write(value);
         }
@@ -46,10 +48,14 @@ impl<T: Copy> Payload<T> {
     #[inline]
     pub(crate) unsafe fn read(&self) -> T {
         #[cfg(loom)]
-        // SAFETY: the caller's contract; loom checks it.
+        // SAFETY: the caller claimed the position after its writer published it (this
+        // function's contract), so the value is initialised and nobody writes it until the
+        // caller releases the slot; loom checks that it is so.
         return self.0.with(|p| unsafe { (*p).assume_init() });
         #[cfg(not(loom))]
-        // SAFETY: the caller's contract.
+        // SAFETY: the caller claimed the position after its writer published it (this
+        // function's contract), so the value is initialised and nobody writes it until the
+        // caller releases the slot.
         unsafe {
             (*self.0.get()).assume_init()
         }

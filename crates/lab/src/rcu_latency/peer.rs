@@ -2,21 +2,22 @@
 //! uses. Its readers `pin()` per lookup, as crossbeam-based maps do; every 128th pin collects up to
 //! 8 bags of 64 deferred destructors on whichever thread pinned, so the realtime reader frees
 //! garbage it never retired. The longest `pin()` on the reader stands for its longest
-//! reclamation call.
+//! reclamation call. The epoch calls go through `kairos_rcu::peer` (`EpochCell`, `defer_drop`),
+//! where each use of raw epoch pointers is argued, so this row holds none.
 
 use super::RcuLatencyConfig;
 use super::run::{RowParts, finish_row, spawn_realtime};
 use super::workload::{self, COUNTED_DROPS, Route};
 use anyhow::Result;
-use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use kairos_metrics::{Clock, TscClock};
+use kairos_rcu::peer::{self, EpochCell};
 use kairos_sys::thread::pin_current_thread;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub(super) fn crossbeam_row(config: &RcuLatencyConfig, storm: usize) -> Result<RowParts> {
-    let route = Arc::new(Atomic::new(Route { next_hop: 0 }));
+    let route = Arc::new(EpochCell::new(Route { next_hop: 0 }));
     let stop = Arc::new(AtomicBool::new(false));
     let longest_pin = Arc::new(AtomicU64::new(0));
     let peak_pending = Arc::new(AtomicU64::new(0));
@@ -32,11 +33,9 @@ pub(super) fn crossbeam_row(config: &RcuLatencyConfig, storm: usize) -> Result<R
         move || {
             for _ in 0..reads {
                 let start = clock.now_ns();
-                let guard = epoch::pin();
+                let guard = peer::pin();
                 longest = longest.max(clock.now_ns() - start);
-                let current = rt_route.load(Ordering::Acquire, &guard);
-                // SAFETY: `current` was loaded under `guard` and the route is never null.
-                sink = sink.wrapping_add(unsafe { current.deref() }.next_hop);
+                sink = sink.wrapping_add(rt_route.read(&guard).next_hop);
             }
             std::hint::black_box(sink);
             rt_longest.fetch_max(longest, Ordering::Relaxed);
@@ -54,15 +53,11 @@ pub(super) fn crossbeam_row(config: &RcuLatencyConfig, storm: usize) -> Result<R
                 let nodes = workload::storm_nodes(storm, seed, true);
                 seed += storm as u64;
                 {
-                    let guard = epoch::pin();
+                    let guard = peer::pin();
                     for node in nodes {
-                        let shared = Owned::<workload::Node>::from(node).into_shared(&guard);
-                        // SAFETY: the node was never published, so no other thread can reach it.
-                        unsafe { guard.defer_destroy(shared) };
+                        peer::defer_drop(node, &guard);
                     }
-                    let old = route.swap(Owned::new(Route { next_hop: seed }), Ordering::AcqRel, &guard);
-                    // SAFETY: `old` was unlinked by the swap; readers that loaded it are pinned.
-                    unsafe { guard.defer_destroy(old) };
+                    route.replace(Route { next_hop: seed }, &guard);
                 }
                 deferred += storm as u64;
                 let pending =
