@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use kairos_lab::aoi_model::{self, AoiSweep, Arrival, Discipline, Service, SweepConfig};
+use kairos_lab::aoi_model::{self, Arrival, Discipline, Service, SweepConfig};
 
 use crate::exit::usage;
 use std::path::PathBuf;
@@ -58,7 +58,7 @@ pub fn run(args: &AoiModelArgs) -> Result<i32> {
     config.validate().map_err(|why| usage(format!("--arrivals: {why}")))?;
     let Some(rate) = args.rate else {
         let common = crate::Common { quick: false, json: args.json, results: args.results.clone() };
-        return crate::experiment::<AoiSweep>(&common, &config, aoi_model::table);
+        return crate::experiment(&common, &config, aoi_model::table);
     };
     if !(rate.is_finite() && rate > 0.0 && rate <= 1e12) {
         return Err(usage(format!("--rate must be a positive number up to 1e12, got {rate}")));

@@ -186,10 +186,10 @@ fn grace_config(args: &RcuGraceArgs) -> Result<rcu_grace::RcuGraceConfig> {
 /// `--json`, else its `table`.
 pub(crate) fn experiment<E: kairos_lab::harness::Experiment>(
     common: &Common,
-    config: &E::Config,
+    config: &E,
     table: fn(&E::Summary) -> String,
 ) -> Result<i32> {
-    let summary = kairos_lab::harness::run::<E>(config, &common.results, &log)?;
+    let summary = kairos_lab::harness::run(config, &common.results, &log)?;
     print(common.json, &summary, table(&summary))?;
     Ok(exit::OK)
 }
@@ -211,11 +211,11 @@ fn run(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::RcuLatency(args) => {
             let config = latency_config(&args)?;
-            experiment::<rcu_latency::RcuLatency>(&args.common, &config, rcu_latency::Summary::table)
+            experiment(&args.common, &config, rcu_latency::Summary::table)
         }
         Command::RcuGrace(args) => {
             let config = grace_config(&args)?;
-            experiment::<rcu_grace::RcuGrace>(&args.common, &config, rcu_grace::Summary::table)
+            experiment(&args.common, &config, rcu_grace::Summary::table)
         }
         Command::AoiModel(args) => aoi_model::run(&args),
         Command::Forward(args) => done(forward::forward(&args)),
@@ -226,8 +226,8 @@ fn run(cli: Cli) -> Result<i32> {
             let c = &args.common;
             let (latency, grace) =
                 (rcu_latency::RcuLatencyConfig::preset(c.quick), rcu_grace::RcuGraceConfig::preset(c.quick));
-            let latency = harness::run::<rcu_latency::RcuLatency>(&latency, &c.results, &log)?;
-            let grace = harness::run::<rcu_grace::RcuGrace>(&grace, &c.results, &log)?;
+            let latency = harness::run(&latency, &c.results, &log)?;
+            let grace = harness::run(&grace, &c.results, &log)?;
             if c.json {
                 println!("{}", serde_json::json!({ "rcu-latency": latency, "rcu-grace": grace }));
             } else {

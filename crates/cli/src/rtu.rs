@@ -104,23 +104,24 @@ pub fn run(args: &RtuArgs) -> Result<i32> {
             if let Some(seconds) = d.seconds {
                 config.seconds = seconds;
             }
-            crate::experiment::<rtu_deadlines::Deadlines>(a, &config, rtu_deadlines::report)
+            crate::experiment(a, &config, rtu_deadlines::report)
         }
         RtuCommand::Switches(a) => {
             let config = rtu_switches::SwitchesConfig::preset(a.quick);
-            crate::experiment::<rtu_switches::Switches>(a, &config, rtu_switches::report)
+            crate::experiment(a, &config, rtu_switches::report)
         }
         RtuCommand::SchedDeadline(a) => {
-            let config = rtu_deadlines::DeadlinesConfig::preset(a.quick);
-            crate::experiment::<rtu_sched_deadline::SchedDeadline>(a, &config, rtu_sched_deadline::report)
+            let config =
+                rtu_sched_deadline::SchedDeadlineConfig(rtu_deadlines::DeadlinesConfig::preset(a.quick));
+            crate::experiment(a, &config, rtu_sched_deadline::report)
         }
         RtuCommand::Throughput(a) => {
             let config = rtu_throughput::ThroughputConfig::preset(a.quick);
-            crate::experiment::<rtu_throughput::Throughput>(a, &config, rtu_throughput::report)
+            crate::experiment(a, &config, rtu_throughput::report)
         }
         RtuCommand::Partition(a) => {
             let config = rtu_partition::PartitionConfig::preset(a.quick);
-            crate::experiment::<rtu_partition::Partition>(a, &config, rtu_partition::report)
+            crate::experiment(a, &config, rtu_partition::report)
         }
         RtuCommand::Admit(a) => {
             let text = std::fs::read_to_string(&a.file)

@@ -27,33 +27,49 @@ use serde::Serialize;
 use crate::machine::MachineInfo;
 use crate::output::{RunDir, interactive, progress};
 
-/// An experiment the harness can run.
-pub trait Experiment {
+/// An experiment the harness can run, implemented by its configuration: everything the run
+/// depends on (written to `config.json`).
+pub trait Experiment: Serialize {
     /// The results subdirectory and the name in progress lines (`rtu-deadlines`).
     const NAME: &'static str;
-    /// Everything the run depends on; written to `config.json`.
-    type Config: Serialize;
     /// What the run found; written to `summary.json`.
     type Summary: Serialize;
 
-    /// Checks `config` before anything starts; the error says what is wrong, the limit and why.
-    fn validate(config: &Self::Config) -> Result<(), String>;
-
-    /// Steps the progress bar counts (points, rows, runs).
-    fn steps(config: &Self::Config) -> u64;
-
-    /// About how long the run takes, for the line printed when no bar is drawn.
-    fn estimate(config: &Self::Config) -> Option<Duration>;
+    /// Checks the configuration and says how much work it is. Called before anything starts;
+    /// the error says what is wrong, the limit and why.
+    fn plan(&self) -> Result<Plan, String>;
 
     /// The noise probe's settings, or `None` for experiments that measure no time (models,
     /// simulations).
-    fn noise(_config: &Self::Config) -> Option<NoiseConfig> {
+    fn noise(&self) -> Option<NoiseConfig> {
         Some(NoiseConfig::quick())
     }
 
     /// Measures. Call [`Run::finish`] once the measuring is over, to stop the noise probe and
     /// take the [`RunInfo`] for the summary.
-    fn run(config: &Self::Config, run: &mut Run<'_>) -> Result<Self::Summary>;
+    fn run(&self, run: &mut Run<'_>) -> Result<Self::Summary>;
+}
+
+/// How much work a run is: the steps the progress bar counts (points, rows, runs) and about
+/// how long each takes, for the line printed when no bar is drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    /// Steps the progress bar counts.
+    pub steps: u64,
+    /// About how long one step takes, seconds.
+    pub seconds_per_step: f64,
+}
+
+impl Plan {
+    /// `steps` steps of about `seconds_per_step` each.
+    pub fn new(steps: usize, seconds_per_step: f64) -> Self {
+        Self { steps: steps as u64, seconds_per_step }
+    }
+
+    /// About how long the whole run takes.
+    pub fn estimate(&self) -> Duration {
+        Duration::try_from_secs_f64(self.steps as f64 * self.seconds_per_step).unwrap_or(Duration::MAX)
+    }
 }
 
 /// What every summary carries, flattened into its JSON.
@@ -140,18 +156,22 @@ impl Run<'_> {
     }
 }
 
-/// Runs experiment `E` under `config`, writing `results_root/E::NAME/<run-id>/`.
-pub fn run<E: Experiment>(config: &E::Config, results_root: &Path, log: &dyn Fn(&str)) -> Result<E::Summary> {
-    E::validate(config).map_err(|why| anyhow::Error::new(InvalidConfig(why)))?;
+/// Runs the experiment `config` describes, writing `results_root/NAME/<run-id>/`.
+pub fn run<E: Experiment>(config: &E, results_root: &Path, log: &dyn Fn(&str)) -> Result<E::Summary> {
+    let plan = config.plan().map_err(|why| anyhow::Error::new(InvalidConfig(why)))?;
     let dir = RunDir::create(results_root, E::NAME)?;
     dir.write_json("config.json", config)?;
-    let steps = E::steps(config);
     if !interactive() {
-        let about = E::estimate(config).map_or(String::new(), |d| format!(", about {}", human(d)));
-        log(&format!("{}: {steps} steps{about}; results in {}", E::NAME, dir.path().display()));
+        log(&format!(
+            "{}: {} steps, about {}; results in {}",
+            E::NAME,
+            plan.steps,
+            human(plan.estimate()),
+            dir.path().display()
+        ));
     }
     let machine = MachineInfo::probe();
-    let probe = E::noise(config).map(NoiseProbe::start);
+    let probe = config.noise().map(NoiseProbe::start);
     let mut run = Run {
         name: E::NAME,
         dir,
@@ -159,10 +179,10 @@ pub fn run<E: Experiment>(config: &E::Config, results_root: &Path, log: &dyn Fn(
         probe,
         noise: None,
         plots: Vec::new(),
-        bar: progress(steps, E::NAME),
+        bar: progress(plan.steps, E::NAME),
         log,
     };
-    let summary = E::run(config, &mut run)?;
+    let summary = config.run(&mut run)?;
     run.finish();
     run.dir.write_json("summary.json", &summary)?;
     Ok(summary)
@@ -200,6 +220,14 @@ pub fn check_core(core: usize) -> Result<(), String> {
     }
 }
 
+/// Checks the points of a real-time experiment: utilisations in (0, 1], seconds per point from
+/// 0.1 (enough for `holds`) to 3600, and a core that exists.
+pub fn check_points(utilisations: &[f64], seconds: f64, core: usize, holds: &str) -> Result<(), String> {
+    check_utilisations(utilisations)?;
+    check_seconds(seconds, 0.1, 3_600.0, "seconds per point", &format!("0.1 s holds {holds}"))?;
+    check_core(core)
+}
+
 /// Checks a list of utilisations: at least one, each a fraction of a core in (0, 1].
 pub fn check_utilisations(utilisations: &[f64]) -> Result<(), String> {
     if utilisations.is_empty() {
@@ -226,8 +254,8 @@ mod tests {
     use super::*;
     use std::cell::Cell;
 
-    #[derive(Debug)]
-    struct Counting;
+    #[derive(Debug, Serialize)]
+    struct Counting(u32);
 
     #[derive(Debug, Serialize)]
     struct Summary {
@@ -240,28 +268,25 @@ mod tests {
 
     impl Experiment for Counting {
         const NAME: &'static str = "counting";
-        type Config = u32;
         type Summary = Summary;
-        fn validate(c: &u32) -> Result<(), String> {
-            if *c == 0 { Err("count must be at least 1".into()) } else { Ok(()) }
+        fn plan(&self) -> Result<Plan, String> {
+            if self.0 == 0 {
+                Err("count must be at least 1".into())
+            } else {
+                Ok(Plan::new(self.0 as usize, 0.1))
+            }
         }
-        fn steps(c: &u32) -> u64 {
-            u64::from(*c)
-        }
-        fn estimate(_: &u32) -> Option<Duration> {
-            Some(Duration::from_secs(1))
-        }
-        fn noise(_: &u32) -> Option<NoiseConfig> {
+        fn noise(&self) -> Option<NoiseConfig> {
             None
         }
-        fn run(c: &u32, run: &mut Run<'_>) -> Result<Summary> {
+        fn run(&self, run: &mut Run<'_>) -> Result<Summary> {
             RAN.with(|r| r.set(true));
-            for _ in 0..c + 3 {
+            for _ in 0..self.0 + 3 {
                 run.step("counting");
             }
             let plot = run.plot("p.png");
             std::fs::write(&plot, b"")?;
-            Ok(Summary { info: run.finish(), value: *c })
+            Ok(Summary { info: run.finish(), value: self.0 })
         }
     }
 
@@ -271,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_run_writes_config_and_summary_with_the_common_fields() {
-        let s = run::<Counting>(&3, &root(), &|_| {}).unwrap();
+        let s = run(&Counting(3), &root(), &|_| {}).unwrap();
         let text = std::fs::read_to_string(s.info.results_dir.join("summary.json")).unwrap();
         for field in ["\"machine\"", "\"plots\"", "\"results_dir\"", "\"value\": 3"] {
             assert!(text.contains(field), "{field} missing from {text}");
@@ -284,7 +309,7 @@ mod tests {
     fn a_bad_config_is_refused_before_anything_is_created_or_run() {
         let root = root().join("refused");
         RAN.with(|r| r.set(false));
-        let err = run::<Counting>(&0, &root, &|_| {}).unwrap_err();
+        let err = run(&Counting(0), &root, &|_| {}).unwrap_err();
         assert!(err.is::<InvalidConfig>());
         assert_eq!(err.to_string(), "count must be at least 1");
         assert!(!root.exists(), "the results directory was created for a refused config");
@@ -295,7 +320,7 @@ mod tests {
     fn an_unwritable_results_root_fails_before_the_run() {
         RAN.with(|r| r.set(false));
         let started = std::time::Instant::now();
-        let err = run::<Counting>(&3, Path::new("/proc/kairos"), &|_| {}).unwrap_err();
+        let err = run(&Counting(3), Path::new("/proc/kairos"), &|_| {}).unwrap_err();
         assert!(format!("{err:#}").contains("--results"), "{err:#}");
         assert!(!RAN.with(Cell::get), "the experiment ran although its results could not be kept");
         // Generous: the failure is one mkdir; a second means something ran first.

@@ -19,7 +19,7 @@
 //! `offline_p99_ratio`, `stall_trials` (`reader`, `delay_ns`), `stall_threshold_ns`,
 //! `stall_within_10pct`, `clean_run_s`, `false_reports`.
 
-use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds};
+use crate::harness::{Experiment, Plan, Run, RunInfo, check_core, check_seconds};
 use anyhow::{Context, Result, anyhow};
 use kairos_metrics::{LatencyRecorder, LatencySummary, NoiseConfig};
 use kairos_rcu::{Domain, DomainConfig, ReclaimPolicy, StallConfig};
@@ -170,7 +170,7 @@ fn work_for(ns: u64) {
 
 impl RcuGraceConfig {
     /// Checks cores, counts and lengths before anything runs.
-    pub fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), String> {
         check_core(self.reader_core)?;
         check_core(self.writer_core)?;
         if !(1..=10_000_000).contains(&self.samples) {
@@ -190,39 +190,27 @@ impl RcuGraceConfig {
     }
 }
 
-/// The experiment, run by [`crate::harness::run`].
-#[derive(Debug)]
-pub struct RcuGrace;
-
-impl Experiment for RcuGrace {
+impl Experiment for RcuGraceConfig {
     const NAME: &'static str = "rcu-grace";
-    type Config = RcuGraceConfig;
     type Summary = Summary;
 
-    fn validate(config: &RcuGraceConfig) -> Result<(), String> {
-        config.validate()
+    fn plan(&self) -> Result<Plan, String> {
+        self.validate()?;
+        let grace = self.qs_interval * 2 * self.samples as u32 * 2;
+        let stalls = self.stall_length * 2 * self.stall_trials as u32;
+        Ok(Plan::new(4, (grace + stalls + self.clean_run).as_secs_f64() / 4.0))
     }
 
-    fn steps(_: &RcuGraceConfig) -> u64 {
-        4
-    }
-
-    fn estimate(config: &RcuGraceConfig) -> Option<Duration> {
-        let grace = config.qs_interval * 2 * config.samples as u32 * 2;
-        let stalls = config.stall_length * 2 * config.stall_trials as u32;
-        Some(grace + stalls + config.clean_run)
-    }
-
-    fn noise(config: &RcuGraceConfig) -> Option<NoiseConfig> {
-        Some(if config.clean_run < Duration::from_secs(30) {
+    fn noise(&self) -> Option<NoiseConfig> {
+        Some(if self.clean_run < Duration::from_secs(30) {
             NoiseConfig::quick()
         } else {
             NoiseConfig::default()
         })
     }
 
-    fn run(config: &RcuGraceConfig, run: &mut Run<'_>) -> Result<Summary> {
-        measure(config, run)
+    fn run(&self, run: &mut Run<'_>) -> Result<Summary> {
+        measure(self, run)
     }
 }
 

@@ -31,7 +31,7 @@ use kairos_rtu::analysis::{HandlerSpec, analyse};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
 
-use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds, check_utilisations};
+use crate::harness::{Experiment, Plan, Run, RunInfo, check_points};
 use crate::plot::{Scales, XySeries, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
@@ -71,51 +71,26 @@ impl DeadlinesConfig {
     pub fn preset(quick: bool) -> Self {
         if quick { Self::quick() } else { Self::full() }
     }
+}
 
-    /// Checks the points and lengths before anything runs.
-    pub fn validate(&self) -> Result<(), String> {
-        check_utilisations(&self.utilisations)?;
-        check_seconds(
-            self.seconds,
-            0.1,
-            3_600.0,
-            "seconds per point",
-            "0.1 s holds a few jobs of the 45 ms handler",
-        )?;
+impl Experiment for DeadlinesConfig {
+    const NAME: &'static str = "rtu-deadlines";
+    type Summary = DeadlinesSummary;
+
+    fn plan(&self) -> Result<Plan, String> {
+        check_points(&self.utilisations, self.seconds, self.core, "a few jobs of the 45 ms handler")?;
         if !(1..=1_000).contains(&self.unit_us) {
             return Err(format!(
                 "the unit of work must be 1-1000 us (batches are whole units), got {}",
                 self.unit_us
             ));
         }
-        check_core(self.core)
-    }
-}
-
-/// The experiment, run by [`crate::harness::run`].
-#[derive(Debug)]
-pub struct Deadlines;
-
-impl Experiment for Deadlines {
-    const NAME: &'static str = "rtu-deadlines";
-    type Config = DeadlinesConfig;
-    type Summary = DeadlinesSummary;
-
-    fn validate(config: &DeadlinesConfig) -> Result<(), String> {
-        config.validate()
+        // Every point with and without load, each with about 0.3 s of set-up.
+        Ok(Plan::new(self.utilisations.len() * 2, self.seconds + 0.3))
     }
 
-    fn steps(config: &DeadlinesConfig) -> u64 {
-        config.utilisations.len() as u64 * 2
-    }
-
-    fn estimate(config: &DeadlinesConfig) -> Option<Duration> {
-        // Each point runs its seconds, with and without load, plus about 0.3 s of set-up.
-        Some(Duration::from_secs_f64((config.seconds + 0.3) * Self::steps(config) as f64))
-    }
-
-    fn run(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<DeadlinesSummary> {
-        measure(config, run)
+    fn run(&self, run: &mut Run<'_>) -> Result<DeadlinesSummary> {
+        measure(self, run)
     }
 }
 

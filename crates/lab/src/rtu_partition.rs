@@ -28,7 +28,7 @@ use kairos_sys::proc::{last_core, online_cores};
 use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
-use crate::harness::{Experiment, Run, RunInfo, check_seconds};
+use crate::harness::{Experiment, Plan, Run, RunInfo, check_seconds};
 use crate::plot::{Scales, XySeries, xy_chart};
 
 const STREAMS: usize = 6;
@@ -220,37 +220,18 @@ fn threads(seconds: f64, scale: u64) -> Result<Vec<u64>> {
         .collect()
 }
 
-impl PartitionConfig {
-    /// Checks the length before anything runs.
-    pub fn validate(&self) -> Result<(), String> {
-        check_seconds(self.seconds, 0.1, 3_600.0, "seconds per point", "0.1 s holds five receiver periods")
-    }
-}
-
-/// The experiment, run by [`crate::harness::run`].
-#[derive(Debug)]
-pub struct Partition;
-
-impl Experiment for Partition {
+impl Experiment for PartitionConfig {
     const NAME: &'static str = "rtu-partition";
-    type Config = PartitionConfig;
     type Summary = PartitionSummary;
 
-    fn validate(config: &PartitionConfig) -> Result<(), String> {
-        config.validate()
-    }
-
-    fn steps(_: &PartitionConfig) -> u64 {
+    fn plan(&self) -> Result<Plan, String> {
+        check_seconds(self.seconds, 0.1, 3_600.0, "seconds per point", "0.1 s holds five receiver periods")?;
         // Two scales, two ways, with and without load.
-        8
+        Ok(Plan::new(8, self.seconds + 0.2))
     }
 
-    fn estimate(config: &PartitionConfig) -> Option<Duration> {
-        Some(Duration::from_secs_f64((config.seconds + 0.2) * 8.0))
-    }
-
-    fn run(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSummary> {
-        measure(config, run)
+    fn run(&self, run: &mut Run<'_>) -> Result<PartitionSummary> {
+        measure(self, run)
     }
 }
 

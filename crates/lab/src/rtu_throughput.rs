@@ -32,7 +32,7 @@ use kairos_sys::proc::online_cores;
 use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
-use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds};
+use crate::harness::{Experiment, Plan, Run, RunInfo, check_core, check_seconds};
 use crate::plot::{Scales, XySeries, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
@@ -229,9 +229,11 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     })
 }
 
-impl ThroughputConfig {
-    /// Checks sizes, length and core before anything runs.
-    pub fn validate(&self) -> Result<(), String> {
+impl Experiment for ThroughputConfig {
+    const NAME: &'static str = "rtu-throughput";
+    type Summary = ThroughputSummary;
+
+    fn plan(&self) -> Result<Plan, String> {
         if self.packet_sizes.is_empty() {
             return Err("give at least one packet size".into());
         }
@@ -239,33 +241,12 @@ impl ThroughputConfig {
             return Err(format!("packet sizes are UDP payloads of 1-65507 bytes, got {s}"));
         }
         check_seconds(self.seconds, 0.1, 3_600.0, "seconds per point", "0.1 s holds ten receiver periods")?;
-        check_core(self.core)
-    }
-}
-
-/// The experiment, run by [`crate::harness::run`].
-#[derive(Debug)]
-pub struct Throughput;
-
-impl Experiment for Throughput {
-    const NAME: &'static str = "rtu-throughput";
-    type Config = ThroughputConfig;
-    type Summary = ThroughputSummary;
-
-    fn validate(config: &ThroughputConfig) -> Result<(), String> {
-        config.validate()
+        check_core(self.core)?;
+        Ok(Plan::new(self.packet_sizes.len() * RECEIVERS.len() * 2, self.seconds + 0.1))
     }
 
-    fn steps(config: &ThroughputConfig) -> u64 {
-        (config.packet_sizes.len() * RECEIVERS.len() * 2) as u64
-    }
-
-    fn estimate(config: &ThroughputConfig) -> Option<Duration> {
-        Some(Duration::from_secs_f64((config.seconds + 0.1) * Self::steps(config) as f64))
-    }
-
-    fn run(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSummary> {
-        measure(config, run)
+    fn run(&self, run: &mut Run<'_>) -> Result<ThroughputSummary> {
+        measure(self, run)
     }
 }
 

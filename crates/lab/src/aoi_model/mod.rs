@@ -14,12 +14,11 @@
 //! `closed_form_peak_age`, `rel_error` (null without a closed form), `discarded`.
 //! Sweep: `machine`, `plots`, `results_dir`, `arrival`, `service`, `points` (as above).
 
-use std::time::Duration;
 
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::harness::{Experiment, Run, RunInfo};
+use crate::harness::{Experiment, Plan, Run, RunInfo};
 use crate::plot::{Scales, XySeries, xy_chart};
 use kairos_aoi::sim::{SimConfig, simulate};
 pub use kairos_aoi::{Arrival, Discipline, Service, closed_form, sim};
@@ -133,34 +132,22 @@ pub struct Sweep {
     pub points: Vec<Point>,
 }
 
-/// The load sweep, run by [`crate::harness::run`].
-#[derive(Debug)]
-pub struct AoiSweep;
-
-impl Experiment for AoiSweep {
+impl Experiment for SweepConfig {
     const NAME: &'static str = "aoi-model";
-    type Config = SweepConfig;
     type Summary = Sweep;
 
-    fn validate(config: &SweepConfig) -> Result<(), String> {
-        config.validate()
-    }
-
-    fn steps(_: &SweepConfig) -> u64 {
-        sweep_plan().len() as u64
-    }
-
-    fn estimate(config: &SweepConfig) -> Option<Duration> {
+    fn plan(&self) -> Result<Plan, String> {
+        self.validate()?;
         // About ten million arrivals a second here.
-        Some(Duration::from_secs_f64(config.arrivals as f64 * Self::steps(config) as f64 / 1e7))
+        Ok(Plan::new(sweep_plan().len(), self.arrivals as f64 / 1e7))
     }
 
-    fn noise(_: &SweepConfig) -> Option<kairos_metrics::NoiseConfig> {
+    fn noise(&self) -> Option<kairos_metrics::NoiseConfig> {
         None
     }
 
-    fn run(config: &SweepConfig, run: &mut Run<'_>) -> Result<Sweep> {
-        sweep(config, run)
+    fn run(&self, run: &mut Run<'_>) -> Result<Sweep> {
+        sweep(self, run)
     }
 }
 

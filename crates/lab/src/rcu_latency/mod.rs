@@ -40,34 +40,23 @@ use kairos_metrics::LatencySummary;
 use serde::Serialize;
 use std::time::Duration;
 
-/// The experiment, run by [`crate::harness::run`].
-#[derive(Debug)]
-pub struct RcuLatency;
-
-impl crate::harness::Experiment for RcuLatency {
+impl crate::harness::Experiment for RcuLatencyConfig {
     const NAME: &'static str = "rcu-latency";
-    type Config = RcuLatencyConfig;
     type Summary = Summary;
 
-    fn validate(config: &RcuLatencyConfig) -> Result<(), String> {
-        config.validate()
-    }
-
-    fn steps(config: &RcuLatencyConfig) -> u64 {
-        (run::plan_rows(config).len() * config.repetitions) as u64
-    }
-
-    fn estimate(config: &RcuLatencyConfig) -> Option<Duration> {
+    fn plan(&self) -> Result<crate::harness::Plan, String> {
+        self.validate()?;
         // Each row also sets up its domain and drains its backlog: about 0.3 s.
-        Some((config.row_duration + Duration::from_millis(300)) * Self::steps(config) as u32)
+        let rows = run::plan_rows(self).len() * self.repetitions;
+        Ok(crate::harness::Plan::new(rows, self.row_duration.as_secs_f64() + 0.3))
     }
 
-    fn noise(config: &RcuLatencyConfig) -> Option<kairos_metrics::NoiseConfig> {
-        Some(run::noise_config(config))
+    fn noise(&self) -> Option<kairos_metrics::NoiseConfig> {
+        Some(run::noise_config(self))
     }
 
-    fn run(config: &RcuLatencyConfig, run: &mut crate::harness::Run<'_>) -> anyhow::Result<Summary> {
-        run::measure(config, run)
+    fn run(&self, run: &mut crate::harness::Run<'_>) -> anyhow::Result<Summary> {
+        run::measure(self, run)
     }
 }
 

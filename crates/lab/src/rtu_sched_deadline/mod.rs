@@ -33,7 +33,7 @@ use serde::Serialize;
 
 mod one_core;
 
-use crate::harness::{Experiment, Run, RunInfo};
+use crate::harness::{Experiment, Plan, Run, RunInfo};
 use crate::plot::{Scales, XySeries, xy_chart};
 use crate::rtu_deadlines::{DeadlinesConfig, handler_set, run_point};
 use one_core::OneCoreDomain;
@@ -151,31 +151,24 @@ fn edf_point(
     })
 }
 
-/// The experiment, run by [`crate::harness::run`]: the deadline experiment's set and points.
-#[derive(Debug)]
-pub struct SchedDeadline;
+/// The deadline experiment's set and points, run under `SCHED_DEADLINE` beside RMDP.
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct SchedDeadlineConfig(pub DeadlinesConfig);
 
-impl Experiment for SchedDeadline {
+impl Experiment for SchedDeadlineConfig {
     const NAME: &'static str = "rtu-sched-deadline";
-    type Config = DeadlinesConfig;
     type Summary = EdfSummary;
 
-    fn validate(config: &DeadlinesConfig) -> Result<(), String> {
-        config.validate()
+    fn plan(&self) -> Result<Plan, String> {
+        let points = self.0.plan()?;
+        // RMDP, global EDF and one-core EDF at every point, each followed by 200 ms for the
+        // kernel to release exited threads' bandwidth.
+        Ok(Plan::new(self.0.utilisations.len() * 3, points.seconds_per_step))
     }
 
-    fn steps(config: &DeadlinesConfig) -> u64 {
-        // RMDP, global EDF and one-core EDF at every point.
-        config.utilisations.len() as u64 * 3
-    }
-
-    fn estimate(config: &DeadlinesConfig) -> Option<Duration> {
-        // Each point also waits 200 ms for the kernel to release exited threads' bandwidth.
-        Some(Duration::from_secs_f64((config.seconds + 0.3) * Self::steps(config) as f64))
-    }
-
-    fn run(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
-        measure(config, run)
+    fn run(&self, run: &mut Run<'_>) -> Result<EdfSummary> {
+        measure(&self.0, run)
     }
 }
 

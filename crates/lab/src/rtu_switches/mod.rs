@@ -33,7 +33,7 @@ use kairos_sys::proc::last_core;
 use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches};
 use serde::Serialize;
 
-use crate::harness::{Experiment, Run, RunInfo, check_core, check_seconds, check_utilisations};
+use crate::harness::{Experiment, Plan, Run, RunInfo, check_points};
 use crate::plot::{Scales, XySeries, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
@@ -224,50 +224,24 @@ fn threads(u: f64, config: &SwitchesConfig) -> Result<SwitchRow> {
     })
 }
 
-impl SwitchesConfig {
-    /// Checks the points, length, work and core before anything runs.
-    pub fn validate(&self) -> Result<(), String> {
-        check_utilisations(&self.utilisations)?;
-        check_seconds(
-            self.seconds,
-            0.1,
-            3_600.0,
-            "seconds per point",
-            "0.1 s holds a few jobs of every handler",
-        )?;
+impl Experiment for SwitchesConfig {
+    const NAME: &'static str = "rtu-switches";
+    type Summary = SwitchesSummary;
+
+    fn plan(&self) -> Result<Plan, String> {
+        check_points(&self.utilisations, self.seconds, self.core, "a few jobs of every handler")?;
         if !(1_000..=1_000_000).contains(&self.work_ns) {
             return Err(format!(
                 "work per unit must be 1-1000 us (1000-1000000 ns), got {} ns",
                 self.work_ns
             ));
         }
-        check_core(self.core)
-    }
-}
-
-/// The experiment, run by [`crate::harness::run`].
-#[derive(Debug)]
-pub struct Switches;
-
-impl Experiment for Switches {
-    const NAME: &'static str = "rtu-switches";
-    type Config = SwitchesConfig;
-    type Summary = SwitchesSummary;
-
-    fn validate(config: &SwitchesConfig) -> Result<(), String> {
-        config.validate()
+        // RMDP and the threads at every point.
+        Ok(Plan::new(self.utilisations.len() * 2, self.seconds))
     }
 
-    fn steps(config: &SwitchesConfig) -> u64 {
-        config.utilisations.len() as u64 * 2
-    }
-
-    fn estimate(config: &SwitchesConfig) -> Option<Duration> {
-        Some(Duration::from_secs_f64(config.seconds * Self::steps(config) as f64))
-    }
-
-    fn run(config: &SwitchesConfig, run: &mut Run<'_>) -> Result<SwitchesSummary> {
-        measure(config, run)
+    fn run(&self, run: &mut Run<'_>) -> Result<SwitchesSummary> {
+        measure(self, run)
     }
 }
 
