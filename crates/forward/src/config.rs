@@ -79,6 +79,69 @@ pub struct ForwarderConfig {
     pub data_work_ns: u64,
 }
 
+/// The largest ring the forwarder makes, entries: every entry may hold a pool buffer (a 48-byte
+/// packet), so 16 Mi entries is already 800 MB of buffers.
+pub const MAX_RING: usize = 1 << 24;
+
+/// The most users a forwarder serves: the pool and the keyed ring hold a buffer per user, and
+/// the FIB an entry per user.
+pub const MAX_USERS: u32 = 1 << 24;
+
+/// The most extra work per data packet, ns: at 1 ms a million packets already take 17 minutes.
+pub const MAX_DATA_WORK_NS: u64 = 1_000_000;
+
+/// The longest flush wait, ns: a batch held longer than a second is no longer a batch.
+pub const MAX_FLUSH_WAIT_NS: u64 = 1_000_000_000;
+
+/// The highest `SCHED_FIFO` priority Linux gives.
+pub const MAX_FIFO_PRIORITY: i32 = 99;
+
+impl ForwarderConfig {
+    /// Checks the knobs against what the forwarder can run for `users` users, before any
+    /// thread starts: the error says what is wrong, the limit, and why.
+    pub fn check(&self, users: u32) -> Result<(), String> {
+        let max_burst = kairos_io::udp::MAX_BURST;
+        if !(1..=max_burst).contains(&self.burst) {
+            return Err(format!(
+                "the forwarder's burst must be 1 to {max_burst}, got {} (a port moves at most {max_burst} packets per call)",
+                self.burst
+            ));
+        }
+        for (name, size) in [("control", self.ctrl_ring), ("data", self.data_ring)] {
+            if !(1..=MAX_RING).contains(&size) {
+                return Err(format!(
+                    "the {name} ring must hold 1 to {MAX_RING} entries, got {size} (each entry may hold a 48-byte buffer)"
+                ));
+            }
+        }
+        if users == 0 {
+            return Err("the forwarder needs at least one user (the trace has none)".into());
+        }
+        if users > MAX_USERS {
+            return Err(format!(
+                "the forwarder serves at most {MAX_USERS} users, got {users} (a buffer and a FIB entry each)"
+            ));
+        }
+        if !(0..=MAX_FIFO_PRIORITY).contains(&self.fifo_priority) {
+            return Err(format!(
+                "the SCHED_FIFO priority must be 0 (normal scheduling) to {MAX_FIFO_PRIORITY}, got {}",
+                self.fifo_priority
+            ));
+        }
+        if self.data_work_ns > MAX_DATA_WORK_NS {
+            return Err(format!(
+                "the extra work per data packet must be at most {MAX_DATA_WORK_NS} ns, got {} (a million packets would take over 17 minutes)",
+                self.data_work_ns
+            ));
+        }
+        let (Flush::Count { drain_ns: wait } | Flush::Age { max_wait_ns: wait }) = self.flush;
+        if wait > MAX_FLUSH_WAIT_NS {
+            return Err(format!("the flush wait must be at most {MAX_FLUSH_WAIT_NS} ns (1 s), got {wait}"));
+        }
+        Ok(())
+    }
+}
+
 impl Default for ForwarderConfig {
     fn default() -> Self {
         // The source's forwarder: RX/TX burst 64, RX rings of 4096 (Table I); its code sizes the
@@ -93,5 +156,34 @@ impl Default for ForwarderConfig {
             fifo_priority: 0,
             data_work_ns: 0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Knobs the forwarder cannot run are refused before any thread starts, each with its
+    /// limit: a burst over what a port moves (it used to lose about 10% of packets as TX drops),
+    /// a ring that cannot be made (it used to panic a thread and hang the run), no users.
+    #[test]
+    fn knobs_the_forwarder_cannot_run_are_refused_with_the_limit() {
+        let ok = ForwarderConfig::default();
+        assert_eq!(ok.check(1000), Ok(()));
+        let err = |c: ForwarderConfig, users| c.check(users).unwrap_err();
+        assert!(err(ForwarderConfig { burst: 256, ..ok }, 10).contains("burst must be 1 to 64, got 256"));
+        assert!(err(ForwarderConfig { burst: 0, ..ok }, 10).contains("got 0"));
+        let huge = ForwarderConfig { data_ring: usize::MAX, ..ok };
+        assert!(err(huge, 10).contains("data ring must hold 1 to 16777216 entries"));
+        assert!(err(ForwarderConfig { ctrl_ring: 0, ..ok }, 10).contains("control ring"));
+        assert!(err(ok, 0).contains("at least one user"));
+        assert!(
+            err(ForwarderConfig { fifo_priority: 200, ..ok }, 10)
+                .contains("0 (normal scheduling) to 99, got 200")
+        );
+        assert!(err(ForwarderConfig { fifo_priority: -1, ..ok }, 10).contains("got -1"));
+        assert!(err(ForwarderConfig { data_work_ns: u64::MAX, ..ok }, 10).contains("extra work"));
+        let slow = ForwarderConfig { flush: Flush::Age { max_wait_ns: u64::MAX }, ..ok };
+        assert!(err(slow, 10).contains("flush wait"));
     }
 }

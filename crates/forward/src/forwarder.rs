@@ -11,17 +11,17 @@
 //! core from the thread that would fill it. The data thread sleeps with its FIB reader offline,
 //! so an RCU writer never waits for a sleeping reader.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use kairos_fib::{AddrTuple, Fib, FibReader};
-use kairos_io::pool::{Allocator, Freer, PoolSlots, pool};
+use kairos_io::pool::{
+    Allocator, Buf, BufConsumer, BufProducer, Freer, KeyedBufConsumer, KeyedBufProducer, Pool, PoolError,
+    buf_ring, keyed_buf_ring, pool,
+};
 use kairos_io::{Kind, Packet, Port};
 use kairos_metrics::AgeTable;
-use kairos_ring::{
-    Consumer, Doorbell, KeyedConsumer, KeyedProducer, Overflow, Producer, RingStats, keyed, spsc,
-};
+use kairos_ring::{Doorbell, Overflow, RingStats};
 use kairos_sys::clock::monotonic_ns;
 use serde::Serialize;
 
@@ -48,6 +48,9 @@ pub struct ForwarderStats {
     /// Location-update age at the FIB: mean over users of the time-average of
     /// `now - stamp of the published entry`, ns.
     pub fib_age_ns: f64,
+    /// Forwarder threads that asked for `SCHED_FIFO` and were refused (they ran at normal
+    /// priority).
+    pub fifo_refused: u64,
 }
 
 /// A ring's drops, as the summary prints them.
@@ -106,32 +109,50 @@ impl Idle {
 /// forwarder thread then preempts the spinning source at once instead of waiting for the end of
 /// its time slice. The threads sleep when idle, so they cannot starve the machine unless
 /// overloaded, and the kernel's real-time throttling bounds even that.
-fn realtime(config: &ForwarderConfig) {
-    if config.fifo_priority > 0 {
-        let _ = kairos_sys::thread::set_fifo(config.fifo_priority);
+/// A refusal is counted in `refused`, so the run reports it instead of claiming a priority it
+/// did not have.
+fn realtime(config: &ForwarderConfig, refused: &AtomicU64) {
+    if config.fifo_priority > 0 && kairos_sys::thread::set_fifo(config.fifo_priority).is_err() {
+        refused.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 enum DataIn {
-    Fifo(Producer<u32>),
-    Keyed(KeyedProducer),
+    Fifo(BufProducer),
+    Keyed(KeyedBufProducer),
 }
 
 enum DataOut {
-    Fifo(Consumer<u32>),
-    Keyed(KeyedConsumer, Vec<(u32, u32)>),
+    Fifo(BufConsumer),
+    Keyed(KeyedBufConsumer),
 }
 
 impl DataOut {
     fn is_empty(&self) -> bool {
         match self {
             DataOut::Fifo(rx) => rx.is_empty(),
-            DataOut::Keyed(rx, _) => rx.is_empty(),
+            DataOut::Keyed(rx) => rx.is_empty(),
         }
     }
 }
 
-/// Runs the forwarder until `stop`; `fib` is `None` for the baseline (no addressing).
+/// Why the forwarder could not run or did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwarderError {
+    /// The configuration is not one the forwarder can run ([`ForwarderConfig::check`] says why).
+    #[error("{0}")]
+    Config(String),
+    /// The pool or a ring could not be made.
+    #[error("{0}")]
+    Pool(#[from] PoolError),
+    /// A forwarder thread panicked; its message.
+    #[error("the forwarder's {thread} thread panicked: {message}")]
+    Panicked { thread: &'static str, message: String },
+}
+
+/// Runs the forwarder until `stop`; `fib` is `None` for the baseline (no addressing). `started`
+/// is set once its threads run; a configuration [`ForwarderConfig::check`] refuses is an error
+/// before any thread starts.
 pub fn run<F: Fib, P: Port>(
     config: &ForwarderConfig,
     users: u32,
@@ -140,11 +161,11 @@ pub fn run<F: Fib, P: Port>(
     mut tx_port: P,
     stop: &AtomicBool,
     started: &AtomicBool,
-) -> ForwarderStats {
+) -> Result<ForwarderStats, ForwarderError> {
+    config.check(users).map_err(ForwarderError::Config)?;
     let pool_size = config.ctrl_ring + config.data_ring.max(users as usize) + 4 * config.burst + 1024;
-    let (slots, mut alloc, freer) = pool(pool_size);
-    let (ctrl_tx, ctrl_rx) =
-        spsc::<u32>(config.ctrl_ring, Overflow::DropNewest).expect("ring sizes are validated");
+    let (pool, mut alloc, freer) = pool(pool_size)?;
+    let (ctrl_tx, ctrl_rx) = buf_ring(&pool, config.ctrl_ring, Overflow::DropNewest)?;
     let (data_tx, data_rx) = match config.data_policy {
         RingPolicy::DropNewest | RingPolicy::DropOldest => {
             let overflow = if config.data_policy == RingPolicy::DropOldest {
@@ -152,42 +173,41 @@ pub fn run<F: Fib, P: Port>(
             } else {
                 Overflow::DropNewest
             };
-            let (tx, rx) = spsc::<u32>(config.data_ring, overflow).expect("ring sizes are validated");
+            let (tx, rx) = buf_ring(&pool, config.data_ring, overflow)?;
             (DataIn::Fifo(tx), DataOut::Fifo(rx))
         }
         RingPolicy::KeepLatest => {
-            let (tx, rx) = keyed(config.data_ring, users as usize).expect("ring sizes are validated");
-            (DataIn::Keyed(tx), DataOut::Keyed(rx, vec![(0, 0); config.burst]))
+            let (tx, rx) = keyed_buf_ring(&pool, config.data_ring, users as usize)?;
+            (DataIn::Keyed(tx), DataOut::Keyed(rx))
         }
     };
     let (ctrl_bell, data_bell) = (Doorbell::new(), Doorbell::new());
     let bells = (&ctrl_bell, &data_bell);
-    let mut stats = ForwarderStats::default();
+    let pool = &*pool;
+    let refused = &AtomicU64::new(0);
     std::thread::scope(|s| {
         let control = (config.control == ControlMode::Thread).then(|| {
-            let slots = Arc::clone(&slots);
             let freer = freer.clone();
             s.spawn(move || {
-                realtime(config);
-                control_thread(fib, ctrl_rx, &slots, freer, users, config.burst, bells.0, stop)
+                realtime(config, refused);
+                control_thread(fib, ctrl_rx, pool, freer, users, config.burst, bells.0, stop)
             })
         });
         let data = {
-            let slots = Arc::clone(&slots);
             let freer = freer.clone();
             let tx_port = &mut tx_port;
             s.spawn(move || {
-                realtime(config);
-                data_thread(config, fib, data_rx, &slots, freer, tx_port, bells.1, stop)
+                realtime(config, refused);
+                data_thread(config, fib, data_rx, pool, freer, tx_port, bells.1, stop)
             })
         };
         started.store(true, Ordering::Release);
-        realtime(config);
+        realtime(config, refused);
         let rx = rx_thread(
             config,
             fib,
             &mut rx_port,
-            &slots,
+            pool,
             &mut alloc,
             freer,
             ctrl_tx,
@@ -196,22 +216,33 @@ pub fn run<F: Fib, P: Port>(
             bells,
             stop,
         );
-        let (tx_drops, tx_avg_batch) = data.join().expect("data thread panicked");
-        stats.rx_packets = rx.rx_packets;
-        stats.pool_drops = rx.pool_drops;
-        stats.ctrl_ring = rx.ctrl;
-        stats.data_ring = rx.data;
-        stats.tx_drops = tx_drops;
-        stats.tx_avg_batch = tx_avg_batch;
-        let (updates, errors, fib_age) = match control {
-            Some(c) => c.join().expect("control thread panicked"),
+        let (tx_drops, tx_avg_batch) = data.join().map_err(|p| panicked("data", p))?;
+        let (fib_updates, fib_errors, fib_age_ns) = match control {
+            Some(c) => c.join().map_err(|p| panicked("control", p))?,
             None => (rx.fib_updates, rx.fib_errors, rx.fib_age),
         };
-        stats.fib_updates = updates;
-        stats.fib_errors = errors;
-        stats.fib_age_ns = fib_age;
-    });
-    stats
+        Ok(ForwarderStats {
+            rx_packets: rx.rx_packets,
+            pool_drops: rx.pool_drops,
+            ctrl_ring: rx.ctrl,
+            data_ring: rx.data,
+            tx_drops,
+            tx_avg_batch,
+            fib_updates,
+            fib_errors,
+            fib_age_ns,
+            fifo_refused: refused.load(Ordering::Relaxed),
+        })
+    })
+}
+
+fn panicked(thread: &'static str, payload: Box<dyn std::any::Any + Send>) -> ForwarderError {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into());
+    ForwarderError::Panicked { thread, message }
 }
 
 struct RxResult {
@@ -248,21 +279,21 @@ fn rx_thread<F: Fib, P: Port>(
     config: &ForwarderConfig,
     fib: Option<&F>,
     port: &mut P,
-    slots: &PoolSlots,
+    pool: &Pool,
     alloc: &mut Allocator,
     mut freer: Freer,
-    mut ctrl_tx: Producer<u32>,
+    mut ctrl_tx: BufProducer,
     mut data_tx: DataIn,
     users: u32,
     bells: (&Doorbell, &Doorbell),
     stop: &AtomicBool,
 ) -> RxResult {
     let mut packets = vec![Packet::default(); config.burst];
-    let mut indices = vec![0u32; config.burst];
+    let mut bufs = Vec::with_capacity(config.burst);
     let mut ctrl = Vec::with_capacity(config.burst);
     let mut data = Vec::with_capacity(config.burst);
     let mut keyed_data = Vec::with_capacity(config.burst);
-    let mut evicted = Vec::with_capacity(2 * config.burst);
+    let mut dropped = Vec::with_capacity(2 * config.burst);
     let (mut rx_packets, mut pool_drops, mut updates, mut errors) = (0u64, 0u64, 0u64, 0u64);
     let mut fib_ages = AgeTable::new(users as usize, monotonic_ns());
     let mut idle = Idle(0);
@@ -276,52 +307,41 @@ fn rx_thread<F: Fib, P: Port>(
         }
         idle.busy();
         rx_packets += n as u64;
-        let got = alloc.alloc_burst(&mut indices[..n]);
+        let got = alloc.alloc_burst(n, &mut bufs);
         pool_drops += (n - got) as u64;
-        ctrl.clear();
-        data.clear();
-        keyed_data.clear();
-        for (p, &index) in packets[..got].iter().zip(&indices[..got]) {
+        for (p, mut buf) in packets[..got].iter().zip(bufs.drain(..)) {
             match p.kind {
                 Kind::Control if config.control == ControlMode::Inline => {
                     // Control first: applied before any data of this burst is queued.
                     apply_control(fib, p, &mut fib_ages, &mut updates, &mut errors);
-                    freer.free_burst(&[index]);
+                    dropped.push(buf);
                 }
                 Kind::Control => {
-                    // SAFETY: `index` was just allocated by this thread and not passed on.
-                    unsafe { slots.set(index, *p) };
-                    ctrl.push(index);
+                    *pool.packet_mut(&mut buf) = *p;
+                    ctrl.push(buf);
                 }
                 Kind::Data if p.user < users => {
-                    // SAFETY: as above.
-                    unsafe { slots.set(index, *p) };
-                    data.push(index);
-                    keyed_data.push((p.user, index));
+                    *pool.packet_mut(&mut buf) = *p;
+                    match data_tx {
+                        DataIn::Fifo(_) => data.push(buf),
+                        DataIn::Keyed(_) => keyed_data.push((p.user, buf)),
+                    }
                 }
-                _ => freer.free_burst(&[index]),
+                _ => dropped.push(buf),
             }
         }
         if !ctrl.is_empty() {
-            evicted.clear();
-            let taken = ctrl_tx.enqueue_burst(&ctrl, &mut evicted).taken;
-            freer.free_burst(&ctrl[taken..]);
+            ctrl_tx.send(&mut ctrl, &mut dropped);
             bells.0.ring();
         }
-        if !data.is_empty() {
-            evicted.clear();
+        if !data.is_empty() || !keyed_data.is_empty() {
             match &mut data_tx {
-                DataIn::Fifo(tx) => {
-                    let taken = tx.enqueue_burst(&data, &mut evicted).taken;
-                    freer.free_burst(&data[taken..]);
-                }
-                DataIn::Keyed(tx) => {
-                    tx.enqueue_burst(&keyed_data, &mut evicted);
-                }
+                DataIn::Fifo(tx) => _ = tx.send(&mut data, &mut dropped),
+                DataIn::Keyed(tx) => tx.send(&mut keyed_data, &mut dropped),
             }
-            freer.free_burst(&evicted);
             bells.1.ring();
         }
+        freer.free_all(dropped.drain(..));
     }
     let data = match &data_tx {
         DataIn::Fifo(tx) => tx.stats(),
@@ -341,33 +361,30 @@ fn rx_thread<F: Fib, P: Port>(
 #[allow(clippy::too_many_arguments)]
 fn control_thread<F: Fib>(
     fib: Option<&F>,
-    mut ring: Consumer<u32>,
-    slots: &PoolSlots,
+    mut ring: BufConsumer,
+    pool: &Pool,
     mut freer: Freer,
     users: u32,
     burst: usize,
     bell: &Doorbell,
     stop: &AtomicBool,
 ) -> (u64, u64, f64) {
-    let mut indices = vec![0u32; burst];
+    let mut bufs: Vec<Buf> = Vec::with_capacity(burst);
     let (mut updates, mut errors) = (0, 0);
     let mut ages = AgeTable::new(users as usize, monotonic_ns());
     let mut idle = Idle(0);
     while !stop.load(Ordering::Relaxed) {
-        let n = ring.dequeue_burst(&mut indices);
-        if n == 0 {
+        if ring.recv(burst, &mut bufs) == 0 {
             if idle.empty() {
                 bell.wait(NAP, || !ring.is_empty());
             }
             continue;
         }
         idle.busy();
-        for &index in &indices[..n] {
-            // SAFETY: the index came out of the control ring: this thread owns it until freed.
-            let p = unsafe { *slots.get(index) };
-            apply_control(fib, &p, &mut ages, &mut updates, &mut errors);
+        for buf in &bufs {
+            apply_control(fib, pool.packet(buf), &mut ages, &mut updates, &mut errors);
         }
-        freer.free_burst(&indices[..n]);
+        freer.free_all(bufs.drain(..));
     }
     (updates, errors, ages.summary(monotonic_ns()).avg_age_ns)
 }
@@ -378,14 +395,14 @@ fn data_thread<F: Fib, P: Port>(
     config: &ForwarderConfig,
     fib: Option<&F>,
     mut ring: DataOut,
-    slots: &PoolSlots,
+    pool: &Pool,
     mut freer: Freer,
     port: &mut P,
     bell: &Doorbell,
     stop: &AtomicBool,
 ) -> (u64, f64) {
     let mut reader = fib.map(|f| f.reader().expect("a FIB reader"));
-    let mut indices = vec![0u32; config.burst];
+    let mut bufs: Vec<Buf> = Vec::with_capacity(config.burst);
     let mut batch: Vec<Packet> = Vec::with_capacity(config.burst);
     let mut batch_since = 0u64;
     let mut last_arrival = 0u64;
@@ -406,14 +423,8 @@ fn data_thread<F: Fib, P: Port>(
     while !stop.load(Ordering::Relaxed) {
         let room = config.burst - batch.len();
         let n = match &mut ring {
-            DataOut::Fifo(rx) => rx.dequeue_burst(&mut indices[..room]),
-            DataOut::Keyed(rx, pairs) => {
-                let n = rx.dequeue_burst(&mut pairs[..room]);
-                for (slot, &(_, index)) in indices.iter_mut().zip(&pairs[..n]) {
-                    *slot = index;
-                }
-                n
-            }
+            DataOut::Fifo(rx) => rx.recv(room, &mut bufs),
+            DataOut::Keyed(rx) => rx.recv(room, &mut bufs),
         };
         let now = monotonic_ns();
         if n > 0 {
@@ -422,9 +433,8 @@ fn data_thread<F: Fib, P: Port>(
                 batch_since = now;
             }
             last_arrival = now;
-            for &index in &indices[..n] {
-                // SAFETY: the index came out of the data ring: this thread owns it until freed.
-                let mut p = unsafe { *slots.get(index) };
+            for buf in &bufs {
+                let mut p = *pool.packet(buf);
                 if let Some(reader) = reader.as_mut() {
                     if let Some(addr) = reader.lookup(p.user) {
                         p.addr_stamp_ns = addr.stamp_ns;
@@ -436,7 +446,7 @@ fn data_thread<F: Fib, P: Port>(
                 }
                 batch.push(p);
             }
-            freer.free_burst(&indices[..n]);
+            freer.free_all(bufs.drain(..));
             if let Some(reader) = reader.as_mut() {
                 reader.quiescent();
             }

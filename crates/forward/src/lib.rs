@@ -11,6 +11,8 @@
 //! Layer 2, above `fib`, `io`, `ring` and `metrics`. The lab (`kairos-lab`'s `forward` and
 //! `sweep`) wires these to ports, runs them and reports.
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod forwarder;
 pub mod source;

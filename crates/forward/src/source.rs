@@ -12,6 +12,8 @@
 //! packet for its user that preceded it in the trace; misaddressed and dropped packets do not
 //! lower the age.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
 use kairos_io::{Kind, Packet, Port};
 use kairos_metrics::{AgeTable, AgeTableSummary};
 use kairos_sys::clock::monotonic_ns;
@@ -118,8 +120,19 @@ impl Receiver {
     }
 }
 
+/// What the sender shares with the thread supervising it: how far it got (for a progress bar)
+/// and a flag that ends it early (when the forwarder it feeds is gone, nothing would ever take
+/// its packets again).
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Rows of the trace sent so far.
+    pub sent: AtomicUsize,
+    /// Set to end the run now; the result then covers what was sent.
+    pub abort: AtomicBool,
+}
+
 /// Sends `trace` through `out` and receives on `inp` until every packet came back or `drain_ns`
-/// passed without any arriving after the last send.
+/// passed without any arriving after the last send, or until `progress.abort` is set.
 pub fn run(
     trace: &Trace,
     pace: Pace,
@@ -127,6 +140,7 @@ pub fn run(
     out: &mut dyn Port,
     inp: &mut dyn Port,
     drain_ns: u64,
+    progress: &Progress,
 ) -> SourceResult {
     let rows = &trace.rows;
     let mut last_ctrl = vec![0u64; trace.users as usize];
@@ -161,7 +175,7 @@ pub fn run(
     let (mut next, mut calls, mut offered_calls, mut offered_sum) = (0usize, 0u64, 0u64, 0u64);
     let mut end = start;
     let (mut window_start, mut window_area) = (start, 0u128);
-    while next < rows.len() {
+    while next < rows.len() && !progress.abort.load(Ordering::Relaxed) {
         let now = monotonic_ns();
         if let Some(c) = control {
             if now - window_start >= c.window_ns {
@@ -220,13 +234,17 @@ pub fn run(
             }
             next += sent;
             time_last_sent += sent as f64 * per_packet_ns;
+            progress.sent.store(next, Ordering::Relaxed);
         }
         let n = inp.rx_burst(&mut rx_buf).unwrap_or(0);
         recv.take(&rx_buf[..n]);
     }
     // Drain what is still in flight.
     let mut quiet_since = monotonic_ns();
-    while recv.received < data_total && monotonic_ns() - quiet_since < drain_ns {
+    while recv.received < data_total
+        && monotonic_ns() - quiet_since < drain_ns
+        && !progress.abort.load(Ordering::Relaxed)
+    {
         let n = inp.rx_burst(&mut rx_buf).unwrap_or(0);
         if n > 0 {
             recv.take(&rx_buf[..n]);

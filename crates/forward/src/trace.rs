@@ -12,9 +12,19 @@ use anyhow::{Context, Result, bail};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::config::MAX_USERS;
+
 /// The largest trace file read (a row is 4-12 bytes, so about 100 million rows): a path to
 /// something else, such as a device that never ends, is refused instead of filling memory.
 pub const MAX_TRACE_BYTES: u64 = 1 << 30;
+
+/// The most rows a trace holds: the receiver keeps 9 bytes per row and the trace 8, so 50
+/// million rows are already 850 MB.
+pub const MAX_ROWS: usize = 50_000_000;
+
+/// The highest control/data ratio: above 1 control rows outnumber data rows, and the age the
+/// experiment measures is the data's (the source's runs use 0.001 to 0.5).
+pub const MAX_CDR: f64 = 1.0;
 
 /// One row of the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,11 +77,11 @@ impl Zipf {
 impl Trace {
     /// A trace of `len` rows.
     pub fn generate(users: u32, cdr: f64, len: usize, seed: u64) -> Result<Self> {
-        if users == 0 {
-            bail!("a trace needs at least one user");
-        }
-        if !(cdr.is_finite() && cdr >= 0.0) {
-            bail!("the control/data ratio must be a non-negative number, got {cdr}");
+        check_header(users, cdr)?;
+        if !(1..=MAX_ROWS).contains(&len) {
+            bail!(
+                "a trace holds 1 to {MAX_ROWS} rows, asked for {len} (each row costs about 17 bytes of memory)"
+            );
         }
         let zipf = Zipf::new(users);
         let mut rng = StdRng::seed_from_u64(seed);
@@ -136,8 +146,12 @@ impl Trace {
         let (Some(users), Some(cdr)) = (users, cdr) else {
             bail!("{name}: the header must give users=N and cdr=X");
         };
+        check_header(users, cdr).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
         let mut rows = Vec::new();
         for (i, line) in lines.enumerate() {
+            if rows.len() == MAX_ROWS {
+                bail!("{name}: more than {MAX_ROWS} rows (each row costs about 17 bytes of memory)");
+            }
             let at = || format!("{name}:{}", i + 2);
             let (kind, user) =
                 line.split_once(' ').with_context(|| format!("{}: expected 'c USER' or 'd USER'", at()))?;
@@ -152,8 +166,26 @@ impl Trace {
             }
             rows.push(Row { control, user });
         }
+        if !rows.iter().any(|r| !r.control) {
+            bail!("{name}: no data rows, so there is no age to measure (the trace needs 'd USER' rows)");
+        }
         Ok(Self { users, cdr, seed, rows })
     }
+}
+
+/// Checks what a trace's header says (or a generated trace is asked for).
+fn check_header(users: u32, cdr: f64) -> Result<()> {
+    if !(1..=MAX_USERS).contains(&users) {
+        bail!(
+            "a trace has 1 to {MAX_USERS} users, got {users} (the forwarder keeps a buffer and a FIB entry per user)"
+        );
+    }
+    if !(cdr.is_finite() && (0.0..=MAX_CDR).contains(&cdr)) {
+        bail!(
+            "the control/data ratio must be a number from 0 to {MAX_CDR}, got {cdr} (above 1 control outnumbers data)"
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -196,6 +228,23 @@ mod tests {
         std::fs::write(&path, "hello\n").unwrap();
         assert!(Trace::load(&path).unwrap_err().to_string().contains("not a kairos trace"));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Traces nothing can be measured on are refused with the reason, not run: no users (which
+    /// once reached the forwarder and panicked its keep-latest ring), no rows, no data rows, a
+    /// CDR that is not a ratio of control to data.
+    #[test]
+    fn traces_with_nothing_to_measure_are_refused() {
+        let err = |text: &str| Trace::parse(text, "t").unwrap_err().to_string();
+        assert!(err("kairos-trace v1 users=0 cdr=0.1\n").contains("1 to 16777216 users, got 0"));
+        assert!(err("kairos-trace v1 users=5 cdr=0.1\n").contains("no data rows"));
+        assert!(err("kairos-trace v1 users=5 cdr=0.1\nc 1\nc 2\n").contains("no data rows"));
+        assert!(err("kairos-trace v1 users=5 cdr=NaN\nd 1\n").contains("0 to 1, got NaN"));
+        assert!(err("kairos-trace v1 users=5 cdr=1.5\nd 1\n").contains("0 to 1, got 1.5"));
+        assert!(Trace::generate(0, 0.1, 10, 1).unwrap_err().to_string().contains("got 0"));
+        assert!(Trace::generate(10, 2.0, 10, 1).unwrap_err().to_string().contains("got 2"));
+        assert!(Trace::generate(10, 0.1, 0, 1).unwrap_err().to_string().contains("asked for 0"));
+        assert!(Trace::parse("kairos-trace v1 users=5 cdr=1\nc 1\nd 1\n", "t").is_ok());
     }
 
     /// The Zipf oracle: a constant-rate stream of the trace, delivered after a constant delay,

@@ -5,8 +5,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kairos_io::memory::pair;
-use kairos_io::pool::pool;
+use kairos_io::pool::{Buf, PoolError, buf_ring, keyed_buf_ring, pool};
 use kairos_io::{FaultPort, Faults, Kind, Packet, Port, RxTimestamps, Testbed, TestbedError, UdpPort};
+use kairos_ring::Overflow;
 use kairos_sys::clock::monotonic_ns;
 
 fn packets(n: u64) -> Vec<Packet> {
@@ -130,19 +131,64 @@ fn fault_port_drops_duplicates_and_corrupts_as_asked() {
 
 #[test]
 fn pool_hands_out_each_buffer_once() {
-    let (slots, mut alloc, mut freer) = pool(100);
-    let mut idx = vec![0u32; 150];
-    assert_eq!(alloc.alloc_burst(&mut idx), 100);
-    let mut sorted = idx[..100].to_vec();
+    let (pool, mut alloc, mut freer) = pool(100).unwrap();
+    let mut bufs = Vec::new();
+    assert_eq!(alloc.alloc_burst(150, &mut bufs), 100);
+    let mut sorted: Vec<u32> = bufs.iter().map(|b| b.index()).collect();
     sorted.sort();
     assert_eq!(sorted, (0..100).collect::<Vec<_>>());
-    assert_eq!(alloc.alloc_burst(&mut idx[..1]), 0, "an empty pool gives nothing");
-    // SAFETY: this test allocated index 7 above and has not freed it.
-    unsafe { slots.set(7, packets(8)[7]) };
-    // SAFETY: as above.
-    assert_eq!(unsafe { slots.get(7) }.seq, 7);
-    freer.free_burst(&[7, 9]);
+    assert_eq!(alloc.alloc_burst(1, &mut Vec::new()), 0, "an empty pool gives nothing");
+    *pool.packet_mut(&mut bufs[7]) = packets(8)[7];
+    assert_eq!(pool.packet(&bufs[7]).seq, 7);
+    freer.free_all(bufs.drain(5..7));
     assert_eq!(alloc.available(), 2);
+    assert!(matches!(kairos_io::pool::pool(0), Err(PoolError::Size(0))));
+}
+
+/// Buffers move through the pool's rings by value: what a drop-oldest ring evicts comes back
+/// to the sender as buffers to free, and the receiver reads the packets the sender wrote.
+#[test]
+fn buffers_cross_the_pool_rings_and_evictions_come_back() {
+    let (pool, mut alloc, mut freer) = pool(16).unwrap();
+    let (mut tx, mut rx) = buf_ring(&pool, 4, Overflow::DropOldest).unwrap();
+    let mut bufs = Vec::new();
+    alloc.alloc_burst(6, &mut bufs);
+    for (i, b) in bufs.iter_mut().enumerate() {
+        pool.packet_mut(b).seq = i as u64;
+    }
+    let mut dropped = Vec::new();
+    assert_eq!(tx.send(&mut bufs, &mut dropped), 6);
+    assert!(bufs.is_empty());
+    let dropped_seqs: Vec<u64> = dropped.iter().map(|b| pool.packet(b).seq).collect();
+    assert_eq!(dropped_seqs, [0, 1], "the two oldest were evicted");
+    freer.free_all(dropped.drain(..));
+    let mut got = Vec::new();
+    assert_eq!(rx.recv(8, &mut got), 4);
+    assert_eq!(got.iter().map(|b| pool.packet(b).seq).collect::<Vec<_>>(), [2, 3, 4, 5]);
+    freer.free_all(got.drain(..));
+    assert_eq!(alloc.available(), 16, "every buffer is back");
+    let (kpool, mut kalloc, _) = kairos_io::pool::pool(4).unwrap();
+    let (mut ktx, mut krx) = keyed_buf_ring(&kpool, 4, 2).unwrap();
+    let mut kb = Vec::new();
+    kalloc.alloc_burst(3, &mut kb);
+    let mut keyed: Vec<(u32, Buf)> = kb.drain(..).zip([0, 1, 0]).map(|(b, k)| (k, b)).collect();
+    let mut replaced = Vec::new();
+    ktx.send(&mut keyed, &mut replaced);
+    assert_eq!(replaced.len(), 1, "the second buffer for key 0 replaced the first");
+    assert_eq!(krx.recv(4, &mut kb), 2);
+}
+
+/// A buffer of one pool cannot reach another pool's slots: its index there may be owned by
+/// someone else.
+#[test]
+#[should_panic(expected = "used with pool")]
+fn a_buffer_of_another_pool_is_refused() {
+    let (a, mut alloc_a, _) = pool(4).unwrap();
+    let (b, _, _) = pool(4).unwrap();
+    let mut bufs = Vec::new();
+    alloc_a.alloc_burst(1, &mut bufs);
+    let _ = a.packet(&bufs[0]);
+    let _ = b.packet(&bufs[0]);
 }
 
 #[test]
