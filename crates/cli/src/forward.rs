@@ -2,12 +2,14 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::Args;
 use kairos_fib::FibKind;
 use kairos_lab::forward::trace::Trace;
 use kairos_lab::forward::{self, Backend, ControlMode, Flush, ForwardConfig, RingPolicy, sweep};
-use kairos_lab::output::RunDir;
+use kairos_lab::harness;
+
+use crate::exit::usage;
 
 #[derive(Args)]
 pub struct ForwardArgs {
@@ -21,59 +23,62 @@ pub struct ForwardArgs {
     /// Reclamation of the RCU FIB: direct (the source's synchronous mode) or offload.
     #[arg(long, default_value = "direct")]
     rcu_policy: String,
-    /// Offered packets per second; omit to send as fast as the forwarder takes them.
+    /// Offered packets per second, 1 to 100,000,000; omit to send as fast as the forwarder takes
+    /// them.
     #[arg(long)]
     rate: Option<f64>,
-    /// Users in a generated trace.
+    /// Users in a generated trace, 1 to 16,777,216 (Zipf-popular).
     #[arg(long, default_value_t = 1000)]
     users: u32,
-    /// Control/data ratio of a generated trace.
+    /// Control/data ratio of a generated trace, 0 to 1 (control rows per data row).
     #[arg(long, default_value_t = 0.01)]
     cdr: f64,
-    /// Rows of a generated trace.
+    /// Rows of a generated trace, 1 to 50,000,000.
     #[arg(long, default_value_t = 1_000_000)]
     packets: usize,
-    /// Seed of a generated trace.
+    /// Seed of a generated trace (any 64-bit number).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Replay this trace file instead of generating one.
+    /// Replay this trace file (`kairos-trace v1`, as every run saves) instead of generating one.
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Data ring policy: drop-newest (the source), drop-oldest, keep-latest.
     #[arg(long, default_value = "drop-newest")]
     ring_policy: RingPolicy,
-    /// Data ring size.
+    /// Data ring size, entries, 1 to 16,777,216.
     #[arg(long, default_value_t = 64)]
     data_ring: usize,
-    /// Control ring size.
+    /// Control ring size, entries, 1 to 16,777,216.
     #[arg(long, default_value_t = 64)]
     ctrl_ring: usize,
-    /// Forwarder burst.
+    /// Forwarder burst, packets per port call, 1 to 64 (what a port moves at most).
     #[arg(long, default_value_t = 64)]
     burst: usize,
-    /// Sender burst B.
+    /// Sender burst B, packets per port call, 1 to 64.
     #[arg(long, default_value_t = 32)]
     source_burst: usize,
     /// Apply control packets in the RX thread before the burst's data (instead of a control
     /// thread behind a ring).
     #[arg(long)]
     control_inline: bool,
-    /// Flush TX batches by age after this many microseconds (instead of by count).
+    /// Flush TX batches by age after this many microseconds, 0 to 1,000,000 (instead of by
+    /// count).
     #[arg(long)]
     flush_age_us: Option<f64>,
     /// Let the sender adapt its rate to the measured age, starting from --rate (or 100,000).
     #[arg(long)]
     age_control: bool,
-    /// Extra work per data packet on the data thread, nanoseconds.
+    /// Extra work per data packet on the data thread, nanoseconds, 0 to 1,000,000.
     #[arg(long, default_value_t = 0)]
     data_work_ns: u64,
-    /// SCHED_FIFO priority of the forwarder threads (0: normal scheduling; needs root).
+    /// SCHED_FIFO priority of the forwarder threads, 1 to 99 (needs root), or 0 for normal
+    /// scheduling.
     #[arg(long, default_value_t = 0)]
     priority: i32,
     /// Print the row as one JSON object on stdout.
     #[arg(long)]
     json: bool,
-    /// Where runs are written.
+    /// Where runs are written (a directory per run under `forward/`).
     #[arg(long, default_value = "results")]
     results: PathBuf,
 }
@@ -82,25 +87,23 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
     let (fib, peer) = match args.fib.as_str() {
         "none" => (None, None),
         "dpdk-testpmd" => (None, Some(forward::Peer::DpdkTestpmd)),
-        other => (Some(other.parse::<FibKind>().map_err(anyhow::Error::msg)?), None),
+        other => (Some(other.parse::<FibKind>().map_err(|e| usage(format!("--fib: {e}")))?), None),
     };
     let trace = match &args.trace {
-        Some(path) => Trace::load(path)?,
-        None => {
-            if args.packets == 0 {
-                bail!("--packets must be at least 1");
-            }
-            Trace::generate(args.users, args.cdr, args.packets, args.seed)?
-        }
+        Some(path) => Trace::load(path).map_err(|e| usage(format!("{e:#}")))?,
+        None => Trace::generate(args.users, args.cdr, args.packets, args.seed)
+            .map_err(|e| usage(format!("--users, --cdr or --packets: {e:#}")))?,
     };
     let rcu_policy = match args.rcu_policy.as_str() {
         "direct" => "direct",
         "offload" => "offload",
-        other => bail!("unknown --rcu-policy '{other}' (use direct or offload)"),
+        other => return Err(usage(format!("unknown --rcu-policy '{other}' (use direct or offload)"))),
     };
     let flush = match args.flush_age_us {
-        Some(us) if us.is_finite() && us >= 0.0 => Flush::Age { max_wait_ns: (us * 1e3) as u64 },
-        Some(us) => bail!("--flush-age-us must be a non-negative number, got {us}"),
+        Some(us) if us.is_finite() && (0.0..=1e6).contains(&us) => {
+            Flush::Age { max_wait_ns: (us * 1e3) as u64 }
+        }
+        Some(us) => return Err(usage(format!("--flush-age-us must be 0 to 1000000 microseconds, got {us}"))),
         None => Flush::Count { drain_ns: 1_000 },
     };
     let config = ForwardConfig {
@@ -132,22 +135,14 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         peer,
         ..ForwardConfig::default()
     };
-    // The results directory first: an unwritable --results fails before the run, not after it.
-    let run = RunDir::create(&args.results, "forward")?;
-    run.write_json("config.json", &config)?;
-    let row = forward::run_once(&config, &trace)?;
-    run.write_json("summary.json", &serde_json::json!({ "config": config, "row": row }))?;
-    let mut csv = String::from("user,avg_age_ns\n");
-    for (u, a) in row.per_user_age_ns.iter().enumerate() {
-        csv.push_str(&format!("{u},{a:.1}\n"));
-    }
-    run.write_text("per_user_age.csv", &csv).context("writing per-user ages")?;
+    let experiment = forward::ForwardRun { config, trace_file: args.trace.clone(), trace };
+    let summary = harness::run(&experiment, &args.results, &|line| eprintln!("kairos: {line}"))?;
     if args.json {
-        println!("{}", serde_json::to_string(&row)?);
+        println!("{}", serde_json::to_string(&summary.row)?);
     } else {
         println!("{}", forward::row_header());
-        println!("{}", forward::row_line(&row));
-        println!("results: {}", run.path().display());
+        println!("{}", forward::row_line(&summary.row));
+        println!("results: {}", summary.info.results_dir.display());
     }
     Ok(())
 }
@@ -176,7 +171,9 @@ pub fn sweep(args: &SweepArgs) -> Result<()> {
         sweep::SweepConfig { backends: args.backend.clone(), ..sweep::SweepConfig::preset(args.quick) };
     if let Some(packets) = args.packets {
         if packets < 1_000 {
-            bail!("--packets must be at least 1000 (a run needs enough updates per user to measure an age)");
+            return Err(usage(
+                "--packets must be at least 1000 (a run needs enough updates per user to measure an age)",
+            ));
         }
         config.packets = packets;
     }

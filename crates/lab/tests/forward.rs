@@ -63,7 +63,7 @@ fn udp_backend_runs_across_namespaces_or_says_it_needs_root() {
     let t = trace();
     let c = ForwardConfig { backend: Backend::Udp, ..config(Some(FibKind::Rcu)) };
     // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc_geteuid() } == 0;
+    let root = kairos_sys::user::is_root();
     match run_once(&c, &t) {
         Ok(row) => {
             assert!(root);
@@ -81,7 +81,7 @@ fn the_dpdk_testpmd_peer_forwards_the_baseline_when_installed() {
     let t = Trace::generate(1, 0.0, 5_000, 5).unwrap();
     let c = ForwardConfig { backend: Backend::Udp, peer: Some(Peer::DpdkTestpmd), ..config(None) };
     // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc_geteuid() } == 0;
+    let root = kairos_sys::user::is_root();
     if !root || find_testpmd().is_none() {
         eprintln!("skipped: the dpdk-testpmd peer needs root and dpdk-testpmd (Debian dpdk-dev)");
         return;
@@ -95,19 +95,34 @@ fn the_dpdk_testpmd_peer_forwards_the_baseline_when_installed() {
     assert!(run_once(&memory, &t).unwrap_err().to_string().contains("udp backend"));
 }
 
-unsafe extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-}
-
 #[test]
 fn bad_configurations_are_refused() {
     let t = trace();
     let mut c = config(None);
     c.forwarder.data_ring = 0;
-    assert!(run_once(&c, &t).unwrap_err().to_string().contains("ring sizes"));
+    assert!(run_once(&c, &t).unwrap_err().to_string().contains("data ring must hold 1 to"));
     let c = ForwardConfig { rate_pps: Some(-1.0), ..config(None) };
-    assert!(run_once(&c, &t).unwrap_err().to_string().contains("positive"));
+    assert!(run_once(&c, &t).unwrap_err().to_string().contains("rate must be 1 to"));
+    let c = ForwardConfig { rate_pps: Some(1e30), ..config(None) };
+    assert!(run_once(&c, &t).unwrap_err().to_string().contains("got 1e30"), "no 31-digit rates");
+    let c = ForwardConfig { source_burst: 65, ..config(None) };
+    assert!(run_once(&c, &t).unwrap_err().to_string().contains("sender's burst must be 1 to 64"));
+}
+
+/// A trace with no users and a keep-latest ring used to panic the forwarder's thread while the
+/// caller spun forever waiting for it to start; a trace of only control rows measured nothing
+/// and printed it. Both are refused at once now.
+#[test]
+fn runs_with_nothing_to_measure_end_at_once_with_the_reason() {
+    let started = std::time::Instant::now();
+    let no_users = Trace { users: 0, cdr: 0.1, seed: 1, rows: trace().rows };
+    let mut c = config(Some(FibKind::Seqlock));
+    c.forwarder.data_policy = RingPolicy::KeepLatest;
+    assert!(run_once(&c, &no_users).unwrap_err().to_string().contains("at least one user"));
+    let mut all_control = trace();
+    all_control.rows.iter_mut().for_each(|r| r.control = true);
+    assert!(run_once(&c, &all_control).unwrap_err().to_string().contains("no data rows"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
 
 #[test]

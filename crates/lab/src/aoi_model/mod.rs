@@ -14,7 +14,6 @@
 //! `closed_form_peak_age`, `rel_error` (null without a closed form), `discarded`.
 //! Sweep: `machine`, `plots`, `results_dir`, `arrival`, `service`, `points` (as above).
 
-
 use anyhow::Result;
 use serde::Serialize;
 

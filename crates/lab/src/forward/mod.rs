@@ -23,7 +23,9 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::{Result, bail};
+use std::time::Duration;
+
+use anyhow::{Result, anyhow, bail};
 use kairos_fib::{Fib, FibKind, PapayaFib, RcuFib, RwLockFib, SeqlockFib};
 use kairos_io::memory::pair;
 use kairos_io::{ForwarderSide, Port, Testbed, UdpPort};
@@ -31,7 +33,7 @@ use kairos_rcu::ReclaimPolicy;
 use serde::Serialize;
 
 use kairos_forward::forwarder::{ForwarderStats, RingCounts};
-use kairos_forward::source::{Pace, SourceResult};
+use kairos_forward::source::{Pace, Progress, SourceResult};
 use kairos_forward::trace::Trace;
 pub use kairos_forward::{ControlMode, Flush, ForwarderConfig, RingPolicy, forwarder, source, trace};
 
@@ -139,6 +141,8 @@ pub struct Row {
     pub tx_drops: u64,
     pub pool_drops: u64,
     pub mean_latency_ns: f64,
+    /// Forwarder threads refused the `SCHED_FIFO` priority asked for (0 when none was asked).
+    pub fifo_refused: u64,
     /// Each user's time-average age, ns (by user id = Zipf rank - 1).
     #[serde(skip)]
     pub per_user_age_ns: Vec<f64>,
@@ -187,6 +191,7 @@ fn row(config: &ForwardConfig, trace: &Trace, src: SourceResult, fwd: ForwarderS
         tx_drops: fwd.tx_drops,
         pool_drops: fwd.pool_drops,
         mean_latency_ns: src.mean_latency_ns,
+        fifo_refused: fwd.fifo_refused,
         per_user_age_ns: src.ages.per_user.iter().map(|s| s.avg_age_ns).collect(),
         rate_steps: src.rate_steps.clone(),
     }
@@ -204,29 +209,73 @@ fn rcu_policy(name: &str) -> Result<ReclaimPolicy> {
     })
 }
 
-/// Runs the source against a forwarder reading `fib`, over the ports given.
+/// Runs the source against a forwarder reading `fib`, over the ports given. The calling thread
+/// supervises: it reports the rows sent to `tick` about every 50 ms, and when either side ends
+/// early (an error or a panic) it ends the other and returns the error, so no thread is left
+/// waiting for one that is gone.
 fn run_with<F: Fib, P: Port>(
     config: &ForwardConfig,
     trace: &Trace,
     fib: Option<&F>,
     ports: (P, P, P, P),
+    tick: &dyn Fn(usize),
 ) -> Result<Row> {
     let (mut src_out, fwd_in, fwd_out, mut src_in) = ports;
     let stop = AtomicBool::new(false);
     let started = AtomicBool::new(false);
+    let progress = Progress::default();
     let pace = pace(config);
-    let (src, fwd) = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let fwd =
             s.spawn(|| forwarder::run(&config.forwarder, trace.users, fib, fwd_in, fwd_out, &stop, &started));
-        while !started.load(Ordering::Acquire) {
-            std::thread::yield_now();
+        while !started.load(Ordering::Acquire) && !fwd.is_finished() {
+            std::thread::sleep(Duration::from_micros(100));
         }
-        let src = source::run(trace, pace, config.source_burst, &mut src_out, &mut src_in, config.drain_ns);
+        let src = started.load(Ordering::Acquire).then(|| {
+            s.spawn(|| {
+                source::run(
+                    trace,
+                    pace,
+                    config.source_burst,
+                    &mut src_out,
+                    &mut src_in,
+                    config.drain_ns,
+                    &progress,
+                )
+            })
+        });
+        if let Some(src) = &src {
+            while !src.is_finished() {
+                if fwd.is_finished() {
+                    // Nothing would take the sender's packets again.
+                    progress.abort.store(true, Ordering::Relaxed);
+                }
+                tick(progress.sent.load(Ordering::Relaxed));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        let src = src.map(|h| h.join());
         stop.store(true, Ordering::Release);
-        (src, fwd.join())
-    });
-    let fwd = fwd.map_err(|_| anyhow::anyhow!("the forwarder panicked"))?;
-    Ok(row(config, trace, src, fwd))
+        let fwd = fwd.join().map_err(|p| anyhow!("the forwarder panicked: {}", panic_message(&p)))??;
+        let src = match src {
+            Some(Ok(src)) => src,
+            Some(Err(p)) => bail!("the sender panicked: {}", panic_message(&p)),
+            None => bail!("the forwarder ended before it started"),
+        };
+        if progress.abort.load(Ordering::Relaxed) {
+            bail!("the forwarder ended before the sender was done");
+        }
+        tick(progress.sent.load(Ordering::Relaxed));
+        Ok(row(config, trace, src, fwd))
+    })
+}
+
+fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
 }
 
 fn pace(config: &ForwardConfig) -> Pace {
@@ -244,8 +293,16 @@ fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
     let mut src_out = UdpPort::new(bed.source_socket(7001)?, Testbed::forwarder_addr(7002), 8 << 20)?;
     src_out.send_without_checksum()?;
     let mut src_in = src_out.try_clone()?;
-    let src =
-        source::run(trace, pace(config), config.source_burst, &mut src_out, &mut src_in, config.drain_ns);
+    let progress = Progress::default();
+    let src = source::run(
+        trace,
+        pace(config),
+        config.source_burst,
+        &mut src_out,
+        &mut src_in,
+        config.drain_ns,
+        &progress,
+    );
     let stats = pmd.stop()?;
     drop(bed);
     let fwd = ForwarderStats {
@@ -264,12 +321,17 @@ fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
     Ok(row)
 }
 
-fn with_ports<F: Fib>(config: &ForwardConfig, trace: &Trace, fib: Option<&F>) -> Result<Row> {
+fn with_ports<F: Fib>(
+    config: &ForwardConfig,
+    trace: &Trace,
+    fib: Option<&F>,
+    tick: &dyn Fn(usize),
+) -> Result<Row> {
     match config.backend {
         Backend::Memory => {
             let (src_out, fwd_in) = pair(config.link_ring, 64);
             let (fwd_out, src_in) = pair(config.link_ring, 64);
-            run_with(config, trace, fib, (src_out, fwd_in, fwd_out, src_in))
+            run_with(config, trace, fib, (src_out, fwd_in, fwd_out, src_in), tick)
         }
         Backend::Udp => {
             let bed = Testbed::create()?;
@@ -279,53 +341,109 @@ fn with_ports<F: Fib>(config: &ForwardConfig, trace: &Trace, fib: Option<&F>) ->
             let fwd_in = UdpPort::new(bed.forwarder_socket(b)?, Testbed::source_addr(a), rcvbuf)?;
             let fwd_out = UdpPort::new(bed.forwarder_socket(c)?, Testbed::source_addr(d), rcvbuf)?;
             let src_in = UdpPort::new(bed.source_socket(d)?, Testbed::forwarder_addr(c), rcvbuf)?;
-            let row = run_with(config, trace, fib, (src_out, fwd_in, fwd_out, src_in));
+            let row = run_with(config, trace, fib, (src_out, fwd_in, fwd_out, src_in), tick);
             drop(bed);
             row
         }
     }
 }
 
+/// The most packets per second a run offers: more than any port here moves (the in-memory
+/// link peaks near 30 million), and a rate this high reads as "unlimited" anyway.
+pub const MAX_RATE_PPS: f64 = 1e8;
+
+/// The longest time the sender waits for packets still in flight, ns.
+pub const MAX_DRAIN_NS: u64 = 10_000_000_000;
+
+impl ForwardConfig {
+    /// Checks the run against `trace` before anything starts; the error says what is wrong, the
+    /// limit and why.
+    pub fn check(&self, trace: &Trace) -> Result<(), String> {
+        self.forwarder.check(trace.users)?;
+        if !trace.rows.iter().any(|r| !r.control) {
+            return Err("the trace has no data rows, so there is no age to measure".into());
+        }
+        let max_burst = kairos_io::udp::MAX_BURST;
+        if !(1..=max_burst).contains(&self.source_burst) {
+            return Err(format!(
+                "the sender's burst must be 1 to {max_burst}, got {} (a port moves at most {max_burst} packets per call)",
+                self.source_burst
+            ));
+        }
+        if !(1..=kairos_forward::config::MAX_RING).contains(&self.link_ring) {
+            return Err(format!(
+                "the link ring must hold 1 to {} packets, got {}",
+                kairos_forward::config::MAX_RING,
+                self.link_ring
+            ));
+        }
+        if let Some(r) = self.rate_pps {
+            if !(r.is_finite() && (1.0..=MAX_RATE_PPS).contains(&r)) {
+                return Err(format!(
+                    "the rate must be 1 to {MAX_RATE_PPS:.0} packets per second, got {} (omit it to send as fast as the forwarder takes packets)",
+                    shown(r)
+                ));
+            }
+        }
+        if let Some(c) = self.age_control {
+            if !(c.min_pps >= 1.0
+                && c.min_pps <= c.initial_pps
+                && c.initial_pps <= c.max_pps
+                && c.max_pps <= MAX_RATE_PPS
+                && c.step > 0.0
+                && c.step < 1.0
+                && c.window_ns > 0)
+            {
+                return Err(format!(
+                    "age control needs 1 <= min <= initial <= max <= {MAX_RATE_PPS:.0} packets per second, a step in (0, 1) and a positive window"
+                ));
+            }
+        }
+        if self.drain_ns > MAX_DRAIN_NS {
+            return Err(format!(
+                "the drain wait must be at most {MAX_DRAIN_NS} ns (10 s), got {}",
+                self.drain_ns
+            ));
+        }
+        if let Some(Peer::DpdkTestpmd) = self.peer {
+            if self.backend != Backend::Udp || self.fib.is_some() {
+                return Err(
+                    "the dpdk-testpmd peer runs on the udp backend without a FIB (--backend udp)".into()
+                );
+            }
+        }
+        rcu_policy(self.rcu_policy).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
+/// A number as a person reads it in an error: plain up to a billion, scientific beyond.
+fn shown(x: f64) -> String {
+    if x.abs() < 1e9 { x.to_string() } else { format!("{x:e}") }
+}
+
 /// One run of `trace` under `config`.
 pub fn run_once(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
-    if config.forwarder.burst == 0 || config.source_burst == 0 {
-        bail!("bursts must be at least 1");
-    }
-    if config.forwarder.ctrl_ring == 0 || config.forwarder.data_ring == 0 {
-        bail!("ring sizes must be at least 1");
-    }
-    if let Some(r) = config.rate_pps {
-        if !(r.is_finite() && r > 0.0) {
-            bail!("the rate must be a positive number of packets per second, got {r}");
-        }
-    }
-    if let Some(c) = config.age_control {
-        if !(c.min_pps > 0.0
-            && c.min_pps <= c.initial_pps
-            && c.initial_pps <= c.max_pps
-            && c.step > 0.0
-            && c.window_ns > 0)
-        {
-            bail!("age control needs 0 < min <= initial <= max rates, a positive step and window");
-        }
-    }
-    if let Some(Peer::DpdkTestpmd) = config.peer {
-        if config.backend != Backend::Udp || config.fib.is_some() {
-            bail!("the dpdk-testpmd peer runs on the udp backend without a FIB (--backend udp)");
-        }
+    run_once_watched(config, trace, &|_| {})
+}
+
+/// One run of `trace` under `config`, reporting the rows sent to `tick` as it goes.
+pub fn run_once_watched(config: &ForwardConfig, trace: &Trace, tick: &dyn Fn(usize)) -> Result<Row> {
+    config.check(trace).map_err(anyhow::Error::msg)?;
+    if config.peer.is_some() {
         return run_peer(config, trace);
     }
     let users = 0..trace.users;
     let initial = kairos_fib::AddrTuple::new(forwarder::NEXT_HOP, 0);
     match config.fib {
-        None => with_ports::<SeqlockFib>(config, trace, None),
+        None => with_ports::<SeqlockFib>(config, trace, None, tick),
         Some(FibKind::Rcu) => {
             let fib = RcuFib::new(users, initial, rcu_policy(config.rcu_policy)?)?;
-            with_ports(config, trace, Some(&fib))
+            with_ports(config, trace, Some(&fib), tick)
         }
-        Some(FibKind::RwLock) => with_ports(config, trace, Some(&RwLockFib::new(users, initial))),
-        Some(FibKind::Seqlock) => with_ports(config, trace, Some(&SeqlockFib::new(users, initial))),
-        Some(FibKind::Papaya) => with_ports(config, trace, Some(&PapayaFib::new(users, initial))),
+        Some(FibKind::RwLock) => with_ports(config, trace, Some(&RwLockFib::new(users, initial)), tick),
+        Some(FibKind::Seqlock) => with_ports(config, trace, Some(&SeqlockFib::new(users, initial)), tick),
+        Some(FibKind::Papaya) => with_ports(config, trace, Some(&PapayaFib::new(users, initial)), tick),
     }
 }
 
@@ -366,4 +484,78 @@ pub fn row_header() -> String {
         "batch",
         "fib age us"
     )
+}
+
+/// `kairos forward`: one run in the harness, with a progress bar over the trace's rows.
+#[derive(Debug, Serialize)]
+pub struct ForwardRun {
+    /// The run's configuration.
+    pub config: ForwardConfig,
+    /// Where the trace came from (a file's path), or `None` when generated.
+    pub trace_file: Option<std::path::PathBuf>,
+    /// The trace replayed.
+    #[serde(skip)]
+    pub trace: Trace,
+}
+
+/// What `kairos forward` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForwardSummary {
+    /// The run's configuration.
+    pub config: ForwardConfig,
+    /// Its measurements.
+    pub row: Row,
+    /// Machine, noise, plots and directory.
+    #[serde(flatten)]
+    pub info: crate::harness::RunInfo,
+}
+
+/// The sender's rate when it sends as fast as the forwarder takes packets, for the time a
+/// run is announced to take (this machine's in-memory forwarder moves about 5 million a second).
+const UNLIMITED_PPS_GUESS: f64 = 5e6;
+
+impl crate::harness::Experiment for ForwardRun {
+    const NAME: &'static str = "forward";
+    type Summary = ForwardSummary;
+
+    fn plan(&self) -> Result<crate::harness::Plan, String> {
+        self.config.check(&self.trace)?;
+        if self.config.forwarder.fifo_priority > 0 && !kairos_sys::user::is_root() {
+            return Err(format!(
+                "--priority {} needs SCHED_FIFO, which only root may set here (run as root, or leave --priority at 0)",
+                self.config.forwarder.fifo_priority
+            ));
+        }
+        let rate = match self.config.age_control {
+            Some(c) => c.initial_pps,
+            None => self.config.rate_pps.unwrap_or(UNLIMITED_PPS_GUESS),
+        };
+        let seconds = self.trace.rows.len() as f64 / rate + self.config.drain_ns as f64 / 1e9;
+        Ok(crate::harness::Plan::new(100, seconds / 100.0))
+    }
+
+    fn run(&self, run: &mut crate::harness::Run<'_>) -> Result<ForwardSummary> {
+        let rows = self.trace.rows.len().max(1);
+        let shown = std::cell::Cell::new(0usize);
+        let tick = |sent: usize| {
+            let percent = sent * 100 / rows;
+            while shown.get() < percent {
+                shown.set(shown.get() + 1);
+                run.step(&format!("{sent} of {rows} rows sent"));
+            }
+        };
+        let row = run_once_watched(&self.config, &self.trace, &tick)?;
+        if row.fifo_refused > 0 {
+            run.log(&format!(
+                "{} forwarder threads were refused SCHED_FIFO priority {}: they ran at normal priority",
+                row.fifo_refused, self.config.forwarder.fifo_priority
+            ));
+        }
+        let mut csv = String::from("user,avg_age_ns\n");
+        for (u, a) in row.per_user_age_ns.iter().enumerate() {
+            csv.push_str(&format!("{u},{a:.1}\n"));
+        }
+        run.dir().write_text("per_user_age.csv", &csv)?;
+        Ok(ForwardSummary { config: self.config.clone(), row, info: run.finish() })
+    }
 }

@@ -1,0 +1,56 @@
+//! `kairos forward` refuses what it cannot run: one line saying what was wrong and the limit,
+//! exit code 2, at once and before any thread starts or any directory is made.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Flags that used to be accepted (and lose packets, panic a thread and hang, run with a
+/// priority it never had, or print a 31-digit rate), with what the error must say now.
+const REFUSED: &[(&[&str], &str)] = &[
+    (&["--burst", "256"], "burst must be 1 to 64, got 256"),
+    (&["--data-ring", "18446744073709551615"], "data ring must hold 1 to 16777216 entries"),
+    (&["--priority", "200"], "0 (normal scheduling) to 99, got 200"),
+    (&["--rate", "1e30"], "got 1e30"),
+    (&["--cdr", "1.5"], "from 0 to 1, got 1.5"),
+    (&["--cdr", "NaN"], "got NaN"),
+    (&["--users", "0", "--ring-policy", "keep-latest"], "got 0"),
+    (&["--trace", "/dev/zero"], "/dev/zero"),
+    (&["--trace", "/tmp"], "/tmp: is a directory"),
+];
+
+#[test]
+fn forward_refuses_what_it_cannot_run_in_one_line_with_exit_code_2() {
+    let results = std::env::temp_dir().join(format!("kairos-forward-refusals-{}", std::process::id()));
+    for (flags, says) in REFUSED {
+        let started = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_kairos"))
+            .arg("forward")
+            .args(*flags)
+            .arg("--results")
+            .arg(&results)
+            .env("CI", "1")
+            .output()
+            .expect("the kairos binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{flags:?}: one line expected: {stderr}");
+        assert!(stderr.starts_with("kairos: error:") && stderr.contains(says), "{flags:?}: {stderr}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{flags:?} took {:?}", started.elapsed());
+    }
+    assert!(!results.exists(), "a refused run made its results directory");
+}
+
+/// As a normal user a SCHED_FIFO priority cannot take effect: refused, not recorded as applied.
+#[test]
+fn a_priority_that_cannot_take_effect_is_refused() {
+    if kairos_sys::user::is_root() {
+        eprintln!("skipped: root may set SCHED_FIFO, so --priority takes effect");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kairos"))
+        .args(["forward", "--priority", "50", "--results", "/nonexistent"])
+        .output()
+        .expect("the kairos binary runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only root"));
+}
