@@ -142,7 +142,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
     } else {
         println!("{}", forward::row_header());
         println!("{}", forward::row_line(&summary.row));
-        println!("results: {}", summary.info.results_dir.display());
+        println!("results: {}", summary.run.results_dir.display());
     }
     Ok(())
 }

@@ -507,7 +507,7 @@ pub struct ForwardSummary {
     pub row: Row,
     /// Machine, noise, plots and directory.
     #[serde(flatten)]
-    pub info: crate::harness::RunInfo,
+    pub run: crate::harness::RunInfo,
 }
 
 /// The sender's rate when it sends as fast as the forwarder takes packets, for the time a
@@ -556,6 +556,6 @@ impl crate::harness::Experiment for ForwardRun {
             csv.push_str(&format!("{u},{a:.1}\n"));
         }
         run.dir().write_text("per_user_age.csv", &csv)?;
-        Ok(ForwardSummary { config: self.config.clone(), row, info: run.finish() })
+        Ok(ForwardSummary { config: self.config.clone(), row, run: run.finish() })
     }
 }

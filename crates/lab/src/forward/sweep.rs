@@ -33,12 +33,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use kairos_fib::FibKind;
-use kairos_metrics::{NoiseConfig, NoiseProbe, NoiseReport};
 use serde::Serialize;
 
 use super::{Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, Row, run_once};
-use crate::machine::MachineInfo;
-use crate::output::{RunDir, progress};
+use crate::harness::{self, Experiment, Plan, Run, RunInfo};
+use crate::output::RunDir;
 use crate::plot::{Scales, XySeries, xy_chart};
 use kairos_aoi::closed_form::zipf_user_avg;
 use kairos_forward::source::AgeControl;
@@ -133,8 +132,6 @@ pub struct Check {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepSummary {
-    pub machine: MachineInfo,
-    pub noise: NoiseReport,
     pub config: SweepConfig,
     pub max_rate_pps: BTreeMap<String, f64>,
     pub rows: Vec<SweepRow>,
@@ -143,8 +140,9 @@ pub struct SweepSummary {
     pub checks: Vec<Check>,
     /// Whether the peer forwarder (dpdk-testpmd) ran, or why not.
     pub peer: String,
-    pub plots: Vec<PathBuf>,
-    pub results_dir: PathBuf,
+    /// Machine, noise, plots and directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
 }
 
 /// The source's configuration at a rate.
@@ -223,13 +221,105 @@ fn variants() -> Vec<Variant> {
     ]
 }
 
+/// Runs the grid `config` describes in the harness, writing `results_root/sweep/<run-id>/`.
 pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Result<SweepSummary> {
-    let machine = MachineInfo::probe();
-    log(&format!("machine: {}", machine.one_line()));
+    harness::run(config, results_root, log)
+}
+
+/// The forwarding runs on the progress bar besides the grid's own: two maximum-rate searches
+/// of about eight probes each, and the age-controlled sender.
+const SEARCH_AND_CONTROL_RUNS: usize = 17;
+
+impl SweepConfig {
+    /// The forwarding runs of the grid (the maximum-rate searches estimated).
+    fn runs(&self) -> usize {
+        let fibs = 4;
+        let peer = usize::from(self.backends.contains(&Backend::Udp));
+        let per_backend = SEARCH_AND_CONTROL_RUNS
+            + self.rate_fractions.len()
+                * ((baseline_variants().len() + peer) * self.repetitions
+                    + self.cdrs.len() * fibs
+                    + variants().len())
+            + self.crossover_cdrs.len() * 3;
+        per_backend * self.backends.len()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.backends.is_empty() {
+            return Err("--backend needs at least one of memory, udp".into());
+        }
+        if self.backends.contains(&Backend::Udp) && !kairos_sys::user::is_root() {
+            return Err("--backend udp needs root (it makes two network namespaces); run as root or use --backend memory".into());
+        }
+        if !(MIN_PACKETS..=kairos_forward::trace::MAX_ROWS).contains(&self.packets) {
+            return Err(format!(
+                "--packets must be {MIN_PACKETS} to {}, got {} (a run needs enough updates per user to measure an age)",
+                kairos_forward::trace::MAX_ROWS,
+                self.packets
+            ));
+        }
+        for needed in ["0.01", "0.1"] {
+            if !self.cdrs.iter().any(|c| format!("{c}") == needed) {
+                return Err(format!(
+                    "the sweep's CDRs must include {needed} (its maximum-rate search and variants use it)"
+                ));
+            }
+        }
+        if !(1..=20).contains(&self.repetitions) {
+            return Err(format!("repetitions must be 1 to 20, got {}", self.repetitions));
+        }
+        if self.rate_fractions.iter().any(|f| !(f.is_finite() && *f > 0.0 && *f <= 10.0)) {
+            return Err("rate fractions must be in (0, 10] (fractions of the maximum rate)".into());
+        }
+        Ok(())
+    }
+}
+
+/// The fewest trace rows a sweep's run replays.
+pub const MIN_PACKETS: usize = 1_000;
+
+impl Experiment for SweepConfig {
+    const NAME: &'static str = "sweep";
+    type Summary = SweepSummary;
+
+    fn plan(&self) -> Result<Plan, String> {
+        self.check()?;
+        // A quick sweep's runs take about 0.6 s each here.
+        Ok(Plan::new(self.runs(), 0.6 * self.packets as f64 / 200_000.0))
+    }
+
+    fn run(&self, run: &mut Run<'_>) -> Result<SweepSummary> {
+        let (summary_rows, max_rate_pps, peer, traces) = grid(self, run)?;
+        let mut info = run.finish();
+        let run_dir = run.dir();
+        let rows = summary_rows;
+        let per_user = per_user(&rows, self, &traces["0.1"]);
+        let best_per_rate = best_per_rate(&rows);
+        let checks = checks(&rows, self);
+        info.plots = plots(&rows, &per_user, run_dir)?;
+        write_csv(&rows, run_dir)?;
+        Ok(SweepSummary {
+            config: self.clone(),
+            max_rate_pps,
+            rows,
+            per_user,
+            best_per_rate,
+            checks,
+            peer,
+            run: info,
+        })
+    }
+}
+
+/// What the grid measured: its rows, each backend's maximum rates, whether the peer ran, and
+/// the traces.
+type Grid = (Vec<SweepRow>, BTreeMap<String, f64>, String, BTreeMap<String, Trace>);
+
+fn grid(config: &SweepConfig, run: &Run<'_>) -> Result<Grid> {
+    run.log(&format!("machine: {}", run.machine().one_line()));
     // Woken forwarder threads preempt the spinning source at once when they may run SCHED_FIFO.
-    PRIORITY.store(if machine.sched_fifo { 50 } else { 0 }, std::sync::atomic::Ordering::Relaxed);
-    let probe = NoiseProbe::start(NoiseConfig::quick());
-    let run_dir = RunDir::create(results_root, "sweep")?;
+    PRIORITY.store(if run.machine().sched_fifo { 50 } else { 0 }, std::sync::atomic::Ordering::Relaxed);
+    let run_dir = run.dir();
     let traces: BTreeMap<String, Trace> = {
         let mut t = BTreeMap::new();
         t.insert("baseline".to_string(), Trace::generate(1, 0.0, config.packets, config.seed)?);
@@ -247,11 +337,6 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
     };
     traces["0.1"].save(&run_dir.path().join("trace-cdr0.1.txt")).ok();
     let fibs = [FibKind::Rcu, FibKind::RwLock, FibKind::Seqlock, FibKind::Papaya];
-    let per_backend = 17
-        + config.rate_fractions.len()
-            * (baseline_variants().len() + config.cdrs.len() * fibs.len() + variants().len())
-        + config.crossover_cdrs.len() * 3;
-    let bar = progress((per_backend * config.backends.len()) as u64, "forwarding runs");
     let mut rows = Vec::new();
     let mut max_rate_pps = BTreeMap::new();
     let mut peer = if !config.backends.contains(&Backend::Udp) {
@@ -265,7 +350,7 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
         let mut medians = Vec::new();
         let mut go = |experiment: &'static str, load: f64, c: ForwardConfig, trace: &Trace| -> Result<Row> {
             let row = run_once(&c, trace)?;
-            bar.inc(1);
+            run.step(&format!("{backend} {experiment}"));
             rows.push(SweepRow { experiment, load, row: row.clone() });
             Ok(row)
         };
@@ -277,7 +362,7 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
             for _ in 0..config.repetitions.max(1) {
                 for (c, out) in configs.iter().zip(runs.iter_mut()) {
                     out.push(run_once(c, trace)?);
-                    bar.inc(1);
+                    run.step(&format!("{backend} median runs"));
                 }
             }
             Ok(runs
@@ -316,7 +401,7 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
             &|rate| baseline_config(backend, Some(rate), "max-rate probe (baseline)"),
             &traces["baseline"],
         )?;
-        log(&format!(
+        run.log(&format!(
             "{backend}: maximum sustained rate (under 2% data loss) {max_rate:.0} pps routing, {baseline_max:.0} pps baseline"
         ));
         max_rate_pps.insert(backend.to_string(), max_rate);
@@ -346,7 +431,7 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
                     })),
                     Err(e) => {
                         peer = format!("failed: {e:#}");
-                        log(&format!("the dpdk-testpmd peer {peer}; going on without it"));
+                        run.log(&format!("the dpdk-testpmd peer {peer}; going on without it"));
                     }
                 }
             }
@@ -380,7 +465,7 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
             });
             let long = Trace::generate(1, 0.0, config.packets * 4, config.seed)?;
             let row = run_once(&c, &long)?;
-            bar.inc(1);
+            run.step(&format!("{backend} age-controlled sender"));
             let load = row.rate_pps / baseline_max;
             medians.push(SweepRow { experiment: "age-control", load, row });
         }
@@ -398,32 +483,10 @@ pub fn run(config: &SweepConfig, results_root: &Path, log: &dyn Fn(&str)) -> Res
         }
         rows.append(&mut medians);
     }
-    bar.finish_and_clear();
-    let noise = probe.finish();
     if peer.is_empty() {
         peer = "measured (experiment peer-baseline)".to_string();
     }
-
-    let per_user = per_user(&rows, config, &traces["0.1"]);
-    let best_per_rate = best_per_rate(&rows);
-    let checks = checks(&rows, config);
-    let plots = plots(&rows, &per_user, &run_dir)?;
-    write_csv(&rows, &run_dir)?;
-    let summary = SweepSummary {
-        machine,
-        noise,
-        config: config.clone(),
-        max_rate_pps,
-        rows,
-        per_user,
-        best_per_rate,
-        checks,
-        peer,
-        plots,
-        results_dir: run_dir.path().to_path_buf(),
-    };
-    run_dir.write_json("summary.json", &summary)?;
-    Ok(summary)
+    Ok((rows, max_rate_pps, peer, traces))
 }
 
 /// Highest load at or under 1 (the highest sustainable rate).
@@ -857,7 +920,7 @@ fn write_csv(rows: &[SweepRow], run: &RunDir) -> Result<()> {
 
 /// The text report.
 pub fn report(s: &SweepSummary) -> String {
-    let mut out = format!("machine: {}\n", s.machine.one_line());
+    let mut out = format!("machine: {}\n", s.run.machine.one_line());
     for (backend, rate) in &s.max_rate_pps {
         out.push_str(&format!("maximum rate ({backend}): {rate:.0} pps\n"));
     }
@@ -902,6 +965,6 @@ pub fn report(s: &SweepSummary) -> String {
     for c in &s.checks {
         out.push_str(&format!("  [{}] {}: {}\n", if c.held { "held" } else { "NOT held" }, c.name, c.detail));
     }
-    out.push_str(&format!("\nresults: {}\n", s.results_dir.display()));
+    out.push_str(&format!("\nresults: {}\n", s.run.results_dir.display()));
     out
 }
