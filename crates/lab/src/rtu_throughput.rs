@@ -259,7 +259,7 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
         }
     }
     let background_note = match crate::background::stress_ng(1, Some(config.core)) {
-        Ok(mut child) => {
+        Ok(load) => {
             std::thread::sleep(Duration::from_millis(200));
             for &size in &config.packet_sizes {
                 for receiver in RECEIVERS {
@@ -269,8 +269,7 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
                     rows.push(row);
                 }
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            drop(load);
             format!("stress-ng --cpu 1 --io 1 on core {}", config.core)
         }
         Err(why) => {
