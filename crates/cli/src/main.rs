@@ -1,6 +1,7 @@
 //! `kairos`: the command-line front of the Kairos lab. It parses flags, calls the lab, prints a
 //! table (or, with `--json`, the summary as one JSON object on stdout) and sends progress to
-//! stderr. Errors are one line and a non-zero exit.
+//! stderr. Errors are one line and a non-zero exit; SIGINT, SIGTERM and SIGHUP end a run after
+//! undoing its system changes, with exit status 128 + the signal ([`kairos_sys::cleanup`]).
 
 #![forbid(unsafe_code)]
 
@@ -125,6 +126,11 @@ struct LabArgs {
 }
 
 fn main() {
+    // First, so that SIGINT, SIGTERM or SIGHUP at any point undoes what the run has changed
+    // (children, namespaces, cpusets) and exits with 128 + the signal.
+    if let Err(e) = kairos_sys::cleanup::install() {
+        log(&format!("{e}; a signal will end the run without removing what it made"));
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => std::process::exit(code),

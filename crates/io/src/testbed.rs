@@ -1,14 +1,18 @@
 //! A two-namespace testbed: a source namespace and a forwarder namespace joined by a veth pair,
 //! with addresses on a private range used only inside them. Namespaces are removed on drop, after
-//! a panic (drop runs while unwinding), and on Ctrl-C or SIGTERM (a signal thread removes every
-//! live testbed, then exits with status 130). Ones left by a killed run (SIGKILL) are named
-//! after their process id and removed by the next run.
+//! a panic (drop runs while unwinding), and on SIGINT, SIGTERM or SIGHUP (the testbed registers
+//! their removal with [`kairos_sys::cleanup`], whose one signal thread undoes every registered
+//! change and exits with 128 + the signal). Ones left by a killed run (SIGKILL) are named after
+//! their process id and removed by the next run. Every `ip` command runs as a
+//! [`kairos_sys::child::OwnedChild`], so a signal in the middle of one ends it too.
 //!
 //! Needs root (CAP_NET_ADMIN and `ip` from iproute2); without it, [`Testbed::create`] says so.
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::process::Command;
-use std::sync::{Mutex, Once};
+
+use kairos_sys::child;
+use kairos_sys::cleanup::{self, Registration};
 
 /// Why a testbed could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -27,9 +31,6 @@ pub enum TestbedError {
     },
 }
 
-/// The live testbeds' namespace names, for the signal handler.
-static LIVE: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
 /// Source-side and forwarder-side addresses.
 pub const SOURCE_IP: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 1);
 pub const FORWARDER_IP: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 2);
@@ -42,6 +43,8 @@ pub struct Testbed {
     pub source_dev: String,
     /// The veth end in the forwarder namespace.
     pub forwarder_dev: String,
+    /// The namespaces' removal, should a signal end the process first.
+    removal: Option<Registration>,
 }
 
 /// How the forwarder's end of the veth is set up.
@@ -56,9 +59,7 @@ pub enum ForwarderSide {
 }
 
 fn ip(args: &[&str]) -> Result<(), TestbedError> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
+    let out = child::output(Command::new("ip").args(args))
         .map_err(|source| TestbedError::Io { what: "cannot run `ip` (install iproute2)".into(), source })?;
     if out.status.success() {
         Ok(())
@@ -72,35 +73,13 @@ fn ip(args: &[&str]) -> Result<(), TestbedError> {
 
 fn remove_namespaces(names: &[String]) {
     for name in names {
-        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        let _ = child::output(Command::new("ip").args(["netns", "del", name]));
     }
-}
-
-fn install_signal_cleanup() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        let Ok(mut signals) =
-            signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-        else {
-            return;
-        };
-        std::thread::Builder::new()
-            .name("testbed-cleanup".into())
-            .spawn(move || {
-                if signals.forever().next().is_some() {
-                    let names = LIVE.lock().map(|l| l.clone()).unwrap_or_default();
-                    remove_namespaces(&names);
-                    eprintln!("kairos: interrupted; removed network namespaces {}", names.join(", "));
-                    std::process::exit(130);
-                }
-            })
-            .ok();
-    });
 }
 
 /// Removes namespaces of earlier runs whose process is gone.
 fn remove_stale() {
-    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else { return };
+    let Ok(out) = child::output(Command::new("ip").args(["netns", "list"])) else { return };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
         let Some(rest) = name.strip_prefix("kairos-") else { continue };
@@ -122,25 +101,29 @@ impl Testbed {
         if !kairos_sys::user::is_root() {
             return Err(TestbedError::NotRoot);
         }
-        install_signal_cleanup();
         remove_stale();
         let pid = std::process::id();
         // Several testbeds may live in one process (tests run in parallel): number them. The
         // process id stays last in namespace names, where `remove_stale` reads it.
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 1000;
+        let (source_ns, forwarder_ns) = (format!("kairos-src-{n}-{pid}"), format!("kairos-fwd-{n}-{pid}"));
+        // Made under a hold, so a signal is handled either before the first namespace exists
+        // or after the removal of both is registered. Registered before creation, so a failure
+        // half-way is cleaned up by drop.
+        let _hold = cleanup::hold_off();
+        let names = [source_ns.clone(), forwarder_ns.clone()];
+        let removal = cleanup::register(format!("network namespaces {}", names.join(", ")), move || {
+            remove_namespaces(&names)
+        });
         let bed = Testbed {
-            source_ns: format!("kairos-src-{n}-{pid}"),
-            forwarder_ns: format!("kairos-fwd-{n}-{pid}"),
+            source_ns,
+            forwarder_ns,
             // Interface names hold at most 15 bytes: 2 + 7 (pid) + 1 + 3.
             source_dev: format!("ks{pid}x{n}"),
             forwarder_dev: format!("kf{pid}x{n}"),
+            removal: Some(removal),
         };
-        // Registered before creation, so a failure half-way is cleaned up by drop.
-        if let Ok(mut live) = LIVE.lock() {
-            live.push(bed.source_ns.clone());
-            live.push(bed.forwarder_ns.clone());
-        }
         let (src, fwd) = (&bed.source_ns, &bed.forwarder_ns);
         let (veth_src, veth_fwd) = (&bed.source_dev, &bed.forwarder_dev);
         ip(&["netns", "add", src])?;
@@ -194,9 +177,7 @@ impl Testbed {
 
 /// The hardware address of `dev` in namespace `ns`, from `ip -o link show`.
 fn link_address(ns: &str, dev: &str) -> Result<String, TestbedError> {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-o", "link", "show", dev])
-        .output()
+    let out = child::output(Command::new("ip").args(["-n", ns, "-o", "link", "show", dev]))
         .map_err(|source| TestbedError::Io { what: "cannot run `ip` (install iproute2)".into(), source })?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.split_whitespace().skip_while(|w| *w != "link/ether").nth(1).map(str::to_string).ok_or_else(|| {
@@ -209,11 +190,10 @@ fn link_address(ns: &str, dev: &str) -> Result<String, TestbedError> {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        let names = [self.source_ns.clone(), self.forwarder_ns.clone()];
-        remove_namespaces(&names);
-        if let Ok(mut live) = LIVE.lock() {
-            live.retain(|n| !names.contains(n));
-        }
+        // Withdrawn and removed under one hold: a signal now is handled once both are gone.
+        let _hold = cleanup::hold_off();
+        drop(self.removal.take());
+        remove_namespaces(&[self.source_ns.clone(), self.forwarder_ns.clone()]);
     }
 }
 

@@ -1,16 +1,65 @@
-//! Background load for experiments: `stress-ng` CPU and I/O workers, optionally pinned.
+//! Background load for experiments: `stress-ng` CPU and I/O workers, optionally pinned, owned
+//! by the experiment that started them: dropping the [`OwnedChild`] ends `stress-ng` and its
+//! workers on every path (an error returned mid-run, a panic, a signal).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use kairos_sys::child::OwnedChild;
 
 /// Starts `cpu_workers` `stress-ng` CPU workers and one I/O worker (on core `core` when given),
-/// or says why it could not. Kill the child when done.
-pub fn stress_ng(cpu_workers: usize, core: Option<usize>) -> Result<Child, String> {
+/// or says why it could not. The load lasts as long as the returned owner.
+pub fn stress_ng(cpu_workers: usize, core: Option<usize>) -> Result<OwnedChild, String> {
     let mut cmd = Command::new("stress-ng");
     cmd.args(["--cpu", &cpu_workers.to_string(), "--io", "1", "--timeout", "3600s", "--quiet"]);
     if let Some(c) = core {
         cmd.args(["--taskset", &c.to_string()]);
     }
-    cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().map_err(|e| {
+    OwnedChild::spawn(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null())).map_err(|e| {
         format!("stress-ng could not start ({e}); install it (Debian: stress-ng) for the loaded rows")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Processes whose process group is `group` and that have not ended (zombies have).
+    fn members(group: u32) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+                // After the name: state, ppid, pgrp.
+                let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+                fields.get(2) == Some(&group.to_string().as_str()) && fields.first() != Some(&"Z")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dropping_the_load_ends_stress_ng_and_its_workers() {
+        let load = match stress_ng(1, None) {
+            Ok(load) => load,
+            Err(why) => {
+                eprintln!("skipped: {why}");
+                return;
+            }
+        };
+        let group = load.id();
+        // stress-ng forks its two workers soon after it starts.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while members(group).len() < 3 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(members(group).len() >= 3, "stress-ng did not start its workers: {:?}", members(group));
+        drop(load);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !members(group).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(members(group), Vec::<u32>::new(), "stress-ng processes outlived their owner");
+    }
 }

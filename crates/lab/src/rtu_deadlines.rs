@@ -279,14 +279,13 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<DeadlinesSumma
         run.step("");
     }
     let background_note = match crate::background::stress_ng(1, Some(config.core)) {
-        Ok(mut child) => {
+        Ok(load) => {
             for &u in &config.utilisations {
                 run.doing(&format!("U = {u} with stress-ng"));
                 record(run_point(&handler_set(u, config.unit_us), config)?, true);
                 run.step("");
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            drop(load);
             format!("stress-ng --cpu 1 --io 1 on core {}", config.core)
         }
         Err(why) => {

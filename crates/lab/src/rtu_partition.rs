@@ -252,7 +252,7 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
     }
     let cores = online_cores();
     let background = match crate::background::stress_ng(cores, None) {
-        Ok(mut child) => {
+        Ok(load) => {
             std::thread::sleep(Duration::from_millis(200));
             for scale in SCALES {
                 record(scale, "rtu", true, rtu(config.seconds, scale)?);
@@ -260,8 +260,7 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
                 record(scale, "threads", true, threads(config.seconds, scale)?);
                 run.step("");
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            drop(load);
             format!("stress-ng --cpu {cores} --io 1")
         }
         Err(e) => {

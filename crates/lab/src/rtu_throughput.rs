@@ -29,6 +29,7 @@ use kairos_rtu::io::{IoConfig, spawn_udp};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use kairos_sys::clock::monotonic_ns;
 use kairos_sys::proc::online_cores;
+use kairos_sys::stoppable_thread::StoppableThread;
 use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
@@ -111,23 +112,20 @@ pub(crate) fn grow_receive_buffer(socket: &UdpSocket, bytes: usize) {
     let _ = kairos_sys::net::options::set_receive_buffer(socket, bytes);
 }
 
-/// Runs a sender flooding `to` with `size`-byte datagrams until `stop`.
-fn sender(
-    to: std::net::SocketAddr,
-    size: usize,
-    core: Option<usize>,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+/// Starts a sender flooding `to` with `size`-byte datagrams. It is owned: dropping it (an
+/// early return included) stops and joins it, and `stop` says whether it died.
+fn sender(to: std::net::SocketAddr, size: usize, core: Option<usize>) -> Result<StoppableThread<()>> {
+    let socket = UdpSocket::bind("127.0.0.1:0").context("bind the sender")?;
+    let thread = StoppableThread::spawn("sender", move |stop| {
         if let Some(c) = core {
             let _ = pin_current_thread(c);
         }
-        let Ok(socket) = UdpSocket::bind("127.0.0.1:0") else { return };
         let buf = vec![0x5au8; size];
         while !stop.load(Ordering::Relaxed) {
             let _ = socket.send_to(&buf, to);
         }
-    })
+    })?;
+    Ok(thread)
 }
 
 fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Result<ThroughputRow> {
@@ -139,7 +137,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     let drops_before = socket_drops(&socket);
     let mut io_drops = 0;
     let start = monotonic_ns();
-    let send = sender(to, size, sender_core, Arc::clone(&stop));
+    let send = sender(to, size, sender_core)?;
     let (packets, bytes) = if receiver == RTU {
         socket.set_nonblocking(true)?;
         let mut sched = Scheduler::new((socket.try_clone()?, vec![0u8; 65_536], 0u64, 0u64));
@@ -215,8 +213,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
         stop.store(true, Ordering::Relaxed);
         rx.join().map_err(|_| anyhow::anyhow!("the receive loop panicked"))?
     };
-    stop.store(true, Ordering::Relaxed);
-    let _ = send.join();
+    send.stop()?;
     let wall = (monotonic_ns() - start) as f64 / 1e9;
     Ok(ThroughputRow {
         receiver,
@@ -259,7 +256,7 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
         }
     }
     let background_note = match crate::background::stress_ng(1, Some(config.core)) {
-        Ok(mut child) => {
+        Ok(load) => {
             std::thread::sleep(Duration::from_millis(200));
             for &size in &config.packet_sizes {
                 for receiver in RECEIVERS {
@@ -269,8 +266,7 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
                     rows.push(row);
                 }
             }
-            let _ = child.kill();
-            let _ = child.wait();
+            drop(load);
             format!("stress-ng --cpu 1 --io 1 on core {}", config.core)
         }
         Err(why) => {
@@ -356,4 +352,24 @@ pub fn report(s: &ThroughputSummary) -> String {
     }
     out.push_str(&crate::output::report_footer(&s.run));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_sender_stops_sending() {
+        let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        receiver.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+        let send = sender(receiver.local_addr().unwrap(), 64, None).unwrap();
+        let mut buf = [0u8; 64];
+        receiver.recv(&mut buf).expect("the sender sends");
+        // An early return (an error on the receiving side) drops the sender.
+        drop(send);
+        // Drain what was sent before the drop (for at most 5 s); then nothing more comes.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while receiver.recv(&mut buf).is_ok() && std::time::Instant::now() < deadline {}
+        assert!(receiver.recv(&mut buf).is_err(), "a dropped sender is still sending");
+    }
 }

@@ -7,6 +7,10 @@
 //! a file read, depends on the machine and the user, and callers degrade and say so.
 //!
 //! Modules:
+//! - [`child`]: child processes with an owner, ended with their process group and reaped on
+//!   every path.
+//! - [`cleanup`]: the one SIGINT/SIGTERM/SIGHUP handler: it runs the undo actions owners of
+//!   system changes registered, then exits with 128 + the signal.
 //! - [`clock`]: `CLOCK_MONOTONIC` and `CLOCK_REALTIME` in nanoseconds, spins and absolute
 //!   sleeps to a deadline.
 //! - [`fs`]: bounded reads of files given from outside (configurations, traces), with errors
@@ -27,6 +31,8 @@
 
 #![warn(missing_docs)]
 
+pub mod child;
+pub mod cleanup;
 pub mod clock;
 pub mod fs;
 pub mod memory;

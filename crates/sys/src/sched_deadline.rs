@@ -55,6 +55,17 @@ pub fn set_deadline(reservation: DeadlineReservation) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Puts thread `tid` (of any process the caller may act on) back under `SCHED_OTHER`, ending
+/// a reservation it holds: a cleanup that must move a deadline thread between cpusets first
+/// frees its bandwidth, which the kernel would otherwise have to admit in the new domain.
+pub fn end_reservation_of(tid: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param for the call; a thread id that names no thread is
+    // answered with ESRCH.
+    let rc = unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +97,37 @@ mod tests {
         if let Err(e) = result {
             assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
         }
+    }
+
+    #[test]
+    fn another_thread_ends_a_reservation() {
+        if crate::user::effective_user_id() != 0 {
+            eprintln!("skipped: SCHED_DEADLINE needs root");
+            return;
+        }
+        let policy = |tid: i32| {
+            let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+            stat.rsplit(')').next().unwrap().split_whitespace().nth(38).unwrap().parse::<u32>().unwrap()
+        };
+        let (told, heard) = std::sync::mpsc::channel();
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let small =
+                DeadlineReservation { runtime_ns: 100_000, deadline_ns: 10_000_000, period_ns: 10_000_000 };
+            told.send(set_deadline(small).map(|()| crate::thread::thread_id())).unwrap();
+            let _ = wait.recv();
+        });
+        match heard.recv().unwrap() {
+            Ok(tid) => {
+                assert_eq!(policy(tid), SCHED_DEADLINE);
+                end_reservation_of(tid).unwrap();
+                assert_eq!(policy(tid), libc::SCHED_OTHER as u32);
+            }
+            // Other tests' real-time threads may hold the bandwidth.
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}"),
+        }
+        release.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(end_reservation_of(i32::MAX).is_err(), "no such thread");
     }
 }

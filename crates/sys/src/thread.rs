@@ -30,6 +30,35 @@ pub fn pin_current_thread(core: usize) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Lets the calling thread run on `cores` only (and on any of them). An empty list, or one
+/// naming an absent core, is refused.
+pub fn pin_current_thread_to(cores: &[usize]) -> io::Result<()> {
+    if cores.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no core to run on"));
+    }
+    // SAFETY: cpu_set_t is plain data for which all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &core in cores {
+        if core >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("core {core} out of range")));
+        }
+        // SAFETY: `core` < CPU_SETSIZE was checked just above, so CPU_SET stays inside `set`.
+        unsafe { libc::CPU_SET(core, &mut set) };
+    }
+    // SAFETY: pid 0 names the calling thread; `set` is a valid cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Makes the calling thread `SCHED_FIFO` at `priority` (1-99) with `SCHED_RESET_ON_FORK`, so
+/// the processes it starts run at normal priority. Fails without `CAP_SYS_NICE`.
+pub fn set_fifo_reset_on_fork(priority: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: pid 0 names the calling thread; `param` is a valid sched_param.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// Makes the calling thread `SCHED_FIFO` at `priority` (1-99). Fails without `CAP_SYS_NICE`.
 pub fn set_fifo(priority: i32) -> io::Result<()> {
     let param = libc::sched_param { sched_priority: priority };
@@ -83,6 +112,39 @@ mod tests {
             unsafe { libc::sched_getcpu() }
         });
         assert_eq!(core.join().unwrap(), 0);
+    }
+
+    #[test]
+    fn a_thread_let_run_on_some_cores_is_allowed_exactly_those() {
+        let allowed = std::thread::spawn(|| {
+            pin_current_thread_to(&[0]).unwrap();
+            let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+            status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string()
+        });
+        assert_eq!(allowed.join().unwrap(), "0");
+        assert!(pin_current_thread_to(&[]).is_err());
+        assert!(pin_current_thread_to(&[0, 100_000]).is_err());
+    }
+
+    #[test]
+    fn a_fifo_thread_that_resets_on_fork_starts_normal_processes() {
+        let policies = std::thread::spawn(|| {
+            if set_fifo_reset_on_fork(10).is_err() {
+                return None; // not permitted here: nothing to check
+            }
+            let own = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+            let child = std::process::Command::new("cat").arg("/proc/self/stat").output().unwrap();
+            Some((own, String::from_utf8(child.stdout).unwrap()))
+        });
+        let Some((own, child)) = policies.join().unwrap() else {
+            eprintln!("skipped: SCHED_FIFO needs CAP_SYS_NICE");
+            return;
+        };
+        // Field 41 of stat is the policy (after the parenthesised name, it is the 39th).
+        let policy =
+            |stat: &str| stat.rsplit(')').next().unwrap().split_whitespace().nth(38).unwrap().to_string();
+        assert_eq!(policy(&own), libc::SCHED_FIFO.to_string());
+        assert_eq!(policy(&child), libc::SCHED_OTHER.to_string());
     }
 
     #[test]

@@ -12,12 +12,13 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use kairos_io::Testbed;
+use kairos_sys::child::OwnedChild;
 
 /// The name rows give this peer in their `fib` field.
 pub const TESTPMD: &str = "dpdk-testpmd";
@@ -25,7 +26,9 @@ pub const TESTPMD: &str = "dpdk-testpmd";
 /// A running `dpdk-testpmd`.
 #[derive(Debug)]
 pub struct Testpmd {
-    child: Child,
+    /// `ip netns exec` execs `stdbuf`, which execs testpmd, so this process id is testpmd's;
+    /// were a wrapper to fork instead, ending the owner's process group would still reach it.
+    child: OwnedChild,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
     log: Vec<String>,
@@ -55,25 +58,33 @@ impl Testpmd {
         let pid = std::process::id();
         // The main lcore on CPU 0 (it sleeps in a read), the forwarding lcore on the last CPU.
         let last_cpu = kairos_sys::proc::last_core();
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &bed.forwarder_ns])
-            // Line-buffered: testpmd prints "Press enter to exit" with printf into a pipe.
-            .args(["stdbuf", "-oL"])
-            .arg(binary)
-            .args(["--no-huge", "-m", "256", "--no-pci", "--no-shconf"])
-            .arg(format!("--lcores=0@0,1@{last_cpu}"))
-            .arg(format!("--file-prefix=kairos-{pid}"))
-            .arg(format!("--vdev=net_af_packet0,iface={},framecnt=4096", bed.forwarder_dev))
-            .args(["--", "--forward-mode=5tswap", "--auto-start", "--burst=64", "--total-num-mbufs=16384"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("cannot start dpdk-testpmd")?;
+        let mut child = OwnedChild::spawn_named(
+            Command::new("ip")
+                .args(["netns", "exec", &bed.forwarder_ns])
+                // Line-buffered: testpmd prints "Press enter to exit" with printf into a pipe.
+                .args(["stdbuf", "-oL"])
+                .arg(binary)
+                .args(["--no-huge", "-m", "256", "--no-pci", "--no-shconf"])
+                .arg(format!("--lcores=0@0,1@{last_cpu}"))
+                .arg(format!("--file-prefix=kairos-{pid}"))
+                .arg(format!("--vdev=net_af_packet0,iface={},framecnt=4096", bed.forwarder_dev))
+                .args([
+                    "--",
+                    "--forward-mode=5tswap",
+                    "--auto-start",
+                    "--burst=64",
+                    "--total-num-mbufs=16384",
+                ])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+            TESTPMD,
+        )
+        .context("cannot start dpdk-testpmd")?;
         let (send, lines) = channel();
         for stream in [
-            child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child.take_stdout().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child.take_stderr().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
         ]
         .into_iter()
         .flatten()
@@ -87,7 +98,7 @@ impl Testpmd {
                 }
             });
         }
-        let stdin = child.stdin.take();
+        let stdin = child.take_stdin();
         let mut pmd = Testpmd { child, stdin, lines, log: Vec::new() };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -134,15 +145,6 @@ impl Testpmd {
         let _ = self.child.wait();
         parse_stats(&self.log)
             .with_context(|| format!("no statistics in dpdk-testpmd's output: {}", self.tail()))
-    }
-}
-
-impl Drop for Testpmd {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 

@@ -1,16 +1,19 @@
 //! Cross-check with `cyclictest` (Debian `rt-tests`) on the realtime core during a row.
 //!
 //! It runs at one priority below the experiment's task, so reclamation the task is made to do at
-//! its priority delays cyclictest's wake-ups too: an outside observer of the same stall.
+//! its priority delays cyclictest's wake-ups too: an outside observer of the same stall. The
+//! running cyclictest is an [`OwnedChild`]: a row that ends early (an error, a signal) ends it.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
+
+use kairos_sys::child::OwnedChild;
 
 /// A running cyclictest, or why none runs.
 #[derive(Debug)]
 pub enum Cyclictest {
     /// Running; collect with [`Cyclictest::finish`].
-    Running(Child),
+    Running(OwnedChild),
     /// Could not run; the reason is reported.
     Skipped(String),
 }
@@ -22,16 +25,18 @@ impl Cyclictest {
             return Self::Skipped("SCHED_FIFO not granted (run as root)".into());
         }
         let secs = duration.as_secs().max(1);
-        let spawned = Command::new("cyclictest")
-            .args(["-m", "-q", "--policy=fifo"])
-            .arg(format!("-p{priority}"))
-            .arg(format!("-i{}", interval.as_micros().max(100)))
-            .arg(format!("-a{core}"))
-            .args(["-t1", "-D"])
-            .arg(format!("{secs}"))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
+        let spawned = OwnedChild::spawn(
+            Command::new("cyclictest")
+                .args(["-m", "-q", "--policy=fifo"])
+                .arg(format!("-p{priority}"))
+                .arg(format!("-i{}", interval.as_micros().max(100)))
+                .arg(format!("-a{core}"))
+                .args(["-t1", "-D"])
+                .arg(format!("{secs}"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
         match spawned {
             Ok(child) => Self::Running(child),
             Err(e) => Self::Skipped(format!("cyclictest did not start ({e}); install Debian's rt-tests")),

@@ -1,0 +1,294 @@
+//! SIGINT, SIGTERM and SIGHUP in the middle of a run end it cleanly: exit status 128 + the
+//! signal, no process it started left running, no network namespace or cpuset of it left, and
+//! the root cpuset's load balancing as it was. Each case starts the release binary, waits (by
+//! polling /proc, `ip netns` and the cpuset hierarchy) until the run has made what the signal
+//! must undo, records its descendants, signals it and checks.
+//!
+//! Needs root (namespaces, real-time threads, cpusets) and whole experiments: ignored by the
+//! debug test run, `scripts/test` runs it in release as root (about a minute and a half).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const CPUSET: &str = "/sys/fs/cgroup/cpuset";
+
+/// The cases share the machine's cpusets and real-time cores: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// A process's state letter and start time (clock ticks since boot), which tells a process
+/// from a later one that reused its id.
+fn state_and_start(pid: u32) -> Option<(String, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
+    // After the name: state (3), ppid (4), ..., starttime (22).
+    Some((fields.first()?.to_string(), fields.get(19)?.parse().ok()?))
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Every live descendant of `root`, with its start time and name.
+fn descendants(root: u32) -> BTreeMap<u32, (u64, String)> {
+    let pids: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    let parents: BTreeMap<u32, u32> = pids.iter().filter_map(|&p| Some((p, parent_of(p)?))).collect();
+    let mut found = BTreeMap::new();
+    for &pid in &pids {
+        let mut up = pid;
+        while let Some(&parent) = parents.get(&up) {
+            if parent == root {
+                if let Some((_, start)) = state_and_start(pid) {
+                    let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                    found.insert(pid, (start, name.trim().to_string()));
+                }
+                break;
+            }
+            up = parent;
+        }
+    }
+    found
+}
+
+/// Whether the process recorded as `pid` started at `start` has ended (gone, a zombie, or its
+/// id now another process's).
+fn ended(pid: u32, start: u64) -> bool {
+    match state_and_start(pid) {
+        None => true,
+        Some((state, now_start)) => state == "Z" || now_start != start,
+    }
+}
+
+/// The run's network namespaces (named `kairos-...-<pid>`).
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("kairos-") && n.ends_with(&format!("-{pid}")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The run's cpusets (`kairos-dl-<pid>` and `kairos-dl-<pid>-rest`).
+fn cpusets_of(pid: u32) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(CPUSET) else { return Vec::new() };
+    let prefix = format!("kairos-dl-{pid}");
+    entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n == &prefix || n.starts_with(&format!("{prefix}-")))
+        .collect()
+}
+
+fn load_balance() -> Option<String> {
+    std::fs::read_to_string(Path::new(CPUSET).join("cpuset.sched_load_balance")).ok()
+}
+
+/// Whether a thread of `pid` other than the signal thread is real-time (FIFO, RR or DEADLINE).
+fn has_realtime_thread(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|t| {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        let policy = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(38)).unwrap_or("0");
+        comm.trim() != "kairos-cleanup" && matches!(policy, "1" | "2" | "6")
+    })
+}
+
+fn has_descendant(pid: u32, name: &str) -> bool {
+    descendants(pid).values().any(|(_, n)| n == name)
+}
+
+/// How many descendants of `pid` have a name that starts with `prefix`.
+fn descendants_named(pid: u32, prefix: &str) -> usize {
+    descendants(pid).values().filter(|(_, n)| n.starts_with(prefix)).count()
+}
+
+/// Whether `program` is on the PATH (the run goes without it, and so does the wait for it).
+fn installed(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+fn is_root() -> bool {
+    kairos_sys::user::is_root()
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        15 => "SIGTERM",
+        _ => unreachable!("only the three signals are sent"),
+    }
+}
+
+struct Case {
+    args: &'static [&'static str],
+    signal: i32,
+    /// What the run must have made before it is signalled.
+    waits_for: &'static str,
+    ready: fn(u32) -> bool,
+}
+
+/// Starts the run, waits until `ready`, signals it and checks that it cleaned up.
+fn interrupt(case: Case) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let balance_before = load_balance();
+    let results = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("signals");
+    let mut run: Child = Command::new(env!("CARGO_BIN_EXE_kairos"))
+        .args(case.args)
+        .arg("--results")
+        .arg(&results)
+        .env("CI", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = run.id();
+    let mut stderr_pipe = run.stderr.take().unwrap();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr_pipe.read_to_string(&mut text);
+        text
+    });
+    let what = format!("kairos {} ({})", case.args.join(" "), signal_name(case.signal));
+
+    // Descendants come and go (`ip` commands): everything seen until the signal must be gone.
+    let mut seen = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        seen.extend(descendants(pid));
+        if (case.ready)(pid) {
+            break;
+        }
+        if let Some(status) = run.try_wait().unwrap() {
+            panic!(
+                "{what} ended ({status}) before it had {}: {}",
+                case.waits_for,
+                stderr_reader.join().unwrap()
+            );
+        }
+        assert!(Instant::now() < deadline, "{what} had no {} after 90 s", case.waits_for);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    seen.extend(descendants(pid));
+    let made_namespaces = namespaces_of(pid);
+    let made_cpusets = cpusets_of(pid);
+
+    let sent = Command::new("kill").args([format!("-{}", case.signal), pid.to_string()]).status().unwrap();
+    assert!(sent.success(), "could not signal {what}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = run.kill();
+            panic!("{what} was still running 30 s after the signal");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = stderr_reader.join().unwrap();
+
+    assert_eq!(status.code(), Some(128 + case.signal), "{what}: {stderr}");
+    let line = format!("kairos: interrupted by {}; ", signal_name(case.signal));
+    assert!(stderr.contains(&line), "{what}: no {line:?} on stderr: {stderr}");
+    let left: Vec<String> = seen
+        .iter()
+        .filter(|(pid, (start, _))| !ended(**pid, *start))
+        .map(|(pid, (_, name))| format!("{name} ({pid})"))
+        .collect();
+    assert!(left.is_empty(), "{what} left processes running: {left:?}");
+    assert_eq!(namespaces_of(pid), Vec::<String>::new(), "{what} left network namespaces");
+    assert_eq!(cpusets_of(pid), Vec::<String>::new(), "{what} left cpusets");
+    assert_eq!(load_balance(), balance_before, "{what} left the root cpuset's load balancing changed");
+    eprintln!(
+        "{what}: exit {}, {} descendants ended ({}), namespaces removed {:?}, cpusets removed {:?}",
+        128 + case.signal,
+        seen.len(),
+        seen.values().map(|(_, n)| n.as_str()).collect::<Vec<_>>().join(" "),
+        made_namespaces,
+        made_cpusets
+    );
+}
+
+/// The run made its testbed.
+fn has_namespaces(pid: u32) -> bool {
+    namespaces_of(pid).len() == 2
+}
+
+/// The run made its testbed and started its peer forwarder (when installed).
+fn has_namespaces_and_testpmd(pid: u32) -> bool {
+    has_namespaces(pid) && (!installed("dpdk-testpmd") || has_descendant(pid, "dpdk-testpmd"))
+}
+
+/// The run's real-time threads run, and its background load (when installed): `stress-ng` and
+/// the CPU and I/O workers it forks, so grandchildren are checked too.
+fn has_realtime_threads_and_stress_ng(pid: u32) -> bool {
+    has_realtime_thread(pid) && (!installed("stress-ng") || descendants_named(pid, "stress-ng") >= 3)
+}
+
+/// A thread of the run is in its one-core cpuset.
+fn has_cpuset_member(pid: u32) -> bool {
+    let tasks = std::fs::read_to_string(Path::new(CPUSET).join(format!("kairos-dl-{pid}")).join("tasks"));
+    tasks.is_ok_and(|t| !t.trim().is_empty())
+}
+
+const SWEEP: &[&str] = &["sweep", "--quick", "--backend", "udp", "--packets", "40000"];
+const DEADLINES: &[&str] = &["rtu", "deadlines", "--quick"];
+
+macro_rules! case {
+    ($name:ident, $args:expr, $signal:expr, $waits_for:expr, $ready:expr) => {
+        #[test]
+        #[ignore = "runs whole experiments as root: scripts/test runs it in release"]
+        fn $name() {
+            if !is_root() {
+                eprintln!("skipped: needs root");
+                return;
+            }
+            interrupt(Case { args: $args, signal: $signal, waits_for: $waits_for, ready: $ready });
+        }
+    };
+}
+
+case!(sigint_mid_sweep, SWEEP, 2, "its namespaces", has_namespaces);
+case!(sigterm_mid_sweep, SWEEP, 15, "its namespaces", has_namespaces);
+case!(sighup_mid_sweep_with_testpmd, SWEEP, 1, "its namespaces and dpdk-testpmd", has_namespaces_and_testpmd);
+case!(sigint_mid_rtu_deadlines, DEADLINES, 2, "real-time threads", has_realtime_thread);
+case!(
+    sigterm_mid_rtu_deadlines_with_stress_ng,
+    DEADLINES,
+    15,
+    "real-time threads and stress-ng",
+    has_realtime_threads_and_stress_ng
+);
+case!(sighup_mid_rtu_deadlines, DEADLINES, 1, "real-time threads", has_realtime_thread);
+
+#[test]
+#[ignore = "runs whole experiments as root: scripts/test runs it in release"]
+fn sigterm_mid_rtu_sched_deadline_one_core() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    if load_balance().is_none() {
+        eprintln!("skipped: no v1 cpuset hierarchy at {CPUSET}, so no one-core domain to undo");
+        return;
+    }
+    interrupt(Case {
+        args: &["rtu", "sched-deadline", "--quick"],
+        signal: 15,
+        waits_for: "threads in its one-core cpuset",
+        ready: has_cpuset_member,
+    });
+}
