@@ -22,7 +22,7 @@ fn spec(name: &str, period_ms: u64, batch: u64) -> HandlerSpec {
 }
 
 #[test]
-fn a_set_above_the_liu_layland_bound_runs_without_a_miss() {
+fn a_set_above_the_liu_layland_bound_misses_only_during_machine_stalls() {
     // a: T = 20 ms, 4 units (C = 8 ms); b: T = 40 ms, 10 units (C = 20 ms). U = 0.9 > 0.828.
     // Response of b: 18 units = 36 ms of its 40 (the computation is in analysis.rs, in units).
     let set = [spec("a", 20, 4), spec("b", 40, 10)];
@@ -60,22 +60,31 @@ fn a_set_above_the_liu_layland_bound_runs_without_a_miss() {
     let released: u64 = report.counts.iter().map(|c| c.released).sum();
     // 3 s: 150 jobs of a and 75 of b.
     assert!(released >= 200, "{:?}", report.counts);
-    let misses: Vec<String> = report
-        .missed
-        .iter()
-        .map(|m| {
-            let (from, to) = (report.started_ns + m.release, report.started_ns + m.deadline);
-            let stall = stalls.during(from, to).map(|s| s.length_ns()).max().unwrap_or(0);
-            format!("{} job {} (stall during it: {} us)", set[m.handler].name, m.job, stall / 1_000)
-        })
-        .collect();
-    assert!(misses.is_empty(), "misses: {misses:?}");
+    // A miss is the shell's fault unless the stall watch saw the machine stop the core for
+    // longer than the job's slack in its window (interrupts and the hypervisor outrank every
+    // real-time thread): such a miss is printed, and any other fails the test.
+    let slack = |handler: usize| {
+        let a = &analysis.handlers[handler];
+        set[handler].period_ns - a.response_time_ns.unwrap_or(0)
+    };
+    let (mut explained, mut unexplained) = (Vec::new(), Vec::new());
+    for m in &report.missed {
+        let (from, to) = (report.started_ns + m.release, report.started_ns + m.deadline);
+        let stall = stalls.during(from, to).map(|s| s.length_ns()).max().unwrap_or(0);
+        let line = format!("{} job {} (stall during it: {} us)", set[m.handler].name, m.job, stall / 1_000);
+        if stall >= slack(m.handler) { explained.push(line) } else { unexplained.push(line) }
+    }
+    assert!(unexplained.is_empty(), "misses no stall explains: {unexplained:?} (explained: {explained:?})");
+    if !explained.is_empty() {
+        eprintln!("misses during machine stalls longer than the job's slack: {explained:?}");
+    }
     // Printed, not asserted: a stall of the machine may push b past the analysis's 36 ms (its
     // deadline is 40).
     let worst_b =
         report.finished.iter().filter(|f| f.handler == 1).map(|f| f.completion - f.release).max().unwrap();
     eprintln!(
-        "{released} jobs, no miss; b's worst response {:.2} ms (bound 36 ms); {} stalls seen, longest {} us",
+        "{released} jobs, {} misses (all during stalls); b's worst response {:.2} ms (bound 36 ms); {} stalls seen, longest {} us",
+        explained.len(),
         worst_b as f64 / 1e6,
         stalls.stalls.len(),
         stalls.worst_ns / 1_000
