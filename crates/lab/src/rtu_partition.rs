@@ -9,7 +9,8 @@
 //! the throughput received.
 //!
 //! # Summary fields (stable)
-//! `machine`, `noise`, `config`, `background`, `rows` (`scale`, `way`, `background_load`, `stream`,
+//! `machine`, `noise`, `config`, `background`, `rtu_realtime` (every RTU point's shells and I/O
+//! thread got `SCHED_FIFO`), `rows` (`scale`, `way`, `background_load`, `stream`,
 //! `received_mbps`), `promised_mbps` (at scale 1), `spread` (per scale, way and load: min and max
 //! stream over the promise), `plots`. Files: `summary.json`, `rows.csv`, `per_stream.png`.
 
@@ -95,6 +96,8 @@ pub struct PartitionSummary {
     pub config: PartitionConfig,
     /// How the background load was made, or why it was not.
     pub background: String,
+    /// Every RTU point's shells and I/O thread got `SCHED_FIFO` (the threads way asks for none).
+    pub rtu_realtime: bool,
     /// Each stream's promised rate at scale 1, Mbit/s.
     pub promised_mbps: f64,
     /// Every stream at every point.
@@ -119,8 +122,9 @@ fn sockets() -> Result<(Vec<UdpSocket>, Vec<UdpSocket>)> {
     Ok((rx, tx))
 }
 
-/// Datagrams received per stream, RTU way.
-fn rtu(seconds: f64, scale: u64) -> Result<Vec<u64>> {
+/// Datagrams received per stream, RTU way, and whether its shells and I/O thread got
+/// `SCHED_FIFO`.
+fn rtu(seconds: f64, scale: u64) -> Result<(Vec<u64>, bool)> {
     let (rx, tx) = sockets()?;
     let mut senders = Scheduler::new((tx, vec![0x5au8; DATAGRAM]));
     // The receivers' I/O thread reads each socket into that stream's inbox (SPSC rings of
@@ -168,10 +172,10 @@ fn rtu(seconds: f64, scale: u64) -> Result<Vec<u64>> {
     let rx_run = receivers.spawn(ShellConfig { core: Some(last_core()), ..ShellConfig::default() })?;
     let tx_run = senders.spawn(ShellConfig { core: Some(0), ..ShellConfig::default() })?;
     std::thread::sleep(Duration::from_secs_f64(seconds));
-    tx_run.stop()?;
-    let received = rx_run.stop()?.shared.1;
-    io.stop()?;
-    Ok(received)
+    let tx = tx_run.stop()?;
+    let rx = rx_run.stop()?;
+    let io = io.stop()?;
+    Ok((rx.shared.1, tx.realtime && rx.realtime && io.realtime))
 }
 
 /// Datagrams received per stream, a thread per sender and per receiver.
@@ -225,7 +229,7 @@ impl Experiment for PartitionConfig {
     type Summary = PartitionSummary;
 
     fn plan(&self) -> Result<Plan, String> {
-        check_seconds(self.seconds, 0.1, 3_600.0, "seconds per point", "0.1 s holds five receiver periods")?;
+        check_seconds(self.seconds, 0.1, 3_600.0, "seconds per point", "0.1 s holds five sender periods")?;
         // Two scales, two ways, with and without load.
         Ok(Plan::new(8, self.seconds + 0.2))
     }
@@ -244,8 +248,11 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
             rows.push(PartitionRow { scale, way, background_load: loaded, stream, received_mbps: mbps });
         }
     };
+    let mut rtu_realtime = true;
     for scale in SCALES {
-        record(scale, "rtu", false, rtu(config.seconds, scale)?);
+        let (counts, realtime) = rtu(config.seconds, scale)?;
+        rtu_realtime &= realtime;
+        record(scale, "rtu", false, counts);
         run.step("");
         record(scale, "threads", false, threads(config.seconds, scale)?);
         run.step("");
@@ -255,7 +262,9 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
         Ok(load) => {
             std::thread::sleep(Duration::from_millis(200));
             for scale in SCALES {
-                record(scale, "rtu", true, rtu(config.seconds, scale)?);
+                let (counts, realtime) = rtu(config.seconds, scale)?;
+                rtu_realtime &= realtime;
+                record(scale, "rtu", true, counts);
                 run.step("");
                 record(scale, "threads", true, threads(config.seconds, scale)?);
                 run.step("");
@@ -327,6 +336,7 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
         run: run.finish(),
         config: config.clone(),
         background,
+        rtu_realtime,
         promised_mbps,
         rows,
         spread,
@@ -342,6 +352,9 @@ pub fn report(s: &PartitionSummary) -> String {
         s.background,
         s.promised_mbps
     );
+    if !s.rtu_realtime {
+        out.push_str("SCHED_FIFO NOT granted: the RTU rows' shells and I/O thread ran at normal priority\n");
+    }
     for sp in &s.spread {
         let per: Vec<String> = s
             .rows

@@ -10,7 +10,8 @@
 //! second received, and the datagrams the kernel dropped for a full socket buffer.
 //!
 //! # Summary fields (stable)
-//! `machine`, `noise`, `config`, `background` (how the load was made, or why not), `rows` (`receiver`,
+//! `machine`, `noise`, `config`, `background` (how the load was made, or why not),
+//! `rtu_realtime` (every RTU row's shell and I/O thread got `SCHED_FIFO`), `rows` (`receiver`,
 //! `packet_bytes`, `background_load`, `received_pps`, `received_mbps`, `socket_drops`,
 //! `inbox_drops`),
 //! `kept` (per receiver and size: loaded over unloaded throughput), `plots` (`throughput.png`).
@@ -96,6 +97,8 @@ pub struct ThroughputSummary {
     pub run: RunInfo,
     pub config: ThroughputConfig,
     pub background: String,
+    /// Every RTU row's shell and I/O thread got `SCHED_FIFO` (the plain loop asks for none).
+    pub rtu_realtime: bool,
     pub rows: Vec<ThroughputRow>,
     pub kept: Vec<Kept>,
 }
@@ -128,7 +131,13 @@ fn sender(to: std::net::SocketAddr, size: usize, core: Option<usize>) -> Result<
     Ok(thread)
 }
 
-fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Result<ThroughputRow> {
+/// One receiver at one size: its row, and whether its real-time threads got `SCHED_FIFO`
+/// (`None` for the plain loop, which asks for none).
+fn point(
+    receiver: &'static str,
+    size: usize,
+    config: &ThroughputConfig,
+) -> Result<(ThroughputRow, Option<bool>)> {
     let socket = UdpSocket::bind("127.0.0.1:0").context("bind the receiver")?;
     grow_receive_buffer(&socket, 4 << 20);
     let to = socket.local_addr()?;
@@ -136,6 +145,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     let sender_core = (config.core > 0).then_some(0);
     let drops_before = socket_drops(&socket);
     let mut io_drops = 0;
+    let mut realtime = None;
     let start = monotonic_ns();
     let send = sender(to, size, sender_core)?;
     let (packets, bytes) = if receiver == RTU {
@@ -165,6 +175,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
             sched.spawn(ShellConfig { core: Some(config.core), spin_ns: 5_000, ..ShellConfig::default() })?;
         std::thread::sleep(Duration::from_secs_f64(config.seconds));
         let report = running.stop()?;
+        realtime = Some(report.realtime);
         (report.shared.2, report.shared.3)
     } else if receiver == RTU_INBOX {
         // The I/O thread (SCHED_FIFO 70, same core) reads the socket into the handler's inbox;
@@ -191,6 +202,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
         let report = running.stop()?;
         let io = io.stop()?;
         io_drops = io.sources[0].dropped;
+        realtime = Some(report.realtime && io.realtime);
         (report.shared.1, report.shared.2)
     } else {
         socket.set_read_timeout(Some(Duration::from_millis(20)))?;
@@ -215,7 +227,7 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
     };
     send.stop()?;
     let wall = (monotonic_ns() - start) as f64 / 1e9;
-    Ok(ThroughputRow {
+    let row = ThroughputRow {
         receiver,
         packet_bytes: size,
         background_load: false,
@@ -223,7 +235,8 @@ fn point(receiver: &'static str, size: usize, config: &ThroughputConfig) -> Resu
         received_mbps: bytes as f64 * 8.0 / wall / 1e6,
         socket_drops: socket_drops(&socket).saturating_sub(drops_before),
         inbox_drops: io_drops,
-    })
+    };
+    Ok((row, realtime))
 }
 
 impl Experiment for ThroughputConfig {
@@ -237,7 +250,13 @@ impl Experiment for ThroughputConfig {
         if let Some(s) = self.packet_sizes.iter().find(|&&s| !(1..=65_507).contains(&s)) {
             return Err(format!("packet sizes are UDP payloads of 1-65507 bytes, got {s}"));
         }
-        check_seconds(self.seconds, 0.1, 3_600.0, "seconds per point", "0.1 s holds ten receiver periods")?;
+        check_seconds(
+            self.seconds,
+            0.1,
+            3_600.0,
+            "seconds per point",
+            "0.1 s holds a hundred receiver periods",
+        )?;
         check_core(self.core)?;
         Ok(Plan::new(self.packet_sizes.len() * RECEIVERS.len() * 2, self.seconds + 0.1))
     }
@@ -249,9 +268,12 @@ impl Experiment for ThroughputConfig {
 
 fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSummary> {
     let mut rows = Vec::new();
+    let mut rtu_realtime = true;
     for &size in &config.packet_sizes {
         for receiver in RECEIVERS {
-            rows.push(point(receiver, size, config)?);
+            let (row, realtime) = point(receiver, size, config)?;
+            rtu_realtime &= realtime.unwrap_or(true);
+            rows.push(row);
             run.step("");
         }
     }
@@ -260,7 +282,8 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
             std::thread::sleep(Duration::from_millis(200));
             for &size in &config.packet_sizes {
                 for receiver in RECEIVERS {
-                    let mut row = point(receiver, size, config)?;
+                    let (mut row, realtime) = point(receiver, size, config)?;
+                    rtu_realtime &= realtime.unwrap_or(true);
                     run.step("");
                     row.background_load = true;
                     rows.push(row);
@@ -318,6 +341,7 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
         run: run.finish(),
         config: config.clone(),
         background: background_note,
+        rtu_realtime,
         rows,
         kept,
     };
@@ -326,6 +350,9 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
 
 pub fn report(s: &ThroughputSummary) -> String {
     let mut out = format!("machine: {}\nbackground: {}\n", s.run.machine.one_line(), s.background);
+    if !s.rtu_realtime {
+        out.push_str("SCHED_FIFO NOT granted: the RTU rows' shell and I/O thread ran at normal priority\n");
+    }
     out.push_str(&format!(
         "{:<16} {:>7} {:>10} {:>12} {:>10} {:>12} {:>12}\n",
         "receiver", "bytes", "background", "received/s", "Mbit/s", "socket drops", "inbox drops"

@@ -43,10 +43,21 @@ unsafe impl Send for Buffers {}
 /// Why an inbox could not be made.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum InboxError {
+    /// No buffers, or buffers of no bytes.
     #[error("an inbox needs at least one buffer of at least one byte (asked for {buffers} of {bytes} B)")]
-    Empty { buffers: usize, bytes: usize },
+    Empty {
+        /// Buffers asked for.
+        buffers: usize,
+        /// Bytes a buffer asked for.
+        bytes: usize,
+    },
+    /// More buffers than a `u32` index can name.
     #[error("an inbox holds at most {max} buffers (asked for {asked})", max = u32::MAX)]
-    TooMany { asked: usize },
+    TooMany {
+        /// Buffers asked for.
+        asked: usize,
+    },
+    /// The rings between the two sides could not be made.
     #[error("{0}")]
     Ring(#[from] RingError),
 }
@@ -234,6 +245,7 @@ impl Inbox {
         self.full.len()
     }
 
+    /// No buffer is waiting to be drained.
     pub fn is_empty(&self) -> bool {
         self.full.is_empty()
     }

@@ -32,6 +32,7 @@ const _: () = assert!(Ingress::MAX_BURST <= kairos_sys::net::MAX_BURST);
 /// The I/O thread's knobs.
 #[derive(Debug, Clone, Copy)]
 pub struct IoConfig {
+    /// Core to pin the thread to (`None`: wherever the kernel puts it).
     pub core: Option<usize>,
     /// `SCHED_FIFO` priority to ask for (0: do not ask). Below the shell's 80 by default.
     pub fifo_priority: i32,
@@ -61,7 +62,9 @@ pub struct SourceCounts {
 pub struct IoReport {
     /// In the order the sockets were given.
     pub sources: Vec<SourceCounts>,
+    /// `SCHED_FIFO` was granted.
     pub realtime: bool,
+    /// Why not, when it was asked for and refused.
     pub realtime_error: Option<String>,
 }
 

@@ -15,6 +15,8 @@
 //!   over a fixed buffer pool.
 //! - [`io`]: the I/O thread that reads UDP sockets into handlers' inboxes.
 
+#![warn(missing_docs)]
+
 pub mod analysis;
 pub mod file;
 pub mod inbox;
@@ -25,7 +27,8 @@ pub mod shell;
 pub mod sim;
 mod sync;
 
-pub use analysis::{Analysis, AnalysisError, HandlerAnalysis, HandlerSpec, analyse};
+pub use analysis::{Analysis, AnalysisError, HandlerAnalysis, HandlerSpec, Unbounded, analyse};
+pub use file::handlers_from_toml;
 pub use inbox::{Inbox, Ingress, inbox};
 pub use policy::{Decision, Policy};
 pub use shell::{Context, Handler, Running, Scheduler, ShellConfig};

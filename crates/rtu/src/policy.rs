@@ -23,6 +23,11 @@
 //! charges interrupt time to the task it interrupts) while the job as a whole stays within its
 //! reservation: judged per iteration, interrupt bursts under `stress-ng` demoted innocent
 //! handlers, which then missed deadlines.
+//!
+//! Arithmetic: times are `u64` nanoseconds and every sum and product saturates, so a spec the
+//! analysis would refuse (a zero or huge period, a cost past 64 bits; the shell's
+//! `register_unadmitted` takes any) cannot wrap a release into the past or loop forever: a zero
+//! period counts as 1 ns, and a release that saturates at `u64::MAX` is never reached.
 
 use crate::analysis::{HandlerSpec, priority_order};
 
@@ -30,24 +35,36 @@ use crate::analysis::{HandlerSpec, priority_order};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     /// Run `units` units of handler `handler` (registration index) without interruption.
-    Run { handler: usize, units: u64 },
+    Run {
+        /// Registration index.
+        handler: usize,
+        /// Units to run, one iteration at most.
+        units: u64,
+    },
     /// Nothing to run before `until` (the next release).
-    Idle { until: u64 },
+    Idle {
+        /// The next release, ns on the policy's clock (`u64::MAX`: none).
+        until: u64,
+    },
 }
 
 /// A job that ended at a completion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Finished {
+    /// Registration index.
     pub handler: usize,
     /// Job number (0 is the first release).
     pub job: u64,
+    /// When the job was released, ns on the policy's clock.
     pub release: u64,
+    /// When its last unit was done, ns on the policy's clock.
     pub completion: u64,
 }
 
 impl Finished {
+    /// Completion minus release, ns (0 for a completion recorded before its release).
     pub fn response(&self) -> u64 {
-        self.completion - self.release
+        self.completion.saturating_sub(self.release)
     }
 }
 
@@ -55,10 +72,15 @@ impl Finished {
 /// it (`completion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Missed {
+    /// Registration index.
     pub handler: usize,
+    /// Job number (0 is the first release).
     pub job: u64,
+    /// When the job was released, ns on the policy's clock.
     pub release: u64,
+    /// Its deadline (the next release), ns on the policy's clock.
     pub deadline: u64,
+    /// When it completed, late; `None`: dropped unfinished at its deadline.
     pub completion: Option<u64>,
 }
 
@@ -92,21 +114,27 @@ struct Slot {
 /// Per-handler counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Counts {
+    /// Jobs released.
     pub released: u64,
+    /// Jobs completed (late ones included).
     pub completed: u64,
+    /// Jobs that missed their deadline.
     pub misses: u64,
-    /// Iterations that took longer than declared (with the tolerance), and the largest excess.
+    /// Iterations that took longer than declared (with the tolerance).
     pub overruns: u64,
+    /// The largest excess of an overrunning iteration over its declared cost, ns.
     pub worst_excess_ns: u64,
     /// Jobs whose iterations together took more than the job's declared cost (the tolerance
     /// included): what demotion is judged on.
     pub job_overruns: u64,
+    /// Demoted below every other handler for overrunning.
     pub demoted: bool,
     /// The most work a job still had at its deadline (it was dropped): its slack was below
     /// minus this.
     pub worst_unfinished_ns: u64,
 }
 
+/// The RMDP policy over a set of handlers (see the module's doc for its rules).
 #[derive(Debug, Clone)]
 pub struct Policy {
     /// In registration order.
@@ -162,15 +190,21 @@ impl Policy {
             let s = &mut self.slots[i];
             if !s.enabled {
                 s.remaining = 0;
-                while s.next_release <= now {
-                    s.next_release += s.spec.period_ns;
+                // Skips the stopped periods in one step: a long-stopped handler with a short
+                // period would otherwise loop once per period it missed.
+                if s.next_release <= now {
+                    let period = s.spec.period_ns.max(1);
+                    let skipped = ((now - s.next_release) / period).saturating_add(1);
+                    s.next_release = s.next_release.saturating_add(skipped.saturating_mul(period));
                 }
                 continue;
             }
-            while s.next_release <= now {
+            // A release saturated at u64::MAX is never due.
+            while s.next_release <= now && s.next_release < u64::MAX {
                 if s.started && s.remaining > 0 {
                     s.misses += 1;
-                    s.worst_unfinished_ns = s.worst_unfinished_ns.max(s.remaining * s.spec.unit_cost_ns);
+                    s.worst_unfinished_ns =
+                        s.worst_unfinished_ns.max(s.remaining.saturating_mul(s.spec.unit_cost_ns));
                     self.missed.push(Missed {
                         handler: i,
                         job: s.job,
@@ -180,7 +214,7 @@ impl Policy {
                     });
                 }
                 s.release = s.next_release;
-                s.next_release += s.spec.period_ns;
+                s.next_release = s.next_release.saturating_add(s.spec.period_ns.max(1));
                 s.job = if s.started { s.job + 1 } else { 0 };
                 s.started = true;
                 s.remaining = s.spec.batch;
@@ -228,19 +262,21 @@ impl Policy {
         if !s.job_overran {
             s.streak = 0;
         }
-        if now > s.release + s.spec.period_ns {
+        let deadline = s.release.saturating_add(s.spec.period_ns);
+        if now > deadline {
             s.misses += 1;
             self.missed.push(Missed {
                 handler,
                 job: s.job,
                 release: s.release,
-                deadline: s.release + s.spec.period_ns,
+                deadline,
                 completion: Some(now),
             });
         }
         Some(Finished { handler, job: s.job, release: s.release, completion: now })
     }
 
+    /// What `handler` (registration index) has done so far.
     pub fn counts(&self, handler: usize) -> Counts {
         let s = &self.slots[handler];
         Counts {
@@ -290,7 +326,7 @@ impl Policy {
     pub const TOLERANCE_FLOOR_NS: u64 = 20_000;
 
     fn over(declared: u64, taken: u64) -> bool {
-        taken > declared + (declared / Self::TOLERANCE_DIVISOR).max(Self::TOLERANCE_FLOOR_NS)
+        taken > declared.saturating_add((declared / Self::TOLERANCE_DIVISOR).max(Self::TOLERANCE_FLOOR_NS))
     }
 
     /// The shell measured `elapsed_ns` of CPU time for `units` units of `handler`: counts an
@@ -299,8 +335,8 @@ impl Policy {
     /// overran their reservation. Returns the iteration's excess when it was an overrun.
     pub fn account(&mut self, handler: usize, units: u64, elapsed_ns: u64) -> Option<u64> {
         let s = &mut self.slots[handler];
-        s.job_cpu_ns += elapsed_ns;
-        if !s.job_overran && Self::over(s.spec.batch * s.spec.unit_cost_ns, s.job_cpu_ns) {
+        s.job_cpu_ns = s.job_cpu_ns.saturating_add(elapsed_ns);
+        if !s.job_overran && Self::over(s.spec.wcet_ns(), s.job_cpu_ns) {
             s.job_overran = true;
             s.job_overruns += 1;
             s.streak += 1;
@@ -312,7 +348,7 @@ impl Policy {
             }
         }
         let s = &mut self.slots[handler];
-        let declared = units * s.spec.unit_cost_ns;
+        let declared = units.saturating_mul(s.spec.unit_cost_ns);
         if !Self::over(declared, elapsed_ns) {
             return None;
         }
@@ -362,6 +398,28 @@ mod tests {
         );
         assert_eq!(p.counts(0).misses, 2);
         assert!(p.take_missed().is_empty(), "taken once");
+    }
+
+    #[test]
+    fn releases_past_the_end_of_time_saturate_instead_of_wrapping() {
+        // First release at 10 with a period of u64::MAX ns: the next release is past 2^64;
+        // wrapped, it came at 9 and dropped the job as a miss at its own release.
+        let spec =
+            HandlerSpec { name: "h".into(), period_ns: u64::MAX, batch: 2, iteration: 2, unit_cost_ns: 3 };
+        let mut p = Policy::new(std::slice::from_ref(&spec), &[10]);
+        p.release(10);
+        assert_eq!(p.next(10), Decision::Run { handler: 0, units: 2 });
+        p.release(11);
+        assert_eq!(p.completed(0, 2, 16).map(|f| f.response()), Some(6));
+        assert_eq!(p.misses(), 0);
+        assert_eq!(p.next(u64::MAX - 1), Decision::Idle { until: u64::MAX });
+        // A zero period (which the analysis refuses, but an unadmitted registration takes)
+        // counts as 1 ns instead of releasing forever at the same instant.
+        let mut p = Policy::new(&[HandlerSpec { period_ns: 0, ..spec }], &[]);
+        p.release(5);
+        assert_eq!(p.counts(0).released, 6);
+        // Overruns of costs past 2^64 saturate too.
+        assert_eq!(p.account(0, u64::MAX, u64::MAX), None);
     }
 
     #[test]

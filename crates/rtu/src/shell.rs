@@ -48,6 +48,7 @@ impl Context<'_> {
 /// A periodic handler. `run` does up to `units` units of work on the shared state and returns
 /// how many it did: fewer means it ran out of work, and its job ends for this period.
 pub trait Handler<S>: Send {
+    /// Does up to `units` units of work on `shared`; returns how many it did.
     fn run(&mut self, shared: &mut S, units: u64, ctx: &Context<'_>) -> u64;
     /// Runs once when the scheduler stops, after the last iteration.
     fn shutdown(&mut self, _shared: &mut S) {}
@@ -65,10 +66,13 @@ where
 /// Why a registration or change was refused.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Refused {
+    /// A handler is out of the analysis' range.
     #[error("{0}")]
     Invalid(#[from] crate::analysis::AnalysisError),
+    /// The analysis refused the set; which handlers and why.
     #[error("the set would be unschedulable: {0}")]
     Unschedulable(String),
+    /// No handler has this registration index.
     #[error("no handler {0}")]
     NoHandler(usize),
 }
@@ -91,7 +95,11 @@ fn admit(specs: &[HandlerSpec]) -> Result<Analysis, Refused> {
                 a.worst_job,
                 s.period_ns as f64 / 1e3
             ),
-            None => format!("'{}' and the handlers above it need more than the processor", a.name),
+            None => format!(
+                "'{}' has no response-time bound: {}",
+                a.name,
+                a.unbounded.map_or_else(|| "unknown".to_string(), |why| why.to_string())
+            ),
         })
         .collect();
     Err(Refused::Unschedulable(why.join("; ")))
@@ -133,6 +141,7 @@ enum Control {
 }
 
 impl<S: Send + 'static> Scheduler<S> {
+    /// A scheduler with no handlers yet, owning the state they share.
     pub fn new(shared: S) -> Self {
         Self { shared, specs: Vec::new(), handlers: Vec::new() }
     }
@@ -181,6 +190,7 @@ impl<S: Send + 'static> Scheduler<S> {
         self.register(spec, handler)
     }
 
+    /// The handlers registered, in registration order.
     pub fn specs(&self) -> &[HandlerSpec] {
         &self.specs
     }
@@ -210,9 +220,11 @@ pub struct Running<S> {
 /// What a run did.
 #[derive(Debug)]
 pub struct Report<S> {
+    /// The handlers' shared state, handed back.
     pub shared: S,
     /// Per handler, registration order.
     pub counts: Vec<Counts>,
+    /// Every job that completed, in completion order.
     pub finished: Vec<Finished>,
     /// The missed jobs, in the order they were found (the first [`Report::MISSED_KEPT`]; the
     /// counts have them all).
@@ -224,6 +236,7 @@ pub struct Report<S> {
     pub realtime: bool,
     /// Why not, when it was asked for and refused.
     pub realtime_error: Option<String>,
+    /// Iterations dispatched.
     pub dispatches: u64,
     /// Voluntary and involuntary context switches of the shell thread.
     pub context_switches: (u64, u64),

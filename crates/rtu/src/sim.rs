@@ -2,12 +2,17 @@
 //! reasons about, with every job's response time. Used to check the analysis (an admitted set
 //! never misses; the response times never exceed the analysed ones) and to show a miss where the
 //! analysis predicts one.
+//!
+//! The clock saturates: a dispatch whose cost passes `u64::MAX` ns ends the run at the horizon
+//! instead of wrapping back to the past.
 
 use crate::analysis::HandlerSpec;
 use crate::policy::{Decision, Finished, Missed, Policy};
 
+/// What a simulated run did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SimResult {
+    /// Every job that completed, in completion order.
     pub finished: Vec<Finished>,
     /// Jobs unfinished at their next release, or finished after it.
     pub misses: u64,
@@ -24,7 +29,12 @@ impl SimResult {
     pub fn min_slack_ns(&self, handlers: &[HandlerSpec]) -> Option<i64> {
         self.finished
             .iter()
-            .map(|f| (f.release + handlers[f.handler].period_ns) as i64 - f.completion as i64)
+            .map(|f| {
+                let deadline = i128::from(f.release) + i128::from(handlers[f.handler].period_ns);
+                let slack = deadline - i128::from(f.completion);
+                // Clamped: a slack past i64 (292 years) is as good as infinite.
+                slack.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+            })
             .min()
     }
 
@@ -72,8 +82,8 @@ pub fn simulate_with_costs(
                     }
                 }
                 out.dispatches += 1;
-                let elapsed = units * costs[handler];
-                now += elapsed;
+                let elapsed = units.saturating_mul(costs[handler]);
+                now = now.saturating_add(elapsed);
                 policy.account(handler, units, elapsed);
                 let completed = policy.completed(handler, units, now);
                 out.missed.extend(policy.take_missed());
@@ -94,4 +104,22 @@ pub fn simulate_with_costs(
 fn finished_current(out: &SimResult, handler: usize, policy: &Policy) -> bool {
     let released = policy.counts(handler).released;
     out.finished.iter().rev().find(|f| f.handler == handler).is_some_and(|f| f.job + 1 == released)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dispatch_past_the_end_of_time_ends_the_run_instead_of_wrapping() {
+        // Two units of 2^63 ns: the clock passes 2^64. Wrapped, it went back to 0 and the job
+        // completed in time; saturated, the job ends at the end of time, a miss.
+        let spec =
+            HandlerSpec { name: "h".into(), period_ns: 10, batch: 2, iteration: 2, unit_cost_ns: 1 << 63 };
+        let run = simulate(std::slice::from_ref(&spec), &[], 100);
+        assert_eq!(run.finished.len(), 1);
+        assert_eq!(run.finished[0].completion, u64::MAX);
+        assert_eq!(run.misses, 1);
+        assert_eq!(run.min_slack_ns(&[spec]), Some(i64::MIN), "clamped");
+    }
 }

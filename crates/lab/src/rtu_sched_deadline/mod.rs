@@ -14,7 +14,8 @@
 //! root), the rows say so and are skipped.
 //!
 //! # Summary fields (stable)
-//! `machine`, `noise`, `config`, `refused` (why `SCHED_DEADLINE` could not be used, if so),
+//! `machine`, `noise`, `config`, `realtime` (the RMDP shell got `SCHED_FIFO` at every point),
+//! `refused` (why `SCHED_DEADLINE` could not be used, if so),
 //! `one_core` (why there are no one-core rows, if so), `rows` (`scheduler`, `utilisation`,
 //! `min_slack_us`, `misses`, `invocations`, `refused`: the kernel's reason for a point it did not
 //! admit), `plots`. Files: `summary.json`, `rows.csv`, `min_slack.png`.
@@ -57,6 +58,8 @@ pub struct EdfSummary {
     #[serde(flatten)]
     pub run: RunInfo,
     pub config: DeadlinesConfig,
+    /// The RMDP shell got `SCHED_FIFO` at every point (else its rows ran at normal priority).
+    pub realtime: bool,
     pub refused: Option<String>,
     pub one_core: Option<String>,
     pub rows: Vec<EdfRow>,
@@ -175,9 +178,12 @@ impl Experiment for SchedDeadlineConfig {
 fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
     let mut rows = Vec::new();
     let mut refused = None;
+    let mut realtime = true;
     for &u in &config.utilisations {
         let specs = handler_set(u, config.unit_us);
-        let rmdp = run_point(&specs, config)?.row;
+        let point = run_point(&specs, config)?;
+        realtime &= point.realtime;
+        let rmdp = point.row;
         run.step("");
         rows.push(EdfRow {
             scheduler: "RMDP (one core)",
@@ -252,12 +258,18 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
         Scales::default(),
         &series,
     )?;
-    let summary = EdfSummary { run: run.finish(), config: config.clone(), refused, one_core, rows };
+    if !realtime {
+        run.log("SCHED_FIFO was not granted: the RMDP rows ran at normal priority (run as root)");
+    }
+    let summary = EdfSummary { run: run.finish(), config: config.clone(), realtime, refused, one_core, rows };
     Ok(summary)
 }
 
 pub fn report(s: &EdfSummary) -> String {
     let mut out = format!("machine: {}\n", s.run.machine.one_line());
+    if !s.realtime {
+        out.push_str("SCHED_FIFO NOT granted: the RMDP rows ran at normal priority\n");
+    }
     if let Some(why) = &s.refused {
         out.push_str(&format!("{why}\n"));
     }

@@ -12,10 +12,13 @@
 //! wall time). The figure of merit is context switches per unit of work, and its ratio
 //! (`switches_per_unit.png` against utilisation).
 //!
+//! Every utilisation must be one the analysis admits (the RMDP way registers with admission
+//! control); the plan checks that before anything runs.
+//!
 //! # Summary fields (stable)
-//! `machine`, `noise`, `config`, `realtime`, `rows` (`utilisation`, `way`, `units`, `voluntary_switches`,
-//! `involuntary_switches`, `switches_per_unit`, `lock_operations`, `misses`,
-//! `useful_utilisation`), `ratios` (`utilisation`, `switch_ratio`), `switch_ratio` (threads /
+//! `machine`, `noise`, `config`, `realtime` (every row's threads got `SCHED_FIFO`), `rows`
+//! (`utilisation`, `way`, `units`, `voluntary_switches`, `involuntary_switches`,
+//! `switches_per_unit`, `lock_operations`, `misses`, `useful_utilisation`, `realtime`), `ratios` (`utilisation`, `switch_ratio`), `switch_ratio` (threads /
 //! RMDP, the median over the utilisations), `plots`. Files: `summary.json`, `rows.csv`,
 //! `switches_per_unit.png`.
 
@@ -25,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kairos_rtu::analysis::HandlerSpec;
+use kairos_rtu::analysis::{HandlerSpec, analyse};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use kairos_sys::clock::{monotonic_ns, sleep_until_ns, spin_until_ns};
 use kairos_sys::pi_mutex::PiMutex;
@@ -71,6 +74,8 @@ pub struct SwitchRow {
     pub lock_operations: u64,
     pub misses: u64,
     pub useful_utilisation: f64,
+    /// Every thread of this way got `SCHED_FIFO` (the shell; or each handler's thread).
+    pub realtime: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -125,7 +130,7 @@ fn unit_of_work(shared: &mut Shared, work_ns: u64) {
     spin_until_ns(monotonic_ns() + work_ns);
 }
 
-fn rmdp(u: f64, config: &SwitchesConfig) -> Result<(SwitchRow, bool), String> {
+fn rmdp(u: f64, config: &SwitchesConfig) -> Result<SwitchRow, String> {
     let specs = handler_set(u, config.work_ns);
     let mut sched = Scheduler::new(Shared::default());
     let work = config.work_ns;
@@ -140,27 +145,26 @@ fn rmdp(u: f64, config: &SwitchesConfig) -> Result<(SwitchRow, bool), String> {
             .map_err(|e| format!("utilisation {u}: {e}"))?;
     }
     let start = monotonic_ns();
-    let running =
-        sched.spawn(ShellConfig { core: Some(config.core), ..ShellConfig::default() }).expect("spawn");
+    let running = sched
+        .spawn(ShellConfig { core: Some(config.core), ..ShellConfig::default() })
+        .map_err(|e| format!("starting the real-time shell's thread: {e}"))?;
     std::thread::sleep(Duration::from_secs_f64(config.seconds));
     let report = running.stop().map_err(|e| e.to_string())?;
     let wall = (monotonic_ns() - start).max(1);
     let units = report.shared.updates;
     let (vol, invol) = report.context_switches;
-    Ok((
-        SwitchRow {
-            utilisation: u,
-            way: "rmdp",
-            units,
-            voluntary_switches: vol,
-            involuntary_switches: invol,
-            switches_per_unit: (vol + invol) as f64 / units.max(1) as f64,
-            lock_operations: 0,
-            misses: report.counts.iter().map(|c| c.misses).sum(),
-            useful_utilisation: (units * config.work_ns) as f64 / wall as f64,
-        },
-        report.realtime,
-    ))
+    Ok(SwitchRow {
+        utilisation: u,
+        way: "rmdp",
+        units,
+        voluntary_switches: vol,
+        involuntary_switches: invol,
+        switches_per_unit: (vol + invol) as f64 / units.max(1) as f64,
+        lock_operations: 0,
+        misses: report.counts.iter().map(|c| c.misses).sum(),
+        useful_utilisation: (units * config.work_ns) as f64 / wall as f64,
+        realtime: report.realtime,
+    })
 }
 
 fn threads(u: f64, config: &SwitchesConfig) -> Result<SwitchRow> {
@@ -177,7 +181,7 @@ fn threads(u: f64, config: &SwitchesConfig) -> Result<SwitchRow> {
             std::thread::spawn(move || {
                 let _ = pin_current_thread(core);
                 // Rate-monotonic: the shortest period gets the highest priority.
-                let _ = set_fifo(80 - rank as i32);
+                let realtime = set_fifo(80 - rank as i32).is_ok();
                 let before = thread_context_switches();
                 let (mut release, mut misses, mut locks) = (start, 0u64, 0u64);
                 while !stop.load(Ordering::Relaxed) {
@@ -195,19 +199,20 @@ fn threads(u: f64, config: &SwitchesConfig) -> Result<SwitchRow> {
                     release += spec.period_ns;
                 }
                 let after = thread_context_switches();
-                Ok::<_, std::io::Error>((after.0 - before.0, after.1 - before.1, misses, locks))
+                Ok::<_, std::io::Error>((after.0 - before.0, after.1 - before.1, misses, locks, realtime))
             })
         })
         .collect();
     std::thread::sleep(Duration::from_secs_f64(config.seconds) + Duration::from_millis(5));
     stop.store(true, Ordering::Relaxed);
-    let (mut vol, mut invol, mut misses, mut locks) = (0, 0, 0, 0);
+    let (mut vol, mut invol, mut misses, mut locks, mut realtime) = (0, 0, 0, 0, true);
     for h in handles {
-        let (v, i, m, l) = h
+        let (v, i, m, l, rt) = h
             .join()
             .map_err(|_| anyhow::anyhow!("a handler thread panicked"))?
             .context("the PI mutex refused a handler thread")?;
         (vol, invol, misses, locks) = (vol + v, invol + i, misses + m, locks + l);
+        realtime &= rt;
     }
     let wall = (monotonic_ns() - start).max(1);
     let units = shared.lock().context("the PI mutex after the run")?.updates;
@@ -221,6 +226,7 @@ fn threads(u: f64, config: &SwitchesConfig) -> Result<SwitchRow> {
         lock_operations: locks,
         misses,
         useful_utilisation: (units * config.work_ns) as f64 / wall as f64,
+        realtime,
     })
 }
 
@@ -236,6 +242,9 @@ impl Experiment for SwitchesConfig {
                 self.work_ns
             ));
         }
+        for &u in &self.utilisations {
+            admitted(u, self.work_ns)?;
+        }
         // RMDP and the threads at every point.
         Ok(Plan::new(self.utilisations.len() * 2, self.seconds))
     }
@@ -245,14 +254,33 @@ impl Experiment for SwitchesConfig {
     }
 }
 
+/// Checks that the analysis admits the six handlers at `u` (the RMDP way runs only admitted
+/// sets); the error says which handler it refuses and why.
+fn admitted(u: f64, work_ns: u64) -> Result<(), String> {
+    let specs = handler_set(u, work_ns);
+    let analysis = analyse(&specs).map_err(|e| format!("utilisation {u}: {e}"))?;
+    match analysis.handlers.iter().find(|h| !h.schedulable) {
+        None => Ok(()),
+        Some(h) => Err(format!(
+            "utilisation {u}: the analysis does not admit the six handlers (declared at {:.2} of the \
+             core: each unit is declared 5 us over its work), and the RMDP way runs admitted sets \
+             only; handler {} {}; give lower utilisations",
+            analysis.utilisation,
+            h.name,
+            h.unbounded
+                .map_or_else(|| "misses its deadline".to_string(), |why| format!("is unbounded: {why}"))
+        )),
+    }
+}
+
 fn measure(config: &SwitchesConfig, run: &mut Run<'_>) -> Result<SwitchesSummary> {
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     let mut realtime = true;
     for &u in &config.utilisations {
-        let (r, rt) = rmdp(u, config).map_err(|e| anyhow::anyhow!("the RMDP set was refused: {e}"))?;
-        realtime &= rt;
+        let r = rmdp(u, config).map_err(|e| anyhow::anyhow!("the RMDP way failed: {e}"))?;
         let t = threads(u, config)?;
+        realtime &= r.realtime && t.realtime;
         ratios.push(Ratio {
             utilisation: u,
             switch_ratio: t.switches_per_unit / r.switches_per_unit.max(f64::MIN_POSITIVE),
@@ -263,7 +291,7 @@ fn measure(config: &SwitchesConfig, run: &mut Run<'_>) -> Result<SwitchesSummary
         run.step("");
     }
     if !realtime {
-        run.log("SCHED_FIFO was not granted: both ways ran at normal priority (run as root)");
+        run.log("SCHED_FIFO was not granted to every thread: see each row's realtime (run as root)");
     }
     let mut sorted: Vec<f64> = ratios.iter().map(|r| r.switch_ratio).collect();
     sorted.sort_by(f64::total_cmp);
@@ -297,15 +325,30 @@ fn measure(config: &SwitchesConfig, run: &mut Run<'_>) -> Result<SwitchesSummary
     Ok(summary)
 }
 
+/// The report a person reads: one line per way and point, then the ratios.
 pub fn report(s: &SwitchesSummary) -> String {
     let mut out = format!("machine: {}\n", s.run.machine.one_line());
+    if !s.realtime {
+        out.push_str(
+            "SCHED_FIFO NOT granted to every thread: rows with realtime false ran at normal priority\n",
+        );
+    }
     out.push_str(&format!(
-        "{:>5} {:<20} {:>9} {:>10} {:>12} {:>16} {:>9} {:>7} {:>10}\n",
-        "util", "way", "units", "voluntary", "involuntary", "switches / unit", "locks", "misses", "useful"
+        "{:>5} {:<20} {:>9} {:>10} {:>12} {:>16} {:>9} {:>7} {:>10} {:>9}\n",
+        "util",
+        "way",
+        "units",
+        "voluntary",
+        "involuntary",
+        "switches / unit",
+        "locks",
+        "misses",
+        "useful",
+        "realtime"
     ));
     for r in &s.rows {
         out.push_str(&format!(
-            "{:>5.2} {:<20} {:>9} {:>10} {:>12} {:>16.4} {:>9} {:>7} {:>10.3}\n",
+            "{:>5.2} {:<20} {:>9} {:>10} {:>12} {:>16.4} {:>9} {:>7} {:>10.3} {:>9}\n",
             r.utilisation,
             r.way,
             r.units,
@@ -314,7 +357,8 @@ pub fn report(s: &SwitchesSummary) -> String {
             r.switches_per_unit,
             r.lock_operations,
             r.misses,
-            r.useful_utilisation
+            r.useful_utilisation,
+            r.realtime
         ));
     }
     for r in &s.ratios {
@@ -326,4 +370,21 @@ pub fn report(s: &SwitchesSummary) -> String {
     ));
     out.push_str(&crate::output::report_footer(&s.run));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_presets_are_admitted_and_an_inadmissible_utilisation_is_refused_by_the_plan() {
+        for config in [SwitchesConfig::quick(), SwitchesConfig::full()] {
+            for &u in &config.utilisations {
+                assert_eq!(admitted(u, config.work_ns), Ok(()), "{u}");
+            }
+        }
+        let config = SwitchesConfig { utilisations: vec![0.2, 0.99], ..SwitchesConfig::quick() };
+        let e = config.plan().unwrap_err();
+        assert!(e.starts_with("utilisation 0.99: the analysis does not admit the six handlers"), "{e}");
+    }
 }
