@@ -10,9 +10,13 @@
 //! - [`pool`]: fixed packet buffers passed between threads as indices.
 //! - [`testbed`]: source and forwarder namespaces joined by a veth pair, removed on drop.
 
+// Only the pool needs `unsafe`: its slots are shared between threads, ownership kept by `Buf`.
+#![deny(unsafe_code)]
+
 pub mod fault;
 pub mod memory;
 pub mod packet;
+#[allow(unsafe_code)]
 pub mod pool;
 pub mod port;
 pub mod testbed;
