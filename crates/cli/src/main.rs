@@ -226,7 +226,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::AoiModel(args) => aoi_model::run(&args),
         Command::Forward(args) => done(forward::forward(&args)),
         Command::Sweep(args) => done(forward::sweep(&args)),
-        Command::Lane(args) => done(lane::run(&args)),
+        Command::Lane(args) => lane::run(&args),
         Command::Rtu(args) => rtu::run(&args),
         Command::Lab(args) => {
             let c = &args.common;

@@ -40,45 +40,97 @@ pub enum Reason {
     BwUnused,
 }
 
+/// What the controller is asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Input {
+    /// Admit a new tunnel.
     Request(Request),
     /// Replace a tunnel's parameters (same sender and receivers or not).
     Change {
+        /// The tunnel to replace.
         tunnel: TunnelId,
+        /// Its new parameters.
         request: Request,
     },
+    /// Release a tunnel.
     Release {
+        /// The tunnel.
         tunnel: TunnelId,
     },
     /// What a node's policer saw of a tunnel over `window`: packets and their largest size.
     Usage {
+        /// The tunnel.
         tunnel: TunnelId,
+        /// The time the report covers.
         window: Picos,
+        /// Packets seen in it.
         packets: u64,
+        /// The largest of them.
         max_bytes: u64,
     },
+    /// End every tunnel and refuse everything after.
     Terminate,
 }
 
+/// What the controller tells endhosts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
-    Granted { name: String, tunnel: TunnelId, resources: Resources, send_from: Picos },
-    Refused { name: String, reason: String },
-    BandwidthChanged { tunnel: TunnelId, resources: Resources, reason: Reason, effective_at: Picos },
-    Released { tunnel: TunnelId },
-    Terminated { tunnel: TunnelId },
+    /// A request (or change) was admitted.
+    Granted {
+        /// The request's name.
+        name: String,
+        /// The new tunnel.
+        tunnel: TunnelId,
+        /// What it is granted.
+        resources: Resources,
+        /// When it may start sending.
+        send_from: Picos,
+    },
+    /// A request (or change, release, report) was refused.
+    Refused {
+        /// The request's name (empty when the input had none).
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A tunnel's resources changed.
+    BandwidthChanged {
+        /// The tunnel.
+        tunnel: TunnelId,
+        /// What it has from `effective_at`.
+        resources: Resources,
+        /// Why.
+        reason: Reason,
+        /// When the change takes effect.
+        effective_at: Picos,
+    },
+    /// A tunnel was released.
+    Released {
+        /// The tunnel.
+        tunnel: TunnelId,
+    },
+    /// A tunnel was ended by the controller (termination, or repeated excess).
+    Terminated {
+        /// The tunnel.
+        tunnel: TunnelId,
+    },
 }
 
+/// One entry of the event log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogEvent {
+    /// An input handled.
     Input(Input),
+    /// A notice sent.
     Notice(Notice),
 }
 
+/// An event and when it happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogEntry {
+    /// The time given with the input.
     pub at: Picos,
+    /// What happened.
     pub event: LogEvent,
 }
 
@@ -89,6 +141,7 @@ enum Deferred {
     ReleaseOld { old: TunnelId },
 }
 
+/// The controller over one allocation; see the module docs.
 #[derive(Debug)]
 pub struct Controller {
     alloc: Allocation,
@@ -116,10 +169,12 @@ impl Controller {
         }
     }
 
+    /// The tunnels admitted now.
     pub fn allocation(&self) -> &Allocation {
         &self.alloc
     }
 
+    /// Every input and notice so far, in order.
     pub fn log(&self) -> &[LogEntry] {
         &self.log
     }
@@ -203,8 +258,8 @@ impl Controller {
         let name = request.name.clone();
         match self.alloc.admit(request) {
             Ok(adm) => {
-                let worse = self.tell(&adm.changed, Reason::Te, now + self.grace, out);
-                let send_from = if worse { now + self.grace } else { now };
+                let worse = self.tell(&adm.changed, Reason::Te, now.saturating_add(self.grace), out);
+                let send_from = if worse { now.saturating_add(self.grace) } else { now };
                 out.push(Notice::Granted { name, tunnel: adm.id, resources: adm.resources, send_from });
             }
             Err(e) => out.push(Notice::Refused { name, reason: e.to_string() }),
@@ -219,14 +274,17 @@ impl Controller {
         let name = request.name.clone();
         match self.alloc.admit(request) {
             Ok(adm) => {
-                self.tell(&adm.changed, Reason::Te, now + self.grace, out);
+                self.tell(&adm.changed, Reason::Te, now.saturating_add(self.grace), out);
                 out.push(Notice::Granted {
                     name,
                     tunnel: adm.id,
                     resources: adm.resources,
-                    send_from: now + self.grace,
+                    send_from: now.saturating_add(self.grace),
                 });
-                self.deferred.entry(now + self.grace).or_default().push(Deferred::ReleaseOld { old });
+                self.deferred
+                    .entry(now.saturating_add(self.grace))
+                    .or_default()
+                    .push(Deferred::ReleaseOld { old });
             }
             Err(e) => out.push(Notice::Refused { name, reason: e.to_string() }),
         }
@@ -237,7 +295,7 @@ impl Controller {
             Some(changed) => {
                 self.strikes.remove(&tunnel);
                 out.push(Notice::Released { tunnel });
-                self.tell(&changed, Reason::Te, now + self.grace, out);
+                self.tell(&changed, Reason::Te, now.saturating_add(self.grace), out);
             }
             None => out.push(Notice::Refused { name: String::new(), reason: format!("no tunnel {tunnel}") }),
         }
@@ -258,7 +316,7 @@ impl Controller {
         };
         let granted = t.resources;
         // Packets the grant allows in the window (one more for the phase).
-        let allowed = window / granted.period.max(1) + 1;
+        let allowed = (window / granted.period.max(1)).saturating_add(1);
         if max_bytes > granted.packet_bytes || packets > allowed {
             let strikes = self.strikes.entry(tunnel).or_insert(0);
             *strikes += 1;
@@ -274,7 +332,7 @@ impl Controller {
                     effective_at: now,
                 });
             }
-        } else if packets > 0 && packets * 4 < allowed {
+        } else if packets > 0 && packets.saturating_mul(4) < allowed {
             // Re-plan at the period actually used; the grant never gets shorter than asked.
             let mut request = t.request.clone();
             request.period = (window / packets).max(request.period);
@@ -286,7 +344,7 @@ impl Controller {
                 reason: Reason::BwUnused,
                 effective_at: now,
             });
-            self.tell(&changed, Reason::Te, now + self.grace, out);
+            self.tell(&changed, Reason::Te, now.saturating_add(self.grace), out);
         }
     }
 

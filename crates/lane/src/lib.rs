@@ -6,13 +6,26 @@
 //!   in; notices and the next deadline out) with an event log.
 //! - [`validator`]: a packet-level discrete-event simulation of the formal model of the source's
 //!   Appendix A.1 that checks every packet of every admitted tunnel against its bounds.
+//! - [`plan`]: what `kairos lane plan` computes: requests admitted in order, their final bounds,
+//!   optionally validated; data only (the command line renders it).
 //!
 //! # Files
 //! Topology TOML: `[[node]]` tables with `name` and `kind` (`host` or `switch`); `[[link]]` tables
 //! with `from`, `to`, `bandwidth_bps`, `queue_bytes`, `min_delay_ns`, `max_jitter_ns` and
 //! optionally `bidirectional = true`. Requests TOML: `[[request]]` tables with `name`, `sender`,
 //! `receivers` (a list), `packet_bytes`, `period_ns` and optionally `sublane` (0 is the highest
-//! priority).
+//! priority). Files are read up to [`te::MAX_FILE_BYTES`] (1 MiB).
+//!
+//! # Limits
+//! Times are 64-bit picoseconds ([`te::Picos`]). A file's period, delay or jitter is at most
+//! [`te::MAX_TIME_NS`] (one hour), sizes at most [`te::MAX_BYTES`] (1 TiB), bandwidths at most
+//! [`te::MAX_BANDWIDTH_BPS`], and a link's full queue must be sent within 64-bit picoseconds;
+//! anything past a limit is refused when the file is read, with its line. The analyses add these up with checked
+//! arithmetic: a sum that still would not fit refuses the request ([`te::Refusal::Overflow`]),
+//! never admits it with a wrapped bound.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod controller;
 pub mod plan;

@@ -1,5 +1,6 @@
 //! `kairos lane plan`: admit a file of requests into a topology, in order, and report each
-//! tunnel's tree and bounds; optionally validate them by simulation.
+//! tunnel's tree and bounds; optionally validate them by simulation. The result is data
+//! ([`Plan`], serializable); the command line renders it as a table.
 //!
 //! # JSON (stable)
 //! `{"tunnels": [...]}`, one object per request in order: `name`, `admitted`, `reason` (when
@@ -9,56 +10,85 @@
 
 use serde::Serialize;
 
-use crate::te::{Allocation, NodeId, Request, Topology, TunnelId, ps_to_ns};
+use crate::te::{Allocation, Request, Topology, TunnelId, ps_to_ns};
 use crate::validator::{validate_adversarially, validate_targeted};
 
+/// One request of the plan, admitted or refused.
 #[derive(Debug, Clone, Serialize)]
 pub struct PlanRow {
+    /// The request's name.
     pub name: String,
+    /// Whether it was admitted.
     pub admitted: bool,
+    /// Why it was refused.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The approved period (admitted only), ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub period_ns: Option<f64>,
+    /// The minimum latency to every receiver (admitted only), ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_latency_ns: Option<f64>,
+    /// The maximum jitter (admitted only), ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_jitter_ns: Option<f64>,
+    /// The request's sub-lane.
     pub sublane: u8,
+    /// The tree's links as `[from, to]` node names, in preorder from the sender (empty when
+    /// refused).
     pub edges: Vec<[String; 2]>,
-    /// The tree drawn from the sender, e.g. `h0 -> s0 -> {h1, h2}`.
-    #[serde(skip)]
-    pub tree: String,
+    /// The lowest latency the validator saw (with validation), ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_min_ns: Option<f64>,
+    /// The highest latency the validator saw (with validation), ns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_max_ns: Option<f64>,
+    /// Packets dropped in the validator's runs (with validation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drops: Option<u64>,
+    /// The tunnel (admitted only).
     #[serde(skip)]
     pub id: Option<TunnelId>,
 }
 
+/// What the validator did over every adversary run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Validation {
     /// Simulated time per adversary run, summed over the runs, ns.
     pub simulated_ns: f64,
-    /// Adversary runs (phases x delay choices).
-    pub runs: u32,
+    /// Adversary runs (eight general ones, one targeted per tunnel).
+    pub runs: u64,
+    /// Events simulated.
     pub events: u64,
+    /// Packets outside their bounds.
     pub violations: u64,
+    /// Packets dropped.
     pub drops: u64,
 }
 
+/// The plan: every request in order, and the validation when asked for.
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
+    /// One row per request, in the file's order.
     pub tunnels: Vec<PlanRow>,
+    /// The validator's totals, with validation.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub validation: Option<Validation>,
 }
 
+impl Plan {
+    /// How many requests were refused.
+    pub fn refused(&self) -> usize {
+        self.tunnels.iter().filter(|r| !r.admitted).count()
+    }
+}
+
+/// General adversary runs of the validation (phases zero and random, four delay choices).
+const GENERAL_RUNS: u64 = 8;
+
 /// Admits `requests` in order; with `validate = Some((periods, max_releases, seed))` simulates
-/// the admitted tunnels under every adversary and fills in what was observed.
+/// the admitted tunnels under every adversary and fills in what was observed (when at least one
+/// was admitted).
 pub fn plan(topo: &Topology, requests: &[Request], validate: Option<(u64, u64, u64)>) -> Plan {
     let mut alloc = Allocation::new(topo.clone());
     let mut rows: Vec<PlanRow> = requests
@@ -73,7 +103,6 @@ pub fn plan(topo: &Topology, requests: &[Request], validate: Option<(u64, u64, u
                 max_jitter_ns: None,
                 sublane: r.sublane,
                 edges: Vec::new(),
-                tree: String::new(),
                 observed_min_ns: None,
                 observed_max_ns: None,
                 drops: None,
@@ -101,9 +130,9 @@ pub fn plan(topo: &Topology, requests: &[Request], validate: Option<(u64, u64, u
             .into_iter()
             .map(|(a, b)| [topo.node(a).name.clone(), topo.node(b).name.clone()])
             .collect();
-        row.tree = draw(topo, t.request.sender, &t.edges(topo));
     }
-    let validation = validate.map(|(periods, max_releases, seed)| {
+    // Validating no tunnel would report runs of nothing: no validation then.
+    let validation = validate.filter(|_| !alloc.is_empty()).map(|(periods, max_releases, seed)| {
         let tunnels = alloc.tunnels();
         let mut report = validate_adversarially(topo, &tunnels, periods, max_releases, seed);
         report.merge(&validate_targeted(topo, &tunnels, periods.min(10), max_releases));
@@ -116,83 +145,11 @@ pub fn plan(topo: &Topology, requests: &[Request], validate: Option<(u64, u64, u
         }
         Validation {
             simulated_ns: ps_to_ns(report.horizon),
-            runs: 8 + tunnels.len() as u32,
+            runs: u64::try_from(tunnels.len()).map_or(u64::MAX, |n| n.saturating_add(GENERAL_RUNS)),
             events: report.events,
             violations: report.violations(),
             drops: report.drops(),
         }
     });
     Plan { tunnels: rows, validation }
-}
-
-/// The tree as text from `root`: `a -> b -> {c, d -> e}`.
-pub fn draw(topo: &Topology, root: NodeId, edges: &[(NodeId, NodeId)]) -> String {
-    let children: Vec<NodeId> = edges.iter().filter(|e| e.0 == root).map(|e| e.1).collect();
-    let name = topo.node(root).name.clone();
-    match children.len() {
-        0 => name,
-        1 => format!("{name} -> {}", draw(topo, children[0], edges)),
-        _ => {
-            let parts: Vec<String> = children.iter().map(|&c| draw(topo, c, edges)).collect();
-            format!("{name} -> {{{}}}", parts.join(", "))
-        }
-    }
-}
-
-/// The plan as a table.
-pub fn table(plan: &Plan) -> String {
-    let validated = plan.validation.is_some();
-    let mut out = format!(
-        "{:<12} {:>7} {:>12} {:>12} {:>11}",
-        "tunnel", "sublane", "period us", "min lat us", "jitter us"
-    );
-    if validated {
-        out.push_str(&format!(
-            " {:>12} {:>12} {:>12} {:>6}",
-            "obs min us", "obs max us", "bound us", "drops"
-        ));
-    }
-    out.push_str("  tree\n");
-    let us = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.3}", v / 1e3));
-    for r in &plan.tunnels {
-        if !r.admitted {
-            out.push_str(&format!(
-                "{:<12} {:>7} refused: {}\n",
-                r.name,
-                r.sublane,
-                r.reason.as_deref().unwrap_or("")
-            ));
-            continue;
-        }
-        out.push_str(&format!(
-            "{:<12} {:>7} {:>12} {:>12} {:>11}",
-            r.name,
-            r.sublane,
-            us(r.period_ns),
-            us(r.min_latency_ns),
-            us(r.max_jitter_ns)
-        ));
-        if validated {
-            let bound = r.min_latency_ns.zip(r.max_jitter_ns).map(|(a, b)| a + b);
-            out.push_str(&format!(
-                " {:>12} {:>12} {:>12} {:>6}",
-                us(r.observed_min_ns),
-                us(r.observed_max_ns),
-                us(bound),
-                r.drops.map_or("-".into(), |d| d.to_string())
-            ));
-        }
-        out.push_str(&format!("  {}\n", r.tree));
-    }
-    if let Some(v) = &plan.validation {
-        out.push_str(&format!(
-            "validation: {} adversary runs, {:.3} ms simulated, {} events: {} violations, {} drops\n",
-            v.runs,
-            v.simulated_ns / 1e6,
-            v.events,
-            v.violations,
-            v.drops
-        ));
-    }
-    out
 }

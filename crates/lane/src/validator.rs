@@ -23,7 +23,11 @@ use hashbrown::HashMap;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::te::{LinkId, NodeId, Picos, Resources, SUBLANES, Topology, Tunnel, TunnelId};
+use crate::te::{Link, LinkId, NodeId, Picos, Resources, SUBLANES, Topology, Tunnel, TunnelId};
+
+/// The longest simulated time: a quarter of what 64-bit picoseconds hold (about 53 days), so
+/// that event times, release plus delays and waits, cannot overflow.
+const HORIZON_LIMIT: Picos = Picos::MAX / 4;
 
 /// How each link picks a packet's delay within `[lambda_min, lambda_min + delta_max]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,13 +54,16 @@ pub enum Phases {
     Given(Vec<Picos>),
 }
 
+/// One run of the validator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidatorConfig {
     /// Simulate this many of the longest approved period.
     pub periods: u64,
     /// At most this many packet releases in all; a shorter horizon when needed.
     pub max_releases: u64,
+    /// Where each tunnel's first packet is released.
     pub phases: Phases,
+    /// How links pick delays.
     pub delays: Delays,
 }
 
@@ -69,41 +76,61 @@ impl Default for ValidatorConfig {
 /// One packet outside its tunnel's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Violation {
+    /// The tunnel.
     pub tunnel: TunnelId,
+    /// The packet's number (0 is the first released).
     pub packet: u64,
+    /// The receiver it reached.
     pub receiver: NodeId,
+    /// Its latency there.
     pub latency: Picos,
+    /// The tunnel's bounds at the time.
     pub bound: Resources,
 }
 
+/// What one tunnel's packets did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TunnelReport {
+    /// The tunnel.
     pub id: TunnelId,
+    /// Its request's name.
     pub name: String,
+    /// Its bounds.
     pub bound: Resources,
+    /// Packets released.
     pub released: u64,
     /// Packet copies that reached a receiver.
     pub delivered: u64,
+    /// Packet copies dropped at a full queue.
     pub drops: u64,
+    /// The lowest latency seen, if any packet arrived.
     pub observed_min: Option<Picos>,
+    /// The highest latency seen, if any packet arrived.
     pub observed_max: Option<Picos>,
+    /// Packet copies outside the bounds.
     pub violations: u64,
+    /// The first of them.
     pub first_violation: Option<Violation>,
 }
 
+/// What a run (or several, merged) found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     /// Simulated time.
     pub horizon: Picos,
+    /// Events simulated.
     pub events: u64,
+    /// One report per tunnel, in the order given.
     pub tunnels: Vec<TunnelReport>,
 }
 
 impl Report {
+    /// Packet copies outside their bounds, over every tunnel.
     pub fn violations(&self) -> u64 {
         self.tunnels.iter().map(|t| t.violations).sum()
     }
 
+    /// Packet copies dropped, over every tunnel.
     pub fn drops(&self) -> u64 {
         self.tunnels.iter().map(|t| t.drops).sum()
     }
@@ -115,15 +142,15 @@ impl Report {
 
     /// Folds another run of the same tunnels into this one (min of minima, max of maxima, sums).
     pub fn merge(&mut self, other: &Report) {
-        self.horizon += other.horizon;
-        self.events += other.events;
+        self.horizon = self.horizon.saturating_add(other.horizon);
+        self.events = self.events.saturating_add(other.events);
         for (a, b) in self.tunnels.iter_mut().zip(&other.tunnels) {
-            a.released += b.released;
-            a.delivered += b.delivered;
-            a.drops += b.drops;
+            a.released = a.released.saturating_add(b.released);
+            a.delivered = a.delivered.saturating_add(b.delivered);
+            a.drops = a.drops.saturating_add(b.drops);
             a.observed_min = opt(a.observed_min, b.observed_min, Picos::min);
             a.observed_max = opt(a.observed_max, b.observed_max, Picos::max);
-            a.violations += b.violations;
+            a.violations = a.violations.saturating_add(b.violations);
             a.first_violation = a.first_violation.or(b.first_violation);
         }
     }
@@ -168,8 +195,11 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
     }
     let rate: f64 = periods.iter().map(|&p| 1.0 / p as f64).sum();
     if horizon as f64 * rate > config.max_releases as f64 {
+        // A float-to-integer cast saturates; the cap below keeps it far from the top anyway.
         horizon = (config.max_releases as f64 / rate) as Picos;
     }
+    // Event times add delays and transmissions to release times: leave them room.
+    horizon = horizon.min(HORIZON_LIMIT);
     let phase_seed = match config.phases {
         Phases::Random(a) => Some(a),
         _ => None,
@@ -212,8 +242,8 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
         match event {
             Event::Release { t, j } => {
                 reports[t].released += 1;
-                let next = phases[t] + (j + 1) * periods[t];
-                if next <= horizon {
+                let next = (j + 1).checked_mul(periods[t]).and_then(|d| d.checked_add(phases[t]));
+                if let Some(next) = next.filter(|&n| n <= horizon) {
                     heap.push(Reverse((next, Event::Release { t, j: j + 1 })));
                 }
                 heap.push(Reverse((now, Event::Arrive { t, j, node: tunnels[t].request.sender })));
@@ -221,6 +251,8 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
             Event::Arrive { t, j, node } => {
                 let tunnel = tunnels[t];
                 if node != tunnel.request.sender && tunnel.request.receivers.contains(&node) {
+                    // Release `j` happened (at most `horizon`), so this neither overflows nor
+                    // goes below zero.
                     let latency = now - (phases[t] + j * periods[t]);
                     let r = &mut reports[t];
                     r.delivered += 1;
@@ -242,7 +274,7 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
                     let link = topo.link(l);
                     let size = tunnel.request.packet_bytes;
                     let state = links.entry(l).or_default();
-                    if state.occupancy + size > link.queue_bytes {
+                    if state.occupancy.saturating_add(size) > link.queue_bytes {
                         reports[t].drops += 1;
                         continue;
                     }
@@ -270,7 +302,8 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
                         }
                     }
                 };
-                heap.push(Reverse((now + link.min_delay + extra, Event::Arrive { t, j, node: link.to })));
+                let at = now.saturating_add(link.min_delay).saturating_add(extra);
+                heap.push(Reverse((at, Event::Arrive { t, j, node: link.to })));
                 start(topo, l, state, tunnels, now, &mut heap);
             }
         }
@@ -308,8 +341,10 @@ fn start(
 ) {
     if let Some((t, j)) = state.queues.iter_mut().find_map(|q| q.pop_front()) {
         state.sending = Some((t, j));
-        let tx = topo.link(l).tx_time(tunnels[t].request.packet_bytes);
-        heap.push(Reverse((now + tx, Event::TxEnd { link: l })));
+        // An admitted packet's transmission time fits (its link's queue drains within the time
+        // limit); one that does not ends "never".
+        let tx = topo.link(l).tx_time(tunnels[t].request.packet_bytes).unwrap_or(Picos::MAX);
+        heap.push(Reverse((now.saturating_add(tx), Event::TxEnd { link: l })));
     }
 }
 
@@ -363,10 +398,7 @@ pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> V
                 if on_target.contains_key(&l) {
                     return Some((l, a));
                 }
-                at.insert(
-                    link.to,
-                    a + link.tx_time(other.request.packet_bytes) + link.min_delay + link.max_jitter,
-                );
+                at.insert(link.to, a.saturating_add(hop_time(link, other.request.packet_bytes)));
             }
             None
         })
@@ -378,27 +410,20 @@ pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> V
         let link = topo.link(l);
         let arrive = at[&link.from];
         target_at.insert(l, arrive);
-        let (mut ahead, mut blocking) = (0, 0);
+        let (mut ahead, mut blocking): (Picos, Picos) = (0, 0);
         for (i, first) in first_shared.iter().enumerate() {
             if first.is_some_and(|(fl, _)| fl == l) {
                 let other = tunnels[i];
-                let tx = link.tx_time(other.request.packet_bytes);
+                let tx = link.tx_time(other.request.packet_bytes).unwrap_or(Picos::MAX);
                 if other.request.sublane > t.request.sublane {
                     blocking = blocking.max(tx);
                 } else {
-                    ahead += tx;
+                    ahead = ahead.saturating_add(tx);
                 }
             }
         }
-        at.insert(
-            link.to,
-            arrive
-                + blocking
-                + ahead
-                + link.tx_time(t.request.packet_bytes)
-                + link.min_delay
-                + link.max_jitter,
-        );
+        let leave = arrive.saturating_add(blocking).saturating_add(ahead);
+        at.insert(link.to, leave.saturating_add(hop_time(link, t.request.packet_bytes)));
     }
     // The largest lower sub-lane packet at each link goes first, then the other lower ones, then
     // the rest, all before the target.
@@ -428,11 +453,16 @@ pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> V
             } else {
                 1
             };
-            target_at[&l] as i128 - lead - a as i128
+            i128::from(target_at[&l]) - lead - i128::from(a)
         })
         .collect();
     let shift = -relative.iter().copied().min().unwrap_or(0).min(0);
-    relative.iter().map(|&r| (r + shift) as Picos).collect()
+    relative.iter().map(|&r| Picos::try_from(r + shift).unwrap_or(Picos::MAX)).collect()
+}
+
+/// Transmission, minimum delay and jitter of one link, saturating.
+fn hop_time(link: &Link, bytes: u64) -> Picos {
+    link.tx_time(bytes).unwrap_or(Picos::MAX).saturating_add(link.min_delay).saturating_add(link.max_jitter)
 }
 
 /// Runs the targeted adversary against each tunnel in turn (every delay at its longest,

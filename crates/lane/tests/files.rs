@@ -1,6 +1,8 @@
 //! The topology and request files: round trips and one-line errors that name the line.
 
-use kairos_lane::te::{LinkSpec, Topology, TopologyError, generate, requests_from_toml};
+use kairos_lane::te::{
+    LinkSpec, NodeKind, Topology, TopologyError, generate, requests_from_file, requests_from_toml,
+};
 
 fn err(text: &str) -> String {
     Topology::from_toml(text, "t.toml").unwrap_err().to_string()
@@ -63,4 +65,36 @@ fn request_errors_name_the_line() {
     assert!(e.contains("line 1") && e.contains("cannot receive its own"), "{e}");
     let e = requests_from_toml(&format!("{ok}\n{ok}"), "r.toml", &t).unwrap_err().to_string();
     assert!(e.contains("line 9") && e.contains("duplicate request name 'x'"), "{e}");
+}
+
+#[test]
+fn names_that_need_escaping_read_back_the_same() {
+    let mut t = Topology::new();
+    let a = t.add_node("a \"quoted\" \\ name", NodeKind::Host).unwrap();
+    let b = t.add_node("b\nnewline = 1", NodeKind::Switch).unwrap();
+    t.add_duplex(a, b, LinkSpec { min_delay: 1, max_jitter: 1_234_567, ..LinkSpec::default() }).unwrap();
+    let back = Topology::from_toml(&t.to_toml(), "t.toml").unwrap();
+    assert_eq!(back.nodes(), t.nodes());
+    assert_eq!(back.links(), t.links());
+}
+
+#[test]
+fn files_are_read_bounded_and_nothing_to_plan_is_refused() {
+    let e = Topology::load(std::path::Path::new("/dev/zero")).unwrap_err();
+    assert!(matches!(e, TopologyError::Read(_)), "{e}");
+    assert!(e.to_string().starts_with("/dev/zero: larger than 1 MiB"), "{e}");
+    let dir = std::env::temp_dir().join(format!("kairos-lane-files-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = dir.join("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let e = Topology::load(&empty).unwrap_err().to_string();
+    assert!(
+        e.ends_with(
+            "empty.toml: no [[node]] tables: tunnels start and end at hosts, so there is nothing to plan"
+        ),
+        "{e}"
+    );
+    let t = generate::rack(2, LinkSpec::default()).unwrap();
+    let e = requests_from_file(&empty, &t).unwrap_err().to_string();
+    assert!(e.ends_with("empty.toml: no [[request]] tables: nothing to plan"), "{e}");
 }

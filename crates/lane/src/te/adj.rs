@@ -46,9 +46,10 @@
 
 use hashbrown::HashMap;
 
-use super::alloc::{LinkLoad, Tunnel, TunnelId};
+use super::request::Resources;
 use super::topology::{LinkId, NodeId, Topology};
-use super::{Picos, Resources};
+use super::tunnel::{Hop, LinkLoad, Tunnel, TunnelId};
+use super::units::{Picos, sum};
 
 /// Which of the fixes described in the module docs to apply (all, by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,31 +75,36 @@ impl AdjOptions {
     }
 }
 
-/// One link of a tunnel's tree, as the analysis saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hop {
-    pub link: LinkId,
-    /// The tunnel's transmission time on the link.
-    pub tx: Picos,
-    /// Longest wait in the link's queue before transmission starts.
-    pub wait: Picos,
-    /// Earliest and latest arrival at the link's queue after the packet's release.
-    pub arrive_min: Picos,
-    pub arrive_max: Picos,
-}
-
 /// Why a tunnel could not be adjusted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdjError {
     /// The higher sub-lanes leave no room on this link: the waiting time does not converge.
-    Saturated { link: LinkId, sublane: u8 },
+    Saturated {
+        /// The link.
+        link: LinkId,
+        /// The tunnel's sub-lane.
+        sublane: u8,
+    },
+    /// A time the analysis adds up at this link does not fit in 64-bit picoseconds.
+    Overflow {
+        /// The link.
+        link: LinkId,
+        /// Which quantity (`the maximum latency`, ...).
+        what: &'static str,
+    },
 }
 
 /// Waits longer than this are treated as unbounded.
 const WAIT_LIMIT: Picos = 1_000_000_000_000; // 1 s
 
+/// `terms` added up at `link`, or the overflow naming `what`.
+fn add(link: LinkId, what: &'static str, terms: &[Picos]) -> Result<Picos, AdjError> {
+    sum(terms).ok_or(AdjError::Overflow { link, what })
+}
+
 /// The tunnel's resources and per-hop analysis, given the other tunnels on its links (those of
-/// higher sub-lanes already adjusted).
+/// higher sub-lanes already adjusted). Every sum is checked: one that does not fit in 64-bit
+/// picoseconds is an [`AdjError::Overflow`], never a wrapped bound.
 pub(crate) fn adjust(
     topo: &Topology,
     me: &Tunnel,
@@ -114,13 +120,14 @@ pub(crate) fn adjust(
     for &l in &me.links {
         let link = topo.link(l);
         let (a_min, a_max) = arrive[&link.from];
-        let tx = link.tx_time(req.packet_bytes);
+        let tx = link
+            .tx_time(req.packet_bytes)
+            .ok_or(AdjError::Overflow { link: l, what: "the packet's transmission time" })?;
         let wait = wait_bound(topo, l, me.id, sublane, tx, &loads[l], options)?;
         hops.push(Hop { link: l, tx, wait, arrive_min: a_min, arrive_max: a_max });
-        arrive.insert(
-            link.to,
-            (a_min + tx + link.min_delay, a_max + wait + tx + link.min_delay + link.max_jitter),
-        );
+        let earliest = add(l, "the earliest arrival", &[a_min, tx, link.min_delay])?;
+        let latest = add(l, "the latest arrival", &[a_max, wait, tx, link.min_delay, link.max_jitter])?;
+        arrive.insert(link.to, (earliest, latest));
     }
     // Backward pass (reverse preorder visits children before parents).
     #[derive(Clone, Copy)]
@@ -139,31 +146,36 @@ pub(crate) fn adjust(
         })
     };
     for hop in hops.iter().rev() {
-        let link = topo.link(hop.link);
+        let l = hop.link;
+        let link = topo.link(l);
         let child = at(&below, link.to);
         let mut parent = at(&below, link.from);
         if let Some(lo) = child.lo {
-            let via = lo + link.min_delay + hop.tx;
+            let via = add(l, "the minimum latency", &[lo, link.min_delay, hop.tx])?;
             parent.lo = Some(parent.lo.map_or(via, |p| p.min(via)));
         }
         if let Some(hi) = child.hi {
-            let via = hi + link.min_delay + link.max_jitter + hop.tx + hop.wait;
+            let via =
+                add(l, "the maximum latency", &[hi, link.min_delay, link.max_jitter, hop.tx, hop.wait])?;
             parent.hi = Some(parent.hi.map_or(via, |p| p.max(via)));
         }
-        let mut d = child.period + hop.wait + link.max_jitter;
+        let mut d = add(l, "the period bound", &[child.period, hop.wait, link.max_jitter])?;
         if options.own_transmission {
-            d = d.max(hop.wait + hop.tx);
+            d = d.max(add(l, "the period bound", &[hop.wait, hop.tx])?);
         }
         parent.period = parent.period.max(d);
         below.insert(link.from, parent);
     }
     let root = at(&below, req.sender);
     let (lo, hi) = (root.lo.unwrap_or(0), root.hi.unwrap_or(0));
+    // Every path's latest arrival is at least its earliest, so `hi >= lo`; checked all the same.
+    let first = me.links.first().copied().unwrap_or(0);
+    let max_jitter = hi.checked_sub(lo).ok_or(AdjError::Overflow { link: first, what: "the jitter" })?;
     let resources = Resources {
         packet_bytes: req.packet_bytes,
         period: req.period.max(root.period),
         min_latency: lo,
-        max_jitter: hi - lo,
+        max_jitter,
         sublane,
     };
     Ok((resources, hops))
@@ -181,13 +193,17 @@ fn wait_bound(
     options: AdjOptions,
 ) -> Result<Picos, AdjError> {
     let link = topo.link(l);
-    let s = sublane as usize;
+    let s = usize::from(sublane);
     // The same sub-lane: one packet of each other tunnel (this one's own is in the sum too).
-    let same = load.tx_sum[s] - tx;
+    let same = load.tx_sum[s]
+        .checked_sub(tx)
+        .ok_or(AdjError::Overflow { link: l, what: "the same sub-lane's transmission times" })?;
     let blocking = if options.lower_blocking {
         match load.max_bytes_below(sublane) {
             0 => 0,
-            b => link.tx_time(b),
+            b => link
+                .tx_time(b)
+                .ok_or(AdjError::Overflow { link: l, what: "a lower sub-lane packet's transmission time" })?,
         }
     } else {
         0
@@ -195,23 +211,33 @@ fn wait_bound(
     // The higher sub-lane tunnels on the link, with their transmission, residence bound and
     // arrival spread here, and period (kept up to date by the allocation).
     let higher = || load.by_sublane[..s].iter().flatten().filter(move |e| e.id != me);
-    let base = blocking + same;
+    let base = add(l, "the waiting time", &[blocking, same])?;
+    let first = higher()
+        .try_fold(base, |w, e| w.checked_add(e.tx))
+        .ok_or(AdjError::Overflow { link: l, what: "the waiting time" })?;
     if !options.higher_interference {
-        return Ok(base + higher().map(|e| e.tx).sum::<Picos>());
+        return Ok(first);
     }
     // A higher packet that delays ours either sits in the queue when ours arrives at `a` (it
     // arrived after `a - W' - t'`, or it would have left) or arrives before ours starts, by
     // `a + W`: its arrival lies in an open window of length `W + W' + t'`, so its release in
     // one of length `W + W' + t' + J'`, which holds at most `ceil(that / period')` of them.
-    let mut w = base + higher().map(|e| e.tx).sum::<Picos>();
+    // A term that overflows 64 bits is far past `WAIT_LIMIT`: the sub-lane is saturated.
+    let saturated = AdjError::Saturated { link: l, sublane };
+    let mut w = first;
     loop {
-        let next = base
-            + higher().map(|e| (w + e.residence + e.spread).div_ceil(e.period.max(1)) * e.tx).sum::<Picos>();
+        let mut next = base;
+        for e in higher() {
+            let window = sum(&[w, e.residence, e.spread]).ok_or_else(|| saturated.clone())?;
+            let packets = window.div_ceil(e.period.max(1));
+            let term = packets.checked_mul(e.tx).ok_or_else(|| saturated.clone())?;
+            next = next.checked_add(term).ok_or_else(|| saturated.clone())?;
+        }
         if next == w {
             return Ok(w);
         }
         if next > WAIT_LIMIT {
-            return Err(AdjError::Saturated { link: l, sublane });
+            return Err(saturated);
         }
         w = next;
     }

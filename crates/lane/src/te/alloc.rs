@@ -8,98 +8,36 @@ use std::collections::BTreeSet;
 
 use hashbrown::HashMap;
 
-use super::adj::{self, AdjError, AdjOptions, Hop};
+use super::adj::{self, AdjError, AdjOptions};
 use super::opt::{self, Tree};
 use super::request::{Request, Resources, SUBLANES};
-use super::topology::{LinkId, NodeId, Topology};
-
-pub type TunnelId = u64;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tunnel {
-    pub id: TunnelId,
-    pub request: Request,
-    /// The tree's links in preorder from the sender (a link before the links below it).
-    pub links: Vec<LinkId>,
-    pub resources: Resources,
-    /// The analysis per link, in the order of `links`.
-    pub hops: Vec<Hop>,
-}
-
-impl Tunnel {
-    /// The tree's links as (from, to) node pairs.
-    pub fn edges(&self, topo: &Topology) -> Vec<(NodeId, NodeId)> {
-        self.links.iter().map(|&l| (topo.link(l).from, topo.link(l).to)).collect()
-    }
-}
-
-/// What one link carries, kept up to date on admission and release.
-/// One tunnel on a link, with what lower sub-lanes need to count its packets there.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
-    pub id: TunnelId,
-    pub bytes: u64,
-    /// Transmission time on the link.
-    pub tx: super::Picos,
-    /// Longest stay in the link's queue: wait plus transmission.
-    pub residence: super::Picos,
-    /// Spread of its packets' arrival times at the link.
-    pub spread: super::Picos,
-    pub period: super::Picos,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct LinkLoad {
-    /// The tunnels on the link, by sub-lane.
-    pub by_sublane: [Vec<Entry>; SUBLANES as usize],
-    /// Sum of the packet sizes (approximate validity: at most the queue).
-    pub bytes: u64,
-    /// Per sub-lane: the sum of the tunnels' transmission times, and the largest packet.
-    pub tx_sum: [u64; SUBLANES as usize],
-    pub max_bytes: [u64; SUBLANES as usize],
-}
-
-impl LinkLoad {
-    /// Every tunnel on the link.
-    pub fn tunnels(&self) -> impl Iterator<Item = TunnelId> + '_ {
-        self.by_sublane.iter().flatten().map(|e| e.id)
-    }
-
-    /// The largest packet of the sub-lanes below `sublane` (0 when none).
-    pub fn max_bytes_below(&self, sublane: u8) -> u64 {
-        self.max_bytes[sublane as usize + 1..].iter().copied().max().unwrap_or(0)
-    }
-}
+use super::topology::{LinkId, Topology};
+use super::tunnel::{Entry, LinkLoad, Refusal, Tunnel, TunnelId};
+use super::units::Picos;
 
 /// A tunnel whose resources an operation changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Change {
+    /// The tunnel.
     pub id: TunnelId,
+    /// What it had before the operation.
     pub before: Resources,
+    /// What it has now.
     pub after: Resources,
 }
 
+/// An admitted request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admission {
+    /// The new tunnel.
     pub id: TunnelId,
+    /// What it is granted.
     pub resources: Resources,
     /// Other tunnels whose resources changed.
     pub changed: Vec<Change>,
 }
 
-/// Why a request was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    #[error("{0}")]
-    Invalid(String),
-    #[error("no room for {bytes} B toward '{receiver}': link {link} is full ({held} of {queue} B held)")]
-    Full { receiver: String, link: String, bytes: u64, held: u64, queue: u64 },
-    #[error("no path toward '{receiver}'")]
-    Unreachable { receiver: String },
-    #[error("sub-lane {sublane} is saturated on link {link}: higher sub-lanes leave no room")]
-    Saturated { link: String, sublane: u8 },
-}
-
+/// The admitted tunnels over a topology, and what each link carries.
 #[derive(Debug, Clone)]
 pub struct Allocation {
     topo: Topology,
@@ -112,19 +50,23 @@ pub struct Allocation {
 }
 
 impl Allocation {
+    /// An empty allocation over `topo`, with every fix of X-ADJ.
     pub fn new(topo: Topology) -> Self {
         Self::with_options(topo, AdjOptions::default())
     }
 
+    /// An empty allocation over `topo` whose X-ADJ applies `options`.
     pub fn with_options(topo: Topology, options: AdjOptions) -> Self {
         let loads = vec![LinkLoad::default(); topo.links().len()];
         Self { topo, tunnels: HashMap::new(), loads, next_id: 1, options, last_readjusted: 0 }
     }
 
+    /// The topology the tunnels run over.
     pub fn topology(&self) -> &Topology {
         &self.topo
     }
 
+    /// The tunnel `id`, if admitted and not released.
     pub fn tunnel(&self, id: TunnelId) -> Option<&Tunnel> {
         self.tunnels.get(&id)
     }
@@ -136,10 +78,12 @@ impl Allocation {
         v
     }
 
+    /// How many tunnels are admitted.
     pub fn len(&self) -> usize {
         self.tunnels.len()
     }
 
+    /// Whether no tunnel is admitted.
     pub fn is_empty(&self) -> bool {
         self.tunnels.is_empty()
     }
@@ -149,6 +93,7 @@ impl Allocation {
         self.last_readjusted
     }
 
+    /// What link `link` carries.
     pub fn load(&self, link: LinkId) -> &LinkLoad {
         &self.loads[link]
     }
@@ -165,9 +110,13 @@ impl Allocation {
     pub fn admit_on(&mut self, request: Request, tree: Tree) -> Result<Admission, Refusal> {
         request.validate(&self.topo).map_err(Refusal::Invalid)?;
         let links = opt::preorder(&self.topo, &request, &tree.links).map_err(Refusal::Invalid)?;
+        let s = usize::from(request.sublane);
+        // The packet's transmission time on each link; every per-link sum the allocation keeps
+        // must stay within 64 bits.
+        let mut txs: Vec<Picos> = Vec::with_capacity(links.len());
         for &l in &links {
             let (load, link) = (&self.loads[l], self.topo.link(l));
-            if load.bytes + request.packet_bytes > link.queue_bytes {
+            if !opt::has_room(&self.topo, &self.loads, l, request.packet_bytes) {
                 return Err(Refusal::Full {
                     receiver: self.topo.node(link.to).name.clone(),
                     link: self.topo.link_name(l),
@@ -176,13 +125,21 @@ impl Allocation {
                     queue: link.queue_bytes,
                 });
             }
+            let overflow = |what: &str| Refusal::Overflow { link: self.topo.link_name(l), what: what.into() };
+            let tx = link
+                .tx_time(request.packet_bytes)
+                .ok_or_else(|| overflow("the packet's transmission time"))?;
+            load.tx_sum[s]
+                .checked_add(tx)
+                .ok_or_else(|| overflow("the sub-lane's summed transmission times"))?;
+            txs.push(tx);
         }
         let id = self.next_id;
         self.next_id += 1;
         let tunnel = Tunnel { id, request, links, resources: Resources::default(), hops: Vec::new() };
         let mut seeds: Vec<TunnelId> = self.affected_by(&tunnel);
         seeds.push(id);
-        self.insert_load(&tunnel);
+        self.insert_load(&tunnel, &txs);
         self.tunnels.insert(id, tunnel);
         match self.readjust(seeds) {
             Ok(mut changed) => {
@@ -210,7 +167,7 @@ impl Allocation {
 
     /// Changes the period a tunnel asks for (never below what it asked first is up to the
     /// caller) and re-adjusts it and what it affects; returns the other tunnels that changed.
-    pub fn set_period(&mut self, id: TunnelId, period: super::Picos) -> Result<Vec<Change>, Refusal> {
+    pub fn set_period(&mut self, id: TunnelId, period: Picos) -> Result<Vec<Change>, Refusal> {
         let t = self.tunnels.get_mut(&id).ok_or_else(|| Refusal::Invalid(format!("no tunnel {id}")))?;
         if period == 0 {
             return Err(Refusal::Invalid("a period must be positive".into()));
@@ -271,6 +228,9 @@ impl Allocation {
                     AdjError::Saturated { link, sublane } => {
                         Refusal::Saturated { link: self.topo.link_name(link), sublane }
                     }
+                    AdjError::Overflow { link, what } => {
+                        Refusal::Overflow { link: self.topo.link_name(link), what: what.into() }
+                    }
                 })?;
             let period_changed = me.resources.period != resources.period;
             if me.resources != resources {
@@ -313,10 +273,11 @@ impl Allocation {
         Ok(out)
     }
 
-    fn insert_load(&mut self, t: &Tunnel) {
-        let s = t.request.sublane as usize;
-        for &l in &t.links {
-            let tx = self.topo.link(l).tx_time(t.request.packet_bytes);
+    /// Lists `t` on its links; `txs` are its transmission times there, whose sums
+    /// [`Allocation::admit_on`] has checked.
+    fn insert_load(&mut self, t: &Tunnel, txs: &[Picos]) {
+        let s = usize::from(t.request.sublane);
+        for (&l, &tx) in t.links.iter().zip(txs) {
             let load = &mut self.loads[l];
             load.by_sublane[s].push(Entry {
                 id: t.id,
@@ -333,10 +294,11 @@ impl Allocation {
     }
 
     fn remove_load(&mut self, t: &Tunnel) {
-        let s = t.request.sublane as usize;
+        let s = usize::from(t.request.sublane);
         for &l in &t.links {
-            let tx = self.topo.link(l).tx_time(t.request.packet_bytes);
             let load = &mut self.loads[l];
+            // Take back exactly what `insert_load` added.
+            let tx = load.by_sublane[s].iter().find(|e| e.id == t.id).map_or(0, |e| e.tx);
             load.by_sublane[s].retain(|e| e.id != t.id);
             load.bytes -= t.request.packet_bytes;
             load.tx_sum[s] -= tx;

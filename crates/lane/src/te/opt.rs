@@ -21,29 +21,43 @@ use petgraph::algo::dijkstra;
 use petgraph::graph::NodeIndex;
 use petgraph::visit::{EdgeFiltered, EdgeRef, Reversed};
 
-use super::Picos;
-use super::alloc::{LinkLoad, Refusal};
 use super::request::Request;
 use super::topology::{LinkId, NodeId, NodeKind, Topology};
+use super::tunnel::{LinkLoad, Refusal};
 
 /// A tunnel's tree: a set of links from the sender reaching every receiver.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Tree {
+    /// The tree's links, in any order.
     pub links: Vec<LinkId>,
+}
+
+/// Path weights, in picoseconds. 128 bits: a link's weight is a sum of 64-bit times and a path
+/// adds up at most every link, so neither can overflow (64 bits could, and would then pick a
+/// wrong path silently).
+type Weight = u128;
+
+/// Whether link `l` can hold one more packet of `bytes` (a sum past 64 bits cannot).
+pub(crate) fn has_room(topo: &Topology, loads: &[LinkLoad], l: LinkId, bytes: u64) -> bool {
+    loads[l].bytes.checked_add(bytes).is_some_and(|held| held <= topo.link(l).queue_bytes)
 }
 
 /// X-OPT's tree for `req` over the current loads.
 pub(crate) fn build_tree(topo: &Topology, loads: &[LinkLoad], req: &Request) -> Result<Tree, Refusal> {
-    let room = |l: LinkId| loads[l].bytes + req.packet_bytes <= topo.link(l).queue_bytes;
-    let weight: Vec<Picos> = topo
+    // A link whose transmission time for this packet does not fit in 64-bit picoseconds has no
+    // room for it either.
+    let tx: Vec<Option<u64>> = topo.links().iter().map(|link| link.tx_time(req.packet_bytes)).collect();
+    let room = |l: LinkId| tx[l].is_some() && has_room(topo, loads, l, req.packet_bytes);
+    let weight: Vec<Weight> = topo
         .links()
         .iter()
         .zip(loads)
-        .map(|(link, load)| {
-            link.min_delay
-                + link.max_jitter
-                + link.tx_time(req.packet_bytes)
-                + load.tx_sum.iter().sum::<Picos>()
+        .zip(&tx)
+        .map(|((link, load), tx)| {
+            Weight::from(link.min_delay)
+                + Weight::from(link.max_jitter)
+                + Weight::from(tx.unwrap_or(0))
+                + load.tx_sum.iter().map(|&t| Weight::from(t)).sum::<Weight>()
         })
         .collect();
     let switch = |n: NodeId| topo.node(n).kind == NodeKind::Switch;
@@ -51,26 +65,26 @@ pub(crate) fn build_tree(topo: &Topology, loads: &[LinkLoad], req: &Request) -> 
     let passable =
         |x: NodeId, y: NodeId, target: NodeId| (switch(x) || x == req.sender) && (switch(y) || y == target);
     let graph = topo.graph();
-    let mut dist: Vec<HashMap<NodeId, Picos>> = Vec::with_capacity(req.receivers.len());
+    let mut dist: Vec<HashMap<NodeId, Weight>> = Vec::with_capacity(req.receivers.len());
     for &u in &req.receivers {
         let filtered = EdgeFiltered::from_fn(graph, |e: petgraph::graph::EdgeReference<'_, LinkId>| {
             let l = *e.weight();
             room(l) && passable(e.source().index(), e.target().index(), u)
         });
         let d = dijkstra(Reversed(&filtered), NodeIndex::new(u), None, |e| weight[*e.weight()]);
-        let d: HashMap<NodeId, Picos> = d.into_iter().map(|(n, w)| (n.index(), w)).collect();
+        let d: HashMap<NodeId, Weight> = d.into_iter().map(|(n, w)| (n.index(), w)).collect();
         if !d.contains_key(&req.sender) {
             return Err(why_unreachable(topo, loads, req, u));
         }
         dist.push(d);
     }
     // Grow the tree.
-    let mut depth: HashMap<NodeId, Picos> = HashMap::from([(req.sender, 0)]);
+    let mut depth: HashMap<NodeId, Weight> = HashMap::from([(req.sender, 0)]);
     let mut links = Vec::new();
     let mut remaining: Vec<usize> = (0..req.receivers.len()).collect();
     while !remaining.is_empty() {
         let longest = depth.values().copied().max().unwrap_or(0);
-        let mut pick: Option<(Picos, usize, NodeId)> = None; // (cost, index in remaining, attach)
+        let mut pick: Option<(Weight, usize, NodeId)> = None; // (cost, index in remaining, attach)
         for (i, &r) in remaining.iter().enumerate() {
             let best = depth
                 .iter()
@@ -142,7 +156,7 @@ fn why_unreachable(topo: &Topology, loads: &[LinkLoad], req: &Request, receiver:
             break;
         };
         let link = topo.link(l);
-        if loads[l].bytes + req.packet_bytes > link.queue_bytes {
+        if !has_room(topo, loads, l, req.packet_bytes) {
             return Refusal::Full {
                 receiver: name,
                 link: topo.link_name(l),

@@ -4,25 +4,35 @@
 //! packet size, the approved period (never shorter than asked), the minimum latency and the
 //! maximum jitter. Each request picks a sub-lane (a strict priority level; 0 is the highest).
 
+use std::path::Path;
+
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::topology::{NodeId, NodeKind, Topology, TopologyError, error_at, number, parse};
-use super::{Picos, ns_to_ps, ps_to_ns};
+use super::topology::{NodeId, NodeKind, Topology, TopologyError, at_most, error_at, number, parse, read};
+use super::units::{MAX_BYTES, MAX_TIME, MAX_TIME_NS, Picos, ns_to_ps, ps_to_ns};
 
+/// What an application asks for: a periodic tunnel from a host to one or more hosts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request {
+    /// Names the request in notices and reports.
     pub name: String,
+    /// The sending host.
     pub sender: NodeId,
+    /// The receiving hosts (several for multicast), distinct, without the sender.
     pub receivers: Vec<NodeId>,
+    /// The largest packet, 1 to [`MAX_BYTES`].
     pub packet_bytes: u64,
+    /// The wanted period, 1 ps to [`MAX_TIME`].
     pub period: Picos,
+    /// The strict priority level, 0 (highest) to [`SUBLANES`] - 1.
     pub sublane: u8,
 }
 
 /// What a tunnel is granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Resources {
+    /// The packet size granted (the request's).
     pub packet_bytes: u64,
     /// Approved period, at least the requested one.
     pub period: Picos,
@@ -30,12 +40,15 @@ pub struct Resources {
     pub min_latency: Picos,
     /// ...and at most `min_latency + max_jitter` after it.
     pub max_jitter: Picos,
+    /// The request's sub-lane.
     pub sublane: u8,
 }
 
 impl Resources {
+    /// `min_latency + max_jitter`; saturates, though for resources an allocation granted the
+    /// sum was checked when the bounds were computed.
     pub fn max_latency(&self) -> Picos {
-        self.min_latency + self.max_jitter
+        self.min_latency.saturating_add(self.max_jitter)
     }
 }
 
@@ -76,11 +89,17 @@ impl Request {
                 return Err(format!("request '{}': receiver '{}' given twice", self.name, topo.node(r).name));
             }
         }
-        if self.packet_bytes == 0 {
-            return Err(format!("request '{}': packet_bytes must be positive", self.name));
+        if !(1..=MAX_BYTES).contains(&self.packet_bytes) {
+            return Err(format!(
+                "request '{}': packet_bytes must be between 1 and {MAX_BYTES} (1 TiB)",
+                self.name
+            ));
         }
-        if self.period == 0 {
-            return Err(format!("request '{}': period_ns must be positive", self.name));
+        if !(1..=MAX_TIME).contains(&self.period) {
+            return Err(format!(
+                "request '{}': period_ns must be between 0.001 (1 ps) and {MAX_TIME_NS} (1 hour)",
+                self.name
+            ));
         }
         if self.sublane >= SUBLANES {
             return Err(format!("request '{}': sublane must be below {SUBLANES}", self.name));
@@ -118,10 +137,22 @@ pub fn requests_from_toml(text: &str, file: &str, topo: &Topology) -> Result<Vec
                 format!("packet_bytes must be a positive integer, got {bytes}"),
             ));
         }
+        let bytes = at_most(bytes, &r.packet_bytes, "packet_bytes", MAX_BYTES, "1 TiB", &at)?;
         let period = number(&r.period_ns, "period_ns", &at)?;
         if period <= 0.0 {
             return Err(at(r.period_ns.span(), format!("period_ns must be positive, got {period}")));
         }
+        let why = "1 hour; bounds add such times up in 64-bit picoseconds";
+        let period = at_most(period, &r.period_ns, "period_ns", MAX_TIME_NS, why, &at)?;
+        let period = match ns_to_ps(period) {
+            Some(ps) if ps > 0 => ps,
+            _ => {
+                return Err(at(
+                    r.period_ns.span(),
+                    format!("period_ns must be at least 0.001 (1 ps), got {period}"),
+                ));
+            }
+        };
         if out.iter().any(|o| o.name == *r.name.get_ref()) {
             return Err(at(r.name.span(), format!("duplicate request name '{}'", r.name.get_ref())));
         }
@@ -129,14 +160,27 @@ pub fn requests_from_toml(text: &str, file: &str, topo: &Topology) -> Result<Vec
             name: r.name.get_ref().clone(),
             sender,
             receivers,
+            // An integer of at most 2^40: exact.
             packet_bytes: bytes as u64,
-            period: ns_to_ps(period),
+            period,
             sublane: r.sublane.unwrap_or(0),
         };
         req.validate(topo).map_err(|what| at(span.clone(), what))?;
         out.push(req);
     }
     Ok(out)
+}
+
+/// Reads and parses the requests file at `path` (at most
+/// [`MAX_FILE_BYTES`](super::MAX_FILE_BYTES)) against `topo`; a file with no request is refused,
+/// since there is nothing to plan. Errors name the file.
+pub fn requests_from_file(path: &Path, topo: &Topology) -> Result<Vec<Request>, TopologyError> {
+    let file = path.display().to_string();
+    let requests = requests_from_toml(&read(path)?, &file, topo)?;
+    if requests.is_empty() {
+        return Err(TopologyError::File { file, what: "no [[request]] tables: nothing to plan".into() });
+    }
+    Ok(requests)
 }
 
 #[derive(Deserialize)]

@@ -7,55 +7,123 @@
 //! same transmission times exactly; files speak nanoseconds.
 
 use std::collections::HashMap;
-use std::fmt;
+use std::path::Path;
 
 use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use super::{Picos, ns_to_ps};
+use super::units::{MAX_BANDWIDTH_BPS, MAX_BYTES, MAX_TIME, MAX_TIME_NS, Picos, ns_to_ps, ps_to_ns, tx_time};
 
+/// A node's index in [`Topology::nodes`].
 pub type NodeId = usize;
+/// A link's index in [`Topology::links`].
 pub type LinkId = usize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
+/// The largest topology or requests file read: 1 MiB, some 7,000 links. A path to something
+/// else (a device that never ends, a log) is refused at once instead of filling memory.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// What a node is: hosts send and receive, switches forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NodeKind {
+    /// An endhost: tunnels start and end here; it never forwards.
     Host,
+    /// A switch: forwards, never sends or receives a tunnel.
     Switch,
 }
 
+/// A named host or switch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
+    /// Unique in its topology.
     pub name: String,
+    /// Host or switch.
     pub kind: NodeKind,
 }
 
 /// A directed link and its egress queue at `from`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Link {
+    /// The sending end (the queue is here).
     pub from: NodeId,
+    /// The receiving end.
     pub to: NodeId,
+    /// Bits per second, at least 1 (at most [`MAX_BANDWIDTH_BPS`] from a file).
     pub bandwidth_bps: u64,
+    /// The egress queue, bytes (at most [`MAX_BYTES`] from a file).
     pub queue_bytes: u64,
+    /// Minimum propagation delay (`lambda_min`).
     pub min_delay: Picos,
+    /// Most a delay exceeds the minimum (`delta_max`).
     pub max_jitter: Picos,
 }
 
 impl Link {
-    /// Time to put `bytes` on this link, rounded up to a picosecond.
-    pub fn tx_time(&self, bytes: u64) -> Picos {
-        super::tx_time(bytes, self.bandwidth_bps)
+    /// Time to put `bytes` on this link, rounded up to a picosecond; `None` when it does not fit
+    /// in 64-bit picoseconds (never, from a file, for a packet that fits the link's queue).
+    pub fn tx_time(&self, bytes: u64) -> Option<Picos> {
+        tx_time(bytes, self.bandwidth_bps)
     }
 }
 
-/// What a loaded or generated link carries, before it has endpoints.
+/// What a loaded or generated link carries, before it has endpoints. The limits below are those
+/// of files and flags ([`LinkSpec::check`]); a link built by hand needs only a positive
+/// bandwidth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkSpec {
+    /// Bits per second, 1 to [`MAX_BANDWIDTH_BPS`].
     pub bandwidth_bps: u64,
+    /// The egress queue, bytes, up to [`MAX_BYTES`], and sent within 64-bit picoseconds.
     pub queue_bytes: u64,
+    /// Minimum propagation delay, up to [`MAX_TIME`].
     pub min_delay: Picos,
+    /// Most a delay exceeds the minimum, up to [`MAX_TIME`].
     pub max_jitter: Picos,
+}
+
+impl LinkSpec {
+    /// Checks the limits files and the generator's flags are held to (see the fields); the
+    /// error says which and why.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_BANDWIDTH_BPS).contains(&self.bandwidth_bps) {
+            return Err(format!(
+                "bandwidth_bps must be between 1 and {MAX_BANDWIDTH_BPS} (1 Pbit/s), got {}",
+                self.bandwidth_bps
+            ));
+        }
+        if self.queue_bytes > MAX_BYTES {
+            return Err(format!("queue_bytes must be at most {MAX_BYTES} (1 TiB), got {}", self.queue_bytes));
+        }
+        for (field, t) in [("min_delay_ns", self.min_delay), ("max_jitter_ns", self.max_jitter)] {
+            if t > MAX_TIME {
+                return Err(format!(
+                    "{field} must be at most {MAX_TIME_NS} (1 hour), got {}; {LIMIT_WHY}",
+                    ps_to_ns(t)
+                ));
+            }
+        }
+        check_drain(self.queue_bytes, self.bandwidth_bps)
+    }
+}
+
+/// Why times are limited, for error messages.
+const LIMIT_WHY: &str = "bounds add such times up in 64-bit picoseconds";
+
+/// A full queue's transmission time must fit in 64-bit picoseconds (about 213 days): then so
+/// does that of every packet the link admits (a packet must fit in the queue), and a file
+/// cannot make the analysis truncate one (a truncated transmission time once made `lane plan`
+/// announce a bound about 4x too small).
+fn check_drain(queue_bytes: u64, bandwidth_bps: u64) -> Result<(), String> {
+    match tx_time(queue_bytes, bandwidth_bps) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "queue_bytes {queue_bytes} takes {:.0} s to send at bandwidth_bps {bandwidth_bps}, more than the {:.0} s (about 213 days) that 64-bit picoseconds hold; give a smaller queue or a faster link",
+            queue_bytes as f64 * 8.0 / bandwidth_bps.max(1) as f64,
+            Picos::MAX as f64 / 1e12
+        )),
+    }
 }
 
 impl Default for LinkSpec {
@@ -70,6 +138,7 @@ impl Default for LinkSpec {
     }
 }
 
+/// Hosts and switches joined by directed links; ids are indices, never reused.
 #[derive(Debug, Clone, Default)]
 pub struct Topology {
     nodes: Vec<Node>,
@@ -84,17 +153,40 @@ pub struct Topology {
 /// Why a topology could not be built or loaded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TopologyError {
+    /// A file's content is wrong at a line.
     #[error("{file}: line {line}: {what}")]
-    At { file: String, line: usize, what: String },
+    At {
+        /// The file, as given.
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong, and how to fix it.
+        what: String,
+    },
+    /// A file is wrong as a whole (no hosts, no requests).
+    #[error("{file}: {what}")]
+    File {
+        /// The file, as given.
+        file: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// The file could not be read (missing, a directory, larger than [`MAX_FILE_BYTES`], not
+    /// text); the message names it.
+    #[error("{0}")]
+    Read(String),
+    /// A topology built by hand is wrong.
     #[error("{0}")]
     Invalid(String),
 }
 
 impl Topology {
+    /// An empty topology.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Adds a node named `name` (unique).
     pub fn add_node(&mut self, name: &str, kind: NodeKind) -> Result<NodeId, TopologyError> {
         if self.by_name.contains_key(name) {
             return Err(TopologyError::Invalid(format!("duplicate node '{name}'")));
@@ -107,6 +199,10 @@ impl Topology {
         Ok(id)
     }
 
+    /// Adds the link `from -> to` (at most one per direction). A link built by hand needs only a
+    /// positive bandwidth (tests give queues of `u64::MAX / 2` for "unbounded"); the analysis
+    /// stays checked whatever the values. Files and the generator's flags are held to
+    /// [`LinkSpec::check`].
     pub fn add_link(&mut self, from: NodeId, to: NodeId, spec: LinkSpec) -> Result<LinkId, TopologyError> {
         if from >= self.nodes.len() || to >= self.nodes.len() {
             return Err(TopologyError::Invalid(format!("link {from} -> {to}: no such node")));
@@ -158,34 +254,42 @@ impl Topology {
         Ok(())
     }
 
+    /// Every node, by id.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
     }
 
+    /// Every link, by id.
     pub fn links(&self) -> &[Link] {
         &self.links
     }
 
+    /// Node `id` (panics when there is none).
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id]
     }
 
+    /// Link `id` (panics when there is none).
     pub fn link(&self, id: LinkId) -> &Link {
         &self.links[id]
     }
 
+    /// The node named `name`.
     pub fn find(&self, name: &str) -> Option<NodeId> {
         self.by_name.get(name).copied()
     }
 
+    /// The link `from -> to`, if any.
     pub fn link_between(&self, from: NodeId, to: NodeId) -> Option<LinkId> {
         self.by_ends.get(&(from, to)).copied()
     }
 
+    /// The graph: node weights are node ids, edge weights link ids, and indices equal them.
     pub fn graph(&self) -> &DiGraph<NodeId, LinkId> {
         &self.graph
     }
 
+    /// The hosts' ids.
     pub fn hosts(&self) -> impl Iterator<Item = NodeId> + '_ {
         (0..self.nodes.len()).filter(|&n| self.nodes[n].kind == NodeKind::Host)
     }
@@ -196,6 +300,7 @@ impl Topology {
         format!("{} -> {}", self.nodes[l.from].name, self.nodes[l.to].name)
     }
 
+    /// The link of a graph edge.
     pub fn edge_link(&self, e: EdgeIndex) -> LinkId {
         self.graph[e]
     }
@@ -222,15 +327,31 @@ impl Topology {
             };
             let (from, to) = (end(&l.from)?, end(&l.to)?);
             let bandwidth = positive(&l.bandwidth_bps, "bandwidth_bps", &at)?;
+            let bandwidth =
+                at_most(bandwidth, &l.bandwidth_bps, "bandwidth_bps", MAX_BANDWIDTH_BPS, "1 Pbit/s", &at)?;
+            if bandwidth.round() < 1.0 {
+                return Err(at(
+                    l.bandwidth_bps.span(),
+                    format!("bandwidth_bps must be at least 1, got {bandwidth}"),
+                ));
+            }
             let queue = non_negative(&l.queue_bytes, "queue_bytes", &at)?;
-            let min_delay = non_negative(&l.min_delay_ns, "min_delay_ns", &at)?;
-            let jitter = non_negative(&l.max_jitter_ns, "max_jitter_ns", &at)?;
+            let queue = at_most(queue, &l.queue_bytes, "queue_bytes", MAX_BYTES, "1 TiB", &at)?;
+            let time = |v: &Spanned<toml::Value>, field: &str| {
+                let ns = non_negative(v, field, &at)?;
+                let ns = at_most(ns, v, field, MAX_TIME_NS, &format!("1 hour; {LIMIT_WHY}"), &at)?;
+                // Within the limit, so within 64-bit picoseconds.
+                Ok::<Picos, TopologyError>(ns_to_ps(ns).unwrap_or(MAX_TIME))
+            };
             let spec = LinkSpec {
+                // Both within their limits, far below 2^64: the casts are exact after rounding.
                 bandwidth_bps: bandwidth.round() as u64,
                 queue_bytes: queue.round() as u64,
-                min_delay: ns_to_ps(min_delay),
-                max_jitter: ns_to_ps(jitter),
+                min_delay: time(&l.min_delay_ns, "min_delay_ns")?,
+                max_jitter: time(&l.max_jitter_ns, "max_jitter_ns")?,
             };
+            check_drain(spec.queue_bytes, spec.bandwidth_bps)
+                .map_err(|what| at(l.queue_bytes.span(), what))?;
             let pairs: &[(NodeId, NodeId)] =
                 if l.bidirectional.unwrap_or(false) { &[(from, to), (to, from)] } else { &[(from, to)] };
             for &(a, b) in pairs {
@@ -246,35 +367,84 @@ impl Topology {
         Ok(topo)
     }
 
-    /// The TOML form, which [`Topology::from_toml`] reads back.
+    /// The TOML form, which [`Topology::from_toml`] reads back to the same nodes and links.
     pub fn to_toml(&self) -> String {
-        let mut out = String::new();
-        for n in &self.nodes {
-            let kind = match n.kind {
-                NodeKind::Host => "host",
-                NodeKind::Switch => "switch",
-            };
-            out.push_str(&format!("[[node]]\nname = \"{}\"\nkind = \"{kind}\"\n\n", n.name));
+        let out = OutTopology {
+            node: self.nodes.iter().map(|n| OutNode { name: &n.name, kind: n.kind }).collect(),
+            link: self
+                .links
+                .iter()
+                .map(|l| OutLink {
+                    from: &self.nodes[l.from].name,
+                    to: &self.nodes[l.to].name,
+                    bandwidth_bps: l.bandwidth_bps.into(),
+                    queue_bytes: l.queue_bytes.into(),
+                    min_delay_ns: ps_to_ns(l.min_delay),
+                    max_jitter_ns: ps_to_ns(l.max_jitter),
+                })
+                .collect(),
+        };
+        // Strings (escaped by the serializer), integers within i64, floats: this cannot fail.
+        toml::to_string(&out).expect("a topology serializes to TOML")
+    }
+
+    /// Reads and parses the topology file at `path` (at most [`MAX_FILE_BYTES`]); one with no
+    /// host is refused, since tunnels start and end at hosts. Errors name the file.
+    pub fn load(path: &Path) -> Result<Self, TopologyError> {
+        let file = path.display().to_string();
+        let text = read(path)?;
+        let topo = Self::from_toml(&text, &file)?;
+        if topo.hosts().next().is_none() {
+            let what =
+                if topo.nodes.is_empty() { "no [[node]] tables" } else { "no node has kind = \"host\"" };
+            return Err(TopologyError::File {
+                file,
+                what: format!("{what}: tunnels start and end at hosts, so there is nothing to plan"),
+            });
         }
-        for l in &self.links {
-            out.push_str(&format!(
-                "[[link]]\nfrom = \"{}\"\nto = \"{}\"\nbandwidth_bps = {}\nqueue_bytes = {}\nmin_delay_ns = {}\nmax_jitter_ns = {}\n\n",
-                self.nodes[l.from].name,
-                self.nodes[l.to].name,
-                l.bandwidth_bps,
-                l.queue_bytes,
-                super::ps_to_ns(l.min_delay),
-                super::ps_to_ns(l.max_jitter)
-            ));
-        }
-        out
+        Ok(topo)
     }
 }
 
-impl fmt::Display for Topology {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let hosts = self.hosts().count();
-        write!(f, "{} hosts, {} switches, {} links", hosts, self.nodes.len() - hosts, self.links.len())
+/// Reads a topology or requests file, at most [`MAX_FILE_BYTES`].
+pub(crate) fn read(path: &Path) -> Result<String, TopologyError> {
+    kairos_sys::fs::read_text(path, MAX_FILE_BYTES).map_err(|e| TopologyError::Read(e.to_string()))
+}
+
+#[derive(Serialize)]
+struct OutTopology<'a> {
+    node: Vec<OutNode<'a>>,
+    link: Vec<OutLink<'a>>,
+}
+
+#[derive(Serialize)]
+struct OutNode<'a> {
+    name: &'a str,
+    kind: NodeKind,
+}
+
+#[derive(Serialize)]
+struct OutLink<'a> {
+    from: &'a str,
+    to: &'a str,
+    bandwidth_bps: Number,
+    queue_bytes: Number,
+    min_delay_ns: f64,
+    max_jitter_ns: f64,
+}
+
+/// A count written as a TOML integer, or as a float past TOML's 64-bit signed integers (a link
+/// built by hand with a queue of `u64::MAX`; [`Topology::from_toml`] refuses it, past the limit).
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+impl From<u64> for Number {
+    fn from(n: u64) -> Self {
+        i64::try_from(n).map_or(Number::Float(n as f64), Number::Int)
     }
 }
 
@@ -327,7 +497,7 @@ struct RawLink {
     bidirectional: Option<bool>,
 }
 
-type At<'a> = dyn Fn(std::ops::Range<usize>, String) -> TopologyError + 'a;
+pub(crate) type At<'a> = dyn Fn(std::ops::Range<usize>, String) -> TopologyError + 'a;
 
 /// A number (integer or float) from a field, or an error naming the field.
 pub(crate) fn number(v: &Spanned<toml::Value>, field: &str, at: &At<'_>) -> Result<f64, TopologyError> {
@@ -346,4 +516,21 @@ fn positive(v: &Spanned<toml::Value>, field: &str, at: &At<'_>) -> Result<f64, T
 fn non_negative(v: &Spanned<toml::Value>, field: &str, at: &At<'_>) -> Result<f64, TopologyError> {
     let x = number(v, field, at)?;
     if x >= 0.0 { Ok(x) } else { Err(at(v.span(), format!("{field} must not be negative, got {x}"))) }
+}
+
+/// `x` (read from `v`) when at most `max`, else an error at its line naming the limit and
+/// `why` it is there.
+pub(crate) fn at_most(
+    x: f64,
+    v: &Spanned<toml::Value>,
+    field: &str,
+    max: u64,
+    why: &str,
+    at: &At<'_>,
+) -> Result<f64, TopologyError> {
+    if x <= max as f64 {
+        Ok(x)
+    } else {
+        Err(at(v.span(), format!("{field} must be at most {max} ({why}), got {x}")))
+    }
 }
