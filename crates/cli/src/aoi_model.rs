@@ -9,34 +9,37 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct AoiModelArgs {
-    /// Arrival law: poisson or periodic.
+    /// Arrival law: poisson or periodic (default: poisson).
     #[arg(long, default_value = "poisson")]
     arrival: Arrival,
-    /// Service law: exp or det.
+    /// Service law: exp (exponential) or det (deterministic) (default: exp).
     #[arg(long, default_value = "exp")]
     service: Service,
-    /// Arrival rate lambda. Without it, sweeps the load over every discipline.
+    /// Arrival rate lambda, updates per unit of time, above 0 and up to 1e12 (below --service-rate
+    /// for unbounded fcfs). Without it, sweeps the load 0.1-3 over every discipline.
     #[arg(long)]
     rate: Option<f64>,
-    /// Service rate mu; ages are reported in units of 1/mu.
+    /// Service rate mu, updates per unit of time, above 0 and up to 1e12; ages are reported in
+    /// units of 1/mu (default: 1).
     #[arg(long, default_value_t = 1.0)]
     service_rate: f64,
-    /// fcfs, bufferless, lcfs-preemptive, drop-oldest or keep-latest.
+    /// Queue discipline: fcfs, bufferless, lcfs-preemptive, drop-oldest or keep-latest (default:
+    /// fcfs).
     #[arg(long, default_value = "fcfs")]
     discipline: String,
-    /// Waiting places (fcfs: unbounded when absent; drop-oldest: 1 when absent).
+    /// Waiting places, 1 or more (fcfs: unbounded when absent; drop-oldest: 1 when absent).
     #[arg(long)]
     buffer: Option<usize>,
-    /// Arrivals simulated per point.
+    /// Arrivals simulated per point, 1 to 100,000,000 (default: 1,000,000: ten points a second).
     #[arg(long, default_value_t = 1_000_000)]
     arrivals: u64,
-    /// Seed of the simulation.
+    /// Seed of the simulation, any 64-bit number (default: 1).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print one JSON object on stdout instead of a table.
     #[arg(long)]
     json: bool,
-    /// Where the sweep's run directory is written.
+    /// Where the sweep's run directory is written (a directory per run under `aoi-model/`).
     #[arg(long, default_value = "results")]
     results: PathBuf,
 }
