@@ -149,19 +149,20 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
 
 #[derive(Args)]
 pub struct SweepArgs {
-    /// A short grid (under 5 minutes here) instead of the full one.
+    /// A short grid (about 2 minutes on 2 idle cores, memory backend) instead of the full one
+    /// (about 10).
     #[arg(long)]
     quick: bool,
     /// Print the summary as one JSON object on stdout instead of the report.
     #[arg(long)]
     json: bool,
-    /// Backends to run (memory, udp; udp needs root).
+    /// Backends to run, comma-separated: memory, udp (udp needs root: two network namespaces).
     #[arg(long, value_delimiter = ',', default_values_t = [Backend::Memory])]
     backend: Vec<Backend>,
-    /// Trace rows per run (default: 200,000 with --quick, else 400,000).
+    /// Trace rows per run, 1,000 to 50,000,000 (default: 200,000 with --quick, else 400,000).
     #[arg(long)]
     packets: Option<usize>,
-    /// Where runs are written.
+    /// Where runs are written (a directory per run under `sweep/`).
     #[arg(long, default_value = "results")]
     results: PathBuf,
 }
