@@ -249,18 +249,19 @@ impl Topology {
     /// The TOML form, which [`Topology::from_toml`] reads back.
     pub fn to_toml(&self) -> String {
         let mut out = String::new();
+        // Names may hold quotes and backslashes: `toml::Value` writes them as escaped strings.
         for n in &self.nodes {
             let kind = match n.kind {
                 NodeKind::Host => "host",
                 NodeKind::Switch => "switch",
             };
-            out.push_str(&format!("[[node]]\nname = \"{}\"\nkind = \"{kind}\"\n\n", n.name));
+            out.push_str(&format!("[[node]]\nname = {}\nkind = \"{kind}\"\n\n", toml::Value::from(&*n.name)));
         }
         for l in &self.links {
             out.push_str(&format!(
-                "[[link]]\nfrom = \"{}\"\nto = \"{}\"\nbandwidth_bps = {}\nqueue_bytes = {}\nmin_delay_ns = {}\nmax_jitter_ns = {}\n\n",
-                self.nodes[l.from].name,
-                self.nodes[l.to].name,
+                "[[link]]\nfrom = {}\nto = {}\nbandwidth_bps = {}\nqueue_bytes = {}\nmin_delay_ns = {}\nmax_jitter_ns = {}\n\n",
+                toml::Value::from(&*self.nodes[l.from].name),
+                toml::Value::from(&*self.nodes[l.to].name),
                 l.bandwidth_bps,
                 l.queue_bytes,
                 super::ps_to_ns(l.min_delay),
