@@ -103,11 +103,17 @@ impl Trace {
         let file =
             std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
         let mut w = BufWriter::new(file);
+        self.write_text(&mut w)
+            .and_then(|()| w.flush())
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Writes the text form that [`Trace::parse`] reads back to the same trace.
+    pub fn write_text(&self, w: &mut impl Write) -> std::io::Result<()> {
         writeln!(w, "kairos-trace v1 users={} cdr={} seed={}", self.users, self.cdr, self.seed)?;
         for r in &self.rows {
             writeln!(w, "{} {}", if r.control { 'c' } else { 'd' }, r.user)?;
         }
-        w.flush().with_context(|| format!("cannot write {}", path.display()))?;
         Ok(())
     }
 
