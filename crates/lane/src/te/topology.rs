@@ -221,10 +221,10 @@ impl Topology {
                 })
             };
             let (from, to) = (end(&l.from)?, end(&l.to)?);
-            let bandwidth = positive(&l.bandwidth_bps, "bandwidth_bps", &at)?;
-            let queue = non_negative(&l.queue_bytes, "queue_bytes", &at)?;
-            let min_delay = non_negative(&l.min_delay_ns, "min_delay_ns", &at)?;
-            let jitter = non_negative(&l.max_jitter_ns, "max_jitter_ns", &at)?;
+            let bandwidth = positive(&l.bandwidth_bps, "bandwidth_bps", MAX_COUNT, &at)?;
+            let queue = non_negative(&l.queue_bytes, "queue_bytes", MAX_COUNT, &at)?;
+            let min_delay = non_negative(&l.min_delay_ns, "min_delay_ns", MAX_DELAY_NS, &at)?;
+            let jitter = non_negative(&l.max_jitter_ns, "max_jitter_ns", MAX_DELAY_NS, &at)?;
             let spec = LinkSpec {
                 bandwidth_bps: bandwidth.round() as u64,
                 queue_bytes: queue.round() as u64,
@@ -339,12 +339,25 @@ pub(crate) fn number(v: &Spanned<toml::Value>, field: &str, at: &At<'_>) -> Resu
     }
 }
 
-fn positive(v: &Spanned<toml::Value>, field: &str, at: &At<'_>) -> Result<f64, TopologyError> {
+/// The largest bandwidth or queue a file may give: `to_toml` writes it back as a TOML integer.
+const MAX_COUNT: f64 = 1e18;
+/// The largest delay or jitter a file may give, in ns (1000 s): sums over many hops stay far from
+/// u64's limit in picoseconds, and `to_toml` writes it back to the same picosecond (beyond about
+/// 2^52 ps, the nanoseconds it writes can read back a picosecond off).
+const MAX_DELAY_NS: f64 = 1e12;
+
+fn positive(v: &Spanned<toml::Value>, field: &str, max: f64, at: &At<'_>) -> Result<f64, TopologyError> {
     let x = number(v, field, at)?;
+    if x > max {
+        return Err(at(v.span(), format!("{field} must be at most {max:e}, got {x:e}")));
+    }
     if x > 0.0 { Ok(x) } else { Err(at(v.span(), format!("{field} must be positive, got {x}"))) }
 }
 
-fn non_negative(v: &Spanned<toml::Value>, field: &str, at: &At<'_>) -> Result<f64, TopologyError> {
+fn non_negative(v: &Spanned<toml::Value>, field: &str, max: f64, at: &At<'_>) -> Result<f64, TopologyError> {
     let x = number(v, field, at)?;
+    if x > max {
+        return Err(at(v.span(), format!("{field} must be at most {max:e}, got {x:e}")));
+    }
     if x >= 0.0 { Ok(x) } else { Err(at(v.span(), format!("{field} must not be negative, got {x}"))) }
 }
