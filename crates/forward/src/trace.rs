@@ -134,7 +134,7 @@ impl Trace {
         for f in fields {
             match f.split_once('=') {
                 Some(("users", v)) => users = v.parse().ok(),
-                Some(("cdr", v)) => cdr = v.parse().ok(),
+                Some(("cdr", v)) => cdr = v.parse::<f64>().ok(),
                 Some(("seed", v)) => seed = v.parse().unwrap_or(0),
                 _ => {}
             }
@@ -142,6 +142,9 @@ impl Trace {
         let (Some(users), Some(cdr)) = (users, cdr) else {
             bail!("{name}: the header must give users=N and cdr=X");
         };
+        if !(cdr.is_finite() && cdr >= 0.0) {
+            bail!("{name}: the header's cdr must be a non-negative number, got {cdr}");
+        }
         let mut rows = Vec::new();
         for (i, line) in lines.enumerate() {
             let at = || format!("{name}:{}", i + 2);
@@ -202,6 +205,25 @@ mod tests {
         std::fs::write(&path, "hello\n").unwrap();
         assert!(Trace::load(&path).unwrap_err().to_string().contains("not a kairos trace"));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A header's `cdr=nan` loaded, and the trace was not equal to itself written and read back
+    /// (the trace_parse fuzz target's input).
+    #[test]
+    fn a_cdr_that_is_not_a_non_negative_number_is_refused() {
+        let err = Trace::parse("kairos-trace v1 users=5 cdr=nan 0\nc 4\nd 4\nd 1\nd 01\nd 0\n", "t.trace")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "t.trace: the header's cdr must be a non-negative number, got NaN");
+        for cdr in ["inf", "-0.5"] {
+            let text = format!("kairos-trace v1 users=5 cdr={cdr}\nd 1\n");
+            assert!(
+                Trace::parse(&text, "t.trace").unwrap_err().to_string().contains("non-negative"),
+                "{cdr}"
+            );
+        }
+        let t = Trace::parse("kairos-trace v1 users=5 cdr=0\nd 1\n", "t.trace").unwrap();
+        assert_eq!((t.users, t.cdr, t.seed, t.rows.len()), (5, 0.0, 0, 1));
     }
 
     /// The Zipf oracle: a constant-rate stream of the trace, delivered after a constant delay,
