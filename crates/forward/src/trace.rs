@@ -113,11 +113,17 @@ impl Trace {
         let file =
             std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
         let mut w = BufWriter::new(file);
+        self.write_text(&mut w)
+            .and_then(|()| w.flush())
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Writes the text form that [`Trace::parse`] reads back to the same trace.
+    pub fn write_text(&self, w: &mut impl Write) -> std::io::Result<()> {
         writeln!(w, "kairos-trace v1 users={} cdr={} seed={}", self.users, self.cdr, self.seed)?;
         for r in &self.rows {
             writeln!(w, "{} {}", if r.control { 'c' } else { 'd' }, r.user)?;
         }
-        w.flush().with_context(|| format!("cannot write {}", path.display()))?;
         Ok(())
     }
 
@@ -138,7 +144,7 @@ impl Trace {
         for f in fields {
             match f.split_once('=') {
                 Some(("users", v)) => users = v.parse().ok(),
-                Some(("cdr", v)) => cdr = v.parse().ok(),
+                Some(("cdr", v)) => cdr = v.parse::<f64>().ok(),
                 Some(("seed", v)) => seed = v.parse().unwrap_or(0),
                 _ => {}
             }
@@ -245,6 +251,25 @@ mod tests {
         assert!(Trace::generate(10, 2.0, 10, 1).unwrap_err().to_string().contains("got 2"));
         assert!(Trace::generate(10, 0.1, 0, 1).unwrap_err().to_string().contains("asked for 0"));
         assert!(Trace::parse("kairos-trace v1 users=5 cdr=1\nc 1\nd 1\n", "t").is_ok());
+    }
+
+    /// A header's `cdr=nan` loaded, and the trace was not equal to itself written and read back
+    /// (the trace_parse fuzz target's input).
+    #[test]
+    fn a_cdr_that_is_not_a_non_negative_number_is_refused() {
+        let err = Trace::parse("kairos-trace v1 users=5 cdr=nan 0\nc 4\nd 4\nd 1\nd 01\nd 0\n", "t.trace")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("t.trace: the control/data ratio must be a number from 0 to 1, got NaN"),
+            "{err}"
+        );
+        for cdr in ["inf", "-0.5"] {
+            let text = format!("kairos-trace v1 users=5 cdr={cdr}\nd 1\n");
+            assert!(Trace::parse(&text, "t.trace").unwrap_err().to_string().contains("from 0 to 1"), "{cdr}");
+        }
+        let t = Trace::parse("kairos-trace v1 users=5 cdr=0\nd 1\n", "t.trace").unwrap();
+        assert_eq!((t.users, t.cdr, t.seed, t.rows.len()), (5, 0.0, 0, 1));
     }
 
     /// The Zipf oracle: a constant-rate stream of the trace, delivered after a constant delay,
