@@ -23,6 +23,7 @@ use kairos_io::{Kind, Packet, Port};
 use kairos_metrics::AgeTable;
 use kairos_ring::{Doorbell, Overflow, RingStats};
 use kairos_sys::clock::monotonic_ns;
+use kairos_sys::stoppable_thread::panic_message;
 use serde::Serialize;
 
 use crate::config::{ControlMode, Flush, ForwarderConfig, RingPolicy};
@@ -237,12 +238,7 @@ pub fn run<F: Fib, P: Port>(
 }
 
 fn panicked(thread: &'static str, payload: Box<dyn std::any::Any + Send>) -> ForwarderError {
-    let message = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".into());
-    ForwarderError::Panicked { thread, message }
+    ForwarderError::Panicked { thread, message: panic_message(&*payload) }
 }
 
 struct RxResult {

@@ -20,6 +20,7 @@
 //! thread before the state is handed back.
 
 use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
+use kairos_sys::stoppable_thread::panic_message;
 use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches, thread_cpu_time_ns};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -309,15 +310,6 @@ impl std::fmt::Display for HandlerPanicked {
 }
 
 impl std::error::Error for HandlerPanicked {}
-
-/// The message a panic carried, when it was a string.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".to_string())
-}
 
 fn run<S>(
     mut sched: Scheduler<S>,

@@ -84,8 +84,9 @@ impl<T> Drop for StoppableThread<T> {
     }
 }
 
-/// The text of a panic payload (`panic!` with a literal or a format string).
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+/// The text of a panic payload (`panic!` with a literal or a format string), for any code that
+/// joins a thread and reports why it died.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {

@@ -36,6 +36,7 @@ use kairos_forward::forwarder::{ForwarderStats, RingCounts};
 use kairos_forward::source::{Pace, Progress, SourceResult};
 use kairos_forward::trace::Trace;
 pub use kairos_forward::{ControlMode, Flush, ForwarderConfig, RingPolicy, forwarder, source, trace};
+use kairos_sys::stoppable_thread::panic_message;
 
 /// The transport between the source and the forwarder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -256,10 +257,10 @@ fn run_with<F: Fib, P: Port>(
         }
         let src = src.map(|h| h.join());
         stop.store(true, Ordering::Release);
-        let fwd = fwd.join().map_err(|p| anyhow!("the forwarder panicked: {}", panic_message(&p)))??;
+        let fwd = fwd.join().map_err(|p| anyhow!("the forwarder panicked: {}", panic_message(&*p)))??;
         let src = match src {
             Some(Ok(src)) => src,
-            Some(Err(p)) => bail!("the sender panicked: {}", panic_message(&p)),
+            Some(Err(p)) => bail!("the sender panicked: {}", panic_message(&*p)),
             None => bail!("the forwarder ended before it started"),
         };
         if progress.abort.load(Ordering::Relaxed) {
@@ -268,14 +269,6 @@ fn run_with<F: Fib, P: Port>(
         tick(progress.sent.load(Ordering::Relaxed));
         Ok(row(config, trace, src, fwd))
     })
-}
-
-fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".into())
 }
 
 fn pace(config: &ForwardConfig) -> Pace {
