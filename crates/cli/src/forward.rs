@@ -150,7 +150,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
 #[derive(Args)]
 pub struct SweepArgs {
     /// A short grid (about 2 minutes on 2 idle cores, memory backend) instead of the full one
-    /// (about 10).
+    /// (twice the trace, more rates and repetitions).
     #[arg(long)]
     quick: bool,
     /// Print the summary as one JSON object on stdout instead of the report.

@@ -292,10 +292,9 @@ impl Experiment for SweepConfig {
     }
 
     fn run(&self, run: &mut Run<'_>) -> Result<SweepSummary> {
-        let (summary_rows, max_rate_pps, peer, traces) = grid(self, run)?;
+        let (rows, max_rate_pps, peer, traces) = grid(self, run)?;
         let mut info = run.finish();
         let run_dir = run.dir();
-        let rows = summary_rows;
         let per_user = per_user(&rows, self, &traces["0.1"]);
         let best_per_rate = best_per_rate(&rows);
         let checks = checks(&rows, self);
