@@ -226,15 +226,20 @@ fn run_with<F: Fib, P: Port>(
     let started = AtomicBool::new(false);
     let progress = Progress::default();
     let pace = pace(config);
+    // Each side wakes the supervisor when it ends, so a run's end costs no polling interval.
+    let supervisor = std::thread::current();
     std::thread::scope(|s| {
-        let fwd =
-            s.spawn(|| forwarder::run(&config.forwarder, trace.users, fib, fwd_in, fwd_out, &stop, &started));
+        let fwd = s.spawn(|| {
+            let stats = forwarder::run(&config.forwarder, trace.users, fib, fwd_in, fwd_out, &stop, &started);
+            supervisor.unpark();
+            stats
+        });
         while !started.load(Ordering::Acquire) && !fwd.is_finished() {
             std::thread::sleep(Duration::from_micros(100));
         }
         let src = started.load(Ordering::Acquire).then(|| {
             s.spawn(|| {
-                source::run(
+                let result = source::run(
                     trace,
                     pace,
                     config.source_burst,
@@ -242,7 +247,9 @@ fn run_with<F: Fib, P: Port>(
                     &mut src_in,
                     config.drain_ns,
                     &progress,
-                )
+                );
+                supervisor.unpark();
+                result
             })
         });
         if let Some(src) = &src {
@@ -252,7 +259,7 @@ fn run_with<F: Fib, P: Port>(
                     progress.abort.store(true, Ordering::Relaxed);
                 }
                 tick(progress.sent.load(Ordering::Relaxed));
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::park_timeout(Duration::from_millis(50));
             }
         }
         let src = src.map(|h| h.join());
