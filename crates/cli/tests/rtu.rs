@@ -165,8 +165,13 @@ fn every_flag_of_every_rtu_subcommand_states_its_default() {
             assert!(entry.contains("default"), "rtu {command}: no default in {entry:?}");
             let numeric = ["--seconds", "--utilisation", "--unit-us", "--work-us", "--sizes"];
             if numeric.iter().any(|flag| entry.starts_with(flag)) {
+                // A range is written "(0, 1]" or "LOW-HIGH" between digits (every entry starts
+                // with "--", so a dash alone says nothing).
                 let range = entry.contains("(0, 1]")
-                    || entry.contains('-') && entry.chars().any(|c| c.is_ascii_digit());
+                    || entry
+                        .as_bytes()
+                        .windows(3)
+                        .any(|w| w[0].is_ascii_digit() && w[1] == b'-' && w[2].is_ascii_digit());
                 let unit = ["seconds", "microseconds", "bytes", "fractions of a core"]
                     .iter()
                     .any(|u| entry.contains(u));

@@ -18,16 +18,7 @@ pub fn thread_id() -> i32 {
 
 /// Pins the calling thread to one core.
 pub fn pin_current_thread(core: usize) -> io::Result<()> {
-    if core >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("core {core} out of range")));
-    }
-    // SAFETY: cpu_set_t is plain data for which all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `core` < CPU_SETSIZE was checked above, so CPU_SET stays inside `set`.
-    unsafe { libc::CPU_SET(core, &mut set) };
-    // SAFETY: pid 0 names the calling thread; `set` is a valid cpu_set_t of the size passed.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    pin_current_thread_to(&[core])
 }
 
 /// Lets the calling thread run on `cores` only (and on any of them). An empty list, or one
