@@ -28,7 +28,7 @@ use std::collections::BTreeSet;
 
 use anyhow::{Result, bail};
 use kairos_lane::te::{Allocation, LinkSpec, Request, Tunnel, generate, ps_to_ns};
-use kairos_lane::validator::{validate_adversarially, validate_targeted};
+use kairos_lane::validator::{GENERAL_RUNS, validate_adversarially, validate_targeted};
 use kairos_metrics::NoiseConfig;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -69,8 +69,6 @@ pub const MAX_PERIODS: u64 = 1_000_000;
 pub const MAX_RELEASES: u64 = 100_000_000;
 /// Periods simulated by each targeted run.
 const TARGETED_PERIODS: u64 = 3;
-/// General adversary runs: phases zero and random, four delay choices.
-const GENERAL_RUNS: f64 = 8.0;
 /// Packets a tunnel releases per longest approved period, on average: periods are drawn
 /// log-uniformly in [10 us, 1 ms], so longest / period averages (1 ms)(1/10 us - 1/1 ms) / ln 100.
 const RELEASES_PER_LONGEST_PERIOD: f64 = 21.5;
@@ -106,7 +104,7 @@ impl TightnessConfig {
         let admission = n * SECONDS_PER_REQUEST_PER_KILOLINK * (links / 1e3).max(1.0);
         let per_run =
             |periods: u64| (periods as f64 * n * RELEASES_PER_LONGEST_PERIOD).min(self.max_releases as f64);
-        let releases = GENERAL_RUNS * per_run(self.periods) + n * per_run(TARGETED_PERIODS);
+        let releases = GENERAL_RUNS as f64 * per_run(self.periods) + n * per_run(TARGETED_PERIODS);
         admission + releases * SECONDS_PER_RELEASE
     }
 

@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 use crate::te::{Allocation, Request, Topology, TunnelId, ps_to_ns};
-use crate::validator::{validate_adversarially, validate_targeted};
+use crate::validator::{GENERAL_RUNS, validate_adversarially, validate_targeted};
 
 /// One request of the plan, admitted or refused.
 #[derive(Debug, Clone, Serialize)]
@@ -83,9 +83,6 @@ impl Plan {
     }
 }
 
-/// General adversary runs of the validation (phases zero and random, four delay choices).
-const GENERAL_RUNS: u64 = 8;
-
 /// Admits `requests` in order; with `validate = Some((periods, max_releases, seed))` simulates
 /// the admitted tunnels under every adversary and fills in what was observed (when at least one
 /// was admitted).
@@ -145,7 +142,7 @@ pub fn plan(topo: &Topology, requests: &[Request], validate: Option<(u64, u64, u
         }
         Validation {
             simulated_ns: ps_to_ns(report.horizon),
-            runs: u64::try_from(tunnels.len()).map_or(u64::MAX, |n| n.saturating_add(GENERAL_RUNS)),
+            runs: tunnels.len() as u64 + GENERAL_RUNS,
             events: report.events,
             violations: report.violations(),
             drops: report.drops(),

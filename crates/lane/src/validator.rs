@@ -348,9 +348,12 @@ fn start(
     }
 }
 
+/// The runs of [`validate_adversarially`]: phases all zero and random, times four delay choices.
+pub const GENERAL_RUNS: u64 = 8;
+
 /// Runs the validator under every adversary: phases all zero and random, delays random,
-/// shortest, longest and alternating (eight runs of at most `max_releases` releases each);
-/// merges the reports.
+/// shortest, longest and alternating ([`GENERAL_RUNS`] runs of at most `max_releases` releases
+/// each); merges the reports.
 pub fn validate_adversarially(
     topo: &Topology,
     tunnels: &[&Tunnel],
