@@ -332,7 +332,7 @@ fn every_lane_flag_says_what_it_is() {
         assert!(help.contains(stated), "generate --help lacks {stated:?}: {help}");
     }
     let (help, _) = text(&kairos(&["lane", "tightness", "--help"]));
-    for stated in ["even, 2-32", "1-10000", "[default: 8, or 4 with --quick]", "about a minute"] {
+    for stated in ["even, 2-32", "1-10000", "[default: 8, or 4 with --quick]", "about 25 s here"] {
         assert!(help.contains(stated), "tightness --help lacks {stated:?}: {help}");
     }
 }
