@@ -2,7 +2,7 @@
 //!
 //! A configuration or trace path comes from outside; it may be a directory, a device such as
 //! `/dev/zero` that never ends, or binary garbage. Every reader of such a path goes through
-//! [`read_text`], which refuses anything over a limit the caller states (before reading it all:
+//! [`read_text`] (or [`read_bytes`]), which refuses anything over a limit the caller states (before reading it all:
 //! the read stops one byte past the limit) and names the file in every error.
 
 use std::fmt;
@@ -62,6 +62,13 @@ impl fmt::Display for Bytes {
 /// Reads at most `limit + 1` bytes whatever the file is (a device, a pipe, a file growing
 /// under us), so memory stays bounded.
 pub fn read_text(path: &Path, limit: u64) -> Result<String, FileError> {
+    String::from_utf8(read_bytes(path, limit)?)
+        .map_err(|e| FileError::NotText { path: path.to_path_buf(), offset: e.utf8_error().valid_up_to() })
+}
+
+/// Reads the bytes of `path`, at most `limit` of them (a key, a binary file), as
+/// [`read_text`] reads text.
+pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
     let io = |source| FileError::Io { path: path.to_path_buf(), source };
     if path.is_dir() {
         return Err(FileError::Directory { path: path.to_path_buf() });
@@ -72,8 +79,7 @@ pub fn read_text(path: &Path, limit: u64) -> Result<String, FileError> {
     if bytes.len() as u64 > limit {
         return Err(FileError::TooLarge { path: path.to_path_buf(), limit });
     }
-    String::from_utf8(bytes)
-        .map_err(|e| FileError::NotText { path: path.to_path_buf(), offset: e.utf8_error().valid_up_to() })
+    Ok(bytes)
 }
 
 #[cfg(test)]
