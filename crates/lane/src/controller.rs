@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, HashMap};
 use crate::te::{Allocation, Change, Picos, Request, Resources, TunnelId};
 
 /// Why a tunnel's resources changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum Reason {
     /// Traffic engineering: another tunnel was admitted, changed or released.

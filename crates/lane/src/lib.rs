@@ -6,6 +6,8 @@
 //!   in; notices and the next deadline out) with an event log.
 //! - [`validator`]: a packet-level discrete-event simulation of the formal model of the source's
 //!   Appendix A.1 that checks every packet of every admitted tunnel against its bounds.
+//! - [`service`]: the controller as a network service for node agents: authenticated frames,
+//!   a journal replayed after a crash, notices pushed to the nodes concerned, metrics.
 //! - [`plan`]: what `kairos lane plan` computes: requests admitted in order, their final bounds,
 //!   optionally validated; data only (the command line renders it).
 //!
@@ -29,5 +31,6 @@
 
 pub mod controller;
 pub mod plan;
+pub mod service;
 pub mod te;
 pub mod validator;
