@@ -37,6 +37,18 @@ enum LaneCommand {
     /// seconds. Flags are checked before anything runs, and a run estimated at more than an hour
     /// is refused.
     Tightness(TightnessArgs),
+    /// Serve the controller to node agents: admission, notices, a journal, metrics.
+    ///
+    /// Nodes prove the shared secret (--secret-file) and act only for their own host. Every
+    /// input is on disk (--state) before its answer goes out: after a crash, the same command
+    /// replays the journal and holds the same tunnels, and nodes reconnect. Runs until a signal.
+    Controller(crate::lane_service::ControllerArgs),
+    /// Ask a controller for one tunnel as the node of --host, and print the answer.
+    ///
+    /// Exit status: 0 granted, 3 refused, 2 bad flags, 1 no answer.
+    Request(crate::lane_service::RequestArgs),
+    /// Release a tunnel of --host at a controller. Exit status: 0 released, 3 refused.
+    Release(crate::lane_service::ReleaseArgs),
 }
 
 #[derive(Args)]
@@ -151,6 +163,9 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
             config.seed = a.seed;
             crate::experiment(&a.common, &config, lane_tightness::report)
         }
+        LaneCommand::Controller(a) => crate::lane_service::controller(a),
+        LaneCommand::Request(a) => crate::lane_service::request(a),
+        LaneCommand::Release(a) => crate::lane_service::release(a),
         LaneCommand::Generate(g) => {
             let topo = generated(g)?;
             print!("{}", topo.to_toml());

@@ -9,6 +9,7 @@ mod aoi_model;
 mod exit;
 mod forward;
 mod lane;
+mod lane_service;
 mod rtu;
 
 use anyhow::Result;
