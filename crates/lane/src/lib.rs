@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod controller;
+pub mod node;
 pub mod plan;
 pub mod service;
 pub mod te;
