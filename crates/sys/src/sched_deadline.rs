@@ -69,6 +69,7 @@ pub fn end_reservation_of(tid: i32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proc::ProcStat;
 
     #[test]
     fn the_attribute_has_the_kernel_layout() {
@@ -105,10 +106,8 @@ mod tests {
             eprintln!("skipped: SCHED_DEADLINE needs root");
             return;
         }
-        let policy = |tid: i32| {
-            let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
-            stat.rsplit(')').next().unwrap().split_whitespace().nth(38).unwrap().parse::<u32>().unwrap()
-        };
+        let policy =
+            |tid: i32| ProcStat::read(format!("/proc/self/task/{tid}/stat")).unwrap().policy().unwrap();
         let (told, heard) = std::sync::mpsc::channel();
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let holder = std::thread::spawn(move || {
