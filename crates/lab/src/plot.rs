@@ -197,6 +197,34 @@ pub struct XySeries {
     pub color: usize,
 }
 
+impl XySeries {
+    /// A measured series: a line with point markers.
+    pub fn measured(name: impl Into<String>, points: Vec<(f64, f64)>, color: usize) -> Self {
+        Self { name: name.into(), points, model: false, color }
+    }
+}
+
+/// One measured series per key of `keys`, coloured by the key's place among them: named
+/// `name(key)`, with the points `point` makes of the rows `of_key` picks for the key, in the
+/// rows' order. A key that picks no row gets no series (and its colour stays unused, so the
+/// other keys keep theirs from chart to chart).
+pub fn measured_per_key<K, R>(
+    keys: impl IntoIterator<Item = K>,
+    rows: &[R],
+    name: impl Fn(&K) -> String,
+    of_key: impl Fn(&K, &R) -> bool,
+    point: impl Fn(&R) -> (f64, f64),
+) -> Vec<XySeries> {
+    keys.into_iter()
+        .enumerate()
+        .map(|(color, key)| {
+            let points = rows.iter().filter(|r| of_key(&key, r)).map(&point).collect();
+            XySeries::measured(name(&key), points, color)
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect()
+}
+
 /// A tick label with at most four significant digits and no float noise (0.3, not
 /// 0.30000000000000004).
 pub fn tick(v: &f64) -> String {
@@ -361,6 +389,19 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
         std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_series_per_key_keeps_the_keys_colours_and_leaves_out_keys_without_rows() {
+        let rows = [(1, 1.0, 10.0), (3, 2.0, 30.0), (1, 3.0, 11.0)];
+        let series =
+            measured_per_key([1, 2, 3], &rows, |k| format!("key {k}"), |k, r| r.0 == *k, |r| (r.1, r.2));
+        let names: Vec<&str> = series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["key 1", "key 3"]);
+        assert_eq!(series[0].points, [(1.0, 10.0), (3.0, 11.0)]);
+        assert_eq!(series[1].points, [(2.0, 30.0)]);
+        assert_eq!((series[0].color, series[1].color), (0, 2), "key 3 keeps the third colour");
+        assert!(series.iter().all(|s| !s.model));
     }
 
     #[test]

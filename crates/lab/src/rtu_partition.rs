@@ -30,7 +30,7 @@ use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
 use crate::harness::{Experiment, Plan, Run, RunInfo, check_seconds};
-use crate::plot::{Scales, XySeries, xy_chart};
+use crate::plot::{Scales, measured_per_key, xy_chart};
 
 const STREAMS: usize = 6;
 const DATAGRAM: usize = 8_192;
@@ -305,25 +305,15 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
     }
     run.dir().write_csv("rows.csv", &rows)?;
     let plot = run.plot("per_stream.png");
-    let series: Vec<XySeries> = spread
-        .iter()
-        .enumerate()
-        .map(|(i, sp)| XySeries {
-            name: format!(
-                "x{} {}, {}",
-                sp.scale,
-                sp.way,
-                if sp.background_load { "stress-ng" } else { "no load" }
-            ),
-            points: rows
-                .iter()
-                .filter(|r| r.scale == sp.scale && r.way == sp.way && r.background_load == sp.background_load)
-                .map(|r| (r.stream as f64, r.received_mbps / (promised_mbps * r.scale as f64)))
-                .collect(),
-            model: false,
-            color: i,
-        })
-        .collect();
+    let series = measured_per_key(
+        &spread,
+        &rows,
+        |sp| {
+            format!("x{} {}, {}", sp.scale, sp.way, if sp.background_load { "stress-ng" } else { "no load" })
+        },
+        |sp, r| r.scale == sp.scale && r.way == sp.way && r.background_load == sp.background_load,
+        |r| (r.stream as f64, r.received_mbps / (promised_mbps * r.scale as f64)),
+    );
     xy_chart(
         &plot,
         "Bandwidth partitioning: each stream's throughput over its promise",

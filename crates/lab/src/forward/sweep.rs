@@ -38,7 +38,7 @@ use serde::Serialize;
 use super::{Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, Row, run_once};
 use crate::harness::{self, Experiment, Plan, Run, RunInfo};
 use crate::output::RunDir;
-use crate::plot::{Scales, XySeries, xy_chart};
+use crate::plot::{Scales, XySeries, measured_per_key, xy_chart};
 use kairos_aoi::closed_form::zipf_user_avg;
 use kairos_forward::source::AgeControl;
 use kairos_forward::trace::Trace;
@@ -680,20 +680,13 @@ fn series_by(
             names.push(name);
         }
     }
-    names
-        .iter()
-        .enumerate()
-        .map(|(color, name)| XySeries {
-            name: name.clone(),
-            points: rows
-                .iter()
-                .filter(|r| r.experiment == experiment && &label(r) == name)
-                .map(|r| (x(r), y(r)))
-                .collect(),
-            model: false,
-            color,
-        })
-        .collect()
+    measured_per_key(
+        names,
+        rows,
+        |name| name.clone(),
+        |name, r| r.experiment == experiment && &label(r) == name,
+        |r| (x(r), y(r)),
+    )
 }
 
 fn plots(rows: &[SweepRow], per_user: &[PerUser], run: &RunDir) -> Result<Vec<PathBuf>> {
