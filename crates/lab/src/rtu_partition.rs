@@ -249,26 +249,23 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
         }
     };
     let mut rtu_realtime = true;
-    for scale in SCALES {
-        let (counts, realtime) = rtu(config.seconds, scale)?;
-        rtu_realtime &= realtime;
-        record(scale, "rtu", false, counts);
-        run.step("");
-        record(scale, "threads", false, threads(config.seconds, scale)?);
-        run.step("");
-    }
+    let mut both_ways_at_every_scale = |loaded: bool| -> Result<()> {
+        for scale in SCALES {
+            let (counts, realtime) = rtu(config.seconds, scale)?;
+            rtu_realtime &= realtime;
+            record(scale, "rtu", loaded, counts);
+            run.step("");
+            record(scale, "threads", loaded, threads(config.seconds, scale)?);
+            run.step("");
+        }
+        Ok(())
+    };
+    both_ways_at_every_scale(false)?;
     let cores = online_cores();
     let background = match crate::background::stress_ng(cores, None) {
         Ok(load) => {
             std::thread::sleep(Duration::from_millis(200));
-            for scale in SCALES {
-                let (counts, realtime) = rtu(config.seconds, scale)?;
-                rtu_realtime &= realtime;
-                record(scale, "rtu", true, counts);
-                run.step("");
-                record(scale, "threads", true, threads(config.seconds, scale)?);
-                run.step("");
-            }
+            both_ways_at_every_scale(true)?;
             drop(load);
             format!("stress-ng --cpu {cores} --io 1")
         }
