@@ -122,6 +122,12 @@ fn sockets() -> Result<(Vec<UdpSocket>, Vec<UdpSocket>)> {
     Ok((rx, tx))
 }
 
+/// A sender's or receiver's handler: `batch` datagrams every `period_ns`, one per iteration,
+/// each declared to cost 20 us.
+fn stream_handler(name: String, period_ns: u64, batch: u64) -> HandlerSpec {
+    HandlerSpec { name, period_ns, batch, iteration: 1, unit_cost_ns: 20_000 }
+}
+
 /// Datagrams received per stream, RTU way, and whether its shells and I/O thread got
 /// `SCHED_FIFO`.
 fn rtu(seconds: f64, scale: u64) -> Result<(Vec<u64>, bool)> {
@@ -138,13 +144,7 @@ fn rtu(seconds: f64, scale: u64) -> Result<(Vec<u64>, bool)> {
     }
     let mut receivers = Scheduler::new((inboxes, vec![0u64; STREAMS]));
     for i in 0..STREAMS {
-        let send = HandlerSpec {
-            name: format!("send{i}"),
-            period_ns: SEND_PERIOD_NS,
-            batch: SEND_BATCH * scale,
-            iteration: 1,
-            unit_cost_ns: 20_000,
-        };
+        let send = stream_handler(format!("send{i}"), SEND_PERIOD_NS, SEND_BATCH * scale);
         senders
             .register(send, move |st: &mut (Vec<UdpSocket>, Vec<u8>), units: u64, _: &Context<'_>| {
                 for _ in 0..units {
@@ -153,13 +153,7 @@ fn rtu(seconds: f64, scale: u64) -> Result<(Vec<u64>, bool)> {
                 units
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let recv = HandlerSpec {
-            name: format!("recv{i}"),
-            period_ns: RECV_PERIOD_NS,
-            batch: RECV_BATCH * scale,
-            iteration: 1,
-            unit_cost_ns: 20_000,
-        };
+        let recv = stream_handler(format!("recv{i}"), RECV_PERIOD_NS, RECV_BATCH * scale);
         receivers
             .register(recv, move |st: &mut (Vec<Inbox>, Vec<u64>), units: u64, _: &Context<'_>| {
                 let done = st.0[i].drain(units, |_| {});
