@@ -10,7 +10,7 @@
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p kairos-ring --test loom --release`
 #![cfg(loom)]
 
-use kairos_ring::{Consumer, Overflow, keyed, mpsc, spsc};
+use kairos_ring::{Consumer, Overflow, SharedProducer, keyed, mpsc, spsc};
 use loom::thread::{self, JoinHandle};
 
 /// Runs `f` under loom and checks that more than one schedule was explored: a model that
@@ -34,6 +34,17 @@ fn bounded_model(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'stati
     });
     let n = iterations.load(std::sync::atomic::Ordering::Relaxed);
     assert!(n > 1, "loom explored {n} schedule(s)");
+}
+
+/// Starts a producer that offers `burst` once, on its own handle of an MPSC ring. It hands back
+/// what the ring refused or evicted.
+fn offer_once(mut tx: SharedProducer<u32>, burst: Vec<u32>) -> JoinHandle<Vec<u32>> {
+    thread::spawn(move || {
+        let mut left = Vec::new();
+        let a = tx.enqueue_burst(&burst, &mut left);
+        left.extend_from_slice(&burst[a.taken..]);
+        left
+    })
 }
 
 /// Starts the consumer: one dequeue of up to `room` entries, racing the producers. It hands
@@ -121,21 +132,9 @@ fn spsc_two_slots_drop_oldest() {
 fn mpsc_one_slot_drop_oldest_two_producers() {
     bounded_model(Some(3), || {
         let (tx, rx) = mpsc::<u32>(1, Overflow::DropOldest).unwrap();
-        let handles: Vec<_> = [10u32, 20]
-            .into_iter()
-            .map(|v| {
-                let mut tx = tx.clone();
-                thread::spawn(move || {
-                    let mut left = Vec::new();
-                    if tx.enqueue_burst(&[v], &mut left).taken == 0 {
-                        left.push(v);
-                    }
-                    left
-                })
-            })
-            .collect();
+        let producers = [10u32, 20].map(|v| offer_once(tx.clone(), vec![v]));
         let consumer = consume_once(rx, 1);
-        let left: Vec<u32> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let left: Vec<u32> = producers.into_iter().flat_map(|h| h.join().unwrap()).collect();
         let (rx, got) = delivered(consumer);
         assert_each_once(&got, left, &[10, 20]);
         let s = rx.stats();
@@ -147,21 +146,9 @@ fn mpsc_one_slot_drop_oldest_two_producers() {
 fn mpsc_two_producers_tail_drop_keep_their_order() {
     bounded_model(Some(3), || {
         let (tx, rx) = mpsc::<u32>(2, Overflow::DropNewest).unwrap();
-        let handles: Vec<_> = [10u32, 20]
-            .into_iter()
-            .map(|base| {
-                let mut tx = tx.clone();
-                thread::spawn(move || {
-                    let mut left = Vec::new();
-                    let burst = [base, base + 1];
-                    let a = tx.enqueue_burst(&burst, &mut left);
-                    left.extend_from_slice(&burst[a.taken..]);
-                    left
-                })
-            })
-            .collect();
+        let producers = [10u32, 20].map(|base| offer_once(tx.clone(), vec![base, base + 1]));
         let consumer = consume_once(rx, 2);
-        let left: Vec<u32> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let left: Vec<u32> = producers.into_iter().flat_map(|h| h.join().unwrap()).collect();
         let (_, got) = delivered(consumer);
         for base in [10, 20] {
             let mine: Vec<u32> = got.iter().copied().filter(|v| v / 10 == base / 10).collect();
