@@ -71,6 +71,15 @@ mod tests {
     use super::*;
     use crate::proc::ProcStat;
 
+    /// Whether this process is root, as SCHED_DEADLINE needs; when not, says the test is skipped.
+    fn root_or_skipped() -> bool {
+        let root = crate::user::effective_user_id() == 0;
+        if !root {
+            eprintln!("skipped: SCHED_DEADLINE needs root");
+        }
+        root
+    }
+
     #[test]
     fn the_attribute_has_the_kernel_layout() {
         assert_eq!(std::mem::size_of::<SchedAttr>(), 48);
@@ -86,8 +95,7 @@ mod tests {
 
     #[test]
     fn a_small_reservation_is_admitted_as_root() {
-        if crate::user::effective_user_id() != 0 {
-            eprintln!("skipped: SCHED_DEADLINE needs root");
+        if !root_or_skipped() {
             return;
         }
         let small =
@@ -102,8 +110,7 @@ mod tests {
 
     #[test]
     fn another_thread_ends_a_reservation() {
-        if crate::user::effective_user_id() != 0 {
-            eprintln!("skipped: SCHED_DEADLINE needs root");
+        if !root_or_skipped() {
             return;
         }
         let policy =
