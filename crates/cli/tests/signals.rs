@@ -14,24 +14,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use kairos_sys::proc::ProcStat;
+
 const CPUSET: &str = "/sys/fs/cgroup/cpuset";
 
 /// The cases share the machine's cpusets and real-time cores: one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// A process's state letter and start time (clock ticks since boot), which tells a process
-/// from a later one that reused its id.
-fn state_and_start(pid: u32) -> Option<(String, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
-    // After the name: state (3), ppid (4), ..., starttime (22).
-    Some((fields.first()?.to_string(), fields.get(19)?.parse().ok()?))
-}
-
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()
-}
 
 /// Every live descendant of `root`, with its start time and name.
 fn descendants(root: u32) -> BTreeMap<u32, (u64, String)> {
@@ -40,13 +28,14 @@ fn descendants(root: u32) -> BTreeMap<u32, (u64, String)> {
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())
         .collect();
-    let parents: BTreeMap<u32, u32> = pids.iter().filter_map(|&p| Some((p, parent_of(p)?))).collect();
+    let parents: BTreeMap<u32, u32> =
+        pids.iter().filter_map(|&p| Some((p, ProcStat::of_process(p)?.parent()?))).collect();
     let mut found = BTreeMap::new();
     for &pid in &pids {
         let mut up = pid;
         while let Some(&parent) = parents.get(&up) {
             if parent == root {
-                if let Some((_, start)) = state_and_start(pid) {
+                if let Some(start) = ProcStat::of_process(pid).and_then(|s| s.start_ticks()) {
                     let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
                     found.insert(pid, (start, name.trim().to_string()));
                 }
@@ -58,13 +47,10 @@ fn descendants(root: u32) -> BTreeMap<u32, (u64, String)> {
     found
 }
 
-/// Whether the process recorded as `pid` started at `start` has ended (gone, a zombie, or its
-/// id now another process's).
+/// Whether the process recorded as `pid` started at `start` (clock ticks since boot) has ended
+/// (gone, a zombie, or its id now another process's).
 fn ended(pid: u32, start: u64) -> bool {
-    match state_and_start(pid) {
-        None => true,
-        Some((state, now_start)) => state == "Z" || now_start != start,
-    }
+    ProcStat::of_process(pid).is_none_or(|s| s.is_zombie() || s.start_ticks() != Some(start))
 }
 
 /// The run's network namespaces (named `kairos-...-<pid>`).

@@ -53,6 +53,18 @@ impl Buf {
     pub fn index(&self) -> u32 {
         self.index
     }
+
+    /// The buffer's index, for use with pool `pool`.
+    ///
+    /// # Panics
+    /// When the buffer belongs to another pool; the message names both pools and what was
+    /// done (`done`: "used with", "freed to", "sent on a ring of").
+    #[inline]
+    #[track_caller]
+    fn index_in(&self, pool: u32, done: &str) -> u32 {
+        assert_eq!(self.pool, pool, "a buffer of pool {} {done} pool {pool}", self.pool);
+        self.index
+    }
 }
 
 /// The buffers of one pool.
@@ -98,8 +110,7 @@ impl Pool {
 
     #[inline]
     fn cell(&self, buf: &Buf) -> &UnsafeCell<Packet> {
-        assert_eq!(buf.pool, self.id, "a buffer of pool {} used with pool {}", buf.pool, self.id);
-        &self.slots[buf.index as usize]
+        &self.slots[buf.index_in(self.id, "used with") as usize]
     }
 
     /// Buffers in the pool.
@@ -182,8 +193,7 @@ impl Freer {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         for buf in bufs {
-            assert_eq!(buf.pool, self.pool, "a buffer of pool {} freed to pool {}", buf.pool, self.pool);
-            scratch.push(buf.index);
+            scratch.push(buf.index_in(self.pool, "freed to"));
         }
         self.give_back(&scratch);
         self.scratch = scratch;
@@ -238,12 +248,7 @@ impl BufProducer {
     pub fn send(&mut self, bufs: &mut Vec<Buf>, dropped: &mut Vec<Buf>) -> usize {
         self.scratch.clear();
         for buf in bufs.iter() {
-            assert_eq!(
-                buf.pool, self.pool.id,
-                "a buffer of pool {} sent on a ring of pool {}",
-                buf.pool, self.pool.id
-            );
-            self.scratch.push(buf.index);
+            self.scratch.push(buf.index_in(self.pool.id, "sent on a ring of"));
         }
         self.evicted.clear();
         let taken = self.ring.enqueue_burst(&self.scratch, &mut self.evicted).taken;
@@ -317,12 +322,7 @@ impl KeyedBufProducer {
     pub fn send(&mut self, bufs: &mut Vec<(u32, Buf)>, dropped: &mut Vec<Buf>) {
         self.scratch.clear();
         for (key, buf) in bufs.drain(..) {
-            assert_eq!(
-                buf.pool, self.pool.id,
-                "a buffer of pool {} sent on a ring of pool {}",
-                buf.pool, self.pool.id
-            );
-            self.scratch.push((key, buf.index));
+            self.scratch.push((key, buf.index_in(self.pool.id, "sent on a ring of")));
         }
         self.evicted.clear();
         // Every index offered is either held by the ring now or handed back in `evicted`.

@@ -192,6 +192,27 @@ fn a_buffer_of_another_pool_is_refused() {
 }
 
 #[test]
+#[should_panic(expected = "freed to pool")]
+fn a_buffer_freed_to_another_pool_is_refused() {
+    let (_a, mut alloc_a, _) = pool(4).unwrap();
+    let (_b, _, mut free_b) = pool(4).unwrap();
+    let mut bufs = Vec::new();
+    alloc_a.alloc_burst(1, &mut bufs);
+    free_b.free_all(bufs);
+}
+
+#[test]
+#[should_panic(expected = "sent on a ring of pool")]
+fn a_buffer_sent_on_another_pools_ring_is_refused() {
+    let (_a, mut alloc_a, _) = pool(4).unwrap();
+    let (b, _, _) = pool(4).unwrap();
+    let (mut tx, _rx) = buf_ring(&b, 4, Overflow::DropNewest).unwrap();
+    let mut bufs = Vec::new();
+    alloc_a.alloc_burst(1, &mut bufs);
+    tx.send(&mut bufs, &mut Vec::new());
+}
+
+#[test]
 fn testbed_joins_two_namespaces_and_cleans_up() {
     let bed = match Testbed::create() {
         Ok(bed) => bed,

@@ -24,17 +24,16 @@ mod tests {
     use super::*;
     use std::time::{Duration, Instant};
 
+    use kairos_sys::proc::ProcStat;
+
     /// Processes whose process group is `group` and that have not ended (zombies have).
     fn members(group: u32) -> Vec<u32> {
         let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
         entries
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| {
-                let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-                // After the name: state, ppid, pgrp.
-                let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-                fields.get(2) == Some(&group.to_string().as_str()) && fields.first() != Some(&"Z")
+            .filter(|&pid| {
+                ProcStat::of_process(pid).is_some_and(|s| s.process_group() == Some(group) && !s.is_zombie())
             })
             .collect()
     }

@@ -12,6 +12,7 @@
 
 use anyhow::{Result, anyhow};
 use plotters::coord::Shift;
+use plotters::coord::ranged1d::ValueFormatter;
 use plotters::prelude::*;
 use std::path::Path;
 use std::sync::Once;
@@ -119,6 +120,39 @@ fn panels(path: &Path, count: usize) -> Result<(Area<'_>, Vec<(Area<'_>, Area<'_
     Ok((root, areas))
 }
 
+/// The caption of panel `n` (from 0) of `panels`: the title, numbered when there are several.
+fn panel_caption(title: &str, n: usize, panels: usize) -> String {
+    if panels > 1 { format!("{title} ({}/{panels})", n + 1) } else { title.to_string() }
+}
+
+/// A chart on a panel's chart area: its caption, margin and room for the axes' labels.
+fn panel_chart<'a, 'b>(area: &'a Area<'b>, caption: String) -> ChartBuilder<'a, 'b, BitMapBackend<'b>> {
+    let mut builder = ChartBuilder::on(area);
+    builder.caption(caption, ("sans-serif", 22)).margin(14).x_label_area_size(48).y_label_area_size(80);
+    builder
+}
+
+/// Draws a chart's grid, axis descriptions and tick labels.
+fn draw_mesh<X, Y>(
+    chart: &mut ChartContext<'_, BitMapBackend<'_>, Cartesian2d<X, Y>>,
+    x_label: &str,
+    y_label: &str,
+) -> Result<()>
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
+        .label_style(("sans-serif", 14))
+        .draw()
+        .map_err(|e| anyhow!("plot: {e}"))
+}
+
 /// One line of a tail chart.
 #[derive(Debug, Clone)]
 pub struct Series {
@@ -144,32 +178,15 @@ pub fn tail_chart(path: &Path, title: &str, x_label: &str, series: &[Series]) ->
     let chunks: Vec<&[Series]> = series.chunks(MAX_SERIES_PER_PANEL).collect();
     let (root, areas) = panels(path, chunks.len())?;
     for (n, (chunk, (chart_area, legend_area))) in chunks.iter().zip(&areas).enumerate() {
-        let caption = if chunks.len() > 1 {
-            format!("{title} ({}/{})", n + 1, chunks.len())
-        } else {
-            title.to_string()
-        };
         let (xb, xl) = log_ticks(x0, x1);
         let (yb, yl) = log_ticks(y0, y1);
-        let mut chart = ChartBuilder::on(chart_area)
-            .caption(caption, ("sans-serif", 22))
-            .margin(14)
-            .x_label_area_size(48)
-            .y_label_area_size(80)
+        let mut chart = panel_chart(chart_area, panel_caption(title, n, chunks.len()))
             .build_cartesian_2d(
                 (x0..x1).log_scale().with_key_points(xb).with_light_points(xl),
                 (y0..y1).log_scale().with_key_points(yb).with_light_points(yl),
             )
             .map_err(|e| anyhow!("plot: {e}"))?;
-        chart
-            .configure_mesh()
-            .x_desc(x_label)
-            .y_desc("fraction of samples above x")
-            .x_label_formatter(&tick)
-            .y_label_formatter(&tick)
-            .label_style(("sans-serif", 14))
-            .draw()
-            .map_err(|e| anyhow!("plot: {e}"))?;
+        draw_mesh(&mut chart, x_label, "fraction of samples above x")?;
         let mut legend = Vec::new();
         for (i, s) in chunk.iter().enumerate() {
             let color = PALETTE[i % PALETTE.len()];
@@ -195,6 +212,34 @@ pub struct XySeries {
     pub model: bool,
     /// Palette index; series with the same index share a colour (a measurement and its model).
     pub color: usize,
+}
+
+impl XySeries {
+    /// A measured series: a line with point markers.
+    pub fn measured(name: impl Into<String>, points: Vec<(f64, f64)>, color: usize) -> Self {
+        Self { name: name.into(), points, model: false, color }
+    }
+}
+
+/// One measured series per key of `keys`, coloured by the key's place among them: named
+/// `name(key)`, with the points `point` makes of the rows `of_key` picks for the key, in the
+/// rows' order. A key that picks no row gets no series (and its colour stays unused, so the
+/// other keys keep theirs from chart to chart).
+pub fn measured_per_key<K, R>(
+    keys: impl IntoIterator<Item = K>,
+    rows: &[R],
+    name: impl Fn(&K) -> String,
+    of_key: impl Fn(&K, &R) -> bool,
+    point: impl Fn(&R) -> (f64, f64),
+) -> Vec<XySeries> {
+    keys.into_iter()
+        .enumerate()
+        .map(|(color, key)| {
+            let points = rows.iter().filter(|r| of_key(&key, r)).map(&point).collect();
+            XySeries::measured(name(&key), points, color)
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect()
 }
 
 /// A tick label with at most four significant digits and no float noise (0.3, not
@@ -277,11 +322,6 @@ pub fn xy_chart(
     let groups = panel_groups(series);
     let (root, areas) = panels(path, groups.len())?;
     for (n, (group, (chart_area, legend_area))) in groups.iter().zip(&areas).enumerate() {
-        let caption = if groups.len() > 1 {
-            format!("{title} ({}/{})", n + 1, groups.len())
-        } else {
-            title.to_string()
-        };
         // Colours are dealt per panel, in the order the series' colour indices first appear.
         let mut order: Vec<usize> = Vec::new();
         for s in group {
@@ -291,21 +331,12 @@ pub fn xy_chart(
         }
         let colour_of =
             |s: &XySeries| PALETTE[order.iter().position(|&c| c == s.color).unwrap_or(0) % PALETTE.len()];
-        let mut builder = ChartBuilder::on(chart_area);
-        builder.caption(caption, ("sans-serif", 22)).margin(14).x_label_area_size(48).y_label_area_size(80);
+        let mut builder = panel_chart(chart_area, panel_caption(title, n, groups.len()));
         let mut legend = Vec::new();
         macro_rules! draw {
             ($chart:expr) => {{
                 let mut chart = $chart.map_err(|e| anyhow!("plot: {e}"))?;
-                chart
-                    .configure_mesh()
-                    .x_desc(x_label)
-                    .y_desc(y_label)
-                    .x_label_formatter(&tick)
-                    .y_label_formatter(&tick)
-                    .label_style(("sans-serif", 14))
-                    .draw()
-                    .map_err(|e| anyhow!("plot: {e}"))?;
+                draw_mesh(&mut chart, x_label, y_label)?;
                 for s in group {
                     let color = colour_of(s);
                     let points: Vec<(f64, f64)> = s
@@ -361,6 +392,19 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
         std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn a_series_per_key_keeps_the_keys_colours_and_leaves_out_keys_without_rows() {
+        let rows = [(1, 1.0, 10.0), (3, 2.0, 30.0), (1, 3.0, 11.0)];
+        let series =
+            measured_per_key([1, 2, 3], &rows, |k| format!("key {k}"), |k, r| r.0 == *k, |r| (r.1, r.2));
+        let names: Vec<&str> = series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["key 1", "key 3"]);
+        assert_eq!(series[0].points, [(1.0, 10.0), (3.0, 11.0)]);
+        assert_eq!(series[1].points, [(2.0, 30.0)]);
+        assert_eq!((series[0].color, series[1].color), (0, 2), "key 3 keeps the third colour");
+        assert!(series.iter().all(|s| !s.model));
     }
 
     #[test]

@@ -32,7 +32,7 @@ use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
 
 use crate::harness::{Experiment, Plan, Run, RunInfo, check_points};
-use crate::plot::{Scales, XySeries, xy_chart};
+use crate::plot::{Scales, XySeries, measured_per_key, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
 /// What the deadline experiment runs.
@@ -304,20 +304,13 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<DeadlinesSumma
     run.dir().write_csv("rows.csv", &rows)?;
     run.dir().write_csv("misses.csv", &misses)?;
     let plot = run.plot("min_slack.png");
-    let series = |bg: bool, name: &str, color: usize| XySeries {
-        name: name.into(),
-        points: rows
-            .iter()
-            .filter(|r| r.background_load == bg)
-            .map(|r| (r.utilisation, r.min_slack_us / 1e3))
-            .collect(),
-        model: false,
-        color,
-    };
-    let mut all = vec![series(false, "no background load", 0)];
-    if rows.iter().any(|r| r.background_load) {
-        all.push(series(true, "stress-ng on the same core", 1));
-    }
+    let mut all = measured_per_key(
+        [(false, "no background load"), (true, "stress-ng on the same core")],
+        &rows,
+        |(_, name)| name.to_string(),
+        |(loaded, _), r| r.background_load == *loaded,
+        |r| (r.utilisation, r.min_slack_us / 1e3),
+    );
     // A dashed vertical line at the highest utilisation the analysis admitted.
     let slack_ms = rows.iter().map(|r| r.min_slack_us / 1e3);
     let (low, high) = slack_ms.fold((0.0f64, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));

@@ -30,7 +30,7 @@ use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
 use crate::harness::{Experiment, Plan, Run, RunInfo, check_seconds};
-use crate::plot::{Scales, XySeries, xy_chart};
+use crate::plot::{Scales, measured_per_key, xy_chart};
 
 const STREAMS: usize = 6;
 const DATAGRAM: usize = 8_192;
@@ -122,6 +122,12 @@ fn sockets() -> Result<(Vec<UdpSocket>, Vec<UdpSocket>)> {
     Ok((rx, tx))
 }
 
+/// A sender's or receiver's handler: `batch` datagrams every `period_ns`, one per iteration,
+/// each declared to cost 20 us.
+fn stream_handler(name: String, period_ns: u64, batch: u64) -> HandlerSpec {
+    HandlerSpec { name, period_ns, batch, iteration: 1, unit_cost_ns: 20_000 }
+}
+
 /// Datagrams received per stream, RTU way, and whether its shells and I/O thread got
 /// `SCHED_FIFO`.
 fn rtu(seconds: f64, scale: u64) -> Result<(Vec<u64>, bool)> {
@@ -138,13 +144,7 @@ fn rtu(seconds: f64, scale: u64) -> Result<(Vec<u64>, bool)> {
     }
     let mut receivers = Scheduler::new((inboxes, vec![0u64; STREAMS]));
     for i in 0..STREAMS {
-        let send = HandlerSpec {
-            name: format!("send{i}"),
-            period_ns: SEND_PERIOD_NS,
-            batch: SEND_BATCH * scale,
-            iteration: 1,
-            unit_cost_ns: 20_000,
-        };
+        let send = stream_handler(format!("send{i}"), SEND_PERIOD_NS, SEND_BATCH * scale);
         senders
             .register(send, move |st: &mut (Vec<UdpSocket>, Vec<u8>), units: u64, _: &Context<'_>| {
                 for _ in 0..units {
@@ -153,13 +153,7 @@ fn rtu(seconds: f64, scale: u64) -> Result<(Vec<u64>, bool)> {
                 units
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let recv = HandlerSpec {
-            name: format!("recv{i}"),
-            period_ns: RECV_PERIOD_NS,
-            batch: RECV_BATCH * scale,
-            iteration: 1,
-            unit_cost_ns: 20_000,
-        };
+        let recv = stream_handler(format!("recv{i}"), RECV_PERIOD_NS, RECV_BATCH * scale);
         receivers
             .register(recv, move |st: &mut (Vec<Inbox>, Vec<u64>), units: u64, _: &Context<'_>| {
                 let done = st.0[i].drain(units, |_| {});
@@ -249,26 +243,23 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
         }
     };
     let mut rtu_realtime = true;
-    for scale in SCALES {
-        let (counts, realtime) = rtu(config.seconds, scale)?;
-        rtu_realtime &= realtime;
-        record(scale, "rtu", false, counts);
-        run.step("");
-        record(scale, "threads", false, threads(config.seconds, scale)?);
-        run.step("");
-    }
+    let mut both_ways_at_every_scale = |loaded: bool| -> Result<()> {
+        for scale in SCALES {
+            let (counts, realtime) = rtu(config.seconds, scale)?;
+            rtu_realtime &= realtime;
+            record(scale, "rtu", loaded, counts);
+            run.step("");
+            record(scale, "threads", loaded, threads(config.seconds, scale)?);
+            run.step("");
+        }
+        Ok(())
+    };
+    both_ways_at_every_scale(false)?;
     let cores = online_cores();
     let background = match crate::background::stress_ng(cores, None) {
         Ok(load) => {
             std::thread::sleep(Duration::from_millis(200));
-            for scale in SCALES {
-                let (counts, realtime) = rtu(config.seconds, scale)?;
-                rtu_realtime &= realtime;
-                record(scale, "rtu", true, counts);
-                run.step("");
-                record(scale, "threads", true, threads(config.seconds, scale)?);
-                run.step("");
-            }
+            both_ways_at_every_scale(true)?;
             drop(load);
             format!("stress-ng --cpu {cores} --io 1")
         }
@@ -305,25 +296,15 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
     }
     run.dir().write_csv("rows.csv", &rows)?;
     let plot = run.plot("per_stream.png");
-    let series: Vec<XySeries> = spread
-        .iter()
-        .enumerate()
-        .map(|(i, sp)| XySeries {
-            name: format!(
-                "x{} {}, {}",
-                sp.scale,
-                sp.way,
-                if sp.background_load { "stress-ng" } else { "no load" }
-            ),
-            points: rows
-                .iter()
-                .filter(|r| r.scale == sp.scale && r.way == sp.way && r.background_load == sp.background_load)
-                .map(|r| (r.stream as f64, r.received_mbps / (promised_mbps * r.scale as f64)))
-                .collect(),
-            model: false,
-            color: i,
-        })
-        .collect();
+    let series = measured_per_key(
+        &spread,
+        &rows,
+        |sp| {
+            format!("x{} {}, {}", sp.scale, sp.way, if sp.background_load { "stress-ng" } else { "no load" })
+        },
+        |sp, r| r.scale == sp.scale && r.way == sp.way && r.background_load == sp.background_load,
+        |r| (r.stream as f64, r.received_mbps / (promised_mbps * r.scale as f64)),
+    );
     xy_chart(
         &plot,
         "Bandwidth partitioning: each stream's throughput over its promise",

@@ -35,7 +35,7 @@ use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
 use crate::harness::{Experiment, Plan, Run, RunInfo, check_core, check_seconds};
-use crate::plot::{Scales, XySeries, xy_chart};
+use crate::plot::{Scales, measured_per_key, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputConfig {
@@ -313,22 +313,13 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
         .collect();
     run.dir().write_csv("rows.csv", &rows)?;
     let plot = run.plot("throughput.png");
-    let series: Vec<XySeries> = [false, true]
-        .into_iter()
-        .flat_map(|bg| RECEIVERS.into_iter().map(move |r| (bg, r)))
-        .enumerate()
-        .map(|(i, (bg, receiver))| XySeries {
-            name: format!("{receiver}, {}", if bg { "stress-ng" } else { "no load" }),
-            points: rows
-                .iter()
-                .filter(|r| r.receiver == receiver && r.background_load == bg)
-                .map(|r| (r.packet_bytes as f64, r.received_pps / 1e3))
-                .collect(),
-            model: false,
-            color: i,
-        })
-        .filter(|s| !s.points.is_empty())
-        .collect();
+    let series = measured_per_key(
+        [false, true].into_iter().flat_map(|bg| RECEIVERS.into_iter().map(move |r| (bg, r))),
+        &rows,
+        |(bg, receiver)| format!("{receiver}, {}", if *bg { "stress-ng" } else { "no load" }),
+        |(bg, receiver), r| r.receiver == *receiver && r.background_load == *bg,
+        |r| (r.packet_bytes as f64, r.received_pps / 1e3),
+    );
     xy_chart(
         &plot,
         "UDP receive throughput on loopback: RTU, RTU fed by an I/O thread, plain loop",

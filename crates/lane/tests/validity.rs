@@ -183,15 +183,7 @@ fn admission_of_the_theorem_2_construction_is_partition() {
             let ok = xs.iter().enumerate().all(|(i, &x)| {
                 let via_x = mask & (1 << i) != 0;
                 let tree = Tree { links: if via_x { vec![ux, xv] } else { vec![uy, yv] } };
-                let req = Request {
-                    name: format!("r{i}"),
-                    sender: u,
-                    receivers: vec![v],
-                    packet_bytes: x,
-                    period: 1_000_000_000,
-                    sublane: 0,
-                };
-                alloc.admit_on(req, tree).is_ok()
+                alloc.admit_on(theorem2_request(format!("r{i}"), u, v, x), tree).is_ok()
             });
             admissible |= ok;
         }
@@ -209,30 +201,10 @@ fn greedy_admission_can_miss_a_partition() {
     let admitted: Vec<bool> = xs
         .iter()
         .enumerate()
-        .map(|(i, &x)| {
-            let req = Request {
-                name: format!("r{i}"),
-                sender: u,
-                receivers: vec![v],
-                packet_bytes: x,
-                period: 1_000_000_000,
-                sublane: 0,
-            };
-            alloc.admit(req).is_ok()
-        })
+        .map(|(i, &x)| alloc.admit(theorem2_request(format!("r{i}"), u, v, x)).is_ok())
         .collect();
     assert_eq!(admitted, [true, true, true, true, false]);
-    let err = {
-        let req = Request {
-            name: "again".into(),
-            sender: u,
-            receivers: vec![v],
-            packet_bytes: 2,
-            period: 1_000_000_000,
-            sublane: 0,
-        };
-        alloc.admit(req).unwrap_err().to_string()
-    };
+    let err = alloc.admit(theorem2_request("again".into(), u, v, 2)).unwrap_err().to_string();
     assert!(err.contains("is full"), "{err}");
 }
 
@@ -255,6 +227,11 @@ fn theorem2(half: u64) -> (Topology, usize, usize, [usize; 4]) {
     let xv = t.add_link(x, v, spec(u64::MAX / 2)).unwrap();
     let yv = t.add_link(y, v, spec(u64::MAX / 2)).unwrap();
     (t, u, v, [ux, uy, xv, yv])
+}
+
+/// A request of the Theorem 2 construction: `bytes` from host u to host v once a second.
+fn theorem2_request(name: String, u: usize, v: usize, bytes: u64) -> Request {
+    Request { name, sender: u, receivers: vec![v], packet_bytes: bytes, period: 1_000_000_000, sublane: 0 }
 }
 
 /// The case the property test found against the textbook fixed point for higher sub-lanes

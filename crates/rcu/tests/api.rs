@@ -27,6 +27,12 @@ fn counting(domain: &Domain, n: usize) -> Arc<AtomicUsize> {
     ran
 }
 
+/// A domain whose readers run at most `max_batch` callbacks per quiescent state, with a time
+/// budget (a second) that no call here spends: only the count bounds a call.
+fn throttled_by_count(max_batch: usize) -> Domain {
+    Domain::with_policy(ReclaimPolicy::Throttle { max_batch, budget: Duration::from_secs(1) }).unwrap()
+}
+
 const ALL: [ReclaimPolicy; 5] = [
     ReclaimPolicy::Inline,
     ReclaimPolicy::Throttle { max_batch: 4, budget: Duration::from_millis(1) },
@@ -183,9 +189,7 @@ fn offload_never_runs_callbacks_on_readers() {
 
 #[test]
 fn throttle_runs_at_most_max_batch_per_call_and_the_rest_later() {
-    let domain =
-        Domain::with_policy(ReclaimPolicy::Throttle { max_batch: 10, budget: Duration::from_secs(1) })
-            .unwrap();
+    let domain = throttled_by_count(10);
     let mut reader = domain.register("r").unwrap();
     let ran = counting(&domain, 35);
     let mut per_call = Vec::new();
@@ -385,9 +389,7 @@ fn dropping_the_domain_runs_what_is_left() {
 
 #[test]
 fn a_dropped_reader_hands_its_leftovers_back() {
-    let domain =
-        Domain::with_policy(ReclaimPolicy::Throttle { max_batch: 1, budget: Duration::from_secs(1) })
-            .unwrap();
+    let domain = throttled_by_count(1);
     let mut reader = domain.register("r").unwrap();
     let ran = counting(&domain, 5);
     reader.quiescent();

@@ -1,9 +1,17 @@
 //! The rings' contracts, one behaviour per test.
 
-use kairos_ring::{Admitted, Overflow, RingError, RingStats, keyed, mpsc, spsc};
+use kairos_ring::{Admitted, Consumer, Overflow, RingError, RingStats, keyed, mpsc, spsc};
 
 fn conserved(s: &RingStats) -> bool {
     s.offered == s.len as u64 + s.dequeued + s.dropped()
+}
+
+/// What one dequeue into room for `room` entries takes, oldest first.
+fn one_dequeue(rx: &mut Consumer<u32>, room: usize) -> Vec<u32> {
+    let mut out = vec![0; room];
+    let n = rx.dequeue_burst(&mut out);
+    out.truncate(n);
+    out
 }
 
 #[test]
@@ -23,9 +31,7 @@ fn every_capacity_holds_exactly_that_many() {
         let a = tx.enqueue_burst(&offered, &mut evicted);
         assert_eq!(a, Admitted { taken: capacity, evicted: 0 }, "capacity {capacity}");
         assert_eq!(rx.len(), capacity);
-        let mut out = vec![0; capacity + 10];
-        assert_eq!(rx.dequeue_burst(&mut out), capacity);
-        assert_eq!(&out[..capacity], &offered[..capacity]);
+        assert_eq!(one_dequeue(&mut rx, capacity + 10), &offered[..capacity]);
         let s = rx.stats();
         assert_eq!(s.dropped_newest, 10);
         assert!(conserved(&s), "{s:?}");
@@ -58,10 +64,8 @@ fn one_slot_ring_is_bufferless_with_tail_drop() {
     let mut evicted = Vec::new();
     assert_eq!(tx.enqueue_burst(&[1], &mut evicted).taken, 1);
     assert_eq!(tx.enqueue_burst(&[2, 3], &mut evicted).taken, 0);
-    let mut out = [0; 4];
-    assert_eq!(rx.dequeue_burst(&mut out), 1);
-    assert_eq!(out[0], 1);
-    assert_eq!(rx.dequeue_burst(&mut out), 0);
+    assert_eq!(one_dequeue(&mut rx, 4), [1]);
+    assert!(one_dequeue(&mut rx, 4).is_empty());
     assert_eq!(rx.stats().dropped_newest, 2);
 }
 
@@ -77,9 +81,7 @@ fn drop_oldest_keeps_the_freshest_entries() {
     assert_eq!(tx.enqueue_burst(&[5, 6, 7, 8, 9], &mut evicted), Admitted { taken: 5, evicted: 5 });
     evicted.sort();
     assert_eq!(evicted, [2, 3, 4, 5, 6]);
-    let mut out = [0; 8];
-    assert_eq!(rx.dequeue_burst(&mut out), 3);
-    assert_eq!(&out[..3], &[7, 8, 9]);
+    assert_eq!(one_dequeue(&mut rx, 8), [7, 8, 9]);
     let s = rx.stats();
     assert_eq!(s.dropped_oldest, 6);
     assert!(conserved(&s), "{s:?}");
@@ -93,9 +95,7 @@ fn one_slot_drop_oldest_always_holds_the_newest() {
         tx.enqueue_burst(&[v], &mut evicted);
     }
     assert_eq!(evicted, (0..9).collect::<Vec<_>>());
-    let mut out = [0; 2];
-    assert_eq!(rx.dequeue_burst(&mut out), 1);
-    assert_eq!(out[0], 9);
+    assert_eq!(one_dequeue(&mut rx, 2), [9]);
 }
 
 #[test]
@@ -105,9 +105,7 @@ fn mpsc_drop_newest_refuses_what_does_not_fit() {
     let mut evicted = Vec::new();
     assert_eq!(a.enqueue_burst(&[1, 2, 3], &mut evicted).taken, 3);
     assert_eq!(b.enqueue_burst(&[10, 11], &mut evicted).taken, 1);
-    let mut out = [0; 8];
-    assert_eq!(rx.dequeue_burst(&mut out), 4);
-    assert_eq!(&out[..4], &[1, 2, 3, 10]);
+    assert_eq!(one_dequeue(&mut rx, 8), [1, 2, 3, 10]);
     assert_eq!(rx.stats().dropped_newest, 1);
 }
 

@@ -10,8 +10,8 @@
 //! Run: `RUSTFLAGS="--cfg loom" cargo test -p kairos-ring --test loom --release`
 #![cfg(loom)]
 
-use kairos_ring::{Overflow, keyed, mpsc, spsc};
-use loom::thread;
+use kairos_ring::{Consumer, Overflow, SharedProducer, keyed, mpsc, spsc};
+use loom::thread::{self, JoinHandle};
 
 /// Runs `f` under loom and checks that more than one schedule was explored: a model that
 /// explores one checks nothing about concurrency.
@@ -36,22 +36,55 @@ fn bounded_model(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'stati
     assert!(n > 1, "loom explored {n} schedule(s)");
 }
 
-/// Drains what is left after the threads joined.
-fn drain(rx: &mut kairos_ring::Consumer<u32>, got: &mut Vec<u32>) {
+/// Starts a producer that offers `burst` once, on its own handle of an MPSC ring. It hands back
+/// what the ring refused or evicted.
+fn offer_once(mut tx: SharedProducer<u32>, burst: Vec<u32>) -> JoinHandle<Vec<u32>> {
+    thread::spawn(move || {
+        let mut left = Vec::new();
+        let a = tx.enqueue_burst(&burst, &mut left);
+        left.extend_from_slice(&burst[a.taken..]);
+        left
+    })
+}
+
+/// Starts the consumer: one dequeue of up to `room` entries, racing the producers. It hands
+/// back the ring and what it took.
+fn consume_once(mut rx: Consumer<u32>, room: usize) -> JoinHandle<(Consumer<u32>, Vec<u32>)> {
+    thread::spawn(move || {
+        let mut out = vec![0u32; room];
+        let n = rx.dequeue_burst(&mut out);
+        out.truncate(n);
+        (rx, out)
+    })
+}
+
+/// Joins the consumer and drains what the ring still holds: the ring and everything it
+/// delivered, in the order it delivered it.
+fn delivered(consumer: JoinHandle<(Consumer<u32>, Vec<u32>)>) -> (Consumer<u32>, Vec<u32>) {
+    let (mut rx, mut got) = consumer.join().unwrap();
     let mut out = [0u32; 4];
     loop {
         let n = rx.dequeue_burst(&mut out);
         if n == 0 {
-            return;
+            return (rx, got);
         }
         got.extend_from_slice(&out[..n]);
     }
 }
 
+/// Checks that each of `offered` either left the ring (`got`) or came back to its producer
+/// (`returned`: refused or evicted), exactly once.
+fn assert_each_once(got: &[u32], returned: impl IntoIterator<Item = u32>, offered: &[u32]) {
+    let mut all = got.to_vec();
+    all.extend(returned);
+    all.sort();
+    assert_eq!(all, offered);
+}
+
 #[test]
 fn spsc_one_slot_tail_drop() {
     model(|| {
-        let (mut tx, mut rx) = spsc::<u32>(1, Overflow::DropNewest).unwrap();
+        let (mut tx, rx) = spsc::<u32>(1, Overflow::DropNewest).unwrap();
         let producer = thread::spawn(move || {
             let mut refused = Vec::new();
             let mut evicted = Vec::new();
@@ -63,19 +96,11 @@ fn spsc_one_slot_tail_drop() {
             assert!(evicted.is_empty());
             refused
         });
-        let consumer = thread::spawn(move || {
-            let mut out = [0u32; 2];
-            let n = rx.dequeue_burst(&mut out);
-            (rx, out[..n].to_vec())
-        });
+        let consumer = consume_once(rx, 2);
         let refused = producer.join().unwrap();
-        let (mut rx, mut got) = consumer.join().unwrap();
-        drain(&mut rx, &mut got);
+        let (rx, got) = delivered(consumer);
         assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order: {got:?}");
-        let mut all = got.clone();
-        all.extend(refused);
-        all.sort();
-        assert_eq!(all, [1, 2]);
+        assert_each_once(&got, refused, &[1, 2]);
         let s = rx.stats();
         assert_eq!(s.offered, s.dequeued + s.dropped());
     });
@@ -84,7 +109,7 @@ fn spsc_one_slot_tail_drop() {
 #[test]
 fn spsc_two_slots_drop_oldest() {
     model(|| {
-        let (mut tx, mut rx) = spsc::<u32>(2, Overflow::DropOldest).unwrap();
+        let (mut tx, rx) = spsc::<u32>(2, Overflow::DropOldest).unwrap();
         let producer = thread::spawn(move || {
             let mut left = Vec::new();
             let a = tx.enqueue_burst(&[1, 2], &mut left);
@@ -95,50 +120,23 @@ fn spsc_two_slots_drop_oldest() {
             }
             left
         });
-        let consumer = thread::spawn(move || {
-            let mut out = [0u32; 1];
-            let n = rx.dequeue_burst(&mut out);
-            (rx, out[..n].to_vec())
-        });
+        let consumer = consume_once(rx, 1);
         let left = producer.join().unwrap();
-        let (mut rx, mut got) = consumer.join().unwrap();
-        drain(&mut rx, &mut got);
+        let (_, got) = delivered(consumer);
         assert!(got.windows(2).all(|w| w[0] < w[1]), "out of order: {got:?}");
-        let mut all = got.clone();
-        all.extend(left);
-        all.sort();
-        assert_eq!(all, [1, 2, 3]);
+        assert_each_once(&got, left, &[1, 2, 3]);
     });
 }
 
 #[test]
 fn mpsc_one_slot_drop_oldest_two_producers() {
     bounded_model(Some(3), || {
-        let (tx, mut rx) = mpsc::<u32>(1, Overflow::DropOldest).unwrap();
-        let handles: Vec<_> = [10u32, 20]
-            .into_iter()
-            .map(|v| {
-                let mut tx = tx.clone();
-                thread::spawn(move || {
-                    let mut left = Vec::new();
-                    if tx.enqueue_burst(&[v], &mut left).taken == 0 {
-                        left.push(v);
-                    }
-                    left
-                })
-            })
-            .collect();
-        let consumer = thread::spawn(move || {
-            let mut out = [0u32; 1];
-            let n = rx.dequeue_burst(&mut out);
-            (rx, out[..n].to_vec())
-        });
-        let mut all: Vec<u32> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
-        let (mut rx, mut got) = consumer.join().unwrap();
-        drain(&mut rx, &mut got);
-        all.extend(&got);
-        all.sort();
-        assert_eq!(all, [10, 20]);
+        let (tx, rx) = mpsc::<u32>(1, Overflow::DropOldest).unwrap();
+        let producers = [10u32, 20].map(|v| offer_once(tx.clone(), vec![v]));
+        let consumer = consume_once(rx, 1);
+        let left: Vec<u32> = producers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let (rx, got) = delivered(consumer);
+        assert_each_once(&got, left, &[10, 20]);
         let s = rx.stats();
         assert_eq!(s.offered, s.dequeued + s.dropped());
     });
@@ -147,35 +145,16 @@ fn mpsc_one_slot_drop_oldest_two_producers() {
 #[test]
 fn mpsc_two_producers_tail_drop_keep_their_order() {
     bounded_model(Some(3), || {
-        let (tx, mut rx) = mpsc::<u32>(2, Overflow::DropNewest).unwrap();
-        let handles: Vec<_> = [10u32, 20]
-            .into_iter()
-            .map(|base| {
-                let mut tx = tx.clone();
-                thread::spawn(move || {
-                    let mut left = Vec::new();
-                    let burst = [base, base + 1];
-                    let a = tx.enqueue_burst(&burst, &mut left);
-                    left.extend_from_slice(&burst[a.taken..]);
-                    left
-                })
-            })
-            .collect();
-        let consumer = thread::spawn(move || {
-            let mut out = [0u32; 2];
-            let n = rx.dequeue_burst(&mut out);
-            (rx, out[..n].to_vec())
-        });
-        let mut all: Vec<u32> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
-        let (mut rx, mut got) = consumer.join().unwrap();
-        drain(&mut rx, &mut got);
+        let (tx, rx) = mpsc::<u32>(2, Overflow::DropNewest).unwrap();
+        let producers = [10u32, 20].map(|base| offer_once(tx.clone(), vec![base, base + 1]));
+        let consumer = consume_once(rx, 2);
+        let left: Vec<u32> = producers.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let (_, got) = delivered(consumer);
         for base in [10, 20] {
             let mine: Vec<u32> = got.iter().copied().filter(|v| v / 10 == base / 10).collect();
             assert!(mine.windows(2).all(|w| w[0] < w[1]), "producer {base} out of order: {got:?}");
         }
-        all.extend(&got);
-        all.sort();
-        assert_eq!(all, [10, 11, 20, 21]);
+        assert_each_once(&got, left, &[10, 11, 20, 21]);
     });
 }
 
@@ -209,9 +188,6 @@ fn keyed_replacement_races_the_consumer() {
         assert!(got.windows(2).all(|w| w[0] < w[1]), "stale after fresh: {got:?}");
         // The latest value is never lost.
         assert_eq!(got.last(), Some(&2));
-        let mut all = got.clone();
-        all.extend(left);
-        all.sort();
-        assert_eq!(all, [1, 2]);
+        assert_each_once(&got, left, &[1, 2]);
     });
 }

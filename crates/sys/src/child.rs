@@ -235,10 +235,7 @@ mod tests {
     /// Whether process `pid` is gone: no /proc entry, or a zombie (ended; its parent, or init
     /// for an orphan, reaps it).
     fn gone(pid: u32) -> bool {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Err(_) => true,
-            Ok(stat) => stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()) == Some("Z"),
-        }
+        crate::proc::ProcStat::of_process(pid).is_none_or(|stat| stat.is_zombie())
     }
 
     /// Starts `script` under `sh` and returns it with the first line it prints.

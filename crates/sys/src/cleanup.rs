@@ -252,6 +252,8 @@ mod tests {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
 
+    use crate::proc::ProcStat;
+
     /// Set in the copy of this test binary that a test starts and signals.
     const ROLE: &str = "KAIROS_CLEANUP_TEST_ROLE";
 
@@ -349,10 +351,12 @@ mod tests {
             );
         }
         if crate::user::is_root() {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{handler_tid}/stat")).unwrap();
-            let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
-            // Fields 40 and 41 of stat (38 and 39 after the name): real-time priority, policy.
-            assert_eq!((fields[37], fields[38]), ("99", "1"), "the handler is not SCHED_FIFO 99");
+            let stat = ProcStat::read(format!("/proc/{pid}/task/{handler_tid}/stat")).unwrap();
+            assert_eq!(
+                (stat.realtime_priority(), stat.policy()),
+                (Some(99), Some(libc::SCHED_FIFO as u32)),
+                "the handler is not SCHED_FIFO 99"
+            );
         }
         // SAFETY: kill has no memory preconditions; `pid` is our unreaped child.
         assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);

@@ -1,9 +1,15 @@
 //! What the machine is, read from `/proc`: cores, kernel release, CPU model, and the steal time
-//! the hypervisor took from each core.
+//! the hypervisor took from each core; and a process's or thread's own `stat` line.
 //!
 //! Experiments print these beside every figure (a result means little without the machine it
 //! came from) and use the core count to place threads. Readings that fail fall back to a value
 //! that says so (`"unknown"`, `None`) instead of failing the run.
+//!
+//! [`ProcStat`] splits a `stat` line once, here, because its second field (the command name)
+//! may hold spaces and parentheses: every reader of a process's state, parent or scheduling
+//! policy must split after the last `)`, which is easy to get wrong by hand.
+
+use std::path::Path;
 
 /// Number of cores this process may run on (at least 1).
 pub fn online_cores() -> usize {
@@ -70,6 +76,79 @@ fn parse_steal_ns(stat: &str, ticks_per_second: u64) -> Option<Vec<u64>> {
     Some(cores)
 }
 
+/// One process's or thread's `/proc/.../stat` line (proc(5)), split into its fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    /// Fields 3 onwards in proc(5)'s numbering: those after the parenthesised command name.
+    after_name: Vec<String>,
+}
+
+impl ProcStat {
+    /// Splits a `stat` line; `None` when it has no command name in parentheses.
+    pub fn parse(line: &str) -> Option<Self> {
+        let (_, after_name) = line.rsplit_once(')')?;
+        Some(Self { after_name: after_name.split_whitespace().map(str::to_string).collect() })
+    }
+
+    /// Reads and splits the `stat` file at `path` (`/proc/<pid>/stat`,
+    /// `/proc/<pid>/task/<tid>/stat`, `/proc/thread-self/stat`); `None` when it cannot be read,
+    /// as when the process is gone.
+    pub fn read(path: impl AsRef<Path>) -> Option<Self> {
+        Self::parse(&std::fs::read_to_string(path).ok()?)
+    }
+
+    /// The `stat` line of process `pid`; `None` when there is no such process.
+    pub fn of_process(pid: u32) -> Option<Self> {
+        Self::read(format!("/proc/{pid}/stat"))
+    }
+
+    /// Field `n` in proc(5)'s numbering, from 3 (the state) on; `None` for the pid and the name
+    /// (1 and 2) and past the line's end.
+    pub fn field(&self, n: usize) -> Option<&str> {
+        self.after_name.get(n.checked_sub(3)?).map(String::as_str)
+    }
+
+    fn number<T: std::str::FromStr>(&self, n: usize) -> Option<T> {
+        self.field(n)?.parse().ok()
+    }
+
+    /// The state letter (field 3): `R` running, `S` sleeping, `Z` a zombie, ...
+    pub fn state(&self) -> Option<&str> {
+        self.field(3)
+    }
+
+    /// Whether the process has ended and waits to be reaped.
+    pub fn is_zombie(&self) -> bool {
+        self.state() == Some("Z")
+    }
+
+    /// The parent's process id (field 4).
+    pub fn parent(&self) -> Option<u32> {
+        self.number(4)
+    }
+
+    /// The process group's id (field 5).
+    pub fn process_group(&self) -> Option<u32> {
+        self.number(5)
+    }
+
+    /// When the process started, in clock ticks since boot (field 22): with the pid, it tells a
+    /// process from a later one that reused its id.
+    pub fn start_ticks(&self) -> Option<u64> {
+        self.number(22)
+    }
+
+    /// The real-time priority (field 40): 1 to 99 under `SCHED_FIFO` and `SCHED_RR`, else 0.
+    pub fn realtime_priority(&self) -> Option<u32> {
+        self.number(40)
+    }
+
+    /// The scheduling policy's number (field 41): `SCHED_OTHER` 0, `SCHED_FIFO` 1, ...
+    pub fn policy(&self) -> Option<u32> {
+        self.number(41)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +170,36 @@ mod tests {
     fn steal_of_this_machine_is_readable() {
         let steal = steal_ns_per_core().expect("/proc/stat readable");
         assert!(steal.len() >= online_cores(), "{} cores in /proc/stat", steal.len());
+    }
+
+    #[test]
+    fn a_stat_line_is_split_after_the_last_parenthesis_of_the_name() {
+        // Field 2 is "(a) (b c)"; then state, ppid, pgrp, 16 more, starttime, 17 more,
+        // rt_priority and policy.
+        let mut line = "42 (a) (b c) S 7 9".to_string();
+        for n in 6..=41 {
+            line.push_str(&format!(" {}", n * 100));
+        }
+        let stat = ProcStat::parse(&line).unwrap();
+        assert_eq!((stat.state(), stat.parent(), stat.process_group()), (Some("S"), Some(7), Some(9)));
+        assert_eq!(
+            (stat.start_ticks(), stat.realtime_priority(), stat.policy()),
+            (Some(2200), Some(4000), Some(4100))
+        );
+        assert_eq!((stat.field(1), stat.field(2), stat.field(42)), (None, None, None));
+        assert!(!stat.is_zombie());
+        assert!(ProcStat::parse("42 no name here").is_none());
+    }
+
+    #[test]
+    fn this_process_reads_its_own_stat() {
+        let stat = ProcStat::of_process(std::process::id()).expect("/proc/self readable");
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        assert_eq!(stat.parent(), Some(parent));
+        assert!(!stat.is_zombie());
+        assert!(stat.start_ticks().is_some());
+        assert!(ProcStat::of_process(u32::MAX).is_none(), "no such process");
     }
 
     #[test]

@@ -69,6 +69,16 @@ pub fn end_reservation_of(tid: i32) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proc::ProcStat;
+
+    /// Whether this process is root, as SCHED_DEADLINE needs; when not, says the test is skipped.
+    fn root_or_skipped() -> bool {
+        let root = crate::user::effective_user_id() == 0;
+        if !root {
+            eprintln!("skipped: SCHED_DEADLINE needs root");
+        }
+        root
+    }
 
     #[test]
     fn the_attribute_has_the_kernel_layout() {
@@ -85,8 +95,7 @@ mod tests {
 
     #[test]
     fn a_small_reservation_is_admitted_as_root() {
-        if crate::user::effective_user_id() != 0 {
-            eprintln!("skipped: SCHED_DEADLINE needs root");
+        if !root_or_skipped() {
             return;
         }
         let small =
@@ -101,14 +110,11 @@ mod tests {
 
     #[test]
     fn another_thread_ends_a_reservation() {
-        if crate::user::effective_user_id() != 0 {
-            eprintln!("skipped: SCHED_DEADLINE needs root");
+        if !root_or_skipped() {
             return;
         }
-        let policy = |tid: i32| {
-            let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
-            stat.rsplit(')').next().unwrap().split_whitespace().nth(38).unwrap().parse::<u32>().unwrap()
-        };
+        let policy =
+            |tid: i32| ProcStat::read(format!("/proc/self/task/{tid}/stat")).unwrap().policy().unwrap();
         let (told, heard) = std::sync::mpsc::channel();
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let holder = std::thread::spawn(move || {

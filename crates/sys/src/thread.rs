@@ -88,6 +88,7 @@ pub fn thread_context_switches() -> (u64, u64) {
 mod tests {
     use super::*;
     use crate::clock::monotonic_ns;
+    use crate::proc::ProcStat;
 
     #[test]
     fn pinning_to_an_absent_core_is_an_error_not_a_panic() {
@@ -123,19 +124,16 @@ mod tests {
             if set_fifo_reset_on_fork(10).is_err() {
                 return None; // not permitted here: nothing to check
             }
-            let own = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+            let own = ProcStat::read("/proc/thread-self/stat").unwrap();
             let child = std::process::Command::new("cat").arg("/proc/self/stat").output().unwrap();
-            Some((own, String::from_utf8(child.stdout).unwrap()))
+            Some((own, ProcStat::parse(&String::from_utf8(child.stdout).unwrap()).unwrap()))
         });
         let Some((own, child)) = policies.join().unwrap() else {
             eprintln!("skipped: SCHED_FIFO needs CAP_SYS_NICE");
             return;
         };
-        // Field 41 of stat is the policy (after the parenthesised name, it is the 39th).
-        let policy =
-            |stat: &str| stat.rsplit(')').next().unwrap().split_whitespace().nth(38).unwrap().to_string();
-        assert_eq!(policy(&own), libc::SCHED_FIFO.to_string());
-        assert_eq!(policy(&child), libc::SCHED_OTHER.to_string());
+        assert_eq!(own.policy(), Some(libc::SCHED_FIFO as u32));
+        assert_eq!(child.policy(), Some(libc::SCHED_OTHER as u32));
     }
 
     #[test]

@@ -38,7 +38,7 @@ use serde::Serialize;
 use super::{Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, Row, run_once};
 use crate::harness::{self, Experiment, Plan, Run, RunInfo};
 use crate::output::RunDir;
-use crate::plot::{Scales, XySeries, xy_chart};
+use crate::plot::{Scales, XySeries, measured_per_key, xy_chart};
 use kairos_aoi::closed_form::zipf_user_avg;
 use kairos_forward::source::AgeControl;
 use kairos_forward::trace::Trace;
@@ -182,18 +182,9 @@ type Variant = (&'static str, fn(&mut ForwardConfig));
 fn baseline_variants() -> Vec<Variant> {
     vec![
         ("source: tail-drop 4096", |_| {}),
-        ("drop-oldest 8", |c| {
-            c.forwarder.data_ring = 8;
-            c.forwarder.data_policy = RingPolicy::DropOldest;
-        }),
-        // A latest-only slot hands the data thread one packet per user at a time, so it is
-        // paired with flushing by age: a count flush would hold each packet until 63 more came.
-        ("latest-only slot per user", |c| {
-            c.forwarder.data_ring = 1;
-            c.forwarder.data_policy = RingPolicy::KeepLatest;
-            c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 };
-        }),
-        ("age flush 5 us", |c| c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 }),
+        ("drop-oldest 8", drop_oldest_8),
+        ("latest-only slot per user", |c| latest_only_per_user(c, 1)),
+        ("age flush 5 us", age_flush_5us),
     ]
 }
 
@@ -202,26 +193,38 @@ fn variants() -> Vec<Variant> {
     vec![
         ("source: rcu, tail-drop 64", |_| {}),
         ("small ring 8", |c| c.forwarder.data_ring = 8),
-        ("drop-oldest 8", |c| {
-            c.forwarder.data_ring = 8;
-            c.forwarder.data_policy = RingPolicy::DropOldest;
-        }),
-        ("latest-only slot per user", |c| {
-            c.forwarder.data_ring = 1000;
-            c.forwarder.data_policy = RingPolicy::KeepLatest;
-            c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 };
-        }),
+        ("drop-oldest 8", drop_oldest_8),
+        ("latest-only slot per user", |c| latest_only_per_user(c, 1000)),
         ("control first", |c| c.forwarder.control = ControlMode::Inline),
         ("seqlock FIB", |c| c.fib = Some(FibKind::Seqlock)),
-        ("age flush 5 us", |c| c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 }),
+        ("age flush 5 us", age_flush_5us),
         ("kairos: all of the above", |c| {
             c.fib = Some(FibKind::Seqlock);
-            c.forwarder.data_ring = 1000;
-            c.forwarder.data_policy = RingPolicy::KeepLatest;
+            latest_only_per_user(c, 1000);
             c.forwarder.control = ControlMode::Inline;
-            c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 };
         }),
     ]
+}
+
+/// A data ring of 8 that evicts its oldest entry for a new one.
+fn drop_oldest_8(c: &mut ForwardConfig) {
+    c.forwarder.data_ring = 8;
+    c.forwarder.data_policy = RingPolicy::DropOldest;
+}
+
+/// The data thread sends its batch once the oldest packet in it has waited 5 us (or nothing more
+/// is queued), not once the batch is full.
+fn age_flush_5us(c: &mut ForwardConfig) {
+    c.forwarder.flush = Flush::Age { max_wait_ns: 5_000 };
+}
+
+/// A data ring holding the latest packet of each of `users` users. It hands the data thread one
+/// packet per user at a time, so it is paired with flushing by age: a count flush would hold
+/// each packet until 63 more came.
+fn latest_only_per_user(c: &mut ForwardConfig, users: usize) {
+    c.forwarder.data_ring = users;
+    c.forwarder.data_policy = RingPolicy::KeepLatest;
+    age_flush_5us(c);
 }
 
 /// Runs the grid `config` describes in the harness, writing `results_root/sweep/<run-id>/`.
@@ -677,20 +680,13 @@ fn series_by(
             names.push(name);
         }
     }
-    names
-        .iter()
-        .enumerate()
-        .map(|(color, name)| XySeries {
-            name: name.clone(),
-            points: rows
-                .iter()
-                .filter(|r| r.experiment == experiment && &label(r) == name)
-                .map(|r| (x(r), y(r)))
-                .collect(),
-            model: false,
-            color,
-        })
-        .collect()
+    measured_per_key(
+        names,
+        rows,
+        |name| name.clone(),
+        |name, r| r.experiment == experiment && &label(r) == name,
+        |r| (x(r), y(r)),
+    )
 }
 
 fn plots(rows: &[SweepRow], per_user: &[PerUser], run: &RunDir) -> Result<Vec<PathBuf>> {

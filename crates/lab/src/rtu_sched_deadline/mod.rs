@@ -35,7 +35,7 @@ use serde::Serialize;
 mod one_core;
 
 use crate::harness::{Experiment, Plan, Run, RunInfo};
-use crate::plot::{Scales, XySeries, xy_chart};
+use crate::plot::{Scales, measured_per_key, xy_chart};
 use crate::rtu_deadlines::{DeadlinesConfig, handler_set, run_point};
 use one_core::OneCoreDomain;
 
@@ -235,21 +235,13 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
     }
     run.dir().write_csv("rows.csv", &rows)?;
     let plot = run.plot("min_slack.png");
-    let series: Vec<XySeries> = ["RMDP (one core)", GLOBAL, ONE_CORE]
-        .into_iter()
-        .enumerate()
-        .map(|(i, scheduler)| XySeries {
-            name: scheduler.into(),
-            points: rows
-                .iter()
-                .filter(|r| r.scheduler == scheduler && r.refused.is_none())
-                .map(|r| (r.utilisation, r.min_slack_us / 1e3))
-                .collect(),
-            model: false,
-            color: i,
-        })
-        .filter(|s| !s.points.is_empty())
-        .collect();
+    let series = measured_per_key(
+        ["RMDP (one core)", GLOBAL, ONE_CORE],
+        &rows,
+        |scheduler| scheduler.to_string(),
+        |scheduler, r| r.scheduler == *scheduler && r.refused.is_none(),
+        |r| (r.utilisation, r.min_slack_us / 1e3),
+    );
     xy_chart(
         &plot,
         "Minimum slack: RMDP on one core, SCHED_DEADLINE on every core and on one",

@@ -37,7 +37,7 @@ use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches};
 use serde::Serialize;
 
 use crate::harness::{Experiment, Plan, Run, RunInfo, check_points};
-use crate::plot::{Scales, XySeries, xy_chart};
+use crate::plot::{Scales, measured_per_key, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SwitchesConfig {
@@ -297,20 +297,13 @@ fn measure(config: &SwitchesConfig, run: &mut Run<'_>) -> Result<SwitchesSummary
     let switch_ratio = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
     run.dir().write_csv("rows.csv", &rows)?;
     let plot = run.plot("switches_per_unit.png");
-    let series: Vec<XySeries> = ["rmdp", "threads + PI mutex"]
-        .into_iter()
-        .enumerate()
-        .map(|(i, way)| XySeries {
-            name: way.into(),
-            points: rows
-                .iter()
-                .filter(|r| r.way == way)
-                .map(|r| (r.utilisation, r.switches_per_unit))
-                .collect(),
-            model: false,
-            color: i,
-        })
-        .collect();
+    let series = measured_per_key(
+        ["rmdp", "threads + PI mutex"],
+        &rows,
+        |way| way.to_string(),
+        |way, r| r.way == *way,
+        |r| (r.utilisation, r.switches_per_unit),
+    );
     xy_chart(
         &plot,
         "Context switches per unit of work: RMDP against a thread per handler",

@@ -7,11 +7,7 @@ use super::topology::{LinkSpec, NodeKind, Topology, TopologyError};
 /// `hosts` hosts `h0..` on one switch `s0`.
 pub fn rack(hosts: usize, spec: LinkSpec) -> Result<Topology, TopologyError> {
     let mut t = Topology::new();
-    let s = t.add_node("s0", NodeKind::Switch)?;
-    for h in 0..hosts {
-        let id = t.add_node(&format!("h{h}"), NodeKind::Host)?;
-        t.add_duplex(id, s, spec)?;
-    }
+    add_switch_with_hosts(&mut t, "s0", &[], hosts, "h", spec)?;
     Ok(t)
 }
 
@@ -24,17 +20,9 @@ pub fn leaf_spine(
     spec: LinkSpec,
 ) -> Result<Topology, TopologyError> {
     let mut t = Topology::new();
-    let spine: Vec<usize> =
-        (0..spines).map(|s| t.add_node(&format!("spine{s}"), NodeKind::Switch)).collect::<Result<_, _>>()?;
+    let spine = add_switches(&mut t, spines, |s| format!("spine{s}"))?;
     for l in 0..leaves {
-        let leaf = t.add_node(&format!("leaf{l}"), NodeKind::Switch)?;
-        for &s in &spine {
-            t.add_duplex(leaf, s, spec)?;
-        }
-        for h in 0..hosts_per_leaf {
-            let host = t.add_node(&format!("h{l}_{h}"), NodeKind::Host)?;
-            t.add_duplex(host, leaf, spec)?;
-        }
+        add_switch_with_hosts(&mut t, &format!("leaf{l}"), &spine, hosts_per_leaf, &format!("h{l}_"), spec)?;
     }
     Ok(t)
 }
@@ -47,13 +35,9 @@ pub fn fat_tree(k: usize, spec: LinkSpec) -> Result<Topology, TopologyError> {
     }
     let half = k / 2;
     let mut t = Topology::new();
-    let core: Vec<usize> = (0..half * half)
-        .map(|c| t.add_node(&format!("core{c}"), NodeKind::Switch))
-        .collect::<Result<_, _>>()?;
+    let core = add_switches(&mut t, half * half, |c| format!("core{c}"))?;
     for pod in 0..k {
-        let aggs: Vec<usize> = (0..half)
-            .map(|a| t.add_node(&format!("agg{pod}_{a}"), NodeKind::Switch))
-            .collect::<Result<_, _>>()?;
+        let aggs = add_switches(&mut t, half, |a| format!("agg{pod}_{a}"))?;
         for (a, &agg) in aggs.iter().enumerate() {
             // Aggregation switch a of every pod reaches core switches a*half .. a*half+half.
             for &c in &core[a * half..(a + 1) * half] {
@@ -61,17 +45,47 @@ pub fn fat_tree(k: usize, spec: LinkSpec) -> Result<Topology, TopologyError> {
             }
         }
         for e in 0..half {
-            let edge = t.add_node(&format!("edge{pod}_{e}"), NodeKind::Switch)?;
-            for &agg in &aggs {
-                t.add_duplex(edge, agg, spec)?;
-            }
-            for h in 0..half {
-                let host = t.add_node(&format!("h{pod}_{e}_{h}"), NodeKind::Host)?;
-                t.add_duplex(host, edge, spec)?;
-            }
+            add_switch_with_hosts(
+                &mut t,
+                &format!("edge{pod}_{e}"),
+                &aggs,
+                half,
+                &format!("h{pod}_{e}_"),
+                spec,
+            )?;
         }
     }
     Ok(t)
+}
+
+/// Adds `count` switches named `name(0)..`; returns their ids.
+fn add_switches(
+    t: &mut Topology,
+    count: usize,
+    name: impl Fn(usize) -> String,
+) -> Result<Vec<usize>, TopologyError> {
+    (0..count).map(|i| t.add_node(&name(i), NodeKind::Switch)).collect()
+}
+
+/// Adds switch `name`, joined to every switch of `uplinks`, then `hosts` hosts below it named
+/// `<host_prefix><i>`; returns the switch's id.
+fn add_switch_with_hosts(
+    t: &mut Topology,
+    name: &str,
+    uplinks: &[usize],
+    hosts: usize,
+    host_prefix: &str,
+    spec: LinkSpec,
+) -> Result<usize, TopologyError> {
+    let switch = t.add_node(name, NodeKind::Switch)?;
+    for &up in uplinks {
+        t.add_duplex(switch, up, spec)?;
+    }
+    for h in 0..hosts {
+        let host = t.add_node(&format!("{host_prefix}{h}"), NodeKind::Host)?;
+        t.add_duplex(host, switch, spec)?;
+    }
+    Ok(switch)
 }
 
 #[cfg(test)]

@@ -101,20 +101,9 @@ impl MmsgBatch {
         }
         for (i, buffer) in buffers.iter_mut().enumerate() {
             self.iovecs[i] = libc::iovec { iov_base: buffer.as_mut_ptr().cast(), iov_len: buffer.len() };
-            let header = &mut self.headers[i];
-            header.msg_len = 0;
-            header.msg_hdr.msg_name = std::ptr::null_mut();
-            header.msg_hdr.msg_namelen = 0;
-            header.msg_hdr.msg_iov = &mut self.iovecs[i];
-            header.msg_hdr.msg_iovlen = 1;
-            header.msg_hdr.msg_flags = 0;
-            if timestamps {
-                header.msg_hdr.msg_control = self.control[i].as_mut_ptr().cast();
-                header.msg_hdr.msg_controllen = CONTROL_SPACE as _;
-            } else {
-                header.msg_hdr.msg_control = std::ptr::null_mut();
-                header.msg_hdr.msg_controllen = 0;
-            }
+            let control =
+                if timestamps { (self.control[i].as_mut_ptr().cast(), CONTROL_SPACE) } else { NOWHERE };
+            point_header(&mut self.headers[i], &mut self.iovecs[i], NOWHERE, control);
         }
         // SAFETY: `headers[..n]` each point at one iovec describing a distinct buffer the caller
         // lends mutably for this call, and at control space owned by `self`; both outlive the
@@ -167,24 +156,18 @@ impl MmsgBatch {
         if n == 0 {
             return Ok(0);
         }
-        let name_len = destination.map_or(0, |addr| write_socket_address(addr, &mut self.destination));
+        let name = match destination {
+            None => NOWHERE,
+            Some(addr) => {
+                let len = write_socket_address(addr, &mut self.destination);
+                ((&mut *self.destination as *mut libc::sockaddr_storage).cast(), len as usize)
+            }
+        };
         for (i, datagram) in datagrams.iter().enumerate() {
             // The kernel only reads from a send's buffers; iovec's pointer is mutable by type.
             self.iovecs[i] =
                 libc::iovec { iov_base: datagram.as_ptr().cast_mut().cast(), iov_len: datagram.len() };
-            let header = &mut self.headers[i];
-            header.msg_len = 0;
-            header.msg_hdr.msg_name = if name_len == 0 {
-                std::ptr::null_mut()
-            } else {
-                (&mut *self.destination as *mut libc::sockaddr_storage).cast()
-            };
-            header.msg_hdr.msg_namelen = name_len;
-            header.msg_hdr.msg_iov = &mut self.iovecs[i];
-            header.msg_hdr.msg_iovlen = 1;
-            header.msg_hdr.msg_control = std::ptr::null_mut();
-            header.msg_hdr.msg_controllen = 0;
-            header.msg_hdr.msg_flags = 0;
+            point_header(&mut self.headers[i], &mut self.iovecs[i], name, NOWHERE);
         }
         // SAFETY: `headers[..n]` each point at one iovec describing a datagram the caller lends
         // for this call, and at the destination owned by `self` (or none); the kernel only reads
@@ -199,6 +182,26 @@ impl MmsgBatch {
         };
         if sent < 0 { Err(io::Error::last_os_error()) } else { Ok(sent as usize) }
     }
+}
+
+/// Memory a header points the kernel at for one call: its address and length in bytes.
+type Region = (*mut libc::c_void, usize);
+
+/// No memory: a header's address or control space left out.
+const NOWHERE: Region = (std::ptr::null_mut(), 0);
+
+/// Points `header` at the one buffer `iovec` describes, at the socket address `name` and at the
+/// control space `control`, and clears what the kernel wrote into it on the previous call.
+fn point_header(header: &mut libc::mmsghdr, iovec: &mut libc::iovec, name: Region, control: Region) {
+    header.msg_len = 0;
+    let msg = &mut header.msg_hdr;
+    msg.msg_name = name.0;
+    msg.msg_namelen = name.1 as libc::socklen_t;
+    msg.msg_iov = iovec;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0;
+    msg.msg_controllen = control.1 as _;
+    msg.msg_flags = 0;
 }
 
 /// Writes `addr` as a C socket address into `storage`; returns its length.
