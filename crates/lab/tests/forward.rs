@@ -15,7 +15,9 @@ fn config(fib: Option<FibKind>) -> ForwardConfig {
     ForwardConfig { fib, rate_pps: Some(20_000.0), drain_ns: 200_000_000, ..ForwardConfig::default() }
 }
 
-fn check(config: &ForwardConfig, trace: &Trace) {
+/// Checks a run; `most_arrive` asks that most data packets arrive (false for a ring so small
+/// that scheduling decides how many do).
+fn check_with(config: &ForwardConfig, trace: &Trace, most_arrive: bool) {
     let row = run_once(config, trace).unwrap();
     let data = trace.data_rows() as u64;
     assert_eq!(row.sent, trace.rows.len() as u64, "the sender sends the whole trace");
@@ -24,12 +26,20 @@ fn check(config: &ForwardConfig, trace: &Trace) {
             && row.received + row.data_drops + row.tx_drops + row.pool_drops >= data - data / 50,
         "unaccounted data packets: {row:?}"
     );
-    assert!(row.received > data / 2, "most data packets should arrive at a low rate: {row:?}");
+    if most_arrive {
+        assert!(row.received > data / 2, "most data packets should arrive at a low rate: {row:?}");
+    } else {
+        assert!(row.received > 0, "data packets arrive: {row:?}");
+    }
     assert!(row.misaddressed <= row.received);
     assert!(row.avg_age_ns > 0.0 && row.peak_age_ns > 0.0);
     if config.fib.is_some() {
         assert!(row.fib_age_ns > 0.0, "location age measured: {row:?}");
     }
+}
+
+fn check(config: &ForwardConfig, trace: &Trace) {
+    check_with(config, trace, true);
 }
 
 #[test]
@@ -55,7 +65,9 @@ fn freshness_variants_forward() {
     c.rcu_policy = "offload";
     c.forwarder.data_policy = RingPolicy::DropOldest;
     c.forwarder.data_ring = 4;
-    check(&c, &t);
+    // Four slots at 20 kpps hold 200 us: a forwarder descheduled longer (often, on a loaded
+    // two-core machine) drops the oldest. What is not delivered must still be counted.
+    check_with(&c, &t, false);
 }
 
 #[test]
