@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use kairos_lane::service::auth::{self, Role, Session};
 use kairos_lane::service::wire::{FrameReader, Hello, ToController, ToNode, TunnelSpec, VERSION, put_frame};
 use kairos_lane::service::{
-    ClientError, ControllerLink, ControllerService, LinkEvent, NodeConnection, Secret, ServiceConfig,
+    ClientError, ControllerLink, ControllerService, LinkEvent, NodeConnection, RunningService, Secret,
+    ServiceConfig,
 };
 use kairos_lane::te::{LinkSpec, NodeKind, Topology};
 
@@ -58,6 +59,13 @@ fn spec(name: &str, to: &[&str], period_us: u64) -> TunnelSpec {
     }
 }
 
+/// A controller serving on loopback from a fresh state directory.
+fn serve() -> (tempfile::TempDir, RunningService) {
+    let dir = tempfile::tempdir().unwrap();
+    let service = ControllerService::start(config(dir.path(), "127.0.0.1:0".parse().unwrap())).unwrap();
+    (dir, service.spawn().unwrap())
+}
+
 /// The next message that is not `skip`-ped, within [`WAIT`].
 fn next(conn: &mut NodeConnection) -> ToNode {
     conn.recv(WAIT).unwrap().expect("a message within the wait")
@@ -98,11 +106,7 @@ fn metric(page: &str, line_start: &str) -> u64 {
 
 #[test]
 fn a_node_gets_a_tunnel_and_every_node_concerned_is_told() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = ControllerService::start(config(dir.path(), "127.0.0.1:0".parse().unwrap()))
-        .unwrap()
-        .spawn()
-        .unwrap();
+    let (_dir, service) = serve();
     let addr = service.local_addr();
     let (mut h1, w1) = NodeConnection::connect(addr, "h1", &secret(), WAIT).unwrap();
     let (mut h2, _) = NodeConnection::connect(addr, "h2", &secret(), WAIT).unwrap();
@@ -168,11 +172,7 @@ fn a_node_gets_a_tunnel_and_every_node_concerned_is_told() {
 
 #[test]
 fn strangers_garbage_and_foreign_requests_are_refused_while_nodes_are_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = ControllerService::start(config(dir.path(), "127.0.0.1:0".parse().unwrap()))
-        .unwrap()
-        .spawn()
-        .unwrap();
+    let (_dir, service) = serve();
     let addr = service.local_addr();
     let (mut h1, _) = NodeConnection::connect(addr, "h1", &secret(), WAIT).unwrap();
     let (mut h2, _) = NodeConnection::connect(addr, "h2", &secret(), WAIT).unwrap();
@@ -240,11 +240,7 @@ fn strangers_garbage_and_foreign_requests_are_refused_while_nodes_are_served() {
 
 #[test]
 fn a_restarted_controller_holds_the_same_allocation_and_nodes_reconnect() {
-    let dir = tempfile::tempdir().unwrap();
-    let service = ControllerService::start(config(dir.path(), "127.0.0.1:0".parse().unwrap()))
-        .unwrap()
-        .spawn()
-        .unwrap();
+    let (dir, service) = serve();
     let addr = service.local_addr();
     let (mut h1, _) = NodeConnection::connect(addr, "h1", &secret(), WAIT).unwrap();
     let (mut h2, _) = NodeConnection::connect(addr, "h2", &secret(), WAIT).unwrap();

@@ -214,24 +214,17 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::te::{LinkSpec, NodeKind};
+    use crate::te::LinkSpec;
+    use crate::te::generate::rack;
 
     fn topo() -> Topology {
-        let mut t = Topology::new();
-        let a = t.add_node("a", NodeKind::Host).unwrap();
-        let b = t.add_node("b", NodeKind::Host).unwrap();
-        let spec = LinkSpec {
-            bandwidth_bps: 1_000_000_000,
-            queue_bytes: 100_000,
-            min_delay: 1_000,
-            max_jitter: 1_000,
-        };
-        t.add_duplex(a, b, spec).unwrap();
-        t
+        let spec =
+            LinkSpec { bandwidth_bps: 1 << 30, queue_bytes: 1 << 16, min_delay: 1_000, max_jitter: 1_000 };
+        rack(2, spec).unwrap()
     }
 
     fn record(tunnel_id: u64) -> Record {
-        Record { at_ps: 5, host: "a".into(), input: ToController::Release { tunnel_id } }
+        Record { at_ps: 5, host: "h0".into(), input: ToController::Release { tunnel_id } }
     }
 
     #[test]
