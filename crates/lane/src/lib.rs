@@ -6,6 +6,10 @@
 //!   in; notices and the next deadline out) with an event log.
 //! - [`validator`]: a packet-level discrete-event simulation of the formal model of the source's
 //!   Appendix A.1 that checks every packet of every admitted tunnel against its bounds.
+//! - [`doctor`]: the host doctor: whether the lane's core is isolated as the source's section
+//!   4.3 asks (isolation, tick, RCU callbacks, idle states, watchdogs, IRQ affinity, RT
+//!   throttling, frequency, steal, SMT), what each missing part costs, and the run-time fixes
+//!   with their exact undo.
 //! - [`plan`]: what `kairos lane plan` computes: requests admitted in order, their final bounds,
 //!   optionally validated; data only (the command line renders it).
 //!
@@ -28,6 +32,7 @@
 #![warn(missing_docs)]
 
 pub mod controller;
+pub mod doctor;
 pub mod plan;
 pub mod te;
 pub mod validator;
