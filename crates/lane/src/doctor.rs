@@ -538,10 +538,10 @@ impl Context<'_> {
                             duration(idle.p50_ns - held.p50_ns)
                         )
                     } else {
-                        "no cost of idle states shows at the median here (the lateness is the timer's delivery, idle or not)".into()
+                        "no cost of idle states shows at the median here, where wake-ups are as late with the target held".into()
                     };
                     format!(
-                        "wake-ups every 1 ms came {} late at the median, {} at p99, {} at worst with idle states allowed; {} / {} / {} with /dev/cpu_dma_latency held at 0: {verdict} (a thread that spins never idles and does not pay it)",
+                        "wake-ups every 1 ms came {} late at the median, {} at p99, {} at worst with idle states allowed; {} / {} / {} with /dev/cpu_dma_latency held at 0: {verdict}; a thread that spins never idles and does not pay it",
                         duration(idle.p50_ns),
                         duration(idle.p99_ns),
                         duration(idle.max_ns),
