@@ -138,6 +138,7 @@ fn apply_and_revert_need_root_and_say_so_at_once() {
         );
         assert!(!state.exists());
     }
+    let _ = std::fs::remove_dir_all(state.parent().unwrap());
 }
 
 /// Every file `--apply` may write, with its content.
@@ -190,6 +191,7 @@ fn apply_changes_what_it_records_and_revert_puts_every_setting_back() {
     if changed.is_empty() {
         eprintln!("skipped: nothing to change, the host is already tuned for the lane's core");
         assert!(!state.exists());
+        let _ = std::fs::remove_dir_all(state.parent().unwrap());
         return;
     }
     // What changed is what the record says, from the values the snapshot holds.
@@ -224,4 +226,5 @@ fn apply_changes_what_it_records_and_revert_puts_every_setting_back() {
     assert!(!state.exists());
     assert_eq!(settings(), before, "every setting --apply may touch is back as it was");
     eprintln!("{} settings changed and put back", changed.len());
+    let _ = std::fs::remove_dir_all(state.parent().unwrap());
 }

@@ -481,7 +481,13 @@ impl Context<'_> {
             (Ok(d), Err(_)) => format!("driver {d}"),
             (Err(e), _) => format!("no cpuidle driver ({e})"),
         };
-        let (ok, states) = match self.host.idle_states(self.core) {
+        let idle_states = self.host.idle_states(self.core);
+        // The states that take time to leave (POLL, 0 us, is the one that does not).
+        let deep_states: Vec<usize> = idle_states
+            .as_ref()
+            .map(|s| s.iter().filter(|s| !s.disabled && s.exit_latency_us > 0).map(|s| s.index).collect())
+            .unwrap_or_default();
+        let (ok, states) = match &idle_states {
             _ if idle_poll => (true, "idle=poll: idle cores poll and never halt".to_string()),
             Ok(states) => {
                 let blocked_below = held.as_ref().ok().copied().unwrap_or(i32::MAX).max(0) as u64;
@@ -503,23 +509,20 @@ impl Context<'_> {
             Err(e) if e.is_absent() => {
                 (false, format!("{cpu} has no cpuidle states ({e}): an idle core halts in the default idle"))
             }
-            Err(e) => (false, not_available(&e)),
+            Err(e) => (false, not_available(e)),
         };
         let found = format!("{states}; {driver}; {held_text}");
-        let deep_states: Vec<usize> = self
-            .host
-            .idle_states(self.core)
-            .map(|s| s.iter().filter(|s| !s.disabled && s.exit_latency_us > 0).map(|s| s.index).collect())
-            .unwrap_or_default();
         let per_core = if deep_states.is_empty() {
             String::new()
         } else {
-            let files = deep_states
+            let commands = deep_states
                 .iter()
-                .map(|i| format!("/sys/devices/system/cpu/cpu{}/cpuidle/state{i}/disable", self.core))
+                .map(|i| {
+                    format!("echo 1 > /sys/devices/system/cpu/cpu{}/cpuidle/state{i}/disable", self.core)
+                })
                 .collect::<Vec<_>>()
-                .join(" and ");
-            format!("; for {cpu} alone at run time: echo 1 > {files}")
+                .join("; ");
+            format!("; for {cpu} alone at run time: {commands}")
         };
         let fix = if ok {
             NONE_NEEDED.into()
