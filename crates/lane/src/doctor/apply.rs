@@ -287,10 +287,6 @@ fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
     progress.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn one_line(error: &HostError) -> String {
-    error.to_string()
-}
-
 /// Makes the planned changes for `core`, recording each in `state` before making it.
 pub fn apply(host: &HostFs, core: usize, state: &Path) -> Result<Applied, DoctorError> {
     let found = match load(state)? {
@@ -326,7 +322,7 @@ pub fn apply(host: &HostFs, core: usize, state: &Path) -> Result<Applied, Doctor
         let current = match host.read_tunable(setting) {
             Ok(current) => current,
             Err(e) => {
-                applied.refused.push(Refusal { setting, why: one_line(&e) });
+                applied.refused.push(Refusal { setting, why: e.to_string() });
                 continue;
             }
         };
@@ -376,7 +372,7 @@ fn refusal_reason(setting: Tunable, error: &HostError) -> String {
         (Tunable::IrqAffinity(_), HostError::Refused { source, .. }) => format!(
             "{source}: the kernel keeps this IRQ's affinity (a managed or per-core IRQ); isolcpus=managed_irq keeps managed IRQs off the core at boot"
         ),
-        _ => one_line(error),
+        _ => error.to_string(),
     }
 }
 
@@ -393,7 +389,7 @@ pub fn revert(host: &HostFs, state: &Path) -> Result<Reverted, DoctorError> {
             Ok(()) => reverted.restored.push(change.clone()),
             Err(e) if e.is_absent() => reverted.gone.push(change.clone()),
             Err(e) => {
-                reverted.failed.push(Refusal { setting: change.setting, why: one_line(&e) });
+                reverted.failed.push(Refusal { setting: change.setting, why: e.to_string() });
                 continue;
             }
         }
