@@ -734,8 +734,9 @@ impl Context<'_> {
                     ipi_rows.iter().map(|c| format!("{} {}", c.source, c.count)).collect::<Vec<_>>();
                 let ipi_named =
                     if ipi_named.is_empty() { String::new() } else { format!(" ({})", ipi_named.join(", ")) };
+                let each = if devices == 0 { "" } else { ", each a gap of the combined cost" };
                 format!(
-                    "{} hit {cpu} in {} ({}{named}), each a gap of the combined cost; and {}{ipi_named}, which no affinity moves",
+                    "{} hit {cpu} in {} ({}{named}){each}; and {}{ipi_named}, which no affinity moves",
                     count(devices, "device interrupt", "device interrupts"),
                     m.spin_text(),
                     m.per_second(devices),
