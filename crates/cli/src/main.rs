@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod aoi_model;
+mod doctor;
 mod exit;
 mod forward;
 mod lane;
@@ -48,6 +49,14 @@ enum Command {
     Lane(lane::LaneArgs),
     /// Real-time upcalls: admission control of periodic handlers under RMDP.
     Rtu(rtu::RtuArgs),
+    /// The host doctor for the express lane's core: checks isolation, the tick, RCU callbacks,
+    /// idle states, watchdogs, IRQ affinity, RT throttling, frequency, steal and SMT, measures
+    /// what the missing parts cost with a short probe on the core (2 s by default), and gives
+    /// each fix; --apply makes the run-time fixes, --revert undoes exactly those.
+    ///
+    /// Exit status: 0 when it examined (whatever it found), 2 for a bad flag, 1 when --apply or
+    /// --revert failed or was not permitted (they need root).
+    Doctor(doctor::DoctorArgs),
 }
 
 /// The flags every experiment takes.
@@ -229,6 +238,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Sweep(args) => done(forward::sweep(&args)),
         Command::Lane(args) => lane::run(&args),
         Command::Rtu(args) => rtu::run(&args),
+        Command::Doctor(args) => doctor::run(&args),
         Command::Lab(args) => {
             let c = &args.common;
             let (latency, grace) =

@@ -8,6 +8,10 @@
 //!   Appendix A.1 that checks every packet of every admitted tunnel against its bounds.
 //! - [`service`]: the controller as a network service for node agents: authenticated frames,
 //!   a journal replayed after a crash, notices pushed to the nodes concerned, metrics.
+//! - [`doctor`]: the host doctor: whether the lane's core is isolated as the source's section
+//!   4.3 asks (isolation, tick, RCU callbacks, idle states, watchdogs, IRQ affinity, RT
+//!   throttling, frequency, steal, SMT), what each missing part costs, and the run-time fixes
+//!   with their exact undo.
 //! - [`plan`]: what `kairos lane plan` computes: requests admitted in order, their final bounds,
 //!   optionally validated; data only (the command line renders it).
 //!
@@ -30,6 +34,7 @@
 #![warn(missing_docs)]
 
 pub mod controller;
+pub mod doctor;
 pub mod node;
 pub mod plan;
 pub mod service;

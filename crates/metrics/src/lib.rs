@@ -12,7 +12,9 @@
 //!    milliseconds whatever the system under test does; the probe measures them before, during and
 //!    after a run, with the kernel's steal time, so a reader can tell which spikes the machine made.
 //!    The [`stall`] watch times the stalls of one core that even a `SCHED_FIFO` 99 thread suffers,
-//!    so a deadline miss can be checked against them.
+//!    so a deadline miss can be checked against them. The [`core_probe`] measures one core for
+//!    the host doctor: spin gaps beside the interrupts, softirqs, preemptions and steal that
+//!    caused them, and wake-up lateness with and without idle states.
 //! 4. [`aoi`]: age of information: the exact sawtooth integral of a monitor's age, its peaks, and
 //!    a table of per-user age processes.
 //!
@@ -22,12 +24,14 @@
 
 pub mod aoi;
 pub mod clock;
+pub mod core_probe;
 pub mod latency;
 pub mod noise;
 pub mod stall;
 
 pub use aoi::{AgeProcess, AgeSummary, AgeTable, AgeTableSummary};
 pub use clock::{Clock, MonotonicClock, TscClock, VirtualClock};
+pub use core_probe::{CoreProbe, CoreProbeConfig, SourceCount, probe_core};
 pub use latency::{LatencyRecorder, LatencySummary};
 pub use noise::{CoreNoise, DuringNoise, NoiseConfig, NoiseProbe, NoiseReport, Sampler};
 pub use stall::{Stall, StallReport, StallWatch, StallWatchConfig};

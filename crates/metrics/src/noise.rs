@@ -122,7 +122,7 @@ pub struct NoiseReport {
 }
 
 /// Accumulates the gaps of one core over one or more spinning bursts.
-struct GapMeter {
+pub(crate) struct GapMeter {
     core: usize,
     pinned: bool,
     floor_ns: u64,
@@ -135,7 +135,8 @@ struct GapMeter {
 }
 
 impl GapMeter {
-    fn new(core: usize, floor_ns: u64) -> Self {
+    /// Pins the calling thread to `core` (best effort: `pinned` says) and starts empty.
+    pub(crate) fn new(core: usize, floor_ns: u64) -> Self {
         let pinned = pin_current_thread(core).is_ok();
         Self {
             core,
@@ -163,7 +164,7 @@ impl GapMeter {
     }
 
     /// Spins for `length`, or until `stop` is raised, counting gaps.
-    fn spin(&mut self, length: Duration, stop: Option<&AtomicBool>) {
+    pub(crate) fn spin(&mut self, length: Duration, stop: Option<&AtomicBool>) {
         let start = monotonic_ns();
         let end = start + length.as_nanos() as u64;
         let mut last = start;
@@ -180,7 +181,7 @@ impl GapMeter {
         self.spun_ns += last - start;
     }
 
-    fn finish(self, steal_ns: u64) -> CoreNoise {
+    pub(crate) fn finish(self, steal_ns: u64) -> CoreNoise {
         CoreNoise {
             core: self.core,
             pinned: self.pinned,

@@ -1,9 +1,14 @@
-//! Reading files a user names: bounded, and with errors that say which file.
+//! Reading files a user names: bounded, and with errors that say which file; and replacing a
+//! record file whole.
 //!
 //! A configuration or trace path comes from outside; it may be a directory, a device such as
 //! `/dev/zero` that never ends, or binary garbage. Every reader of such a path goes through
 //! [`read_text`] (or [`read_bytes`]), which refuses anything over a limit the caller states (before reading it all:
 //! the read stops one byte past the limit) and names the file in every error.
+//!
+//! A record that must survive the process being killed at any instant (what a run changed on
+//! the machine, so that it can be undone) is written with [`write_atomic`]: a reader finds the
+//! old content or the new, never a part.
 
 use std::fmt;
 use std::io::Read;
@@ -82,6 +87,35 @@ pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
     Ok(bytes)
 }
 
+/// Replaces `path` with `contents` atomically: written to a temporary file beside it, flushed
+/// to disk, then renamed over it (and the directory flushed), so that whoever reads `path`,
+/// even after a crash, finds the previous content or the new one whole. Creates the parent
+/// directories when missing.
+pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), FileError> {
+    use std::io::Write;
+    let io = |source| FileError::Io { path: path.to_path_buf(), source };
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(format!(".tmp-{}", std::process::id()));
+    let temporary = PathBuf::from(temporary);
+    let written = (|| {
+        let mut file = std::fs::File::create(&temporary)?;
+        file.write_all(contents)?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)?;
+        // The rename is durable once the directory is.
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written.map_err(io)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +160,21 @@ mod tests {
         let missing = scratch("missing.toml");
         let err = read_text(&missing, 100).unwrap_err();
         assert!(err.to_string().starts_with(&format!("{}: ", missing.display())), "{err}");
+    }
+
+    #[test]
+    fn an_atomic_write_replaces_the_file_whole_and_leaves_no_temporary() {
+        let dir = scratch("atomic").with_extension("d");
+        let _ = std::fs::remove_dir_all(&dir);
+        let p = dir.join("nested").join("state.json");
+        write_atomic(&p, b"first").unwrap();
+        write_atomic(&p, b"second").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "second");
+        let names: Vec<_> =
+            std::fs::read_dir(p.parent().unwrap()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("state.json")]);
+        let err = write_atomic(&p.join("below-a-file"), b"x").unwrap_err();
+        assert!(err.to_string().contains("below-a-file"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

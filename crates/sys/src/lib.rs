@@ -15,6 +15,9 @@
 //!   sleeps to a deadline.
 //! - [`fs`]: bounded reads of files given from outside (configurations, traces), with errors
 //!   that name the file.
+//! - [`host`]: the host's tuning for a dedicated core, read from `/proc` and `/sys` under a
+//!   root (isolation, tick, RCU, idle states, watchdogs, IRQ affinity, RT throttling, cpufreq,
+//!   SMT), and the few settings changed at run time ([`host::Tunable`]).
 //! - [`memory`]: `mlockall`, heap trimming off, `/dev/cpu_dma_latency` held at 0.
 //! - [`net`]: UDP bursts (`recvmmsg`/`sendmmsg` with kernel receive time stamps), socket
 //!   options, `ppoll` on sockets, the kernel's per-socket drop count.
@@ -35,6 +38,7 @@ pub mod child;
 pub mod cleanup;
 pub mod clock;
 pub mod fs;
+pub mod host;
 pub mod memory;
 pub mod net;
 pub mod netns;

@@ -57,7 +57,7 @@ pub fn steal_ns_per_core() -> Option<Vec<u64>> {
     parse_steal_ns(&stat, clock_ticks_per_second())
 }
 
-fn parse_steal_ns(stat: &str, ticks_per_second: u64) -> Option<Vec<u64>> {
+pub(crate) fn parse_steal_ns(stat: &str, ticks_per_second: u64) -> Option<Vec<u64>> {
     let mut cores = Vec::new();
     for line in stat.lines() {
         let mut fields = line.split_whitespace();

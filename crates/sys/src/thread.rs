@@ -1,5 +1,6 @@
 //! The calling thread's place in the scheduler: its core, its policy and priority, its thread
-//! id, and what it has cost (CPU time, context switches).
+//! id, its timer slack, and what it has cost and suffered (CPU time, context switches, time
+//! waiting on a run queue).
 //!
 //! Every setter acts on the calling thread only (Linux schedules threads, not processes) and
 //! returns the kernel's refusal as an `io::Error`: pinning to an absent core or asking for
@@ -84,6 +85,24 @@ pub fn thread_context_switches() -> (u64, u64) {
     (usage.ru_nvcsw as u64, usage.ru_nivcsw as u64)
 }
 
+/// Sets the calling thread's timer slack: how late the kernel may fire its sleeps' timers to
+/// batch them with others (50 us by default for normal threads, 0 for real-time ones). A
+/// measurement of wake-up lateness sets it to 1 ns so that the slack is not what it measures.
+pub fn set_timer_slack_ns(slack_ns: u64) -> io::Result<()> {
+    // SAFETY: PR_SET_TIMERSLACK takes an integer and changes the calling thread's slack only.
+    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, slack_ns as libc::c_ulong, 0, 0, 0) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// How long the calling thread has waited on a run queue, runnable but not running, in
+/// nanoseconds (the second field of `/proc/thread-self/schedstat`): time other tasks, or the
+/// throttling of real-time threads, took the core from it. `None` where the kernel does not
+/// keep it (`CONFIG_SCHED_INFO` off).
+pub fn thread_run_delay_ns() -> Option<u64> {
+    let schedstat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    schedstat.split_whitespace().nth(1)?.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,5 +185,25 @@ mod tests {
     fn an_invalid_fifo_priority_is_refused() {
         let err = std::thread::spawn(|| set_fifo(1_000)).join().unwrap().unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn timer_slack_is_the_threads_own() {
+        let slack = std::thread::spawn(|| {
+            set_timer_slack_ns(1).unwrap();
+            // SAFETY: PR_GET_TIMERSLACK takes no pointer and returns the calling thread's slack.
+            unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) }
+        });
+        assert_eq!(slack.join().unwrap(), 1);
+    }
+
+    #[test]
+    fn run_delay_is_read_and_only_grows() {
+        let Some(before) = thread_run_delay_ns() else {
+            eprintln!("skipped: this kernel keeps no schedstat");
+            return;
+        };
+        std::thread::yield_now();
+        assert!(thread_run_delay_ns().unwrap() >= before);
     }
 }

@@ -1,0 +1,230 @@
+//! `kairos doctor`: the JSON other tools read (the core, and five fields per check), one-line
+//! errors for bad flags, --apply and --revert refused without root, and, as root, an apply
+//! whose revert leaves every setting it may touch exactly as it was.
+//!
+//! The apply test changes the machine's IRQ affinities, RT throttling and watchdog cores for a
+//! moment: it is ignored by the debug test run, and `scripts/test` runs it in release as root.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn kairos(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kairos")).args(args).env("CI", "1").output().expect("kairos runs")
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The single `kairos: error:` line of a failed run; panics unless stderr is exactly that line.
+fn one_line_error(out: &Output) -> String {
+    let (_, stderr) = text(out);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected on stderr: {stderr}");
+    assert!(lines[0].starts_with("kairos: error: "), "{stderr}");
+    lines[0].to_string()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kairos-cli-doctor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// The last online core, as the doctor picks it by default.
+fn last_online_core() -> u64 {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let last = online.trim().rsplit([',', '-']).next().unwrap();
+    last.parse().unwrap()
+}
+
+const CHECKS: [&str; 10] = [
+    "isolcpus",
+    "nohz_full",
+    "rcu_nocbs",
+    "cpuidle",
+    "nmi_watchdog",
+    "irq_affinity",
+    "rt_throttling",
+    "cpufreq_governor",
+    "steal_time",
+    "smt_sibling",
+];
+
+#[test]
+fn json_gives_the_core_and_five_fields_per_check_and_the_probe_says_it_measures() {
+    let out = kairos(&["doctor", "--json", "--probe-ms", "200"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("kairos: measuring cpu") && l.contains("0.2 s")),
+        "no progress line on stderr: {stderr}"
+    );
+    assert_eq!(stdout.lines().count(), 1, "one JSON object on one line: {stdout}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["core"].as_u64(), Some(last_online_core()));
+    let checks = json["checks"].as_array().unwrap();
+    let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, CHECKS);
+    for check in checks {
+        let fields = check.as_object().unwrap();
+        assert_eq!(fields.len(), 5, "exactly five fields: {check}");
+        assert!(check["ok"].is_boolean(), "{check}");
+        for field in ["name", "found", "fix", "cost"] {
+            assert!(check[field].as_str().is_some_and(|s| !s.is_empty()), "{field}: {check}");
+        }
+    }
+    // The probe ran on the core and its figures reached the checks.
+    assert_eq!(json["probe"]["config"]["core"].as_u64(), Some(last_online_core()));
+    assert!(json["probe"]["spin"]["pinned"].as_bool().unwrap());
+    assert!(json["combined_cost"].as_str().unwrap().contains("spinning"));
+    let irq = checks.iter().find(|c| c["name"] == "irq_affinity").unwrap();
+    assert!(!irq["cost"].as_str().unwrap().contains("not measured"), "{irq}");
+
+    let core_0 = kairos(&["doctor", "--json", "--probe-ms", "0", "--core", "0"]);
+    assert_eq!(core_0.status.code(), Some(0), "{:?}", text(&core_0));
+    let json: serde_json::Value = serde_json::from_str(&text(&core_0).0).unwrap();
+    assert_eq!(json["core"], 0);
+    assert!(json["probe"].is_null());
+    assert!(text(&core_0).1.is_empty(), "no probe, no progress line: {}", text(&core_0).1);
+}
+
+#[test]
+fn the_table_names_every_check_and_the_boot_parameters() {
+    let out = kairos(&["doctor", "--probe-ms", "0"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for check in CHECKS {
+        assert!(stdout.lines().any(|l| l.starts_with(check)), "no row for {check}: {stdout}");
+    }
+    assert!(stdout.contains("combined cost: not measured (--probe-ms 0)"), "{stdout}");
+    assert!(stdout.contains("checks not ok"), "{stdout}");
+}
+
+#[test]
+fn bad_flags_are_one_line_errors_with_exit_code_2() {
+    for (flags, expected) in [
+        (&["--apply", "--revert"][..], "--apply and --revert cannot be given together"),
+        (&["--core", "100000"], "--core 100000: not an online core (online: "),
+        (&["--probe-ms", "60001"], "--probe-ms must be from 0 (no probe) to 60000 milliseconds, got 60001"),
+    ] {
+        let mut args = vec!["doctor"];
+        args.extend(flags);
+        let out = kairos(&args);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {:?}", text(&out));
+        let error = one_line_error(&out);
+        assert!(error.contains(expected), "{flags:?}: {error}");
+        assert!(text(&out).0.is_empty(), "{flags:?}: nothing on stdout");
+    }
+}
+
+#[test]
+fn apply_and_revert_need_root_and_say_so_at_once() {
+    if kairos_sys::user::is_root() {
+        eprintln!("skipped: run as root, --apply and --revert are permitted");
+        return;
+    }
+    let state = scratch("never-written.json");
+    for flag in ["--apply", "--revert"] {
+        let started = std::time::Instant::now();
+        let out = kairos(&["doctor", flag, "--state", state.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{flag}: {:?}", text(&out));
+        let error = one_line_error(&out);
+        assert!(error.contains(&format!("kairos doctor {flag} needs root")), "{error}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(1),
+            "{flag}: refused at once, before any probe"
+        );
+        assert!(!state.exists());
+    }
+    let _ = std::fs::remove_dir_all(state.parent().unwrap());
+}
+
+/// Every file `--apply` may write, with its content.
+fn settings() -> BTreeMap<String, String> {
+    let mut files: Vec<PathBuf> = vec![
+        "/proc/irq/default_smp_affinity".into(),
+        "/proc/sys/kernel/sched_rt_runtime_us".into(),
+        "/proc/sys/kernel/watchdog_cpumask".into(),
+    ];
+    for entry in std::fs::read_dir("/proc/irq").unwrap().flatten() {
+        let affinity = entry.path().join("smp_affinity_list");
+        if affinity.exists() {
+            files.push(affinity);
+        }
+    }
+    for entry in std::fs::read_dir("/sys/devices/system/cpu").unwrap().flatten() {
+        let governor = entry.path().join("cpufreq/scaling_governor");
+        if governor.exists() {
+            files.push(governor);
+        }
+    }
+    files
+        .into_iter()
+        .filter_map(|f| Some((f.display().to_string(), std::fs::read_to_string(&f).ok()?.trim().to_string())))
+        .collect()
+}
+
+fn json_of(out: &Output) -> serde_json::Value {
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(out));
+    serde_json::from_str(&text(out).0).unwrap()
+}
+
+fn apply(state: &Path) -> serde_json::Value {
+    json_of(&kairos(&["doctor", "--apply", "--json", "--probe-ms", "0", "--state", state.to_str().unwrap()]))
+}
+
+#[test]
+#[ignore = "changes the machine's IRQ affinities and RT throttling as root: scripts/test runs it in release"]
+fn apply_changes_what_it_records_and_revert_puts_every_setting_back() {
+    if !kairos_sys::user::is_root() {
+        eprintln!("skipped: --apply needs root");
+        return;
+    }
+    let state = scratch("doctor.json");
+    let _ = std::fs::remove_file(&state);
+    let before = settings();
+
+    let applied = apply(&state);
+    let changed = applied["applied"]["changed"].as_array().unwrap().clone();
+    if changed.is_empty() {
+        eprintln!("skipped: nothing to change, the host is already tuned for the lane's core");
+        assert!(!state.exists());
+        let _ = std::fs::remove_dir_all(state.parent().unwrap());
+        return;
+    }
+    // What changed is what the record says, from the values the snapshot holds.
+    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(record["changes"].as_array().unwrap(), &changed);
+    let now = settings();
+    for change in &changed {
+        let setting = change["setting"].as_str().unwrap();
+        assert_eq!(before.get(setting), Some(&change["previous"].as_str().unwrap().to_string()), "{change}");
+        assert_eq!(now.get(setting), Some(&change["written"].as_str().unwrap().to_string()), "{change}");
+    }
+    for (setting, value) in &now {
+        if before.get(setting) != Some(value) {
+            assert!(changed.iter().any(|c| c["setting"] == setting.as_str()), "{setting} changed unrecorded");
+        }
+    }
+    // The checks run after the apply see it.
+    let checks = applied["checks"].as_array().unwrap();
+    let rt = checks.iter().find(|c| c["name"] == "rt_throttling").unwrap();
+    if changed.iter().any(|c| c["setting"] == "/proc/sys/kernel/sched_rt_runtime_us") {
+        assert_eq!(rt["ok"], true, "{rt}");
+    }
+
+    // A second apply keeps the first values.
+    let again = apply(&state);
+    assert!(again["applied"]["changed"].as_array().unwrap().is_empty(), "{again}");
+    assert_eq!(again["applied"]["kept"].as_array().unwrap().len(), changed.len());
+
+    let out = kairos(&["doctor", "--revert", "--state", state.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert!(text(&out).0.contains(&format!("removed {}", state.display())), "{}", text(&out).0);
+    assert!(!state.exists());
+    assert_eq!(settings(), before, "every setting --apply may touch is back as it was");
+    eprintln!("{} settings changed and put back", changed.len());
+    let _ = std::fs::remove_dir_all(state.parent().unwrap());
+}

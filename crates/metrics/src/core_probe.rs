@@ -1,0 +1,267 @@
+//! The core probe: what the machine takes from one core in a few seconds, and what took it.
+//!
+//! The host doctor (`kairos doctor`) says which of the express lane's isolation settings are
+//! missing; this probe measures what the missing ones cost on the lane's core, as the lane's
+//! thread would suffer it. One thread, pinned to the core and `SCHED_FIFO` where permitted (as
+//! the lane's would be), does two things:
+//!
+//! - **spins**, reading the clock back to back (the [`noise`](crate::noise) probe's gap meter):
+//!   every gap above the floor is time the thread did not have. Around the spin it reads what
+//!   the kernel counts per core (each interrupt source of `/proc/interrupts`, each softirq of
+//!   `/proc/softirqs`, steal time) and per thread (involuntary context switches, time waiting on
+//!   a run queue), so the combined loss can be set beside its likely sources: ticks, device
+//!   interrupts, inter-processor interrupts, RCU work, other tasks or RT throttling, the
+//!   hypervisor. Which gap was which cannot be told; the counts can.
+//! - **sleeps and wakes** every `wake_period` to an absolute time and records how late it woke,
+//!   first with the idle states allowed, then (where permitted: root) with
+//!   `/dev/cpu_dma_latency` held at 0 so the core does not enter them: the difference is what
+//!   idle states cost a thread that sleeps between packets. A spinning thread never idles, so
+//!   this is the one cost the spin cannot see. The thread's timer slack is 1 ns, so the
+//!   kernel's default 50 us slack of normal threads is not what is measured.
+
+use std::time::Duration;
+
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
+use kairos_sys::host::{CounterTable, HostFs};
+use kairos_sys::memory::NoIdleStates;
+use kairos_sys::thread::{set_fifo, set_timer_slack_ns, thread_context_switches, thread_run_delay_ns};
+use serde::{Deserialize, Serialize};
+
+use crate::latency::{LatencyRecorder, LatencySummary};
+use crate::noise::{CoreNoise, GapMeter};
+
+/// How the probe measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoreProbeConfig {
+    /// The core probed.
+    pub core: usize,
+    /// How long the thread spins.
+    pub spin: Duration,
+    /// How long each of the two wake-up phases lasts.
+    pub wake: Duration,
+    /// The period of the wake-ups.
+    pub wake_period: Duration,
+    /// Gaps shorter than this are the loop's own cost and not counted.
+    pub gap_floor_ns: u64,
+    /// `SCHED_FIFO` priority asked for (0: stay a normal thread). The default, 98, is below only
+    /// the signal handler's 99 (which runs on other cores), so what takes the core from the
+    /// probe is the machine, not another real-time thread of Kairos.
+    pub fifo_priority: i32,
+}
+
+impl CoreProbeConfig {
+    /// A probe of `core` lasting about `total`: a wake-up phase of an eighth of it (at most a
+    /// quarter of a second: 250 wake-ups) twice, and the rest spinning. Spinning longer than a
+    /// second is what shows RT throttling, which acts once a second.
+    pub fn lasting(core: usize, total: Duration) -> Self {
+        let wake = (total / 8).min(Duration::from_millis(250));
+        Self {
+            core,
+            spin: total.saturating_sub(wake * 2),
+            wake,
+            wake_period: Duration::from_millis(1),
+            gap_floor_ns: 1_000,
+            fifo_priority: 98,
+        }
+    }
+
+    /// The probe's length: the spin and both wake-up phases.
+    pub fn total(&self) -> Duration {
+        self.spin + self.wake * 2
+    }
+}
+
+/// How many times one source (an IRQ, a class of interrupts, a softirq) hit the core during
+/// the spin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceCount {
+    /// The kernel's name for it: an IRQ number (`36`), `LOC`, `NMI`, `RES`, `RCU`, `TIMER`, ...
+    pub source: String,
+    /// What the kernel says it is (the device or the description; empty for softirqs).
+    pub description: String,
+    /// Times it hit the core during the spin.
+    pub count: u64,
+}
+
+/// What the probe found.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CoreProbe {
+    /// How it measured.
+    pub config: CoreProbeConfig,
+    /// The `SCHED_FIFO` priority it ran at; `None`: a normal thread (not permitted, or not
+    /// asked).
+    pub fifo_priority: Option<i32>,
+    /// The gaps of the spin (`pinned` says whether the thread ran on the core alone).
+    pub spin: CoreNoise,
+    /// Wall time of the spin, nanoseconds.
+    pub spin_wall_ns: u64,
+    /// Times the kernel took the core from the spinning thread for another task (involuntary
+    /// context switches).
+    pub preemptions: u64,
+    /// Time the spinning thread waited on the run queue meanwhile (other tasks, RT
+    /// throttling), nanoseconds; `None` where the kernel does not keep it.
+    pub run_delay_ns: Option<u64>,
+    /// Interrupts that hit the core during the spin, by source, most first (sources with none
+    /// left out); `None` when `/proc/interrupts` could not be read.
+    pub interrupts: Option<Vec<SourceCount>>,
+    /// Softirqs run on the core during the spin, by kind, most first; `None` when
+    /// `/proc/softirqs` could not be read.
+    pub softirqs: Option<Vec<SourceCount>>,
+    /// Steal time of the core during the spin, nanoseconds; `None` when `/proc/stat` could not
+    /// be read.
+    pub steal_ns: Option<u64>,
+    /// Lateness of wake-ups with idle states allowed, nanoseconds.
+    pub wake_idle: LatencySummary,
+    /// Lateness of wake-ups with `/dev/cpu_dma_latency` held at 0; `None` when it could not be
+    /// held ([`CoreProbe::wake_held_refused`] says why).
+    pub wake_held: Option<LatencySummary>,
+    /// Why the latency target could not be held (it needs root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake_held_refused: Option<String>,
+}
+
+/// The counts of each source that grew between two readings on `core`, most first.
+fn grown(before: &CounterTable, after: &CounterTable, core: usize) -> Vec<SourceCount> {
+    let earlier: std::collections::HashMap<&str, u64> =
+        before.on_core(core).into_iter().map(|(row, n)| (row.source.as_str(), n)).collect();
+    let mut grown: Vec<SourceCount> = after
+        .on_core(core)
+        .into_iter()
+        .filter_map(|(row, n)| {
+            let count = n.saturating_sub(earlier.get(row.source.as_str()).copied().unwrap_or(n));
+            (count > 0).then(|| SourceCount {
+                source: row.source.clone(),
+                description: row.description.clone(),
+                count,
+            })
+        })
+        .collect();
+    grown.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.source.cmp(&b.source)));
+    grown
+}
+
+/// Sleeps to an absolute time every `period` for `length` and records how late each wake-up
+/// was. A wake-up later than the next due time skips the missed ones instead of bunching them.
+fn wake_lateness(length: Duration, period: Duration) -> LatencySummary {
+    let period = period.as_nanos().max(1) as u64;
+    let mut lateness = LatencyRecorder::new();
+    let end = monotonic_ns() + length.as_nanos() as u64;
+    let mut due = monotonic_ns() + period;
+    while due <= end {
+        sleep_until_ns(due);
+        let woke = monotonic_ns();
+        lateness.record(woke.saturating_sub(due));
+        due += period;
+        if due <= woke {
+            due = woke + period;
+        }
+    }
+    lateness.summary()
+}
+
+/// Runs the probe on a thread of its own (its policy and pinning stay there) and returns what
+/// it found; fails only when no thread can be started.
+pub fn probe_core(config: &CoreProbeConfig) -> std::io::Result<CoreProbe> {
+    let config = *config;
+    let thread = std::thread::Builder::new().name("core-probe".into()).spawn(move || run(config))?;
+    thread.join().map_err(|_| std::io::Error::other("the core probe's thread panicked"))
+}
+
+fn run(config: CoreProbeConfig) -> CoreProbe {
+    let host = HostFs::real();
+    let mut meter = GapMeter::new(config.core, config.gap_floor_ns);
+    let fifo_priority =
+        (config.fifo_priority > 0 && set_fifo(config.fifo_priority).is_ok()).then_some(config.fifo_priority);
+    // Without the 1 ns slack a normal thread's wake-ups would be up to 50 us late by design.
+    let _ = set_timer_slack_ns(1);
+
+    let (interrupts_before, softirqs_before) = (host.interrupts().ok(), host.softirqs().ok());
+    let steal_before = host.steal_ns_per_core().ok();
+    let ((_, preempted_before), delay_before) = (thread_context_switches(), thread_run_delay_ns());
+    let started = monotonic_ns();
+    meter.spin(config.spin, None);
+    let spin_wall_ns = monotonic_ns() - started;
+    let ((_, preempted_after), delay_after) = (thread_context_switches(), thread_run_delay_ns());
+    let steal_after = host.steal_ns_per_core().ok();
+    let (interrupts_after, softirqs_after) = (host.interrupts().ok(), host.softirqs().ok());
+
+    let steal_ns = match (steal_before, steal_after) {
+        (Some(before), Some(after)) => {
+            after.get(config.core).zip(before.get(config.core)).map(|(a, b)| a.saturating_sub(*b))
+        }
+        _ => None,
+    };
+    let counted = |before: Option<CounterTable>, after: Option<CounterTable>| {
+        Some(grown(&before?, &after?, config.core))
+    };
+
+    let wake_idle = wake_lateness(config.wake, config.wake_period);
+    let (wake_held, wake_held_refused) = match NoIdleStates::request() {
+        Ok(held) => {
+            let lateness = wake_lateness(config.wake, config.wake_period);
+            drop(held);
+            (Some(lateness), None)
+        }
+        Err(e) => (None, Some(format!("/dev/cpu_dma_latency: {e}"))),
+    };
+
+    CoreProbe {
+        config,
+        fifo_priority,
+        spin: meter.finish(steal_ns.unwrap_or(0)),
+        spin_wall_ns,
+        preemptions: preempted_after.saturating_sub(preempted_before),
+        run_delay_ns: delay_before.zip(delay_after).map(|(b, a)| a.saturating_sub(b)),
+        interrupts: counted(interrupts_before, interrupts_after),
+        softirqs: counted(softirqs_before, softirqs_after),
+        steal_ns,
+        wake_idle,
+        wake_held,
+        wake_held_refused,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_length_is_split_between_spinning_and_two_wake_up_phases() {
+        let config = CoreProbeConfig::lasting(1, Duration::from_millis(2_000));
+        assert_eq!((config.spin, config.wake), (Duration::from_millis(1_500), Duration::from_millis(250)));
+        assert_eq!(config.total(), Duration::from_millis(2_000));
+        let short = CoreProbeConfig::lasting(0, Duration::from_millis(80));
+        assert_eq!((short.spin, short.wake), (Duration::from_millis(60), Duration::from_millis(10)));
+    }
+
+    #[test]
+    fn only_sources_that_grew_are_kept_most_first() {
+        let before =
+            CounterTable::parse("CPU0 CPU1\n 1: 5 5 dev-a\nLOC: 10 10 Local timer\n 9: 0 0 gone\n").unwrap();
+        let after =
+            CounterTable::parse("CPU0 CPU1\n 1: 5 6 dev-a\nLOC: 90 13 Local timer\n 2: 4 4 new-dev\n")
+                .unwrap();
+        let on_1 = grown(&before, &after, 1);
+        let counts: Vec<(&str, u64)> = on_1.iter().map(|s| (s.source.as_str(), s.count)).collect();
+        // A source absent before (an IRQ set up meanwhile) has no known start and is left out.
+        assert_eq!(counts, vec![("LOC", 3), ("1", 1)]);
+        assert_eq!(on_1[0].description, "Local timer");
+    }
+
+    #[test]
+    fn a_short_probe_measures_this_core() {
+        let core = kairos_sys::proc::last_core();
+        let config =
+            CoreProbeConfig { fifo_priority: 0, ..CoreProbeConfig::lasting(core, Duration::from_millis(80)) };
+        let probe = probe_core(&config).unwrap();
+        assert_eq!(probe.fifo_priority, None);
+        assert!(probe.spin.pinned);
+        assert!(probe.spin_wall_ns >= 60_000_000, "{}", probe.spin_wall_ns);
+        assert!(probe.spin.lost_ns <= probe.spin_wall_ns);
+        assert!(probe.wake_idle.count >= 5, "{:?}", probe.wake_idle);
+        assert!(probe.interrupts.is_some() && probe.softirqs.is_some() && probe.steal_ns.is_some());
+        assert_eq!(probe.wake_held.is_some(), probe.wake_held_refused.is_none());
+        let json = serde_json::to_value(&probe).unwrap();
+        assert!(json["spin"]["max_gap_ns"].is_u64());
+    }
+}
