@@ -8,6 +8,8 @@
 //!   Appendix A.1 that checks every packet of every admitted tunnel against its bounds.
 //! - [`plan`]: what `kairos lane plan` computes: requests admitted in order, their final bounds,
 //!   optionally validated; data only (the command line renders it).
+//! - [`node`]: the endhost; for now the lane's packet format ([`node::chunk`]): small messages
+//!   packed into chunks that each carry their own CRC.
 //!
 //! # Files
 //! Topology TOML: `[[node]]` tables with `name` and `kind` (`host` or `switch`); `[[link]]` tables
@@ -28,6 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod controller;
+pub mod node;
 pub mod plan;
 pub mod te;
 pub mod validator;
