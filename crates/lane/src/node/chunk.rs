@@ -166,7 +166,9 @@ pub const CRC_32_HD8: Algorithm<u32> = CRC_32_AUTOSAR;
 
 const _: () = assert!(normal(0xFA567D89, 32) == CRC_32_AUTOSAR.poly);
 
-/// The CRC implementation: slice-by-16 tables.
+/// The CRC implementation: slice-by-16 tables (16 KiB per CRC), 3 to 4 times faster over a
+/// chunk than one 256-entry table here (benches/chunk.rs: 8 against 24 ns over 23 bytes, 10
+/// against 45 ns over 32).
 type Lanes = Table<16>;
 static CRC_HD6: Crc<u32, Lanes> = Crc::<u32, Lanes>::new(&CRC_24_HD6);
 static CRC_HD8: Crc<u32, Lanes> = Crc::<u32, Lanes>::new(&CRC_32_HD8);
