@@ -14,6 +14,8 @@
 //!   with their exact undo.
 //! - [`plan`]: what `kairos lane plan` computes: requests admitted in order, their final bounds,
 //!   optionally validated; data only (the command line renders it).
+//! - [`node`]: the endhost; for now the lane's packet format ([`node::chunk`]): small messages
+//!   packed into chunks that each carry their own CRC.
 //!
 //! # Files
 //! Topology TOML: `[[node]]` tables with `name` and `kind` (`host` or `switch`); `[[link]]` tables

@@ -1,4 +1,8 @@
-//! The express lane's endhost: what runs on each host beside the applications.
+//! The express lane's endhost: what runs on the hosts at either end of a tunnel.
 //!
+//! - [`chunk`]: the lane's packet: a header and small messages packed into chunks, each with its
+//!   own CRC, so that a bit error costs one chunk instead of the whole packet.
 //! - [`tunnels`]: the node's view of its host's tunnels: releases, policing, usage reports.
+
+pub mod chunk;
 pub mod tunnels;
