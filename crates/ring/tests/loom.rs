@@ -217,7 +217,8 @@ fn keyed_replacement_races_the_consumer() {
     });
 }
 
-/// A bridge's message: 12 bytes (a whole word and a zero-padded half word), distinct per `i`.
+/// A bridge's message: 12 bytes (a whole word and a zero-padded half word), distinct per `i`;
+/// the models' slots hold 16 (32 bytes, the fewest atomics to explore).
 fn message(i: u8) -> [u8; 12] {
     std::array::from_fn(|k| i.wrapping_mul(37).wrapping_add(k as u8))
 }
@@ -231,7 +232,7 @@ fn message(i: u8) -> [u8; 12] {
 /// about 24,000 schedules each, two seconds for all three.
 fn bridge_in_order(slots: usize, n: u8, preemptions: Option<usize>) {
     bounded_model(preemptions, move || {
-        let layout = BridgeLayout::for_messages(slots, 12).unwrap();
+        let layout = BridgeLayout::new(slots, 32).unwrap();
         let (mut tx, mut rx) = Bridge::init(HeapMemory::for_layout(layout), layout).unwrap().split();
         let producer = thread::spawn(move || {
             for i in 1..=n {
@@ -285,7 +286,7 @@ fn bridge_two_slots_wrap() {
 #[test]
 fn bridge_refusals_are_counted() {
     model(|| {
-        let layout = BridgeLayout::for_messages(1, 12).unwrap();
+        let layout = BridgeLayout::new(1, 32).unwrap();
         let (mut tx, mut rx) = Bridge::init(HeapMemory::for_layout(layout), layout).unwrap().split();
         let producer = thread::spawn(move || {
             let mut refused = Vec::new();
