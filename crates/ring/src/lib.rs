@@ -13,6 +13,8 @@
 //! - [`keyed`]: keep-latest-per-key: a newer entry for a queued key replaces it in place.
 //!
 //! - [`Doorbell`]: lets a consumer sleep on an empty ring and its producer wake it.
+//! - [`bridge`]: SPSC message rings laid out in memory shared between two processes (an
+//!   application and the express lane's node), where nothing the peer writes is trusted.
 //!
 //! Dropped entries are counted per reason ([`RingStats`]) and, where the ring discards entries it
 //! had accepted, handed back to the producer so their buffers return to the pool.
@@ -22,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bridge;
 mod core;
 mod doorbell;
 mod keyed;

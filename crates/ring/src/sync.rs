@@ -73,3 +73,39 @@ impl<T> std::ops::Deref for Padded<T> {
         &self.0
     }
 }
+
+/// Under loom, one cell per bridge slot that the producer writes when it fills the slot and the
+/// consumer reads when it empties it, so loom's race detector checks that the positions order
+/// every fill after the previous read and every read after its fill. The slots' bytes are
+/// atomics (another process writes them), which loom lets race, and loom never lets a load
+/// read a store that comes later in its writer's order: the slot words alone would not show a
+/// missing release on the consumer's side. Outside loom it is nothing.
+#[derive(Debug, Clone)]
+pub(crate) struct SlotShadow(#[cfg(loom)] std::sync::Arc<[loom::cell::UnsafeCell<()>]>);
+
+impl SlotShadow {
+    pub(crate) fn new(_slots: usize) -> Self {
+        #[cfg(loom)]
+        {
+            Self((0.._slots).map(|_| loom::cell::UnsafeCell::new(())).collect())
+        }
+        #[cfg(not(loom))]
+        {
+            Self()
+        }
+    }
+
+    /// The producer fills slot `_slot`.
+    #[inline(always)]
+    pub(crate) fn fill(&self, _slot: usize) {
+        #[cfg(loom)]
+        self.0[_slot].with_mut(|_| ());
+    }
+
+    /// The consumer empties slot `_slot`.
+    #[inline(always)]
+    pub(crate) fn empty(&self, _slot: usize) {
+        #[cfg(loom)]
+        self.0[_slot].with(|_| ());
+    }
+}

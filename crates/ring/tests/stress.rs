@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
+use kairos_ring::bridge::{Bridge, BridgeLayout, HeapMemory, SendError};
 use kairos_ring::{Overflow, keyed, mpsc, spsc};
 
 const PRODUCERS: u32 = 3;
@@ -198,4 +199,135 @@ fn keyed_latest_values_only_grow() {
         all.extend(left);
         each_once(all, PRODUCERS, n);
     });
+}
+
+/// A bridge's test message: the sequence number, an FNV-1a checksum of the filler, then filler
+/// bytes drawn from the sequence number; its length is drawn too, 16 bytes to `max`.
+fn bridge_message(seq: u64, max: usize, out: &mut Vec<u8>) {
+    let mut x = seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let len = 16 + (next() % (max as u64 - 15)) as usize;
+    out.clear();
+    out.extend_from_slice(&seq.to_ne_bytes());
+    out.extend_from_slice(&[0; 8]);
+    out.extend((16..len).map(|_| next() as u8));
+    let sum = fnv1a(&out[16..]);
+    out[8..16].copy_from_slice(&sum.to_ne_bytes());
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// Checks a received message: in sequence, its checksum right, and exactly the bytes sent.
+fn check_bridge_message(expected_seq: u64, got: &[u8], stamp_ns: u64, max: usize, scratch: &mut Vec<u8>) {
+    assert!(got.len() >= 16, "message {expected_seq}: {} bytes", got.len());
+    let seq = u64::from_ne_bytes(got[..8].try_into().unwrap());
+    assert_eq!(seq, expected_seq, "out of order, lost or twice");
+    assert_eq!(stamp_ns, !seq, "message {seq}: stamp");
+    let sum = u64::from_ne_bytes(got[8..16].try_into().unwrap());
+    assert_eq!(sum, fnv1a(&got[16..]), "message {seq}: checksum");
+    bridge_message(seq, max, scratch);
+    assert!(got == &scratch[..], "message {seq}: bytes differ");
+}
+
+/// A producer thread and a consumer thread move `n` messages of random sizes through a bridge
+/// of `slots` slots, each side spinning (and yielding) when the bridge is full or empty, one
+/// message or bursts at a time. Both edges must be met, and every message arrive whole, once
+/// and in order.
+fn bridge_between_threads(slots: usize, burst: usize) {
+    const MAX: usize = 200;
+    let n = u64::from(per_producer());
+    let layout = BridgeLayout::for_messages(slots, MAX).unwrap();
+    let (mut tx, mut rx) = Bridge::init(HeapMemory::for_layout(layout), layout).unwrap().split();
+    thread::scope(|s| {
+        let producer = s.spawn(move || {
+            let mut fulls = 0u64;
+            let mut messages: Vec<Vec<u8>> = vec![Vec::new(); burst];
+            let mut seq = 0;
+            while seq < n {
+                let k = burst.min((n - seq) as usize);
+                for (i, m) in messages[..k].iter_mut().enumerate() {
+                    bridge_message(seq + i as u64, MAX, m);
+                }
+                let sent = if burst == 1 {
+                    match tx.try_send(&messages[0], !seq) {
+                        Ok(()) => 1,
+                        Err(SendError::Full) => 0,
+                        Err(e) => panic!("{e}"),
+                    }
+                } else {
+                    // One stamp per burst: the consumer checks stamps only for single sends.
+                    let views: Vec<&[u8]> = messages[..k].iter().map(|m| &m[..]).collect();
+                    tx.try_send_burst(&views, !seq).unwrap()
+                };
+                if sent == 0 {
+                    fulls += 1;
+                    thread::yield_now();
+                }
+                seq += sent as u64;
+            }
+            tx.close();
+            fulls
+        });
+        let mut empties = 0u64;
+        let mut next = 0u64;
+        let mut buf = [0u8; MAX];
+        let mut scratch = Vec::new();
+        loop {
+            let closed = rx.producer_closed();
+            let got = if burst == 1 {
+                match rx.try_recv(&mut buf).unwrap() {
+                    Some(r) => {
+                        check_bridge_message(next, &buf[..r.len], r.stamp_ns, MAX, &mut scratch);
+                        1
+                    }
+                    None => 0,
+                }
+            } else {
+                rx.try_recv_burst(&mut buf, burst, |m, _| {
+                    let seq = u64::from_ne_bytes(m[..8].try_into().unwrap());
+                    check_bridge_message(next, m, !seq, MAX, &mut scratch);
+                    next += 1;
+                })
+                .unwrap()
+            };
+            if burst == 1 {
+                next += got as u64;
+            }
+            if got == 0 {
+                if closed {
+                    break;
+                }
+                empties += 1;
+                thread::yield_now();
+            }
+        }
+        let fulls = producer.join().unwrap();
+        assert_eq!(next, n, "messages lost");
+        let stats = rx.stats();
+        assert_eq!((stats.sent, stats.received, stats.dropped_too_large), (n, n, 0));
+        assert!(fulls > 0 && empties > 0, "an edge was never met: {fulls} full, {empties} empty");
+        assert!(stats.dropped_full >= fulls, "{stats:?}");
+    });
+}
+
+#[test]
+fn bridge_one_slot() {
+    bridge_between_threads(1, 1);
+}
+
+#[test]
+fn bridge_few_slots() {
+    bridge_between_threads(3, 1);
+}
+
+#[test]
+fn bridge_bursts() {
+    bridge_between_threads(16, 8);
 }

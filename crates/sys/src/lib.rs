@@ -26,6 +26,8 @@
 //!   thread.
 //! - [`proc`]: `/proc` readings: cores, kernel release, CPU model, steal time.
 //! - [`sched_deadline`]: `SCHED_DEADLINE` reservations (`sched_setattr`).
+//! - [`shm`]: memory shared between processes, a file under `/dev/shm` mapped by each side,
+//!   unlinked by its creator.
 //! - [`stoppable_thread`]: a thread its owner stops and joins on every path, whose panic is
 //!   an error.
 //! - [`thread`]: the calling thread: pinning, `SCHED_FIFO`, nice, thread id, CPU time,
@@ -45,6 +47,7 @@ pub mod netns;
 pub mod pi_mutex;
 pub mod proc;
 pub mod sched_deadline;
+pub mod shm;
 pub mod stoppable_thread;
 pub mod thread;
 pub mod user;
