@@ -9,10 +9,14 @@
 //! - [`fault`]: a wrapper that drops, duplicates, reorders and corrupts, for tests.
 //! - [`pool`]: fixed packet buffers passed between threads as indices.
 //! - [`testbed`]: source and forwarder namespaces joined by a veth pair, removed on drop.
+//! - [`bridge`]: message rings in shared-memory files, between an application and a node.
 
-// Only the pool needs `unsafe`: its slots are shared between threads, ownership kept by `Buf`.
+// Only the pool needs `unsafe` (its slots are shared between threads, ownership kept by `Buf`),
+// and the bridge's one step that vouches a mapping outlives its reader.
 #![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+pub mod bridge;
 pub mod fault;
 pub mod memory;
 pub mod packet;
