@@ -4,5 +4,8 @@
 //!   own CRC, so that a bit error costs one chunk instead of the whole packet.
 //! - [`tunnels`]: the node's view of its host's tunnels: releases, policing, usage reports.
 
+pub mod agent;
+pub mod app;
 pub mod chunk;
+pub mod lane;
 pub mod tunnels;

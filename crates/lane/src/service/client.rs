@@ -150,6 +150,12 @@ impl NodeConnection {
         Ok((Self { addr, stream, reader, session }, welcome))
     }
 
+    /// The connection's parts, for an event loop that reads and writes it itself: the
+    /// socket, the frames read ahead, and the session that seals and opens them.
+    pub fn into_parts(self) -> (TcpStream, FrameReader, Session) {
+        (self.stream, self.reader, self.session)
+    }
+
     /// The controller's address.
     pub fn addr(&self) -> SocketAddr {
         self.addr

@@ -268,6 +268,8 @@ impl ControllerService {
                 self.core.counters.refuse_frame("too_many_connections");
                 continue;
             }
+            // Notices are small frames that must not wait for the last one's acknowledgement.
+            let _ = stream.set_nodelay(true);
             let token = Token(self.next_token);
             self.next_token += 1;
             let interest = Interest::READABLE | Interest::WRITABLE;

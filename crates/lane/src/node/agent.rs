@@ -1,0 +1,698 @@
+//! The node agent (`kairos lane node`): the controller's client for its host, the
+//! applications' broker, and the owner of the lane loop.
+//!
+//! Two threads, each owned: the lane loop ([`super::lane`]), pinned to the lane core, and this
+//! control thread, one `mio` event loop over the controller's connection, the applications'
+//! Unix socket and a waker the lane loop rings when it has a usage report. The control thread
+//! forwards each application's request to the controller under a number of its own, creates
+//! the bridges of what is granted (`DIR/` names are the socket; bridge files live in
+//! `/dev/shm`, named after the host, the process and the application or tunnel), hands the
+//! bridges' lane ends to the lane loop, and tells each application what concerns it. When the
+//! controller's connection is lost it reconnects with a doubling back-off and reconciles with
+//! the controller's list; applications keep their tunnels meanwhile (the lane goes on sending
+//! on its last grants). An application that disconnects has its tunnels released.
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant};
+
+use kairos_io::bridge;
+use kairos_ring::bridge::BridgeLayout;
+use kairos_sys::shm::shm_path;
+use kairos_sys::stoppable_thread::StoppableThread;
+use mio::net::{TcpStream, UnixListener, UnixStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use super::app::{AppToNode, NodeToApp, SOCKET_NAME, valid_app_name};
+use super::chunk::Schema;
+use super::lane::{LaneCommand, LaneCounts, LaneLoop, LaneSettings, ReceiveMode};
+use crate::service::auth::{Secret, Session};
+use crate::service::client::{MAX_BACKOFF, MIN_BACKOFF, NodeConnection, Welcome};
+use crate::service::wire::{FrameReader, ToController, ToNode, TunnelSpec, put_frame};
+use crate::te::TunnelId;
+
+const CONTROLLER: Token = Token(0);
+const LISTENER: Token = Token(1);
+const WAKER: Token = Token(2);
+const FIRST_APP: usize = 16;
+
+/// Slots of a tunnel's outbox: what an application may queue ahead of its releases.
+const OUTBOX_SLOTS: usize = 64;
+/// Slots of an application's inbox.
+const INBOX_SLOTS: usize = 1024;
+/// The largest message a bridge slot carries (a whole packet's message bytes, and room).
+const MAX_MESSAGE: usize = 1_400;
+
+/// What the node is started with.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The controller.
+    pub controller: SocketAddr,
+    /// This node's host in the topology.
+    pub host: String,
+    /// The lane's shared secret.
+    pub secret: Secret,
+    /// The directory of the applications' socket (created if missing).
+    pub dir: PathBuf,
+    /// Where the lane socket binds.
+    pub lane_bind: SocketAddr,
+    /// The lane sockets of the other hosts' nodes.
+    pub peers: HashMap<String, SocketAddr>,
+    /// The core the lane loop is pinned to, if any.
+    pub core: Option<usize>,
+    /// The lane loop's `SCHED_FIFO` priority, 0 for none.
+    pub fifo_priority: i32,
+    /// How the lane loop waits for packets.
+    pub receive: ReceiveMode,
+    /// The chunk schema of sent packets.
+    pub schema: Schema,
+    /// How often tunnels' use is reported.
+    pub report_every: Duration,
+}
+
+/// Why the node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A socket, a directory or a thread.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// What failed.
+        source: std::io::Error,
+    },
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodeError {
+    let what = what.into();
+    move |source| NodeError::Io { what, source }
+}
+
+/// What the node did, when it stops.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct NodeReport {
+    /// The lane loop's counts.
+    pub lane: LaneCounts,
+    /// Why the lane loop did not run at `SCHED_FIFO`; `None` when it did.
+    pub not_realtime: Option<String>,
+    /// Times the controller's connection was (re)established.
+    pub connections: u64,
+}
+
+/// A running node; stopping (or dropping) it stops both threads and removes its socket and
+/// bridge files.
+#[derive(Debug)]
+pub struct RunningNode {
+    control: Option<StoppableThread<u64>>,
+    lane: Option<StoppableThread<(LaneCounts, Result<(), String>)>>,
+    socket: PathBuf,
+    connected: Arc<AtomicBool>,
+    bridge_prefix: String,
+}
+
+impl RunningNode {
+    /// Whether the node is connected to the controller now.
+    pub fn is_connected(&self) -> bool {
+        self.connected.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// What the names of this node's bridge files in `/dev/shm` start with.
+    pub fn bridge_prefix(&self) -> &str {
+        &self.bridge_prefix
+    }
+
+    /// The applications' socket.
+    pub fn socket(&self) -> &std::path::Path {
+        &self.socket
+    }
+
+    /// Stops the node and returns what it did.
+    pub fn stop(mut self) -> NodeReport {
+        let mut report = NodeReport::default();
+        if let Some(c) = self.control.take() {
+            report.connections = c.stop().unwrap_or(0);
+        }
+        if let Some(l) = self.lane.take() {
+            match l.stop() {
+                Ok((lane, realtime)) => (report.lane, report.not_realtime) = (lane, realtime.err()),
+                Err(e) => report.not_realtime = Some(e.to_string()),
+            }
+        }
+        let _ = std::fs::remove_file(&self.socket);
+        report
+    }
+}
+
+impl Drop for RunningNode {
+    fn drop(&mut self) {
+        // The control thread first: it owns the bridges' creators' ends it has not handed over.
+        if let Some(c) = self.control.take() {
+            let _ = c.stop();
+        }
+        if let Some(l) = self.lane.take() {
+            let _ = l.stop();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// Starts a node: binds its sockets (errors before any thread starts), then the lane loop and
+/// the control thread, which connects to the controller (and keeps reconnecting).
+pub fn start(config: NodeConfig) -> Result<RunningNode, NodeError> {
+    std::fs::create_dir_all(&config.dir)
+        .map_err(io_error(format!("cannot create {}", config.dir.display())))?;
+    let socket_path = config.dir.join(SOCKET_NAME);
+    // A socket file left by a node that was killed: nothing listens on it any more.
+    if std::os::unix::net::UnixStream::connect(&socket_path).is_err() {
+        let _ = std::fs::remove_file(&socket_path);
+    }
+    let listener = UnixListener::bind(&socket_path).map_err(io_error(format!(
+        "cannot listen on {} (is another node running there?)",
+        socket_path.display()
+    )))?;
+    let lane_socket = UdpSocket::bind(config.lane_bind)
+        .map_err(io_error(format!("cannot bind the lane socket {}", config.lane_bind)))?;
+    lane_socket.set_nonblocking(true).map_err(io_error("lane socket"))?;
+    kairos_sys::net::options::enable_rx_timestamps(&lane_socket)
+        .map_err(io_error("lane socket time stamps"))?;
+    let poll = Poll::new().map_err(io_error("cannot create the event loop"))?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io_error("cannot create the waker"))?);
+
+    let (commands_tx, commands_rx) = channel();
+    let (reports_tx, reports_rx) = channel();
+    let settings = LaneSettings { schema: config.schema, receive: config.receive, spin_ns: 20_000 };
+    let ring = Arc::clone(&waker);
+    let lane_loop = LaneLoop::new(
+        &config.host,
+        settings,
+        lane_socket,
+        config.report_every,
+        commands_rx,
+        reports_tx,
+        Box::new(move || {
+            let _ = ring.wake();
+        }),
+    );
+    let (core, priority) = (config.core, config.fifo_priority);
+    let lane = StoppableThread::spawn("lane-loop", move |stop| {
+        if let Some(core) = core {
+            let _ = kairos_sys::thread::pin_current_thread(core);
+        }
+        let realtime = if priority > 0 {
+            kairos_sys::thread::set_fifo(priority).map_err(|e| e.to_string())
+        } else {
+            Err("not asked (--fifo 0)".to_string())
+        };
+        (lane_loop.run(stop), realtime)
+    })
+    .map_err(io_error("cannot start the lane loop"))?;
+    let mut control = Control::new(config, poll, listener, commands_tx, reports_rx)?;
+    let connected = Arc::clone(&control.connected);
+    let bridge_prefix = control.bridge_prefix();
+    let control = StoppableThread::spawn("lane-control", move |stop| control.run(stop))
+        .map_err(io_error("cannot start the control thread"))?;
+    Ok(RunningNode {
+        control: Some(control),
+        lane: Some(lane),
+        socket: socket_path,
+        connected,
+        bridge_prefix,
+    })
+}
+
+struct App {
+    stream: UnixStream,
+    reader: FrameReader,
+    out: Vec<u8>,
+    name: Option<String>,
+    closed: bool,
+}
+
+/// A request forwarded to the controller, under the node's number.
+struct Pending {
+    app: Token,
+    app_ref: u64,
+    spec: TunnelSpec,
+}
+
+struct Link {
+    stream: TcpStream,
+    reader: FrameReader,
+    session: Session,
+}
+
+struct Control {
+    config: NodeConfig,
+    poll: Poll,
+    listener: UnixListener,
+    apps: HashMap<Token, App>,
+    next_token: usize,
+    link: Option<Link>,
+    retry_at: Instant,
+    backoff: Duration,
+    connections: u64,
+    next_ref: u64,
+    pending: HashMap<u64, Pending>,
+    /// Sending tunnel -> the application that owns it.
+    owners: HashMap<TunnelId, Token>,
+    commands: Sender<LaneCommand>,
+    reports: Receiver<ToController>,
+    /// This node's number in the process, in its bridge files' names (tests run several).
+    instance: u64,
+    /// Whether the controller's connection is up, for the node's owner.
+    connected: Arc<AtomicBool>,
+}
+
+/// Nodes started by this process, numbering their bridge files.
+static INSTANCES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl Control {
+    fn new(
+        config: NodeConfig,
+        poll: Poll,
+        mut listener: UnixListener,
+        commands: Sender<LaneCommand>,
+        reports: Receiver<ToController>,
+    ) -> Result<Self, NodeError> {
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(io_error("cannot poll the applications' socket"))?;
+        Ok(Self {
+            config,
+            poll,
+            listener,
+            apps: HashMap::new(),
+            next_token: FIRST_APP,
+            link: None,
+            retry_at: Instant::now(),
+            backoff: MIN_BACKOFF,
+            connections: 0,
+            next_ref: 1,
+            pending: HashMap::new(),
+            owners: HashMap::new(),
+            commands,
+            reports,
+            instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            connected: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    fn bridge_prefix(&self) -> String {
+        format!("kairos-lane-{}-{}-{}-", self.config.host, std::process::id(), self.instance)
+    }
+
+    fn run(&mut self, stop: &AtomicBool) -> u64 {
+        let mut events = Events::with_capacity(64);
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            if self.link.is_none() && Instant::now() >= self.retry_at {
+                self.connect();
+            }
+            let _ = self.poll.poll(&mut events, Some(Duration::from_millis(20)));
+            for event in events.iter() {
+                match event.token() {
+                    CONTROLLER => self.read_controller(),
+                    LISTENER => self.accept(),
+                    WAKER => {}
+                    token => self.read_app(token),
+                }
+            }
+            while let Ok(report) = self.reports.try_recv() {
+                self.send_controller(&report);
+            }
+            self.flush_apps();
+        }
+        self.connections
+    }
+
+    fn connect(&mut self) {
+        let c = &self.config;
+        match NodeConnection::connect(c.controller, &c.host, &c.secret, Duration::from_secs(1)) {
+            Ok((conn, welcome)) => {
+                let (stream, reader, session) = conn.into_parts();
+                if stream.set_nonblocking(true).is_err() {
+                    return self.lost();
+                }
+                let mut stream = TcpStream::from_std(stream);
+                if self.poll.registry().register(&mut stream, CONTROLLER, Interest::READABLE).is_err() {
+                    return self.lost();
+                }
+                self.link = Some(Link { stream, reader, session });
+                self.connected.store(true, std::sync::atomic::Ordering::Relaxed);
+                self.backoff = MIN_BACKOFF;
+                self.connections += 1;
+                self.welcome(welcome);
+                // Frames that came with the welcome.
+                self.read_controller();
+            }
+            Err(_) => self.lost(),
+        }
+    }
+
+    fn lost(&mut self) {
+        self.connected.store(false, std::sync::atomic::Ordering::Relaxed);
+        if let Some(mut link) = self.link.take() {
+            let _ = self.poll.registry().deregister(&mut link.stream);
+        }
+        self.retry_at = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    fn welcome(&mut self, welcome: Welcome) {
+        // Tunnels the controller no longer holds end for their applications.
+        let held: Vec<TunnelId> = welcome.tunnels.iter().map(|t| t.tunnel_id).collect();
+        let gone: Vec<TunnelId> = self.owners.keys().copied().filter(|t| !held.contains(t)).collect();
+        for t in gone {
+            if let Some(app) = self.owners.remove(&t) {
+                self.tell_app(app, &NodeToApp::Ended { tunnel_id: t, terminated: true });
+            }
+        }
+        let _ = self.commands.send(LaneCommand::Welcome(welcome));
+    }
+
+    fn send_controller(&mut self, message: &ToController) {
+        let Some(link) = self.link.as_mut() else { return };
+        let json = serde_json::to_vec(message).expect("messages serialise");
+        let mut body = Vec::with_capacity(json.len() + 16);
+        link.session.seal(&json, &mut body);
+        let mut out = Vec::with_capacity(body.len() + 4);
+        put_frame(&body, &mut out);
+        if write_all_nonblocking(&mut link.stream, &out).is_err() {
+            self.lost();
+        }
+    }
+
+    fn read_controller(&mut self) {
+        let mut messages = Vec::new();
+        let mut failed = false;
+        if let Some(link) = self.link.as_mut() {
+            let mut buf = [0u8; 16 << 10];
+            loop {
+                match link.stream.read(&mut buf) {
+                    Ok(0) => {
+                        failed = true;
+                        break;
+                    }
+                    Ok(n) => link.reader.push(&buf[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            loop {
+                match link.reader.next_frame() {
+                    Ok(Some(body)) => {
+                        match link.session.open(body).ok().and_then(|p| serde_json::from_slice(p).ok()) {
+                            Some(m) => messages.push(m),
+                            None => {
+                                failed = true;
+                                break;
+                            }
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        for m in messages {
+            self.notice(m);
+        }
+        if failed {
+            self.lost();
+        }
+    }
+
+    /// A notice of the controller: to the lane loop, and to the application it concerns.
+    fn notice(&mut self, m: ToNode) {
+        match &m {
+            ToNode::Granted { app_ref, tunnel_id, grant, send_from_ns, .. } => {
+                let Some(p) = self.pending.remove(app_ref) else { return };
+                let path = match shm_path(&format!("{}t{tunnel_id}-out", self.bridge_prefix())) {
+                    Ok(p) => p,
+                    Err(e) => return self.tell_app(p.app, &NodeToApp::Error { reason: e.to_string() }),
+                };
+                let layout = BridgeLayout::for_messages(OUTBOX_SLOTS, MAX_MESSAGE).expect("a valid layout");
+                let outbox = match bridge::create(&path, layout) {
+                    Ok(b) => b.into_consumer(),
+                    Err(e) => return self.tell_app(p.app, &NodeToApp::Error { reason: e.to_string() }),
+                };
+                let destinations =
+                    p.spec.receivers.iter().filter_map(|r| self.config.peers.get(r).copied()).collect();
+                let _ =
+                    self.commands.send(LaneCommand::Outbox { tunnel_id: *tunnel_id, outbox, destinations });
+                let _ = self.commands.send(LaneCommand::Notice(m.clone()));
+                self.owners.insert(*tunnel_id, p.app);
+                let answer = NodeToApp::Granted {
+                    app_ref: p.app_ref,
+                    tunnel_id: *tunnel_id,
+                    grant: *grant,
+                    send_from_ns: *send_from_ns,
+                    outbox: path,
+                };
+                self.tell_app(p.app, &answer);
+            }
+            ToNode::Refused { app_ref, reason, .. } => {
+                if let Some(p) = self.pending.remove(app_ref) {
+                    self.tell_app(p.app, &NodeToApp::Refused { app_ref: p.app_ref, reason: reason.clone() });
+                }
+            }
+            ToNode::BandwidthChanged { tunnel_id, grant, reason, effective_at_ns } => {
+                let _ = self.commands.send(LaneCommand::Notice(m.clone()));
+                if let Some(&app) = self.owners.get(tunnel_id) {
+                    let changed = NodeToApp::Changed {
+                        tunnel_id: *tunnel_id,
+                        grant: *grant,
+                        reason: *reason,
+                        effective_at_ns: *effective_at_ns,
+                    };
+                    self.tell_app(app, &changed);
+                }
+            }
+            ToNode::Released { tunnel_id } | ToNode::Terminated { tunnel_id } => {
+                let terminated = matches!(m, ToNode::Terminated { .. });
+                let _ = self.commands.send(LaneCommand::Notice(m.clone()));
+                if let Some(app) = self.owners.remove(tunnel_id) {
+                    self.tell_app(app, &NodeToApp::Ended { tunnel_id: *tunnel_id, terminated });
+                }
+            }
+            ToNode::Opened { .. } => {
+                let _ = self.commands.send(LaneCommand::Notice(m));
+            }
+            ToNode::Welcome { .. } | ToNode::Challenge { .. } | ToNode::Rejected { .. } => {}
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let (mut stream, _) = match self.listener.accept() {
+                Ok(pair) => pair,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => return,
+            };
+            let token = Token(self.next_token);
+            self.next_token += 1;
+            if self
+                .poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)
+                .is_err()
+            {
+                continue;
+            }
+            self.apps.insert(
+                token,
+                App { stream, reader: FrameReader::new(), out: Vec::new(), name: None, closed: false },
+            );
+        }
+    }
+
+    fn read_app(&mut self, token: Token) {
+        let mut messages = Vec::new();
+        let Some(app) = self.apps.get_mut(&token) else { return };
+        let mut buf = [0u8; 16 << 10];
+        loop {
+            match app.stream.read(&mut buf) {
+                Ok(0) => {
+                    app.closed = true;
+                    break;
+                }
+                Ok(n) => app.reader.push(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => {
+                    app.closed = true;
+                    break;
+                }
+            }
+        }
+        loop {
+            match app.reader.next_frame() {
+                Ok(Some(body)) => match serde_json::from_slice::<AppToNode>(body) {
+                    Ok(m) => messages.push(m),
+                    Err(e) => {
+                        let reason = format!("not a message: {e}");
+                        messages.clear();
+                        self.tell_app(token, &NodeToApp::Error { reason });
+                        return self.app_gone(token);
+                    }
+                },
+                Ok(None) => break,
+                Err(_) => {
+                    app.closed = true;
+                    break;
+                }
+            }
+        }
+        let closed = app.closed;
+        for m in messages {
+            self.app_message(token, m);
+        }
+        if closed {
+            self.app_gone(token);
+        }
+    }
+
+    fn app_message(&mut self, token: Token, m: AppToNode) {
+        let named = self.apps.get(&token).is_some_and(|a| a.name.is_some());
+        match m {
+            AppToNode::Hello { app } if !named => {
+                if !valid_app_name(&app) {
+                    let reason =
+                        format!("'{app}' is not an application name: 1 to 32 letters, digits, '-' or '_'");
+                    return self.tell_app(token, &NodeToApp::Error { reason });
+                }
+                let path = shm_path(&format!("{}{app}-{}-in", self.bridge_prefix(), token.0));
+                let layout =
+                    BridgeLayout::for_messages(INBOX_SLOTS, MAX_MESSAGE + 16).expect("a valid layout");
+                let inbox = path.map_err(|e| e.to_string()).and_then(|p| {
+                    bridge::create(&p, layout).map(|b| (p, b.into_producer())).map_err(|e| e.to_string())
+                });
+                match inbox {
+                    Ok((path, inbox)) => {
+                        let _ = self.commands.send(LaneCommand::Inbox { app: token.0 as u64, inbox });
+                        if let Some(a) = self.apps.get_mut(&token) {
+                            a.name = Some(app);
+                        }
+                        let welcome = NodeToApp::Welcome { host: self.config.host.clone(), inbox: path };
+                        self.tell_app(token, &welcome);
+                    }
+                    Err(reason) => self.tell_app(token, &NodeToApp::Error { reason }),
+                }
+            }
+            _ if !named => self.tell_app(token, &NodeToApp::Error { reason: "say hello first".into() }),
+            AppToNode::Hello { .. } => {
+                self.tell_app(token, &NodeToApp::Error { reason: "hello again".into() })
+            }
+            AppToNode::Request { app_ref, tunnel } => self.forward(token, app_ref, None, tunnel),
+            AppToNode::Change { app_ref, tunnel_id, tunnel } => {
+                if self.owners.get(&tunnel_id) != Some(&token) {
+                    let reason = format!("tunnel {tunnel_id} is not this application's");
+                    return self.tell_app(token, &NodeToApp::Refused { app_ref, reason });
+                }
+                self.forward(token, app_ref, Some(tunnel_id), tunnel)
+            }
+            AppToNode::Release { tunnel_id } => {
+                if self.owners.get(&tunnel_id) == Some(&token) {
+                    self.send_controller(&ToController::Release { tunnel_id });
+                }
+            }
+            AppToNode::Listen { name } => {
+                let _ = self.commands.send(LaneCommand::Listen { app: token.0 as u64, name });
+            }
+        }
+    }
+
+    fn forward(&mut self, token: Token, app_ref: u64, change: Option<TunnelId>, tunnel: TunnelSpec) {
+        if self.link.is_none() {
+            let reason = "the controller is not reachable now (the node is reconnecting)".to_string();
+            return self.tell_app(token, &NodeToApp::Refused { app_ref, reason });
+        }
+        let node_ref = self.next_ref;
+        self.next_ref += 1;
+        self.pending.insert(node_ref, Pending { app: token, app_ref, spec: tunnel.clone() });
+        let message = match change {
+            None => ToController::Request { app_ref: node_ref, tunnel },
+            Some(tunnel_id) => ToController::Change { app_ref: node_ref, tunnel_id, tunnel },
+        };
+        self.send_controller(&message);
+    }
+
+    fn app_gone(&mut self, token: Token) {
+        if let Some(mut app) = self.apps.remove(&token) {
+            let _ = self.poll.registry().deregister(&mut app.stream);
+        }
+        let _ = self.commands.send(LaneCommand::AppGone { app: token.0 as u64 });
+        let owned: Vec<TunnelId> =
+            self.owners.iter().filter(|(_, a)| **a == token).map(|(t, _)| *t).collect();
+        for tunnel_id in owned {
+            self.send_controller(&ToController::Release { tunnel_id });
+        }
+        self.pending.retain(|_, p| p.app != token);
+    }
+
+    fn tell_app(&mut self, token: Token, m: &NodeToApp) {
+        let Some(app) = self.apps.get_mut(&token) else { return };
+        put_frame(&serde_json::to_vec(m).expect("messages serialise"), &mut app.out);
+    }
+
+    fn flush_apps(&mut self) {
+        let mut gone = Vec::new();
+        for (token, app) in self.apps.iter_mut() {
+            while !app.out.is_empty() {
+                match app.stream.write(&app.out) {
+                    Ok(0) => {
+                        gone.push(*token);
+                        break;
+                    }
+                    Ok(n) => {
+                        app.out.drain(..n);
+                    }
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => {
+                        gone.push(*token);
+                        break;
+                    }
+                }
+            }
+            // An application that does not read its events loses its connection, not the node.
+            if app.out.len() > 1 << 20 {
+                gone.push(*token);
+            }
+        }
+        for t in gone {
+            self.app_gone(t);
+        }
+    }
+}
+
+/// Writes `bytes` whole to a non-blocking stream (control messages are small: a full socket
+/// buffer is a stuck peer, given up on after a second).
+fn write_all_nonblocking(stream: &mut TcpStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !bytes.is_empty() {
+        match stream.write(bytes) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                if Instant::now() > deadline {
+                    return Err(ErrorKind::TimedOut.into());
+                }
+                std::thread::yield_now();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

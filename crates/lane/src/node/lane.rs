@@ -1,0 +1,447 @@
+//! The node's lane loop: one thread, pinned to the lane core, that sends each tunnel's packet
+//! at its releases and delivers the packets that arrive, with no lock, no allocation per
+//! packet and no system call per message.
+//!
+//! At a release it empties the tunnel's outbox: messages go into one packet
+//! ([`super::chunk`]) while they fit the grant's size; up to one more packet's worth waits for
+//! the next release (`Carry`), and what is beyond that is excess: the oldest dropped, counted,
+//! and turned by [`NodeTunnels`] into a report for the controller. The packet goes to each receiver's node (one datagram each: unicast
+//! fan-out). Between releases the loop reads the lane socket: with [`ReceiveMode::Spin`] it
+//! polls it without pause (the source's busy loop: the lowest latency, and a core of its own),
+//! with [`ReceiveMode::Sleep`] it waits in `ppoll` until a packet or the next release, as the
+//! RT shell sleeps, spinning only the last `spin_ns` before a release. Each packet's messages go
+//! to the inboxes of the applications listening to its tunnel's name, stamped with the kernel's
+//! receive time.
+//!
+//! The control thread ([`super::agent`]) tells the loop what changed through a channel
+//! ([`LaneCommand`]) and gets the usage reports back through another, waking its event loop.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::Duration;
+
+use kairos_ring::bridge::{Consumer, Mapped, Producer};
+use kairos_sys::clock::realtime_ns;
+use kairos_sys::net::MmsgBatch;
+use kairos_sys::shm::SharedRegion;
+
+use super::app::INBOX_HEADER_BYTES;
+use super::chunk::{Encoder, HEADER_BYTES, Header, Packet, Schema, UDP_IPV4_PAYLOAD_BYTES};
+use super::tunnels::{NodeTunnels, Offered};
+use crate::service::client::Welcome;
+use crate::service::wire::{ToController, ToNode};
+use crate::te::TunnelId;
+
+/// An application's inbox, as the lane loop holds it.
+pub type InboxProducer = Producer<Mapped<SharedRegion>>;
+/// A tunnel's outbox, as the lane loop holds it.
+pub type OutboxConsumer = Consumer<Mapped<SharedRegion>>;
+
+/// How the loop waits for packets between releases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiveMode {
+    /// Poll the socket without pause: the lowest latency, a core of its own.
+    Spin,
+    /// Sleep in `ppoll` until a packet or the next release.
+    Sleep,
+}
+
+/// What the control thread tells the lane loop.
+#[derive(Debug)]
+pub enum LaneCommand {
+    /// A notice of the controller (grants, changes, ends).
+    Notice(ToNode),
+    /// The controller's view after a (re)connection.
+    Welcome(Welcome),
+    /// A granted tunnel's outbox and where its packets go.
+    Outbox {
+        /// The tunnel.
+        tunnel_id: TunnelId,
+        /// Its outbox.
+        outbox: OutboxConsumer,
+        /// The receivers' nodes.
+        destinations: Vec<SocketAddr>,
+    },
+    /// A new application's inbox.
+    Inbox {
+        /// The application's number at this node.
+        app: u64,
+        /// Its inbox.
+        inbox: InboxProducer,
+    },
+    /// An application listens to the tunnels named `name`.
+    Listen {
+        /// The application.
+        app: u64,
+        /// The tunnels' name.
+        name: String,
+    },
+    /// An application is gone: drop its inbox and listening.
+    AppGone {
+        /// The application.
+        app: u64,
+    },
+}
+
+/// What the loop counted, returned when it stops.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LaneCounts {
+    /// Packets sent (one per destination).
+    pub packets_sent: u64,
+    /// Datagrams the socket did not take.
+    pub send_errors: u64,
+    /// Messages sent.
+    pub messages_sent: u64,
+    /// Messages dropped at the sender as excess.
+    pub excess_messages: u64,
+    /// Datagrams received.
+    pub packets_received: u64,
+    /// Received packets dropped whole (bad header, truncated, not a lane packet).
+    pub packets_dropped: u64,
+    /// Messages delivered into inboxes.
+    pub messages_delivered: u64,
+    /// Messages for tunnels no application here listens to.
+    pub messages_unclaimed: u64,
+    /// Messages an inbox refused (its application reads too slowly).
+    pub inbox_refused: u64,
+    /// Releases the loop was late for and missed.
+    pub releases_missed: u64,
+}
+
+/// The lane loop's fixed settings.
+#[derive(Debug, Clone)]
+pub struct LaneSettings {
+    /// The chunk schema of sent packets.
+    pub schema: Schema,
+    /// How to wait for packets.
+    pub receive: ReceiveMode,
+    /// How long before a release the loop stops sleeping and spins, ns.
+    pub spin_ns: u64,
+}
+
+struct Outbox {
+    outbox: OutboxConsumer,
+    destinations: Vec<SocketAddr>,
+    seq: u64,
+    carry: Carry,
+}
+
+/// What a tunnel's application queued beyond the packet of one release, kept for the next: an
+/// application pacing itself at its grant lands two messages in one period now and then, and
+/// none in the next. At most `limit` bytes are kept; past them the oldest go (the freshest
+/// information is what a periodic sender wants through), counted as excess. Messages are
+/// stored as `length (u16 LE) | bytes`, in a buffer made once.
+#[derive(Debug)]
+struct Carry {
+    bytes: Vec<u8>,
+    used: usize,
+    limit: usize,
+}
+
+impl Carry {
+    fn new(limit: usize) -> Self {
+        Self { bytes: vec![0; limit + 2], used: 0, limit }
+    }
+
+    /// Keeps `message`, dropping the oldest kept ones until it fits; returns how many were
+    /// dropped (the message itself counts when it alone is over the limit).
+    fn push(&mut self, message: &[u8]) -> u64 {
+        if message.len() > self.limit {
+            return 1;
+        }
+        let mut dropped = 0;
+        while self.used + 2 + message.len() > self.limit + 2 && self.used > 0 {
+            self.pop_front();
+            dropped += 1;
+        }
+        self.bytes[self.used..self.used + 2].copy_from_slice(&(message.len() as u16).to_le_bytes());
+        self.bytes[self.used + 2..self.used + 2 + message.len()].copy_from_slice(message);
+        self.used += 2 + message.len();
+        dropped
+    }
+
+    fn front(&self) -> Option<&[u8]> {
+        let len =
+            u16::from_le_bytes(self.bytes.get(..2).filter(|_| self.used > 0)?.try_into().ok()?) as usize;
+        Some(&self.bytes[2..2 + len])
+    }
+
+    fn pop_front(&mut self) {
+        let Some(len) = self.front().map(<[u8]>::len) else { return };
+        self.bytes.copy_within(2 + len..self.used, 0);
+        self.used -= 2 + len;
+    }
+}
+
+/// The loop's state; [`LaneLoop::run`] drives it.
+pub struct LaneLoop {
+    settings: LaneSettings,
+    socket: UdpSocket,
+    tunnels: NodeTunnels,
+    outboxes: HashMap<TunnelId, Outbox>,
+    inboxes: HashMap<u64, InboxProducer>,
+    /// Tunnel name -> the applications listening to it.
+    listeners: HashMap<String, Vec<u64>>,
+    /// Receiving tunnel -> its name.
+    names: HashMap<TunnelId, String>,
+    commands: Receiver<LaneCommand>,
+    reports: Sender<ToController>,
+    wake_control: Box<dyn Fn() + Send>,
+    batch: MmsgBatch,
+    counts: LaneCounts,
+    packet: Vec<u8>,
+    message: Vec<u8>,
+    /// `RX_BURST` receive slots of `RX_SLOT` bytes.
+    rx: Vec<u8>,
+}
+
+impl std::fmt::Debug for LaneLoop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LaneLoop").field("counts", &self.counts).finish_non_exhaustive()
+    }
+}
+
+/// Datagrams read per receive call.
+const RX_BURST: usize = 16;
+/// Bytes of each datagram's receive slot (an MTU's payload fits).
+const RX_SLOT: usize = 2048;
+
+impl LaneLoop {
+    /// A loop over `socket` (bound, non-blocking, receive time stamps on) for the node of
+    /// `host`, taking commands from `commands`, sending reports to `reports` and calling
+    /// `wake_control` after each.
+    pub fn new(
+        host: &str,
+        settings: LaneSettings,
+        socket: UdpSocket,
+        report_every: Duration,
+        commands: Receiver<LaneCommand>,
+        reports: Sender<ToController>,
+        wake_control: Box<dyn Fn() + Send>,
+    ) -> Self {
+        Self {
+            settings,
+            socket,
+            tunnels: NodeTunnels::new(host, report_every.as_nanos().min(u64::MAX as u128) as u64),
+            outboxes: HashMap::new(),
+            inboxes: HashMap::new(),
+            listeners: HashMap::new(),
+            names: HashMap::new(),
+            commands,
+            reports,
+            wake_control,
+            batch: MmsgBatch::new(),
+            counts: LaneCounts::default(),
+            packet: vec![0; UDP_IPV4_PAYLOAD_BYTES],
+            message: vec![0; 1 << 16],
+            rx: vec![0; RX_BURST * RX_SLOT],
+        }
+    }
+
+    /// Runs until `stop` is raised; returns what it counted.
+    pub fn run(mut self, stop: &AtomicBool) -> LaneCounts {
+        while !stop.load(Ordering::Relaxed) {
+            self.commands();
+            let now = realtime_ns();
+            while let Some(release) = self.tunnels.due(now) {
+                self.counts.releases_missed += release.missed;
+                self.release(release.tunnel_id, release.packet_bytes, now);
+            }
+            self.receive();
+            let reports = self.tunnels.reports(realtime_ns());
+            if !reports.is_empty() {
+                for r in reports {
+                    let _ = self.reports.send(r);
+                }
+                (self.wake_control)();
+            }
+            self.wait();
+        }
+        self.counts
+    }
+
+    /// Waits for the next packet or release (or a little while, to see commands and `stop`).
+    fn wait(&mut self) {
+        let now = realtime_ns();
+        let next = self.tunnels.next_release_ns().unwrap_or(u64::MAX).min(now + 1_000_000);
+        if next <= now {
+            return;
+        }
+        match self.settings.receive {
+            ReceiveMode::Spin => std::hint::spin_loop(),
+            ReceiveMode::Sleep => {
+                let sleep = (next - now).saturating_sub(self.settings.spin_ns);
+                if sleep > 0 {
+                    let _ = kairos_sys::net::poll::wait_readable(&self.socket, Duration::from_nanos(sleep));
+                }
+            }
+        }
+    }
+
+    fn commands(&mut self) {
+        while let Ok(c) = self.commands.try_recv() {
+            let now = realtime_ns();
+            match c {
+                LaneCommand::Notice(n) => {
+                    match &n {
+                        ToNode::Opened { tunnel, .. } => {
+                            self.names.insert(tunnel.tunnel_id, tunnel.name.clone());
+                        }
+                        ToNode::Released { tunnel_id } | ToNode::Terminated { tunnel_id } => {
+                            self.names.remove(tunnel_id);
+                            self.outboxes.remove(tunnel_id);
+                        }
+                        _ => {}
+                    }
+                    self.tunnels.apply(&n, now);
+                }
+                LaneCommand::Welcome(w) => {
+                    self.tunnels.reconcile(&w, now);
+                    self.names = w
+                        .tunnels
+                        .iter()
+                        .filter(|t| t.sender != w.host)
+                        .map(|t| (t.tunnel_id, t.name.clone()))
+                        .collect();
+                    let sending: Vec<TunnelId> = self.tunnels.sending().map(|(t, _)| t.tunnel_id).collect();
+                    self.outboxes.retain(|id, _| sending.contains(id));
+                }
+                LaneCommand::Outbox { tunnel_id, outbox, destinations } => {
+                    self.outboxes
+                        .insert(tunnel_id, Outbox { outbox, destinations, seq: 0, carry: Carry::new(0) });
+                }
+                LaneCommand::Inbox { app, inbox } => {
+                    self.inboxes.insert(app, inbox);
+                }
+                LaneCommand::Listen { app, name } => {
+                    let apps = self.listeners.entry(name).or_default();
+                    if !apps.contains(&app) {
+                        apps.push(app);
+                    }
+                }
+                LaneCommand::AppGone { app } => {
+                    self.inboxes.remove(&app);
+                    for apps in self.listeners.values_mut() {
+                        apps.retain(|&a| a != app);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends one packet of the tunnel's queued messages; the rest of them are excess.
+    fn release(&mut self, tunnel_id: TunnelId, packet_bytes: u64, now: u64) {
+        let Some(out) = self.outboxes.get_mut(&tunnel_id) else { return };
+        let Ok(tunnel) = u32::try_from(tunnel_id) else { return };
+        let room = (packet_bytes as usize).min(self.packet.len());
+        // One packet now and one carried: what a paced application can have queued.
+        let keep = 2 * room.saturating_sub(HEADER_BYTES);
+        if out.carry.limit != keep {
+            out.carry = Carry::new(keep);
+        }
+        let mut offered = Offered::default();
+        while let Ok(Some(got)) = out.outbox.try_recv(&mut self.message) {
+            offered.messages += 1;
+            offered.bytes += got.len as u64;
+            offered.max_message = offered.max_message.max(got.len as u64);
+            offered.excess_messages += out.carry.push(&self.message[..got.len]);
+        }
+        let header = Header { schema: self.settings.schema, tunnel, seq: out.seq, sent_ns: now };
+        let mut sent = 0u64;
+        if let Ok(mut encoder) = Encoder::new(header, &mut self.packet[..room]) {
+            while let Some(m) = out.carry.front() {
+                if encoder.push(m).is_err() {
+                    break;
+                }
+                out.carry.pop_front();
+                sent += 1;
+            }
+            if encoder.chunks() > 0 {
+                let len = encoder.finish();
+                out.seq += 1;
+                for &to in &out.destinations {
+                    match self.batch.send(&self.socket, &[&self.packet[..len]], Some(to)) {
+                        Ok(1) => self.counts.packets_sent += 1,
+                        _ => self.counts.send_errors += 1,
+                    }
+                }
+            }
+        }
+        self.counts.messages_sent += sent;
+        self.counts.excess_messages += offered.excess_messages;
+        self.tunnels.offered(tunnel_id, offered);
+    }
+
+    /// Reads what arrived and delivers its messages.
+    fn receive(&mut self) {
+        loop {
+            let mut areas = self.rx.chunks_mut(RX_SLOT);
+            let mut buffers: [&mut [u8]; RX_BURST] =
+                std::array::from_fn(|_| areas.next().expect("the receive area holds RX_BURST slots"));
+            let got = match self.batch.recv_into(&self.socket, &mut buffers, true) {
+                Ok(n) => n,
+                Err(_) => return,
+            };
+            if got == 0 {
+                return;
+            }
+            self.counts.packets_received += got as u64;
+            for i in 0..got {
+                let len = self.batch.lengths()[i];
+                let rx_ns = self.batch.rx_timestamps_ns()[i].unwrap_or_else(realtime_ns);
+                self.deliver(i, len, rx_ns);
+            }
+            if got < RX_BURST {
+                return;
+            }
+        }
+    }
+
+    /// Delivers the intact messages of received datagram `i` to their listeners' inboxes.
+    fn deliver(&mut self, i: usize, len: usize, rx_ns: u64) {
+        let Ok(packet) = Packet::parse(&self.rx[i * RX_SLOT..i * RX_SLOT + len]) else {
+            self.counts.packets_dropped += 1;
+            return;
+        };
+        let header = packet.header();
+        let tunnel_id = TunnelId::from(header.tunnel);
+        let listeners = self.names.get(&tunnel_id).and_then(|name| self.listeners.get(name));
+        self.message[..8].copy_from_slice(&tunnel_id.to_le_bytes());
+        self.message[8..INBOX_HEADER_BYTES].copy_from_slice(&header.sent_ns.to_le_bytes());
+        for m in packet.messages() {
+            let Ok(n) = m.copy_to(&mut self.message[INBOX_HEADER_BYTES..]) else { continue };
+            let Some(apps) = listeners.filter(|a| !a.is_empty()) else {
+                self.counts.messages_unclaimed += 1;
+                continue;
+            };
+            for app in apps {
+                let Some(inbox) = self.inboxes.get_mut(app) else { continue };
+                match inbox.try_send(&self.message[..INBOX_HEADER_BYTES + n], rx_ns) {
+                    Ok(()) => self.counts.messages_delivered += 1,
+                    Err(_) => self.counts.inbox_refused += 1,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Carry;
+
+    #[test]
+    fn the_carry_keeps_the_newest_within_its_limit() {
+        let mut c = Carry::new(10);
+        assert_eq!(c.push(b"abcd"), 0);
+        assert_eq!(c.push(b"efgh"), 0);
+        assert_eq!(c.push(b"ij"), 1, "the oldest goes");
+        assert_eq!(c.front(), Some(&b"efgh"[..]));
+        c.pop_front();
+        assert_eq!(c.front(), Some(&b"ij"[..]));
+        assert_eq!(c.push(&[0; 11]), 1, "a message over the limit is dropped itself");
+        c.pop_front();
+        assert_eq!(c.front(), None);
+    }
+}

@@ -1,0 +1,222 @@
+//! Node agents end to end on loopback: a controller, two nodes (each a host of the topology,
+//! their lane sockets on 127.0.0.1), a sending application on one and a listening application
+//! on the other. Messages cross in packets of chunks at the tunnel's period and arrive with
+//! their send and receive time stamps; an application that offers more than its grant has the
+//! excess dropped at its node and hears `BW_EXCEEDED`; bridges and sockets are removed after.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use kairos_lane::controller::Reason;
+use kairos_lane::node::agent::{NodeConfig, RunningNode, start};
+use kairos_lane::node::app::{LaneApp, NodeToApp};
+use kairos_lane::node::chunk::Schema;
+use kairos_lane::node::lane::ReceiveMode;
+use kairos_lane::service::wire::TunnelSpec;
+use kairos_lane::service::{ControllerService, RunningService, Secret, ServiceConfig};
+use kairos_lane::te::LinkSpec;
+use kairos_lane::te::generate::rack;
+use kairos_sys::clock::realtime_ns;
+
+const WAIT: Duration = Duration::from_secs(5);
+
+fn secret() -> Secret {
+    Secret::new(b"the node test's secret, 32 bytes".to_vec()).unwrap()
+}
+
+fn free_udp() -> SocketAddr {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+struct Lane {
+    _state: tempfile::TempDir,
+    dirs: tempfile::TempDir,
+    controller: Option<RunningService>,
+    nodes: Vec<RunningNode>,
+}
+
+/// A controller over a two-host rack and a node for each host.
+fn lane() -> Lane {
+    let state = tempfile::tempdir().unwrap();
+    let spec = LinkSpec {
+        bandwidth_bps: 1_000_000_000,
+        queue_bytes: 64_000,
+        min_delay: 10_000_000,
+        max_jitter: 100_000_000,
+    };
+    let config = ServiceConfig {
+        topology: rack(2, spec).unwrap(),
+        grace: 0,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics: None,
+        state: state.path().to_path_buf(),
+        secret: secret(),
+    };
+    let controller = ControllerService::start(config).unwrap().spawn().unwrap();
+    let lanes: HashMap<String, SocketAddr> =
+        ["h0", "h1"].map(|h| (h.to_string(), free_udp())).into_iter().collect();
+    let dirs = tempfile::tempdir().unwrap();
+    let nodes = ["h0", "h1"]
+        .map(|h| {
+            start(NodeConfig {
+                controller: controller.local_addr(),
+                host: h.into(),
+                secret: secret(),
+                dir: dirs.path().join(h),
+                lane_bind: lanes[h],
+                peers: lanes.clone(),
+                core: None,
+                fifo_priority: 0,
+                receive: ReceiveMode::Sleep,
+                schema: Schema::Hd6,
+                report_every: Duration::from_millis(200),
+            })
+            .unwrap()
+        })
+        .into_iter()
+        .collect::<Vec<_>>();
+    let deadline = Instant::now() + WAIT;
+    while !nodes.iter().all(RunningNode::is_connected) {
+        assert!(Instant::now() < deadline, "the nodes connect to the controller");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Lane { _state: state, dirs, controller: Some(controller), nodes }
+}
+
+fn connect(lane: &Lane, host: &str, app: &str) -> LaneApp {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match LaneApp::connect(&lane.dirs.path().join(host), app, WAIT) {
+            Ok(a) => return a,
+            Err(e) => assert!(Instant::now() < deadline, "{e}"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn spec(name: &str, period_us: u64, bytes: u64) -> TunnelSpec {
+    TunnelSpec {
+        name: name.into(),
+        receivers: vec!["h1".into()],
+        packet_bytes: bytes,
+        period_ps: period_us * 1_000_000,
+        sublane: 0,
+    }
+}
+
+/// Requests until the node is connected to the controller (it connects as it starts).
+fn request(app: &mut LaneApp, spec: &TunnelSpec) -> kairos_lane::node::app::Tunnel {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match app.request(spec.clone(), WAIT) {
+            Ok(t) => return t,
+            Err(e) if e.to_string().contains("not reachable") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[test]
+fn messages_cross_the_lane_with_their_time_stamps() {
+    let mut lane = lane();
+    let mut monitor = connect(&lane, "h1", "monitor");
+    monitor.listen("sensor").unwrap();
+    let mut sensor = connect(&lane, "h0", "sensor");
+    let mut tunnel = request(&mut sensor, &spec("sensor", 2_000, 200));
+    assert!(tunnel.grant.period_ps >= 2_000_000_000);
+    while realtime_ns() < tunnel.send_from_ns {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let period = Duration::from_nanos(tunnel.grant.period_ps / 1_000);
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    for i in 0u32..50 {
+        tunnel.send(format!("reading {i}").as_bytes(), realtime_ns()).unwrap();
+        let until = Instant::now() + period;
+        while Instant::now() < until {
+            while let Some(d) = monitor.recv(&mut buf).unwrap() {
+                got.push((String::from_utf8_lossy(&buf[..d.len]).into_owned(), d));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_millis(200);
+    while Instant::now() < deadline {
+        while let Some(d) = monitor.recv(&mut buf).unwrap() {
+            got.push((String::from_utf8_lossy(&buf[..d.len]).into_owned(), d));
+        }
+    }
+    if got.len() < 45 {
+        let reports: Vec<_> = lane.nodes.drain(..).map(RunningNode::stop).collect();
+        panic!("{} of 50 arrived: {reports:?}", got.len());
+    }
+    let mut last = None;
+    for (text, d) in &got {
+        let i: u32 = text.strip_prefix("reading ").and_then(|n| n.parse().ok()).expect("the text sent");
+        assert!(last.is_none_or(|l| i > l), "in order, never twice");
+        last = Some(i);
+        assert_eq!(d.tunnel_id, tunnel.id);
+        assert!(d.received_ns > d.sent_ns && d.received_ns - d.sent_ns < 1_000_000_000, "{d:?}");
+    }
+    sensor.release(tunnel).unwrap();
+    let ended = sensor.events(WAIT).unwrap();
+    assert!(ended.iter().any(|e| matches!(e, NodeToApp::Ended { terminated: false, .. })), "{ended:?}");
+    let reports: Vec<_> = lane.nodes.drain(..).map(RunningNode::stop).collect();
+    assert!(reports[0].lane.packets_sent >= 45 && reports[1].lane.messages_delivered >= 45, "{reports:?}");
+    lane.controller.take().unwrap().stop().unwrap();
+}
+
+#[test]
+fn an_application_sending_past_its_grant_loses_the_excess_and_hears_of_it() {
+    let mut lane = lane();
+    let mut greedy = connect(&lane, "h0", "greedy");
+    let mut tunnel = request(&mut greedy, &spec("greedy", 5_000, 100));
+    while realtime_ns() < tunnel.send_from_ns {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Three 60-byte messages a period: one fits a 100-byte packet, two are excess.
+    let deadline = Instant::now() + WAIT;
+    let mut exceeded = None;
+    while exceeded.is_none() && Instant::now() < deadline {
+        for _ in 0..3 {
+            let _ = tunnel.send(&[7u8; 60], realtime_ns());
+        }
+        for e in greedy.events(Duration::from_millis(5)).unwrap() {
+            if let NodeToApp::Changed { reason: Reason::BwExceeded, .. } = e {
+                exceeded = Some(e);
+            }
+        }
+    }
+    assert!(exceeded.is_some(), "BW_EXCEEDED arrived");
+    let report = lane.nodes.remove(0).stop();
+    assert!(report.lane.excess_messages > 0, "{report:?}");
+    drop(lane);
+}
+
+#[test]
+fn a_stopped_node_leaves_no_bridge_or_socket() {
+    let lane = lane();
+    let mut app = connect(&lane, "h0", "lonely");
+    let _tunnel = request(&mut app, &spec("lonely", 1_000, 64));
+    let socket = lane.dirs.path().join("h0").join("node.sock");
+    assert!(socket.exists());
+    let prefix = lane.nodes[0].bridge_prefix().to_string();
+    let ours = || {
+        std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&prefix))
+            .count()
+    };
+    assert!(ours() >= 2, "an inbox and an outbox");
+    drop(app);
+    let Lane { nodes, .. } = lane;
+    for n in nodes {
+        n.stop();
+    }
+    assert!(!socket.exists());
+    assert_eq!(ours(), 0, "every bridge file removed");
+}
