@@ -49,6 +49,11 @@ enum LaneCommand {
     Request(crate::lane_service::RequestArgs),
     /// Release a tunnel of --host at a controller. Exit status: 0 released, 3 refused.
     Release(crate::lane_service::ReleaseArgs),
+    /// Run the node agent of one host: tunnels for its applications, their packets on the lane.
+    ///
+    /// Applications connect to DIR/node.sock (see `kairos_lane::node::app::LaneApp` and the
+    /// `sensor` and `monitor` examples). Runs until a signal; its socket and bridges go with it.
+    Node(crate::lane_node::NodeArgs),
 }
 
 #[derive(Args)]
@@ -166,6 +171,7 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
         LaneCommand::Controller(a) => crate::lane_service::controller(a),
         LaneCommand::Request(a) => crate::lane_service::request(a),
         LaneCommand::Release(a) => crate::lane_service::release(a),
+        LaneCommand::Node(a) => crate::lane_node::node(a),
         LaneCommand::Generate(g) => {
             let topo = generated(g)?;
             print!("{}", topo.to_toml());

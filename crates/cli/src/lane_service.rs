@@ -94,7 +94,7 @@ pub struct ReleaseArgs {
     tunnel: u64,
 }
 
-fn secret(path: &std::path::Path) -> Result<Secret> {
+pub(crate) fn secret(path: &std::path::Path) -> Result<Secret> {
     let bytes = kairos_sys::fs::read_bytes(path, MAX_SECRET_BYTES)
         .map_err(|e| usage(format!("--secret-file {e}")))?;
     Secret::new(bytes).map_err(|e| usage(format!("--secret-file {}: {e}", path.display())))

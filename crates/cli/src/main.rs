@@ -10,6 +10,7 @@ mod doctor;
 mod exit;
 mod forward;
 mod lane;
+mod lane_node;
 mod lane_service;
 mod rtu;
 

@@ -113,6 +113,21 @@ pub struct RunningNode {
     socket: PathBuf,
     connected: Arc<AtomicBool>,
     bridge_prefix: String,
+    /// Removes the socket and the bridge files should a signal end the process first.
+    _removal: kairos_sys::cleanup::Registration,
+}
+
+/// Removes the node's socket and every bridge file whose name starts with `prefix` (the lane
+/// loop's ends of them are not dropped when a signal ends the process).
+fn remove_files(socket: &std::path::Path, prefix: &str) {
+    let _ = std::fs::remove_file(socket);
+    if let Ok(entries) = std::fs::read_dir(kairos_sys::shm::SHM_DIR) {
+        for e in entries.flatten() {
+            if e.file_name().to_str().is_some_and(|n| n.starts_with(prefix)) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
 }
 
 impl RunningNode {
@@ -214,6 +229,12 @@ pub fn start(config: NodeConfig) -> Result<RunningNode, NodeError> {
     let mut control = Control::new(config, poll, listener, commands_tx, reports_rx)?;
     let connected = Arc::clone(&control.connected);
     let bridge_prefix = control.bridge_prefix();
+    let (socket, prefix) = (socket_path.clone(), bridge_prefix.clone());
+    let _hold = kairos_sys::cleanup::hold_off();
+    let removal = kairos_sys::cleanup::register(
+        format!("the lane node's socket and bridges ({bridge_prefix}*)"),
+        move || remove_files(&socket, &prefix),
+    );
     let control = StoppableThread::spawn("lane-control", move |stop| control.run(stop))
         .map_err(io_error("cannot start the control thread"))?;
     Ok(RunningNode {
@@ -222,6 +243,7 @@ pub fn start(config: NodeConfig) -> Result<RunningNode, NodeError> {
         socket: socket_path,
         connected,
         bridge_prefix,
+        _removal: removal,
     })
 }
 

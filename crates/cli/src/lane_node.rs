@@ -1,0 +1,135 @@
+//! `kairos lane node`: the express lane's node agent for one host, from the command line.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+use kairos_lane::node::agent::{self, NodeConfig};
+use kairos_lane::node::chunk::Schema;
+use kairos_lane::node::lane::ReceiveMode;
+
+use crate::exit::usage;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Receive {
+    /// Poll the lane socket without pause (lowest latency; give the node a core of its own).
+    Spin,
+    /// Sleep in ppoll until a packet or the next release.
+    Sleep,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ChunkSchema {
+    /// 26-byte chunks, 24-bit CRC, Hamming distance 6 (55 chunks per packet).
+    Hd6,
+    /// 36-byte chunks, 32-bit CRC, Hamming distance 8 (40 chunks per packet).
+    Hd8,
+}
+
+#[derive(Args)]
+pub struct NodeArgs {
+    /// The controller's address.
+    #[arg(long)]
+    controller: SocketAddr,
+    /// This node's host in the controller's topology.
+    #[arg(long)]
+    host: String,
+    /// File holding the lane's shared secret (as the controller's).
+    #[arg(long)]
+    secret_file: PathBuf,
+    /// Directory of the applications' socket (node.sock), created if missing
+    /// [default: /tmp/kairos-lane-HOST].
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Address the lane socket binds, e.g. 10.212.0.1:7500.
+    #[arg(long)]
+    lane: SocketAddr,
+    /// Another host's node, as NAME=ADDR (repeat for every host this one sends to).
+    #[arg(long = "peer", value_name = "NAME=ADDR")]
+    peers: Vec<String>,
+    /// The core the lane loop is pinned to [default: not pinned].
+    #[arg(long)]
+    core: Option<usize>,
+    /// The lane loop's SCHED_FIFO priority, 1-99; 0 leaves it a normal thread. A spinning
+    /// SCHED_FIFO thread is throttled unless RT throttling is off (`kairos doctor --apply`).
+    #[arg(long, default_value_t = 0)]
+    fifo: i32,
+    /// How the lane loop waits for packets between releases.
+    #[arg(long, value_enum, default_value_t = Receive::Sleep)]
+    receive: Receive,
+    /// The chunk schema of the packets this node sends.
+    #[arg(long, value_enum, default_value_t = ChunkSchema::Hd6)]
+    schema: ChunkSchema,
+    /// How often each tunnel's use is reported to the controller, ms (1 to 60000).
+    #[arg(long, default_value_t = 100)]
+    report_ms: u64,
+}
+
+fn peers(list: &[String]) -> Result<HashMap<String, SocketAddr>> {
+    let mut out = HashMap::new();
+    for p in list {
+        let Some((name, addr)) = p.split_once('=') else {
+            return Err(usage(format!("--peer takes NAME=ADDR (e.g. h1=10.212.0.2:7500), got '{p}'")));
+        };
+        let addr: SocketAddr = addr.parse().map_err(|_| {
+            usage(format!("--peer {name}: '{addr}' is not an address such as 10.212.0.2:7500"))
+        })?;
+        if out.insert(name.to_string(), addr).is_some() {
+            return Err(usage(format!("--peer {name} is given twice")));
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the node until a signal ends the process.
+pub fn node(a: &NodeArgs) -> Result<i32> {
+    if !(1..=60_000).contains(&a.report_ms) {
+        return Err(usage(format!("--report-ms must be from 1 to 60000, got {}", a.report_ms)));
+    }
+    if !(0..=99).contains(&a.fifo) {
+        return Err(usage(format!("--fifo must be from 0 to 99, got {}", a.fifo)));
+    }
+    let cores = kairos_sys::proc::online_cores();
+    if let Some(core) = a.core.filter(|&c| c >= cores) {
+        return Err(usage(format!(
+            "--core {core} is not a core here (cores 0 to {})",
+            cores.saturating_sub(1)
+        )));
+    }
+    let config = NodeConfig {
+        controller: a.controller,
+        host: a.host.clone(),
+        secret: crate::lane_service::secret(&a.secret_file)?,
+        dir: a.dir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("kairos-lane-{}", a.host))),
+        lane_bind: a.lane,
+        peers: peers(&a.peers)?,
+        core: a.core,
+        fifo_priority: a.fifo,
+        receive: match a.receive {
+            Receive::Spin => ReceiveMode::Spin,
+            Receive::Sleep => ReceiveMode::Sleep,
+        },
+        schema: match a.schema {
+            ChunkSchema::Hd6 => Schema::Hd6,
+            ChunkSchema::Hd8 => Schema::Hd8,
+        },
+        report_every: Duration::from_millis(a.report_ms),
+    };
+    let node = agent::start(config)?;
+    crate::log(&format!(
+        "lane node for {} on {}: applications connect to {}; controller {} ({})",
+        a.host,
+        a.lane,
+        node.socket().display(),
+        a.controller,
+        if node.is_connected() { "connected" } else { "connecting" }
+    ));
+    // The signal handler ends the process and removes the socket and bridges; the threads
+    // run until then.
+    loop {
+        std::thread::park();
+    }
+}

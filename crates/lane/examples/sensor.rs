@@ -1,0 +1,74 @@
+//! A periodic sensor on the express lane: asks its host's node for a tunnel to the receivers
+//! and sends one reading a period, paced by the grant.
+//!
+//! ```text
+//! cargo run --release -p kairos-lane --example sensor -- NODE_DIR RECEIVER[,RECEIVER] [PERIOD_US] [COUNT]
+//! ```
+//! `NODE_DIR` is the node's `--dir` (where `node.sock` is); the tunnel is named `sensor`, so a
+//! `monitor` on a receiving host listening to `sensor` gets the readings.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kairos_lane::node::app::{LaneApp, NodeToApp};
+use kairos_lane::service::wire::TunnelSpec;
+use kairos_sys::clock::{realtime_ns, sleep_until_ns};
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("sensor: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [dir, receivers, rest @ ..] = args.as_slice() else {
+        return Err("usage: sensor NODE_DIR RECEIVER[,RECEIVER] [PERIOD_US] [COUNT]".into());
+    };
+    let period_us: u64 = rest.first().map_or(Ok(1_000), |p| p.parse())?;
+    let count: u64 = rest.get(1).map_or(Ok(u64::MAX), |c| c.parse())?;
+    let mut app = LaneApp::connect(&PathBuf::from(dir), "sensor", Duration::from_secs(5))?;
+    let spec = TunnelSpec {
+        name: "sensor".into(),
+        receivers: receivers.split(',').map(String::from).collect(),
+        packet_bytes: 64,
+        period_ps: period_us * 1_000_000,
+        sublane: 0,
+    };
+    let mut tunnel = app.request(spec, Duration::from_secs(5))?;
+    let g = tunnel.grant;
+    println!(
+        "tunnel {}: a packet of {} bytes every {} us, latency {:.3} to {:.3} us",
+        tunnel.id,
+        g.packet_bytes,
+        g.period_ps / 1_000_000,
+        g.min_latency_ps as f64 / 1e6,
+        (g.min_latency_ps + g.max_jitter_ps) as f64 / 1e6
+    );
+    let mut next = tunnel.send_from_ns.max(realtime_ns());
+    for i in 0..count {
+        sleep_until_ns_realtime(next);
+        let reading = format!("reading {i}");
+        if let Err(e) = tunnel.send(reading.as_bytes(), realtime_ns()) {
+            eprintln!("sensor: reading {i} not queued: {e}");
+        }
+        for event in app.events(Duration::ZERO)? {
+            println!("event: {event:?}");
+            if matches!(event, NodeToApp::Ended { .. }) {
+                return Ok(());
+            }
+        }
+        next += tunnel.grant.period_ps.div_ceil(1_000);
+    }
+    app.release(tunnel)?;
+    Ok(())
+}
+
+/// Sleeps until the wall clock reads `deadline_ns` (the lane's clock is the wall clock).
+fn sleep_until_ns_realtime(deadline_ns: u64) {
+    let now = realtime_ns();
+    if deadline_ns > now {
+        sleep_until_ns(kairos_sys::clock::monotonic_ns() + (deadline_ns - now));
+    }
+}
