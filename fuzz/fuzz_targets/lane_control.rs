@@ -1,4 +1,5 @@
-//! `cargo fuzz run lane_control`: bytes a stranger or a broken node sends the lane controller.
+//! `cargo fuzz run lane_control`: bytes a stranger or a broken node sends the lane controller
+//! (and an application its node).
 //! They are cut into frames as the server cuts them; each frame is tried as a handshake
 //! (`Hello`), as a sealed body (its tag must fail: the fuzzer does not know the key), and as a
 //! node's message, which goes to the controller's core as if an authenticated node of `h0_0`
@@ -9,6 +10,7 @@
 use std::sync::LazyLock;
 
 use kairos_lane::controller::Controller;
+use kairos_lane::node::app::AppToNode;
 use kairos_lane::service::auth::{Role, Secret, Session};
 use kairos_lane::service::core::Core;
 use kairos_lane::service::journal::{Header, Journal};
@@ -57,6 +59,8 @@ fuzz_target!(|data: &[u8]| {
                 Err(_) => return,
             };
             let _ = serde_json::from_slice::<Hello>(&body);
+            // What an application tells its node comes in the same frames.
+            let _ = serde_json::from_slice::<AppToNode>(&body);
             assert!(session.open(&body).is_err(), "a tag the fuzzer could not know was accepted");
             let Ok(input) = serde_json::from_slice::<ToController>(&body) else { continue };
             now += 1_000_000;
