@@ -9,11 +9,14 @@
 //! - [`fault`]: a wrapper that drops, duplicates, reorders and corrupts, for tests.
 //! - [`pool`]: fixed packet buffers passed between threads as indices.
 //! - [`testbed`]: source and forwarder namespaces joined by a veth pair, removed on drop.
+//! - [`lane_testbed`]: the express lane's network: hosts on a bridge, lane traffic (DSCP EF) in
+//!   a strict-priority class at every egress, calibrated delays; removed on drop.
 
 // Only the pool needs `unsafe`: its slots are shared between threads, ownership kept by `Buf`.
 #![deny(unsafe_code)]
 
 pub mod fault;
+pub mod lane_testbed;
 pub mod memory;
 pub mod packet;
 #[allow(unsafe_code)]
@@ -23,6 +26,7 @@ pub mod testbed;
 pub mod udp;
 
 pub use fault::{FaultCounts, FaultPort, Faults};
+pub use lane_testbed::{LaneTestbed, LaneTestbedConfig, LaneTestbedError};
 pub use packet::{DecodeError, Kind, Packet, WIRE_LEN};
 pub use port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
 pub use testbed::{ForwarderSide, Testbed, TestbedError};
