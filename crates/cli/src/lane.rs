@@ -49,6 +49,13 @@ enum LaneCommand {
     Request(crate::lane_service::RequestArgs),
     /// Release a tunnel of --host at a controller. Exit status: 0 released, 3 refused.
     Release(crate::lane_service::ReleaseArgs),
+    /// Make the lane's testbed network (hosts as network namespaces on a bridge, lane traffic
+    /// in a strict-priority class at every egress), calibrate it, and write its topology.
+    ///
+    /// Needs root. Prints the namespaces, addresses, classes and calibrated latencies; removes
+    /// the testbed at the end, or with --hold on Ctrl-C or SIGTERM. Exit status: 0 written, 2 bad
+    /// flags (nothing made), 1 not root or a failure.
+    Testbed(crate::lane_testbed::TestbedArgs),
 }
 
 #[derive(Args)]
@@ -166,6 +173,7 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
         LaneCommand::Controller(a) => crate::lane_service::controller(a),
         LaneCommand::Request(a) => crate::lane_service::request(a),
         LaneCommand::Release(a) => crate::lane_service::release(a),
+        LaneCommand::Testbed(a) => crate::lane_testbed::run(a),
         LaneCommand::Generate(g) => {
             let topo = generated(g)?;
             print!("{}", topo.to_toml());

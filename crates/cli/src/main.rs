@@ -11,6 +11,7 @@ mod exit;
 mod forward;
 mod lane;
 mod lane_service;
+mod lane_testbed;
 mod rtu;
 
 use anyhow::Result;
