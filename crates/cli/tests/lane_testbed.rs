@@ -1,6 +1,6 @@
 //! `kairos lane testbed`: bad flags are one line and exit 2 before anything is made; without
-//! root, exit 1 with the reason; as root, a run writes a topology `lane plan` reads and leaves
-//! no namespace, and a held testbed is removed by SIGTERM (exit 143).
+//! root, exit 1 with the reason; as root, a run writes a topology over which `lane plan` admits a
+//! tunnel and leaves no namespace, and a held testbed is removed by SIGTERM (exit 143).
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -160,6 +160,22 @@ fn as_root_it_writes_a_topology_lane_plan_reads_and_leaves_nothing() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.starts_with("# The express lane's testbed") && text.contains("no hard bound"), "{text}");
     assert_eq!(namespaces_of(pid), Vec::<String>::new(), "namespaces left behind");
+    // The lane plans over it: a heartbeat multicast from h0 is admitted with its bounds.
+    let requests = scratch.file("requests.toml");
+    std::fs::write(
+        &requests,
+        "[[request]]\nname = \"heartbeat\"\nsender = \"h0\"\nreceivers = [\"h1\", \"h2\"]\npacket_bytes = 64\nperiod_ns = 100000\n",
+    )
+    .unwrap();
+    let plan = kairos(&[
+        "lane",
+        "plan",
+        "--topology",
+        path.to_str().unwrap(),
+        "--requests",
+        requests.to_str().unwrap(),
+    ]);
+    assert_eq!(plan.status.code(), Some(0), "{}{}", String::from_utf8_lossy(&plan.stdout), stderr(&plan));
 }
 
 #[test]
