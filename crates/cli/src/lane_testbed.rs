@@ -150,7 +150,7 @@ fn lane_topology(t: &TestbedTopology) -> Result<Topology> {
 }
 
 fn us(ns: u64) -> String {
-    format!("{:.1} us", ns as f64 / 1e3)
+    format!("{:.2} us", ns as f64 / 1e3)
 }
 
 fn mbps(bps: u64) -> String {

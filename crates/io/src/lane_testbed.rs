@@ -50,6 +50,12 @@
 //! minimum (the two hops are alike), its `max_jitter` half of [`JITTER_PERCENTILE`] minus the
 //! minimum, rounded up.
 //!
+//! The calibration is idle, as the link parameters are meant: with nothing else queued, both
+//! hops run inside the sender's system call (the veths hand packets on in software). Under
+//! load the same CPUs also carry the bulk traffic's softirq work, so lane packets see more
+//! jitter than the idle figure even with their class served first (the strict-priority test in
+//! `tests/lane_testbed.rs` prints both).
+//!
 //! A virtual machine gives no hard bound on delay: its vCPUs are descheduled by the host for
 //! milliseconds at a time, so the largest of a few thousand samples measures the host's
 //! scheduler on that run, not the network, and the next run would exceed it. The analysis
