@@ -54,6 +54,13 @@ enum LaneCommand {
     /// Applications connect to DIR/node.sock (see `kairos_lane::node::app::LaneApp` and the
     /// `sensor` and `monitor` examples). Runs until a signal; its socket and bridges go with it.
     Node(crate::lane_node::NodeArgs),
+    /// Make the lane's testbed network (hosts as network namespaces on a bridge, lane traffic
+    /// in a strict-priority class at every egress), calibrate it, and write its topology.
+    ///
+    /// Needs root. Prints the namespaces, addresses, classes and calibrated latencies; removes
+    /// the testbed at the end, or with --hold on Ctrl-C or SIGTERM. Exit status: 0 written, 2 bad
+    /// flags (nothing made), 1 not root or a failure.
+    Testbed(crate::lane_testbed::TestbedArgs),
 }
 
 #[derive(Args)]
@@ -172,6 +179,7 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
         LaneCommand::Request(a) => crate::lane_service::request(a),
         LaneCommand::Release(a) => crate::lane_service::release(a),
         LaneCommand::Node(a) => crate::lane_node::node(a),
+        LaneCommand::Testbed(a) => crate::lane_testbed::run(a),
         LaneCommand::Generate(g) => {
             let topo = generated(g)?;
             print!("{}", topo.to_toml());

@@ -12,6 +12,7 @@ mod forward;
 mod lane;
 mod lane_node;
 mod lane_service;
+mod lane_testbed;
 mod rtu;
 
 use anyhow::Result;

@@ -10,6 +10,8 @@
 //! - [`pool`]: fixed packet buffers passed between threads as indices.
 //! - [`testbed`]: source and forwarder namespaces joined by a veth pair, removed on drop.
 //! - [`bridge`]: message rings in shared-memory files, between an application and a node.
+//! - [`lane_testbed`]: the express lane's network: hosts on a bridge, lane traffic (DSCP EF) in
+//!   a strict-priority class at every egress, calibrated delays; removed on drop.
 
 // Only the pool needs `unsafe` (its slots are shared between threads, ownership kept by `Buf`),
 // and the bridge's one step that vouches a mapping outlives its reader.
@@ -18,6 +20,7 @@
 #[allow(unsafe_code)]
 pub mod bridge;
 pub mod fault;
+pub mod lane_testbed;
 pub mod memory;
 pub mod packet;
 #[allow(unsafe_code)]
@@ -27,6 +30,7 @@ pub mod testbed;
 pub mod udp;
 
 pub use fault::{FaultCounts, FaultPort, Faults};
+pub use lane_testbed::{LaneTestbed, LaneTestbedConfig, LaneTestbedError};
 pub use packet::{DecodeError, Kind, Packet, WIRE_LEN};
 pub use port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
 pub use testbed::{ForwarderSide, Testbed, TestbedError};

@@ -58,36 +58,50 @@ pub enum ForwarderSide {
     Bare,
 }
 
-fn ip(args: &[&str]) -> Result<(), TestbedError> {
-    let out = child::output(Command::new("ip").args(args))
-        .map_err(|source| TestbedError::Io { what: "cannot run `ip` (install iproute2)".into(), source })?;
+/// Runs `program` (an iproute2 tool: `ip`, `tc`) with `args` as an owned child and returns its
+/// standard output; a failure is the command and its standard error.
+pub(crate) fn tool(program: &str, args: &[&str]) -> Result<String, TestbedError> {
+    let out = child::output(Command::new(program).args(args)).map_err(|source| TestbedError::Io {
+        what: format!("cannot run `{program}` (install iproute2)"),
+        source,
+    })?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(TestbedError::Command {
-            command: format!("ip {}", args.join(" ")),
+            command: format!("{program} {}", args.join(" ")),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         })
     }
 }
 
-fn remove_namespaces(names: &[String]) {
+pub(crate) fn ip(args: &[&str]) -> Result<(), TestbedError> {
+    tool("ip", args).map(drop)
+}
+
+pub(crate) fn remove_namespaces(names: &[String]) {
     for name in names {
         let _ = child::output(Command::new("ip").args(["netns", "del", name]));
     }
 }
 
-/// Removes namespaces of earlier runs whose process is gone.
-fn remove_stale() {
+/// Removes the namespaces of earlier runs whose process is gone: those `owner` reads a process
+/// id from (and `None` for every name it does not recognise as its own kind).
+pub(crate) fn remove_stale_namespaces(owner: impl Fn(&str) -> Option<u32>) {
     let Ok(out) = child::output(Command::new("ip").args(["netns", "list"])) else { return };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
-        let Some(rest) = name.strip_prefix("kairos-") else { continue };
-        let Some(pid) = rest.rsplit('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = owner(name) else { continue };
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             remove_namespaces(&[name.to_string()]);
         }
     }
+}
+
+/// The process id a namespace of this testbed is named after (`kairos-<side>-<n>-<pid>`).
+fn owner_of(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("kairos-")?;
+    rest.rsplit('-').next()?.parse().ok()
 }
 
 impl Testbed {
@@ -101,7 +115,7 @@ impl Testbed {
         if !kairos_sys::user::is_root() {
             return Err(TestbedError::NotRoot);
         }
-        remove_stale();
+        remove_stale_namespaces(owner_of);
         let pid = std::process::id();
         // Several testbeds may live in one process (tests run in parallel): number them. The
         // process id stays last in namespace names, where `remove_stale` reads it.
@@ -200,7 +214,20 @@ impl Drop for Testbed {
 /// Creates a socket inside namespace `ns`: a helper thread enters the namespace (the calling
 /// thread's own namespace is left alone), binds, and hands the socket back; a socket stays in
 /// the namespace it was made in, whichever thread uses it.
-fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket, TestbedError> {
+pub(crate) fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket, TestbedError> {
+    run_in_namespace(ns, || {
+        UdpSocket::bind(addr)
+            .map_err(|source| TestbedError::Io { what: format!("bind {addr} in {ns}"), source })
+    })?
+}
+
+/// Runs `work` on a helper thread that has entered network namespace `ns` (the calling thread's
+/// own namespace is left alone) and returns what it returned; a panic in `work` goes on in the
+/// caller. Sockets it makes stay in `ns`.
+pub(crate) fn run_in_namespace<T: Send>(
+    ns: &str,
+    work: impl FnOnce() -> T + Send,
+) -> Result<T, TestbedError> {
     let path = format!("/var/run/netns/{ns}");
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -208,15 +235,10 @@ fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket, TestbedError> {
                 .map_err(|source| TestbedError::Io { what: format!("open {path}"), source })?;
             kairos_sys::netns::enter_network_namespace(&file)
                 .map_err(|source| TestbedError::Io { what: format!("setns {ns}"), source })?;
-            UdpSocket::bind(addr)
-                .map_err(|source| TestbedError::Io { what: format!("bind {addr} in {ns}"), source })
+            Ok(work())
         })
         .join()
-        .unwrap_or_else(|_| {
-            Err(TestbedError::Io {
-                what: "namespace helper thread panicked".into(),
-                source: std::io::Error::other("panic"),
-            })
-        })
+        // A panic in `work` is the caller's, with its message.
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
 }

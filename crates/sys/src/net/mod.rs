@@ -4,7 +4,8 @@
 //!
 //! - [`burst`]: [`MmsgBatch`], `recvmmsg`/`sendmmsg` of up to [`MAX_BURST`] datagrams into and
 //!   from the caller's buffers, with `SO_TIMESTAMPING` receive stamps when asked.
-//! - [`options`]: receive time stamps on, receive-buffer size, sending without UDP checksums.
+//! - [`options`]: receive time stamps on, receive-buffer size, sending without UDP checksums,
+//!   the type-of-service byte and the socket priority a queueing discipline classifies by.
 //! - [`poll`]: waiting until one socket, or any of a set, is readable.
 //! - [`drops`]: the kernel's per-socket drop counter from `/proc/net/udp`.
 //!

@@ -1,5 +1,8 @@
 //! Socket options std does not set: kernel receive time stamps, the receive buffer's size
-//! (forced past `net.core.rmem_max` when root), and sending without UDP checksums.
+//! (forced past `net.core.rmem_max` when root), sending without UDP checksums, and the two marks
+//! a queueing discipline can classify by: the IPv4 type-of-service byte (`IP_TOS`, carried in
+//! every packet's header) and the socket's priority (`SO_PRIORITY`, `skb->priority`, which lives
+//! only in the sending kernel and is cleared when a packet crosses into another namespace).
 
 use std::io;
 use std::mem::size_of;
@@ -7,18 +10,38 @@ use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 
 fn set_int(socket: &UdpSocket, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    set_int_at(socket, libc::SOL_SOCKET, name, value)
+}
+
+fn set_int_at(
+    socket: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `value` outlives the call and its size is passed; the socket is open while
     // borrowed.
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
-            libc::SOL_SOCKET,
+            level,
             name,
             (&value as *const libc::c_int).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+fn get_int_at(socket: &UdpSocket, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are valid and writable for the call, and `len` says the size of
+    // `value`; the socket is open while borrowed.
+    let rc = unsafe {
+        libc::getsockopt(socket.as_raw_fd(), level, name, (&mut value as *mut libc::c_int).cast(), &mut len)
+    };
+    if rc == 0 { Ok(value) } else { Err(io::Error::last_os_error()) }
 }
 
 /// Turns on the kernel's software receive time stamp of every datagram (`SO_TIMESTAMPING`,
@@ -39,20 +62,7 @@ pub fn set_receive_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<()> {
 /// The receive buffer the kernel gave the socket, bytes (it doubles what was asked, for its
 /// bookkeeping).
 pub fn receive_buffer(socket: &UdpSocket) -> io::Result<usize> {
-    let mut value: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: `value` and `len` are valid and writable for the call, and `len` says the size of
-    // `value`; the socket is open while borrowed.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if rc == 0 { Ok(value.max(0) as usize) } else { Err(io::Error::last_os_error()) }
+    Ok(get_int_at(socket, libc::SOL_SOCKET, libc::SO_RCVBUF)?.max(0) as usize)
 }
 
 /// Sends datagrams with no UDP checksum (`SO_NO_CHECK`; allowed over IPv4). Over a veth the
@@ -60,6 +70,33 @@ pub fn receive_buffer(socket: &UdpSocket) -> io::Result<usize> {
 /// kernels but wrong once a peer reading frames off the interface sends them back.
 pub fn send_without_checksum(socket: &UdpSocket) -> io::Result<()> {
     set_int(socket, libc::SO_NO_CHECK, 1)
+}
+
+/// Sets the type-of-service byte of the IPv4 packets `socket` sends (`IP_TOS`: DSCP in the top
+/// six bits, ECN in the low two, which the kernel keeps from the socket's ECN state). Any user
+/// may set it. The kernel also sets the socket's priority from it (`rt_tos2priority`, 0 to 6),
+/// so a [`set_priority`] that must hold is set after this.
+pub fn set_type_of_service(socket: &UdpSocket, tos: u8) -> io::Result<()> {
+    set_int_at(socket, libc::IPPROTO_IP, libc::IP_TOS, libc::c_int::from(tos))
+}
+
+/// The type-of-service byte `socket`'s IPv4 packets carry.
+pub fn type_of_service(socket: &UdpSocket) -> io::Result<u8> {
+    Ok(get_int_at(socket, libc::IPPROTO_IP, libc::IP_TOS)? as u8)
+}
+
+/// Sets the priority of the packets `socket` sends (`SO_PRIORITY`, `skb->priority`): an HTB
+/// queueing discipline puts a packet whose priority equals one of its leaf class ids (major
+/// in the top 16 bits, minor in the low 16) in that class without a filter. Values above 6 need
+/// `CAP_NET_ADMIN`. The mark stays in the sending kernel's packet: a veth into another
+/// namespace resets it to 0, so it classifies at the sender's own egress only.
+pub fn set_priority(socket: &UdpSocket, priority: u32) -> io::Result<()> {
+    set_int(socket, libc::SO_PRIORITY, priority as libc::c_int)
+}
+
+/// The priority of the packets `socket` sends (`SO_PRIORITY`).
+pub fn priority(socket: &UdpSocket) -> io::Result<u32> {
+    Ok(get_int_at(socket, libc::SOL_SOCKET, libc::SO_PRIORITY)? as u32)
 }
 
 #[cfg(test)]
@@ -85,5 +122,24 @@ mod tests {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         enable_rx_timestamps(&socket).unwrap();
         send_without_checksum(&socket).unwrap();
+    }
+
+    #[test]
+    fn type_of_service_and_priority_read_back_and_tos_sets_the_priority() {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        set_type_of_service(&socket, 0xb8).unwrap();
+        assert_eq!(type_of_service(&socket).unwrap(), 0xb8);
+        // EF's TOS bits (0x18) map to TC_PRIO_INTERACTIVE_BULK.
+        assert_eq!(priority(&socket).unwrap(), 4);
+        set_priority(&socket, 6).unwrap();
+        assert_eq!(priority(&socket).unwrap(), 6);
+        // An HTB class id (1:10) needs CAP_NET_ADMIN.
+        match set_priority(&socket, 0x1_0010) {
+            Ok(()) => assert_eq!(priority(&socket).unwrap(), 0x1_0010),
+            Err(e) => {
+                assert!(!crate::user::is_root(), "root was refused: {e}");
+                assert_eq!(e.raw_os_error(), Some(libc::EPERM), "{e}");
+            }
+        }
     }
 }

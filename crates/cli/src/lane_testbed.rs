@@ -1,0 +1,310 @@
+//! `kairos lane testbed`: the express lane's testbed network ([`kairos_io::lane_testbed`]) from
+//! the command line: make it, calibrate it, write the lane's topology of it, print what was made,
+//! then hold it for nodes to run in or take it down. The testbed's figures become a
+//! `kairos_lane` topology here, the one place both crates meet (`io` is a layer below `lane`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use kairos_io::lane_testbed::{
+    BRIDGE, BULK_ASSURED_BPS, BULK_CLASS, Calibration, HOST_DEVICE, JITTER_PERCENTILE, LANE_CLASS, LANE_TOS,
+    LINK_CLASS, LaneTestbed, LaneTestbedConfig, MAX_CALIBRATION_SAMPLES, MAX_HOSTS, MAX_QUEUE_LIMIT,
+    MAX_RATE_BPS, MIN_HOSTS, MIN_RATE_BPS, MTU_BYTES, TestbedTopology,
+};
+use kairos_lane::te::{LinkSpec, NodeKind, Topology, ns_to_ps};
+
+use crate::exit::{self, usage};
+
+#[derive(Args)]
+pub struct TestbedArgs {
+    /// Hosts, 2-16: network namespaces kairos-<pid>-h0 onward (10.212.0.1/24 onward), on a
+    /// bridge in kairos-<pid>-sw. Required.
+    #[arg(long)]
+    hosts: usize,
+    /// The rate every veth is shaped to (HTB), Mbit/s, 1-100000.
+    #[arg(long, default_value_t = 1000)]
+    rate_mbps: u64,
+    /// The lane class's queue at every egress, packets, 1-100000; the topology's queue_bytes is
+    /// this many 1500-byte packets.
+    #[arg(long, default_value_t = 64)]
+    lane_limit: u32,
+    /// The bulk class's queue at every egress, packets, 1-100000.
+    #[arg(long, default_value_t = 1000)]
+    bulk_limit: u32,
+    /// Datagrams the calibration sends from h0 to h1, one at a time, 1000-1000000 (about 20 us
+    /// each here).
+    #[arg(long, default_value_t = 5000)]
+    samples: u64,
+    /// Where the topology TOML goes (replaced whole; its directory must exist). Required.
+    #[arg(long)]
+    write_topology: PathBuf,
+    /// Keep the testbed up until Ctrl-C or SIGTERM, which remove it; without it the testbed is
+    /// removed once the topology is written.
+    #[arg(long)]
+    hold: bool,
+}
+
+/// The fewest calibration datagrams: a thousand leave one above the 99.9th percentile.
+const MIN_SAMPLES: u64 = 1000;
+
+/// The testbed's configuration from the flags, every flag checked (a usage error names it).
+fn config(a: &TestbedArgs) -> Result<LaneTestbedConfig> {
+    if !(MIN_HOSTS..=MAX_HOSTS).contains(&a.hosts) {
+        return Err(usage(format!("--hosts must be from {MIN_HOSTS} to {MAX_HOSTS}, got {}", a.hosts)));
+    }
+    let (min_mbps, max_mbps) = (MIN_RATE_BPS / 1_000_000, MAX_RATE_BPS / 1_000_000);
+    if !(min_mbps..=max_mbps).contains(&a.rate_mbps) {
+        return Err(usage(format!("--rate-mbps must be from {min_mbps} to {max_mbps}, got {}", a.rate_mbps)));
+    }
+    for (flag, limit) in [("--lane-limit", a.lane_limit), ("--bulk-limit", a.bulk_limit)] {
+        if !(1..=MAX_QUEUE_LIMIT).contains(&limit) {
+            return Err(usage(format!("{flag} must be from 1 to {MAX_QUEUE_LIMIT} packets, got {limit}")));
+        }
+    }
+    if !(MIN_SAMPLES..=MAX_CALIBRATION_SAMPLES).contains(&a.samples) {
+        return Err(usage(format!(
+            "--samples must be from {MIN_SAMPLES} to {MAX_CALIBRATION_SAMPLES}, got {}",
+            a.samples
+        )));
+    }
+    check_destination(&a.write_topology)?;
+    let config = LaneTestbedConfig {
+        hosts: a.hosts,
+        rate_bps: a.rate_mbps * 1_000_000,
+        lane_limit: a.lane_limit,
+        bulk_limit: a.bulk_limit,
+        ..LaneTestbedConfig::default()
+    };
+    config.check().map_err(usage)?;
+    Ok(config)
+}
+
+/// The topology's path must name a file in a directory that exists.
+fn check_destination(path: &Path) -> Result<()> {
+    let shown = path.display();
+    if path.is_dir() {
+        return Err(usage(format!("--write-topology {shown}: is a directory, expected a file")));
+    }
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    if !dir.is_dir() {
+        return Err(usage(format!("--write-topology {shown}: no directory {}", dir.display())));
+    }
+    Ok(())
+}
+
+/// Runs `kairos lane testbed`.
+pub fn run(a: &TestbedArgs) -> Result<i32> {
+    let config = config(a)?;
+    if !kairos_sys::user::is_root() {
+        return Err(kairos_io::LaneTestbedError::NotRoot.into());
+    }
+    crate::log(&format!("making {} hosts on a bridge, shaped to {} Mbit/s", a.hosts, a.rate_mbps));
+    let bed = LaneTestbed::create(config)?;
+    crate::log(&format!("calibrating h0 -> h1 with {} datagrams", a.samples));
+    let calibration = bed.calibrate(0, 1, a.samples)?;
+    let plain = bed.topology(&calibration);
+    let topology = lane_topology(&plain)?;
+    let text = format!("{}{}", header(&bed, &calibration), topology.to_toml());
+    kairos_sys::fs::write_atomic(&a.write_topology, text.as_bytes())?;
+    print!("{}", summary(&bed, &calibration, &plain, &a.write_topology));
+    if a.hold {
+        let first = &bed.hosts()[0].namespace;
+        println!(
+            "holding the testbed until Ctrl-C or SIGTERM, which remove it; run a command in a host with `ip netns exec {first} COMMAND`"
+        );
+        // The signal handler removes the namespaces and exits with 128 + the signal.
+        loop {
+            std::thread::park();
+        }
+    }
+    drop(bed);
+    println!("testbed removed (--hold keeps it up)");
+    Ok(exit::OK)
+}
+
+/// The lane's topology of the testbed: hosts h0 onward, the switch, a duplex link from each
+/// host to the switch, all with the testbed's figures.
+fn lane_topology(t: &TestbedTopology) -> Result<Topology> {
+    let ps =
+        |ns: u64, what: &str| ns_to_ps(ns as f64).with_context(|| format!("{what} of {ns} ns is too long"));
+    let spec = LinkSpec {
+        bandwidth_bps: t.bandwidth_bps,
+        queue_bytes: t.queue_bytes,
+        min_delay: ps(t.min_delay_ns, "the minimum delay")?,
+        max_jitter: ps(t.max_jitter_ns, "the jitter")?,
+    };
+    spec.check().map_err(anyhow::Error::msg).context("the testbed's links")?;
+    let mut topology = Topology::new();
+    let hosts: Vec<usize> =
+        t.hosts.iter().map(|h| topology.add_node(h, NodeKind::Host)).collect::<Result<_, _>>()?;
+    let switch = topology.add_node(&t.switch, NodeKind::Switch)?;
+    for host in hosts {
+        topology.add_duplex(host, switch, spec)?;
+    }
+    Ok(topology)
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.2} us", ns as f64 / 1e3)
+}
+
+fn mbps(bps: u64) -> String {
+    format!("{} Mbit/s", bps as f64 / 1e6)
+}
+
+/// The calibration's figures on one line.
+fn figures(c: &Calibration) -> String {
+    format!(
+        "min {}, p50 {}, p99 {}, p99.9 {}, max {} ({} lost)",
+        us(c.min_ns),
+        us(c.p50_ns),
+        us(c.p99_ns),
+        us(c.p999_ns),
+        us(c.max_ns),
+        c.lost
+    )
+}
+
+/// The comment the topology file starts with: where its figures come from, and what they do
+/// not promise.
+fn header(bed: &LaneTestbed, c: &Calibration) -> String {
+    let config = bed.config();
+    let hosts = bed.hosts();
+    let last = hosts.len() - 1;
+    format!(
+        "# The express lane's testbed, written by `kairos lane testbed` (process {pid}) from the\n\
+         # network it made and measured (removed when the command ended, unless --hold): hosts\n\
+         # h0..h{last} (network namespaces {first}..h{last}, {a0}..{alast}/24) on a Linux bridge\n\
+         # (namespace {sw}). Every egress is shaped by HTB to {rate}; lane traffic (IP DSCP EF,\n\
+         # TOS {tos:#04x}) has a strict-priority class whose pfifo holds {limit} packets:\n\
+         # queue_bytes = {limit} x {MTU_BYTES} bytes.\n\
+         # Calibration h{from} -> h{to} across the bridge, {n} idle datagrams, kernel receive stamps:\n\
+         # {figures}.\n\
+         # min_delay_ns is half the minimum (two alike hops), max_jitter_ns half of p{JITTER_PERCENTILE} minus\n\
+         # the minimum. A virtual machine gives no hard bound on delay (its vCPUs are descheduled for\n\
+         # milliseconds): p{JITTER_PERCENTILE} is a measured percentile, not a guarantee, and bounds computed\n\
+         # from this file hold for the packets within it, not for all.\n",
+        pid = std::process::id(),
+        first = hosts[0].namespace,
+        a0 = hosts[0].address,
+        alast = hosts[last].address,
+        sw = bed.switch_namespace(),
+        rate = mbps(config.rate_bps),
+        tos = LANE_TOS,
+        limit = config.lane_limit,
+        from = c.from,
+        to = c.to,
+        n = c.samples + c.lost,
+        figures = figures(c),
+    )
+}
+
+/// What was made and measured, for a person.
+fn summary(bed: &LaneTestbed, c: &Calibration, t: &TestbedTopology, path: &Path) -> String {
+    let config = bed.config();
+    let rate = mbps(config.rate_bps);
+    let mut out = String::new();
+    let _ =
+        writeln!(out, "lane testbed: {} hosts on a bridge, every egress shaped to {rate}", bed.hosts().len());
+    let _ = writeln!(out, "  {:<4}  {:<22}  {:<14}  device", "node", "namespace", "address");
+    let ports: Vec<&str> = bed.hosts().iter().map(|h| h.switch_port.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "  {:<4}  {:<22}  {:<14}  {BRIDGE}, ports {}",
+        t.switch,
+        bed.switch_namespace(),
+        "-",
+        ports.join(" ")
+    );
+    for h in bed.hosts() {
+        let address = format!("{}/24", h.address);
+        let _ = writeln!(out, "  {:<4}  {:<22}  {address:<14}  {HOST_DEVICE}", h.name, h.namespace);
+    }
+    let _ = writeln!(
+        out,
+        "classes at every egress (each host's {HOST_DEVICE}, each bridge port), htb root 1: (default {BULK_CLASS}):"
+    );
+    let _ = writeln!(out, "  {LINK_CLASS:<5} link  rate {rate}");
+    let _ = writeln!(
+        out,
+        "  {LANE_CLASS:<5} lane  prio 0, rate {rate}, pfifo limit {}; u32 filter ip dsfield {LANE_TOS:#04x}/0xfc (DSCP EF)",
+        config.lane_limit
+    );
+    let _ = writeln!(
+        out,
+        "  {BULK_CLASS:<5} bulk  prio 1, rate {} kbit/s, ceil {rate}, pfifo limit {}; everything else",
+        BULK_ASSURED_BPS / 1000,
+        config.bulk_limit
+    );
+    let _ = writeln!(
+        out,
+        "lane sockets set IP_TOS {LANE_TOS:#04x} (DSCP EF); the socket priority alone would not survive the veth into the switch"
+    );
+    let _ = writeln!(
+        out,
+        "calibration h{} -> h{}, {} idle datagrams, kernel receive stamps: {}",
+        c.from,
+        c.to,
+        c.samples + c.lost,
+        figures(c)
+    );
+    let _ = writeln!(
+        out,
+        "topology written to {}: hosts h0..h{}, switch {}, {} links of {rate}, queue_bytes {}, min_delay {}, max_jitter {} (p{JITTER_PERCENTILE} - min, split over two hops)",
+        path.display(),
+        t.hosts.len() - 1,
+        t.switch,
+        2 * t.hosts.len(),
+        t.queue_bytes,
+        us(t.min_delay_ns),
+        us(t.max_jitter_ns)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lane_topology_has_every_host_joined_to_the_switch_both_ways() {
+        let plain = TestbedTopology {
+            switch: "sw".into(),
+            hosts: vec!["h0".into(), "h1".into(), "h2".into()],
+            bandwidth_bps: 1_000_000_000,
+            queue_bytes: 96_000,
+            min_delay_ns: 1_300,
+            max_jitter_ns: 14_200,
+        };
+        let topology = lane_topology(&plain).unwrap();
+        assert_eq!(topology.nodes().len(), 4);
+        assert_eq!(topology.links().len(), 6);
+        let sw = topology.find("sw").unwrap();
+        for h in ["h0", "h1", "h2"] {
+            let h = topology.find(h).unwrap();
+            for (from, to) in [(h, sw), (sw, h)] {
+                let link = topology.link(topology.link_between(from, to).unwrap());
+                assert_eq!((link.bandwidth_bps, link.queue_bytes), (1_000_000_000, 96_000));
+                assert_eq!((link.min_delay, link.max_jitter), (1_300_000, 14_200_000));
+            }
+        }
+        // What is written reads back, with a comment first.
+        let text = format!("# a comment\n{}", topology.to_toml());
+        let back = Topology::from_toml(&text, "t.toml").unwrap();
+        assert_eq!(back.links().len(), 6);
+    }
+
+    #[test]
+    fn the_destination_must_be_a_file_in_a_directory_that_exists() {
+        assert!(check_destination(Path::new("t.toml")).is_ok());
+        assert!(check_destination(Path::new("/")).is_err());
+        let e = check_destination(Path::new("/no/such/dir/t.toml")).unwrap_err();
+        assert_eq!(exit::code_of(&e), exit::USAGE);
+        assert!(e.to_string().contains("no directory /no/such/dir"), "{e}");
+    }
+}
