@@ -31,15 +31,8 @@ enum ChunkSchema {
 
 #[derive(Args)]
 pub struct NodeArgs {
-    /// The controller's address.
-    #[arg(long)]
-    controller: SocketAddr,
-    /// This node's host in the controller's topology.
-    #[arg(long)]
-    host: String,
-    /// File holding the lane's shared secret (as the controller's).
-    #[arg(long)]
-    secret_file: PathBuf,
+    #[command(flatten)]
+    who: crate::lane_service::ControllerFlags,
     /// Directory of the applications' socket (node.sock), created if missing
     /// [default: /tmp/kairos-lane-HOST].
     #[arg(long)]
@@ -99,11 +92,12 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
             cores.saturating_sub(1)
         )));
     }
+    let who = &a.who;
     let config = NodeConfig {
-        controller: a.controller,
-        host: a.host.clone(),
-        secret: crate::lane_service::secret(&a.secret_file)?,
-        dir: a.dir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("kairos-lane-{}", a.host))),
+        controller: who.controller,
+        host: who.host.clone(),
+        secret: crate::lane_service::secret(&who.secret_file)?,
+        dir: a.dir.clone().unwrap_or_else(|| std::env::temp_dir().join(format!("kairos-lane-{}", who.host))),
         lane_bind: a.lane,
         peers: peers(&a.peers)?,
         core: a.core,
@@ -121,10 +115,10 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
     let node = agent::start(config)?;
     crate::log(&format!(
         "lane node for {} on {}: applications connect to {}; controller {} ({})",
-        a.host,
+        who.host,
         a.lane,
         node.socket().display(),
-        a.controller,
+        who.controller,
         if node.is_connected() { "connected" } else { "connecting" }
     ));
     // The signal handler ends the process and removes the socket and bridges; the threads

@@ -44,18 +44,25 @@ pub struct ControllerArgs {
     grace_us: u64,
 }
 
+/// Who a node is to its controller: every command that speaks for a host takes these.
+#[derive(Args)]
+pub struct ControllerFlags {
+    /// The controller's address.
+    #[arg(long)]
+    pub controller: SocketAddr,
+    /// The topology host this node acts for.
+    #[arg(long)]
+    pub host: String,
+    /// File holding the lane's shared secret (the controller's).
+    #[arg(long)]
+    pub secret_file: PathBuf,
+}
+
 /// Flags every one-shot node command shares.
 #[derive(Args)]
 pub struct NodeFlags {
-    /// The controller's address.
-    #[arg(long)]
-    controller: SocketAddr,
-    /// The topology host this node acts for.
-    #[arg(long)]
-    host: String,
-    /// File holding the lane's shared secret.
-    #[arg(long)]
-    secret_file: PathBuf,
+    #[command(flatten)]
+    who: ControllerFlags,
     /// Seconds to wait for the controller (0.1 to 60).
     #[arg(long, default_value_t = 5.0)]
     timeout: f64,
@@ -141,7 +148,8 @@ fn connect(n: &NodeFlags) -> Result<(NodeConnection, Duration)> {
         return Err(usage(format!("--timeout must be from 0.1 to 60 seconds, got {}", n.timeout)));
     }
     let timeout = Duration::from_secs_f64(n.timeout);
-    let (conn, _) = NodeConnection::connect(n.controller, &n.host, &secret(&n.secret_file)?, timeout)?;
+    let who = &n.who;
+    let (conn, _) = NodeConnection::connect(who.controller, &who.host, &secret(&who.secret_file)?, timeout)?;
     Ok((conn, timeout))
 }
 

@@ -37,6 +37,11 @@ fn in_ns(ns: &str, args: &[&str], name: &str, logs: &Path) -> OwnedChild {
     OwnedChild::spawn_named(&mut c, name).unwrap()
 }
 
+/// Runs `kairos ARGS` in namespace `ns` to its end.
+fn kairos_in(ns: &str, args: &[&str]) -> std::process::Output {
+    Command::new("ip").args(["netns", "exec", ns, KAIROS]).args(args).env("CI", "1").output().unwrap()
+}
+
 /// Runs `f` with the calling thread's network namespace set to `ns`, on a thread of its own.
 fn within<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
@@ -250,52 +255,46 @@ fn the_lane_end_to_end_on_the_testbed() {
     }
 
     // Strangers and a node acting for another host, from h2.
-    let foreign = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns(2),
-            KAIROS,
+    let (addr, key_file, tunnel_id) =
+        (controller_addr.to_string(), key.display().to_string(), tunnel.id.to_string());
+    let foreign = kairos_in(
+        &ns(2),
+        &[
             "lane",
             "release",
             "--controller",
-            &controller_addr.to_string(),
-        ])
-        .args(["--host", "h2", "--secret-file", key.to_str().unwrap(), "--tunnel", &tunnel.id.to_string()])
-        .output()
-        .unwrap();
-    assert_eq!(
-        foreign.status.code(),
-        Some(3),
-        "h2 may not release h0's tunnel: {}",
-        String::from_utf8_lossy(&foreign.stdout)
-    );
-    std::fs::write(path("wrong"), b"a wrong secret of thirty-two b..").unwrap();
-    let stranger = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &ns(2),
-            KAIROS,
-            "lane",
-            "request",
-            "--controller",
-            &controller_addr.to_string(),
-        ])
-        .args([
+            &addr,
             "--host",
             "h2",
             "--secret-file",
-            path("wrong").to_str().unwrap(),
+            &key_file,
+            "--tunnel",
+            &tunnel_id,
+        ],
+    );
+    let said = String::from_utf8_lossy(&foreign.stdout);
+    assert_eq!(foreign.status.code(), Some(3), "h2 may not release h0's tunnel: {said}");
+    std::fs::write(path("wrong"), b"a wrong secret of thirty-two b..").unwrap();
+    let wrong = path("wrong").display().to_string();
+    let stranger = kairos_in(
+        &ns(2),
+        &[
+            "lane",
+            "request",
+            "--controller",
+            &addr,
+            "--host",
+            "h2",
+            "--secret-file",
+            &wrong,
             "--name",
             "x",
             "--to",
             "h0",
             "--period-us",
             "100",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     let said = String::from_utf8_lossy(&stranger.stderr);
     assert!(stranger.status.code() == Some(1) && said.contains("wrong secret"), "{said}");
     within(&ns(2), move || {
