@@ -18,8 +18,10 @@
 //!   take effect after the grace period (`BandwidthChanged`, reason `Te`).
 //! - **Usage** (a policing report from a node): a tunnel sending larger packets or more often
 //!   than granted is told `BandwidthChanged` with reason `BwExceeded` (and is terminated on the
-//!   third report); one using under a quarter of its reservation over a report is re-planned at
-//!   the period it actually uses (reason `BwUnused`), giving the room back.
+//!   third report); one using under a quarter of its reservation in [`UNUSED_REPORTS`] reports
+//!   in a row is re-planned at the period it used in the last (reason `BwUnused`), giving the
+//!   room back. One quiet report is not enough: an application that starts, pauses or ends
+//!   inside a report's window uses part of it, and would lose its period for that.
 //! - **Terminate**: every tunnel is told `Terminated`; afterwards every input is refused.
 //!
 //! Every input and notice goes to the event log with its time.
@@ -149,12 +151,16 @@ pub struct Controller {
     deferred: BTreeMap<Picos, Vec<Deferred>>,
     /// Policing reports of excess per tunnel.
     strikes: HashMap<TunnelId, u32>,
+    /// Reports in a row that found the tunnel using under a quarter of its grant.
+    quiet: HashMap<TunnelId, u32>,
     terminated: bool,
     log: Vec<LogEntry>,
 }
 
 /// Excess reports before a tunnel is terminated.
 const STRIKES: u32 = 3;
+/// Reports in a row of a tunnel using under a quarter of its grant before it is re-planned.
+pub const UNUSED_REPORTS: u32 = 3;
 
 impl Controller {
     /// A controller over `alloc` whose changes take effect after `grace`.
@@ -164,6 +170,7 @@ impl Controller {
             grace,
             deferred: BTreeMap::new(),
             strikes: HashMap::new(),
+            quiet: HashMap::new(),
             terminated: false,
             log: Vec::new(),
         }
@@ -294,6 +301,7 @@ impl Controller {
         match self.alloc.release(tunnel) {
             Some(changed) => {
                 self.strikes.remove(&tunnel);
+                self.quiet.remove(&tunnel);
                 out.push(Notice::Released { tunnel });
                 self.tell(&changed, Reason::Te, now.saturating_add(self.grace), out);
             }
@@ -317,6 +325,11 @@ impl Controller {
         let granted = t.resources;
         // Packets the grant allows in the window (one more for the phase).
         let allowed = (window / granted.period.max(1)).saturating_add(1);
+        let quiet = packets > 0 && packets.saturating_mul(4) < allowed;
+        if !quiet {
+            // A report of use (or of excess) ends a quiet streak.
+            self.quiet.remove(&tunnel);
+        }
         if max_bytes > granted.packet_bytes || packets > allowed {
             let strikes = self.strikes.entry(tunnel).or_insert(0);
             *strikes += 1;
@@ -332,7 +345,13 @@ impl Controller {
                     effective_at: now,
                 });
             }
-        } else if packets > 0 && packets.saturating_mul(4) < allowed {
+        } else if quiet {
+            let quiet = self.quiet.entry(tunnel).or_insert(0);
+            *quiet += 1;
+            if *quiet < UNUSED_REPORTS {
+                return;
+            }
+            self.quiet.remove(&tunnel);
             // Re-plan at the period actually used; the grant never gets shorter than asked.
             let mut request = t.request.clone();
             request.period = (window / packets).max(request.period);

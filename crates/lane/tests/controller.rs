@@ -121,9 +121,17 @@ fn policing_reports_warn_then_terminate_and_give_unused_room_back() {
         }
     }
     assert!(c.allocation().tunnel(a).is_none());
-    // A tunnel using a tenth of its grant is re-planned at the period it uses.
+    // A tunnel using a tenth of its grant in three reports in a row is re-planned at the period
+    // it uses; a report of full use in between starts the count again.
     let (b, _) = granted(&c.handle(Input::Request(req(&c, "b", "h0", "h1", 125, 10 * US)), 10));
-    let n = c.handle(Input::Usage { tunnel: b, window: 1_000 * US, packets: 10, max_bytes: 100 }, 11);
+    let quiet = Input::Usage { tunnel: b, window: 1_000 * US, packets: 10, max_bytes: 100 };
+    let busy = Input::Usage { tunnel: b, window: 1_000 * US, packets: 100, max_bytes: 100 };
+    for (i, input) in
+        [quiet.clone(), quiet.clone(), busy, quiet.clone(), quiet.clone()].into_iter().enumerate()
+    {
+        assert!(c.handle(input, 11 + i as u64).is_empty(), "report {i} changes nothing");
+    }
+    let n = c.handle(quiet, 20);
     match &n[..] {
         [Notice::BandwidthChanged { reason: Reason::BwUnused, resources, .. }, ..] => {
             assert_eq!(resources.period, 100 * US)

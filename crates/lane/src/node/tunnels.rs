@@ -415,7 +415,9 @@ mod tests {
             max_jitter: 1_000,
         };
         topo.add_duplex(a, b, spec).unwrap();
-        let verdict = |offer: &dyn Fn(u64) -> Offered, periods: u64| {
+        // Runs `windows` report windows of `periods` periods each, the application offering
+        // `offer(period)`, feeding every report to the controller; the first change it makes.
+        let verdict = |offer: &dyn Fn(u64) -> Offered, periods: u64, windows: u64| {
             let mut c = Controller::new(Allocation::new(topo.clone()), 0);
             let request = Request {
                 name: "x".into(),
@@ -442,29 +444,35 @@ mod tests {
                 },
                 0,
             );
-            let mut reports = Vec::new();
-            for i in 0..periods {
+            for i in 0..periods * windows {
                 let r = t.due(i * period_ns(&g)).unwrap();
-                t.offered(r.tunnel_id, offer(i));
-                reports.extend(t.reports(i * period_ns(&g) + 1));
+                t.offered(r.tunnel_id, offer(i % periods));
+                let mut reports = t.reports(i * period_ns(&g) + 1);
+                if (i + 1) % periods == 0 {
+                    reports.extend(t.reports((i + 1) * period_ns(&g)));
+                }
+                for report in reports {
+                    let ToController::Usage { window_ps, packets, max_bytes, .. } = report else { panic!() };
+                    let notices = c.handle(Input::Usage { tunnel, window: window_ps, packets, max_bytes }, 1);
+                    let reason = notices.iter().find_map(|n| match n {
+                        Notice::BandwidthChanged { tunnel: t, reason, .. } if *t == tunnel => Some(*reason),
+                        _ => None,
+                    });
+                    if reason.is_some() {
+                        return reason;
+                    }
+                }
             }
-            reports.extend(t.reports(every));
-            let Some(ToController::Usage { window_ps, packets, max_bytes, .. }) = reports.first().cloned()
-            else {
-                panic!()
-            };
-            let notices = c.handle(Input::Usage { tunnel, window: window_ps, packets, max_bytes }, 1);
-            notices.iter().find_map(|n| match n {
-                Notice::BandwidthChanged { tunnel: t, reason, .. } if *t == tunnel => Some(*reason),
-                _ => None,
-            })
+            None
         };
         let whole = Offered { messages: 1, bytes: 64, max_message: 64, excess_messages: 0 };
         let twice = Offered { messages: 2, bytes: 128, max_message: 64, excess_messages: 1 };
         let too_large = Offered { messages: 1, bytes: 65, max_message: 65, excess_messages: 1 };
-        assert_eq!(verdict(&|_| twice, 3), Some(Reason::BwExceeded));
-        assert_eq!(verdict(&|_| too_large, 3), Some(Reason::BwExceeded));
-        assert_eq!(verdict(&|_| whole, 50), None);
-        assert_eq!(verdict(&|i| if i == 0 { whole } else { Offered::default() }, 20), Some(Reason::BwUnused));
+        assert_eq!(verdict(&|_| twice, 3, 1), Some(Reason::BwExceeded));
+        assert_eq!(verdict(&|_| too_large, 3, 1), Some(Reason::BwExceeded));
+        assert_eq!(verdict(&|_| whole, 50, 4), None);
+        let rare = |i| if i == 0 { whole } else { Offered::default() };
+        assert_eq!(verdict(&rare, 20, 2), None, "two quiet windows are not enough");
+        assert_eq!(verdict(&rare, 20, 3), Some(Reason::BwUnused));
     }
 }
