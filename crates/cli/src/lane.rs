@@ -37,6 +37,12 @@ enum LaneCommand {
     /// seconds. Flags are checked before anything runs, and a run estimated at more than an hour
     /// is refused.
     Tightness(TightnessArgs),
+    /// Sender-side policing: an application at twice its grant beside two well-behaved ones.
+    ///
+    /// A controller and two nodes on loopback (no root). Prints when BW_EXCEEDED reached the
+    /// offender (in periods), its drops, and the good tunnels' latency with and without it.
+    /// Full run: two 5 s phases; --quick: two 1 s phases.
+    Police(PoliceArgs),
     /// Serve the controller to node agents: admission, notices, a journal, metrics.
     ///
     /// Nodes prove the shared secret (--secret-file) and act only for their own host. Every
@@ -77,6 +83,18 @@ struct TightnessArgs {
     /// Seed of the requests and of the validator: any integer from 0 to 2^64-1.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+}
+
+#[derive(Args)]
+struct PoliceArgs {
+    #[command(flatten)]
+    common: crate::Common,
+    /// Every tunnel's requested period, us: 100-100000.
+    #[arg(long, default_value_t = 1_000)]
+    period_us: u64,
+    /// Each phase's length, seconds: 0.2-600 [default: 5, or 1 with --quick].
+    #[arg(long)]
+    phase_s: Option<f64>,
 }
 
 #[derive(Args)]
@@ -174,6 +192,16 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
             }
             config.seed = a.seed;
             crate::experiment(&a.common, &config, lane_tightness::report)
+        }
+        LaneCommand::Police(a) => {
+            let mut config = kairos_lab::lane_police::PoliceConfig::preset(a.common.quick);
+            config.period_us = a.period_us;
+            if let Some(s) = a.phase_s {
+                config.phase_s = s;
+                // Reports of excess at most twice a phase: the third ends the tunnel.
+                config.report_ms = ((s * 400.0) as u64).max(1);
+            }
+            crate::experiment(&a.common, &config, kairos_lab::lane_police::report)
         }
         LaneCommand::Controller(a) => crate::lane_service::controller(a),
         LaneCommand::Request(a) => crate::lane_service::request(a),

@@ -228,6 +228,7 @@ fn read_message(
     deadline: Instant,
 ) -> Result<Option<NodeToApp>, AppError> {
     let mut buf = [0u8; 4096];
+    let mut read_once = false;
     loop {
         if let Some(body) = reader.next_frame()? {
             let m = serde_json::from_slice(body)
@@ -235,11 +236,17 @@ fn read_message(
             return Ok(Some(m));
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if left.is_zero() && read_once {
             return Ok(None);
         }
+        read_once = true;
         let io = |source| AppError::Io { path: path.to_path_buf(), source };
-        stream.set_read_timeout(Some(left)).map_err(io)?;
+        // A wait of zero still looks once at what has arrived, without blocking (a socket
+        // timeout is rounded up to a clock tick, milliseconds).
+        stream.set_nonblocking(left.is_zero()).map_err(io)?;
+        if !left.is_zero() {
+            stream.set_read_timeout(Some(left)).map_err(io)?;
+        }
         match (&mut &*stream).read(&mut buf) {
             Ok(0) => {
                 let source = std::io::Error::new(ErrorKind::UnexpectedEof, "the node closed the connection");

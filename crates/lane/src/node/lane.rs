@@ -29,7 +29,7 @@ use kairos_sys::shm::SharedRegion;
 
 use super::app::INBOX_HEADER_BYTES;
 use super::chunk::{Encoder, HEADER_BYTES, Header, Packet, Schema, UDP_IPV4_PAYLOAD_BYTES};
-use super::tunnels::{NodeTunnels, Offered};
+use super::tunnels::{NodeTunnels, Offered, TunnelCounts};
 use crate::service::client::Welcome;
 use crate::service::wire::{ToController, ToNode};
 use crate::te::TunnelId;
@@ -86,7 +86,7 @@ pub enum LaneCommand {
 }
 
 /// What the loop counted, returned when it stops.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LaneCounts {
     /// Packets sent (one per destination).
     pub packets_sent: u64,
@@ -108,6 +108,10 @@ pub struct LaneCounts {
     pub inbox_refused: u64,
     /// Releases the loop was late for and missed.
     pub releases_missed: u64,
+    /// When the first message was dropped as excess, wall-clock ns.
+    pub first_excess_ns: Option<u64>,
+    /// Each tunnel this node sent on, with what its policer counted.
+    pub tunnels: Vec<TunnelCounts>,
 }
 
 /// The lane loop's fixed settings.
@@ -259,6 +263,7 @@ impl LaneLoop {
             }
             self.wait();
         }
+        self.counts.tunnels = self.tunnels.counts();
         self.counts
     }
 
@@ -342,17 +347,32 @@ impl LaneLoop {
             out.carry = Carry::new(keep);
         }
         let mut offered = Offered::default();
+        let schema = self.settings.schema;
+        let per_chunk = schema.message_bytes_per_chunk();
+        let mut chunks = 0usize;
         while let Ok(Some(got)) = out.outbox.try_recv(&mut self.message) {
+            let need = got.len.div_ceil(per_chunk).max(1);
+            chunks += need;
             offered.messages += 1;
             offered.bytes += got.len as u64;
-            offered.max_message = offered.max_message.max(got.len as u64);
+            offered.max_message = offered.max_message.max(schema.packet_bytes(need) as u64);
             offered.excess_messages += out.carry.push(&self.message[..got.len]);
         }
+        // Packets of the grant's size the offered messages need, at the chunks one holds.
+        let per_packet = schema.max_chunks(room).max(1);
+        offered.packets = chunks.div_ceil(per_packet) as u64;
         let header = Header { schema: self.settings.schema, tunnel, seq: out.seq, sent_ns: now };
         let mut sent = 0u64;
         if let Ok(mut encoder) = Encoder::new(header, &mut self.packet[..room]) {
             while let Some(m) = out.carry.front() {
                 if encoder.push(m).is_err() {
+                    if encoder.chunks() == 0 {
+                        // Larger than the granted packet holds: it would block the others
+                        // behind it for good.
+                        out.carry.pop_front();
+                        offered.excess_messages += 1;
+                        continue;
+                    }
                     break;
                 }
                 out.carry.pop_front();
@@ -371,6 +391,9 @@ impl LaneLoop {
         }
         self.counts.messages_sent += sent;
         self.counts.excess_messages += offered.excess_messages;
+        if offered.excess_messages > 0 && self.counts.first_excess_ns.is_none() {
+            self.counts.first_excess_ns = Some(now);
+        }
         self.tunnels.offered(tunnel_id, offered);
     }
 

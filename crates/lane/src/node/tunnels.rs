@@ -9,10 +9,11 @@
 //! - A tunnel sends at most one packet of at most its granted size each period, from the
 //!   grant's `send_from` on. Releases keep their phase: a loop that falls behind sends once
 //!   for the releases it missed (counted), never a burst.
-//! - What the application offers in a period beyond one packet (a message larger than the
-//!   packet, or more bytes than fit) is excess: dropped at the node, counted, and reported at
-//!   once (the controller answers `BW_EXCEEDED`, and terminates a repeat offender), then at
-//!   most once per report interval, so that one burst is not three strikes.
+//! - What the application offers beyond one packet a period (a message larger than the
+//!   packet, or more than the carried backlog holds) is excess: dropped at the node, counted,
+//!   and reported as soon as the last [`RECENT`] releases show it, over those releases only (the
+//!   controller answers `BW_EXCEEDED`, and terminates a repeat offender), then at most once per
+//!   report interval, so that one burst is not three strikes.
 //! - Every report interval the node reports each sending tunnel's use (periods with something
 //!   to send, and the packets the offered bytes would need), so the controller can give back
 //!   what a tunnel does not use (`BW_UNUSED`).
@@ -54,14 +55,18 @@ pub struct Offered {
     pub messages: u64,
     /// Their bytes.
     pub bytes: u64,
-    /// The largest message, bytes.
+    /// Packets of the grant's size they need on the wire (0: count them as `bytes` over the
+    /// packet size, for callers that know no packet format).
+    pub packets: u64,
+    /// The largest of them, as the bytes a packet carrying it alone takes on the wire (what
+    /// the grant's packet size is compared with).
     pub max_message: u64,
     /// Messages dropped as excess (too large, or beyond the packet's room).
     pub excess_messages: u64,
 }
 
 /// Counters of one sending tunnel since it was granted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SendCounts {
     /// Releases served.
     pub releases: u64,
@@ -73,6 +78,19 @@ pub struct SendCounts {
     pub excess_messages: u64,
     /// Excess reports sent to the controller.
     pub excess_reports: u64,
+    /// When its first message was dropped as excess (the release's time, ns).
+    pub first_excess_ns: Option<u64>,
+}
+
+/// A tunnel this node sent on and what it counted, kept after the tunnel ends.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TunnelCounts {
+    /// The tunnel.
+    pub tunnel_id: TunnelId,
+    /// Its name.
+    pub name: String,
+    /// Its counts.
+    pub counts: SendCounts,
 }
 
 #[derive(Debug, Clone)]
@@ -99,8 +117,17 @@ struct Sending {
     /// When the last excess report went out (excess is reported at once, then at most once an
     /// interval).
     last_excess_report_ns: Option<u64>,
+    /// Packets offered at each of the last [`RECENT`] releases, the newest at `recent_at`.
+    recent: [u64; RECENT],
+    recent_at: usize,
     counts: SendCounts,
 }
+
+/// Releases an excess report covers: the recent past, so that a tunnel idle for most of a
+/// report interval and over its grant now is reported as what it is now. Two: a paced
+/// application's two messages in one period and none in the next are within a grant (which
+/// allows one packet more for the phase), an offender's three packets in two are not.
+pub const RECENT: usize = 2;
 
 /// The node's tunnels; see the module docs.
 #[derive(Debug, Clone)]
@@ -109,6 +136,8 @@ pub struct NodeTunnels {
     report_every_ns: u64,
     sending: BTreeMap<TunnelId, Sending>,
     receiving: BTreeMap<TunnelId, TunnelInfo>,
+    /// The counts of sending tunnels that ended.
+    ended: Vec<TunnelCounts>,
 }
 
 impl NodeTunnels {
@@ -119,6 +148,23 @@ impl NodeTunnels {
             report_every_ns: report_every_ns.max(1),
             sending: BTreeMap::new(),
             receiving: BTreeMap::new(),
+            ended: Vec::new(),
+        }
+    }
+
+    /// Every tunnel this node sent on, ended ones first, with its counts.
+    pub fn counts(&self) -> Vec<TunnelCounts> {
+        let live = self.sending.values().map(|s| TunnelCounts {
+            tunnel_id: s.info.tunnel_id,
+            name: s.info.name.clone(),
+            counts: s.counts,
+        });
+        self.ended.iter().cloned().chain(live).collect()
+    }
+
+    fn end(&mut self, tunnel: TunnelId) {
+        if let Some(s) = self.sending.remove(&tunnel) {
+            self.ended.push(TunnelCounts { tunnel_id: tunnel, name: s.info.name, counts: s.counts });
         }
     }
 
@@ -144,6 +190,8 @@ impl NodeTunnels {
             pending: Vec::new(),
             window: Window::new(now_ns),
             last_excess_report_ns: None,
+            recent: [0; RECENT],
+            recent_at: 0,
             counts: SendCounts::default(),
         };
         self.sending.insert(s.info.tunnel_id, s);
@@ -179,7 +227,7 @@ impl NodeTunnels {
                 }
             }
             ToNode::Released { tunnel_id } | ToNode::Terminated { tunnel_id } => {
-                self.sending.remove(tunnel_id);
+                self.end(*tunnel_id);
                 self.receiving.remove(tunnel_id);
             }
             ToNode::Challenge { .. }
@@ -195,7 +243,15 @@ impl NodeTunnels {
     pub fn reconcile(&mut self, welcome: &Welcome, now_ns: u64) {
         let known: BTreeMap<TunnelId, &TunnelInfo> =
             welcome.tunnels.iter().map(|t| (t.tunnel_id, t)).collect();
-        self.sending.retain(|id, _| known.get(id).is_some_and(|t| t.sender == welcome.host));
+        let gone: Vec<TunnelId> = self
+            .sending
+            .keys()
+            .copied()
+            .filter(|id| known.get(id).is_none_or(|t| t.sender != welcome.host))
+            .collect();
+        for id in gone {
+            self.end(id);
+        }
         self.receiving.retain(|id, _| known.contains_key(id));
         for t in welcome.tunnels.iter() {
             if t.sender == self.host {
@@ -246,11 +302,18 @@ impl NodeTunnels {
         let Some(s) = self.sending.get_mut(&tunnel) else { return };
         s.counts.messages += offered.messages - offered.excess_messages.min(offered.messages);
         s.counts.excess_messages += offered.excess_messages;
+        if offered.excess_messages > 0 && s.counts.first_excess_ns.is_none() {
+            s.counts.first_excess_ns = Some(s.next_ns.saturating_sub(period_ns(&s.info.grant)));
+        }
+        s.recent_at = (s.recent_at + 1) % RECENT;
+        s.recent[s.recent_at] = 0;
         if offered.messages == 0 {
             return;
         }
         let room = s.info.grant.packet_bytes.max(1);
-        s.window.packets += offered.bytes.div_ceil(room).max(1);
+        let packets = if offered.packets > 0 { offered.packets } else { offered.bytes.div_ceil(room) }.max(1);
+        s.window.packets += packets;
+        s.recent[s.recent_at] = packets;
         s.window.max_bytes = s.window.max_bytes.max(offered.max_message);
         s.window.excess |= offered.excess_messages > 0;
     }
@@ -262,16 +325,27 @@ impl NodeTunnels {
         let mut out = Vec::new();
         for (id, s) in self.sending.iter_mut() {
             let interval_over = now_ns.saturating_sub(s.window.start_ns) >= every;
+            // At once when the recent releases show it (the controller allows one packet a
+            // period and one more), or a message larger than the grant's packet.
+            let recent: u64 = s.recent.iter().sum();
+            let conclusive = recent > RECENT as u64 + 1 || s.window.max_bytes > s.info.grant.packet_bytes;
             let excess_now = s.window.excess
+                && conclusive
                 && s.last_excess_report_ns.is_none_or(|at| now_ns.saturating_sub(at) >= every);
             if !(interval_over || excess_now) {
                 continue;
             }
-            let window_ns = now_ns.saturating_sub(s.window.start_ns).max(1);
+            let (window_ns, packets) = if excess_now && !interval_over {
+                // At once: what the last releases carried, not the whole (perhaps idle) window.
+                let period = period_ns(&s.info.grant);
+                (period.saturating_mul(RECENT as u64), recent)
+            } else {
+                (now_ns.saturating_sub(s.window.start_ns).max(1), s.window.packets)
+            };
             out.push(ToController::Usage {
                 tunnel_id: *id,
                 window_ps: window_ns.saturating_mul(1_000),
-                packets: s.window.packets,
+                packets,
                 max_bytes: s.window.max_bytes,
             });
             if s.window.excess {
@@ -350,18 +424,28 @@ mod tests {
         let mut t = NodeTunnels::new("h", 1_000 * US);
         granted(&mut t, 1, 100, 0);
         assert!(t.reports(10 * US).is_empty(), "nothing due yet");
-        t.offered(1, Offered { messages: 3, bytes: 150, max_message: 50, excess_messages: 1 });
+        // Three packets' worth in a period: within what two releases allow (one packet each
+        // and one for the phase), so nothing yet; four are not, and are reported at once, over
+        // the last two releases.
+        t.offered(1, Offered { messages: 3, bytes: 192, packets: 0, max_message: 64, excess_messages: 1 });
+        assert!(t.reports(15 * US).is_empty(), "not conclusive yet");
+        t.offered(1, Offered { messages: 1, bytes: 64, packets: 0, max_message: 64, excess_messages: 0 });
         let r = t.reports(20 * US);
         assert_eq!(
             r,
-            [ToController::Usage { tunnel_id: 1, window_ps: 20 * US * 1_000, packets: 3, max_bytes: 50 }]
+            [ToController::Usage {
+                tunnel_id: 1,
+                window_ps: 2 * 100 * US * 1_000,
+                packets: 4,
+                max_bytes: 64
+            }]
         );
-        t.offered(1, Offered { messages: 2, bytes: 128, max_message: 64, excess_messages: 1 });
+        t.offered(1, Offered { messages: 2, bytes: 128, packets: 0, max_message: 64, excess_messages: 1 });
         assert!(t.reports(500 * US).is_empty(), "a second excess waits for the interval");
         let r = t.reports(1_020 * US);
         assert!(matches!(r[..], [ToController::Usage { packets: 2, .. }]), "{r:?}");
         let (_, c) = t.sending().next().unwrap();
-        assert_eq!((c.excess_messages, c.excess_reports, c.messages), (2, 2, 3));
+        assert_eq!((c.excess_messages, c.excess_reports, c.messages), (2, 2, 4));
     }
 
     #[test]
@@ -465,9 +549,9 @@ mod tests {
             }
             None
         };
-        let whole = Offered { messages: 1, bytes: 64, max_message: 64, excess_messages: 0 };
-        let twice = Offered { messages: 2, bytes: 128, max_message: 64, excess_messages: 1 };
-        let too_large = Offered { messages: 1, bytes: 65, max_message: 65, excess_messages: 1 };
+        let whole = Offered { messages: 1, bytes: 64, packets: 0, max_message: 64, excess_messages: 0 };
+        let twice = Offered { messages: 2, bytes: 128, packets: 0, max_message: 64, excess_messages: 1 };
+        let too_large = Offered { messages: 1, bytes: 65, packets: 0, max_message: 65, excess_messages: 1 };
         assert_eq!(verdict(&|_| twice, 3, 1), Some(Reason::BwExceeded));
         assert_eq!(verdict(&|_| too_large, 3, 1), Some(Reason::BwExceeded));
         assert_eq!(verdict(&|_| whole, 50, 4), None);
