@@ -166,6 +166,27 @@ impl Testbed {
         socket_in(&self.forwarder_ns, SocketAddrV4::new(FORWARDER_IP, port))
     }
 
+    /// The hardware address of the source's veth end.
+    pub fn source_mac(&self) -> Result<[u8; 6], TestbedError> {
+        mac_of(&self.source_ns, &self.source_dev)
+    }
+
+    /// The hardware address of the forwarder's veth end.
+    pub fn forwarder_mac(&self) -> Result<[u8; 6], TestbedError> {
+        mac_of(&self.forwarder_ns, &self.forwarder_dev)
+    }
+
+    /// Runs `f` on a helper thread inside the source namespace and returns what it returns:
+    /// sockets and rings made there stay there, whichever thread uses them later.
+    pub fn in_source<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, TestbedError> {
+        in_namespace(&self.source_ns, f)
+    }
+
+    /// Runs `f` on a helper thread inside the forwarder namespace (see [`Self::in_source`]).
+    pub fn in_forwarder<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, TestbedError> {
+        in_namespace(&self.forwarder_ns, f)
+    }
+
     pub fn source_addr(port: u16) -> SocketAddr {
         SocketAddr::V4(SocketAddrV4::new(SOURCE_IP, port))
     }
@@ -188,6 +209,14 @@ fn link_address(ns: &str, dev: &str) -> Result<String, TestbedError> {
     })
 }
 
+fn mac_of(ns: &str, dev: &str) -> Result<[u8; 6], TestbedError> {
+    let text = link_address(ns, dev)?;
+    crate::af_packet::parse_mac(text.trim()).ok_or_else(|| TestbedError::Command {
+        command: format!("ip -n {ns} -o link show {dev}"),
+        stderr: format!("not a hardware address: {text}"),
+    })
+}
+
 impl Drop for Testbed {
     fn drop(&mut self) {
         // Withdrawn and removed under one hold: a signal now is handled once both are gone.
@@ -197,10 +226,18 @@ impl Drop for Testbed {
     }
 }
 
-/// Creates a socket inside namespace `ns`: a helper thread enters the namespace (the calling
-/// thread's own namespace is left alone), binds, and hands the socket back; a socket stays in
-/// the namespace it was made in, whichever thread uses it.
+/// Creates a socket inside namespace `ns` (see [`in_namespace`]).
 fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket, TestbedError> {
+    in_namespace(ns, || {
+        UdpSocket::bind(addr)
+            .map_err(|source| TestbedError::Io { what: format!("bind {addr} in {ns}"), source })
+    })?
+}
+
+/// Runs `f` inside namespace `ns`: a helper thread enters the namespace (the calling thread's
+/// own namespace is left alone), runs `f` and hands its result back; a socket stays in the
+/// namespace it was made in, whichever thread uses it.
+fn in_namespace<T: Send>(ns: &str, f: impl FnOnce() -> T + Send) -> Result<T, TestbedError> {
     let path = format!("/var/run/netns/{ns}");
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -208,8 +245,7 @@ fn socket_in(ns: &str, addr: SocketAddrV4) -> Result<UdpSocket, TestbedError> {
                 .map_err(|source| TestbedError::Io { what: format!("open {path}"), source })?;
             kairos_sys::netns::enter_network_namespace(&file)
                 .map_err(|source| TestbedError::Io { what: format!("setns {ns}"), source })?;
-            UdpSocket::bind(addr)
-                .map_err(|source| TestbedError::Io { what: format!("bind {addr} in {ns}"), source })
+            Ok(f())
         })
         .join()
         .unwrap_or_else(|_| {
