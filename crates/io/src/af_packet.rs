@@ -31,6 +31,29 @@
 //! the table; [`AfPacketSocket::set_neighbour`] pins an entry by hand, for a namespace whose
 //! interface has no address and so no ARP (the testbed's [`crate::ForwarderSide::Bare`]).
 //!
+//! # Latency on the testbed
+//!
+//! One-way latency of 60-byte datagrams across the two-namespace veth testbed, one every 50 us
+//! (idle), the sender on core 0 and a spinning receiver on core 1 of a 2-vCPU KVM guest (kernel
+//! 6.18.44) shared with other builds, 30,000 datagrams a path in five interleaved rounds
+//! (`cargo run --release -p kairos-io --example packet_latency`, root). From the sender's
+//! `CLOCK_REALTIME` stamp in the payload to the receiving thread's clock when it saw the
+//! datagram, min / p50 / p99 / p99.9 / max in us:
+//!
+//! | path | sender to user |
+//! |---|---|
+//! | UDP socket to UDP socket (`recvmmsg`, `MSG_DONTWAIT`) | 2.0 / 2.7 / 4.2 / 25.9 / 61.5 |
+//! | transmit ring to receive ring | 1.5 / 2.0 / 4.3 / 40.0 / 140.9 |
+//! | UDP socket to receive ring | 1.6 / 2.2 / 5.9 / 78.3 / 374.3 |
+//! | transmit ring to UDP socket | 2.3 / 3.0 / 11.0 / 850.9 / 2080.8 |
+//! | transmit ring to a `TPACKET_V3` receive ring (1 ms block timer) | 18.7 / 524.8 / 996.9 / 1100.8 / 1555.5 |
+//!
+//! The kernel stamped each datagram 0.7 to 1.1 us after the sender (the median, every path);
+//! from that stamp a ring reader saw it after 1.1 us, a UDP socket reader after 1.6 us. Medians
+//! held within 0.2 us over three runs; the tails past the 99th percentile are the shared
+//! machine's and moved by an order of magnitude between runs. A receiver asleep in `ppoll` adds
+//! about 30 us (its core's wake-up) on either transport.
+//!
 
 use std::collections::HashMap;
 use std::fs::File;
