@@ -43,7 +43,10 @@
 //! frames of any size into blocks and hands a block over only when it is full or when its timer
 //! (`tp_retire_blk_tov`, whole milliseconds) fires: a quiet link's frames wait up to that timer.
 //! Blocks save memory and cache misses at high rates; for latency-bound traffic the wait is
-//! prohibitive. The layout is a choice ([`RxLayout`]), frames the default. The transmit ring is always frames, in
+//! prohibitive. Measured across the veth testbed with a spinning reader (idle, one 60-byte
+//! datagram every 50 us; `kairos-io`'s `packet_latency` example): frames delivered each datagram
+//! 2.0 us after it was sent at the median, blocks with a 1 ms timer 525 us (up to the timer,
+//! 1.0 ms at the 99th percentile). The layout is a choice ([`RxLayout`]), frames the default. The transmit ring is always frames, in
 //! the socket's version (a socket has one).
 //!
 //! # Time stamps
