@@ -620,7 +620,8 @@ impl PacketRing {
     /// Writes up to `count` frames into free transmit slots, frame `i` by `fill(i, slot)`,
     /// which returns its length, and kicks the kernel once to send them; returns how many were
     /// queued. A length outside [`ETH_HEADER_LEN`]`..=slot.len()` ends the burst at that frame
-    /// (its slot stays free). A full ring ends it too (counted in [`RingStats::tx_ring_full`]).
+    /// (its slot stays free). A full ring ends it too (counted in [`RingStats::tx_ring_full`]),
+    /// and kicks the kernel again for the slots it still holds.
     /// When the kick itself fails, the frames stay queued and leave with the next kick; the
     /// error is returned.
     pub fn tx_burst_with(
@@ -630,11 +631,13 @@ impl PacketRing {
     ) -> Result<usize, PacketRingError> {
         let header = self.tx_header;
         let mut queued = 0;
+        let mut full = false;
         while queued < count {
             let slot = self.tx_offset + self.tx_next * self.tx_frame_size;
             let status = self.status_at(slot + header.status).load(Ordering::Acquire);
             if status & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 {
                 self.stats.tx_ring_full += (count - queued) as u64;
+                full = true;
                 break;
             }
             let room = self.tx_max_len;
@@ -661,7 +664,9 @@ impl PacketRing {
             queued += 1;
         }
         self.stats.tx_frames += queued as u64;
-        if queued > 0 {
+        // A full ring kicks too: slots a congested kick left requested would otherwise wait
+        // for a burst that can no longer queue anything.
+        if queued > 0 || full {
             self.kick()?;
         }
         Ok(queued)
