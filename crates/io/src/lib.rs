@@ -6,6 +6,8 @@
 //!   [`Capabilities`] (max burst, where time stamps come from).
 //! - [`memory`]: two ports joined by rings in memory: the embedded default (no network, no root).
 //! - [`udp`]: UDP over `recvmmsg`/`sendmmsg` with kernel software RX time stamps.
+//! - [`af_packet`]: UDP/IPv4 framed here on a memory-mapped `AF_PACKET` ring: a port, and a
+//!   datagram socket for other users.
 //! - [`fault`]: a wrapper that drops, duplicates, reorders and corrupts, for tests.
 //! - [`pool`]: fixed packet buffers passed between threads as indices.
 //! - [`testbed`]: source and forwarder namespaces joined by a veth pair, removed on drop.
@@ -17,6 +19,7 @@
 // and the bridge's one step that vouches a mapping outlives its reader.
 #![deny(unsafe_code)]
 
+pub mod af_packet;
 #[allow(unsafe_code)]
 pub mod bridge;
 pub mod fault;
@@ -29,6 +32,7 @@ pub mod port;
 pub mod testbed;
 pub mod udp;
 
+pub use af_packet::{AfPacketError, AfPacketPort, AfPacketSocket};
 pub use fault::{FaultCounts, FaultPort, Faults};
 pub use lane_testbed::{LaneTestbed, LaneTestbedConfig, LaneTestbedError};
 pub use packet::{DecodeError, Kind, Packet, WIRE_LEN};

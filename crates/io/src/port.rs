@@ -32,6 +32,9 @@ pub enum PortError {
     },
     #[error("the peer port is gone")]
     Disconnected,
+    /// A packet ring's error (it names the interface and the step).
+    #[error(transparent)]
+    AfPacket(#[from] crate::af_packet::AfPacketError),
 }
 
 /// Counters every port keeps.

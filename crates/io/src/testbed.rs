@@ -180,6 +180,27 @@ impl Testbed {
         socket_in(&self.forwarder_ns, SocketAddrV4::new(FORWARDER_IP, port))
     }
 
+    /// The hardware address of the source's veth end.
+    pub fn source_mac(&self) -> Result<[u8; 6], TestbedError> {
+        mac_of(&self.source_ns, &self.source_dev)
+    }
+
+    /// The hardware address of the forwarder's veth end.
+    pub fn forwarder_mac(&self) -> Result<[u8; 6], TestbedError> {
+        mac_of(&self.forwarder_ns, &self.forwarder_dev)
+    }
+
+    /// Runs `f` on a helper thread inside the source namespace and returns what it returns:
+    /// sockets and rings made there stay there, whichever thread uses them later.
+    pub fn in_source<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, TestbedError> {
+        run_in_namespace(&self.source_ns, f)
+    }
+
+    /// Runs `f` on a helper thread inside the forwarder namespace (see [`Self::in_source`]).
+    pub fn in_forwarder<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T, TestbedError> {
+        run_in_namespace(&self.forwarder_ns, f)
+    }
+
     pub fn source_addr(port: u16) -> SocketAddr {
         SocketAddr::V4(SocketAddrV4::new(SOURCE_IP, port))
     }
@@ -199,6 +220,14 @@ fn link_address(ns: &str, dev: &str) -> Result<String, TestbedError> {
             command: format!("ip -n {ns} -o link show {dev}"),
             stderr: format!("no link/ether address in: {}", text.trim()),
         }
+    })
+}
+
+fn mac_of(ns: &str, dev: &str) -> Result<[u8; 6], TestbedError> {
+    let text = link_address(ns, dev)?;
+    crate::af_packet::parse_mac(text.trim()).ok_or_else(|| TestbedError::Command {
+        command: format!("ip -n {ns} -o link show {dev}"),
+        stderr: format!("not a hardware address: {text}"),
     })
 }
 

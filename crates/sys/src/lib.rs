@@ -20,7 +20,8 @@
 //!   SMT), and the few settings changed at run time ([`host::Tunable`]).
 //! - [`memory`]: `mlockall`, heap trimming off, `/dev/cpu_dma_latency` held at 0.
 //! - [`net`]: UDP bursts (`recvmmsg`/`sendmmsg` with kernel receive time stamps), socket
-//!   options, `ppoll` on sockets, the kernel's per-socket drop count.
+//!   options, `ppoll` on sockets, the kernel's per-socket drop count, memory-mapped
+//!   `AF_PACKET` rings.
 //! - [`netns`]: entering a network namespace (`setns`).
 //! - [`pi_mutex`]: the priority-inheritance pthread mutex, with a guard that stays on its
 //!   thread.

@@ -1,6 +1,6 @@
 //! UDP sockets beyond what std offers: bursts of datagrams in one system call each way, the
 //! kernel's receive time stamps, socket options, waiting on several sockets, and the kernel's
-//! count of datagrams it dropped.
+//! count of datagrams it dropped; and memory-mapped `AF_PACKET` rings of Ethernet frames.
 //!
 //! - [`burst`]: [`MmsgBatch`], `recvmmsg`/`sendmmsg` of up to [`MAX_BURST`] datagrams into and
 //!   from the caller's buffers, with `SO_TIMESTAMPING` receive stamps when asked.
@@ -8,13 +8,17 @@
 //!   the type-of-service byte and the socket priority a queueing discipline classifies by.
 //! - [`poll`]: waiting until one socket, or any of a set, is readable.
 //! - [`drops`]: the kernel's per-socket drop counter from `/proc/net/udp`.
+//! - [`packet_ring`]: [`PacketRing`], an `AF_PACKET` socket on one interface with memory-mapped
+//!   receive and transmit rings (frames with kernel receive stamps, one kick per burst).
 //!
-//! Sockets are std's [`std::net::UdpSocket`]; everything here borrows them and never closes
-//! them. Every call reports the kernel's refusal as an `io::Error` and never panics.
+//! UDP sockets are std's [`std::net::UdpSocket`]; everything here borrows them and never closes
+//! them (a [`PacketRing`] owns its socket). Every call reports the kernel's refusal as an `io::Error` and never panics.
 
 pub mod burst;
 pub mod drops;
 pub mod options;
+pub mod packet_ring;
 pub mod poll;
 
 pub use burst::{MAX_BURST, MmsgBatch};
+pub use packet_ring::{PacketRing, PacketRingError, RingConfig, RingStats, RxLayout};

@@ -1,0 +1,202 @@
+//! The packet-ring transport across the two-namespace veth testbed, as root: frames sent on
+//! one side's transmit ring arrive on the other side's receive ring and on a plain UDP socket
+//! there, with kernel receive stamps; and the lab's port on a ring forwards packets back to a
+//! UDP port, as the `dpdk-testpmd` peer does.
+//!
+//! They create network namespaces: ignored by the debug test run; `scripts/test` runs them in
+//! release as root (`cargo test --release -p kairos-io --test af_packet -- --ignored`).
+
+use std::net::{SocketAddrV4, UdpSocket};
+use std::time::{Duration, Instant};
+
+use kairos_io::af_packet::{AfPacketError, AfPacketPort, AfPacketSocket};
+use kairos_io::testbed::{FORWARDER_IP, SOURCE_IP};
+use kairos_io::{ForwarderSide, Kind, Packet, Port, RxTimestamps, Testbed, TestbedError, UdpPort};
+use kairos_sys::clock::realtime_ns;
+use kairos_sys::net::packet_ring::RingConfig;
+use kairos_sys::net::{MmsgBatch, options, poll};
+
+fn testbed(side: ForwarderSide) -> Option<Testbed> {
+    match Testbed::create_with(side) {
+        Ok(bed) => Some(bed),
+        Err(TestbedError::NotRoot) => {
+            eprintln!("skipped: not root (the testbed needs network namespaces, the rings CAP_NET_RAW)");
+            None
+        }
+        Err(e) => panic!("testbed: {e}"),
+    }
+}
+
+fn small_ring() -> RingConfig {
+    RingConfig { tx_frames: 64, ..RingConfig::default() }
+}
+
+/// Datagrams a plain UDP socket received: payloads and kernel stamps.
+fn receive_udp(socket: &UdpSocket, want: usize) -> Vec<(Vec<u8>, u64)> {
+    let mut batch = MmsgBatch::new();
+    let mut storage = vec![[0u8; 256]; 64];
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.len() < want && Instant::now() < deadline {
+        if !poll::wait_readable(socket, Duration::from_millis(50)).unwrap() {
+            continue;
+        }
+        let mut buffers: Vec<&mut [u8]> = storage.iter_mut().map(|b| &mut b[..]).collect();
+        let n = batch.recv_into(socket, &mut buffers, true).unwrap();
+        let lengths = batch.lengths().to_vec();
+        let stamps = batch.rx_timestamps_ns().to_vec();
+        for i in 0..n {
+            got.push((storage[i][..lengths[i]].to_vec(), stamps[i].expect("a kernel receive stamp")));
+        }
+    }
+    got
+}
+
+/// Checks that `got` are the `expected` payloads in order, naming the first difference.
+fn same_datagrams<'a>(place: &str, got: impl Iterator<Item = &'a Vec<u8>>, expected: &[Vec<u8>]) {
+    let got: Vec<&Vec<u8>> = got.collect();
+    let first_wrong = got.iter().zip(expected).position(|(g, e)| *g != e);
+    assert!(
+        got.len() == expected.len() && first_wrong.is_none(),
+        "{place}: {} of {} datagrams, first wrong at {first_wrong:?}",
+        got.len(),
+        expected.len()
+    );
+}
+
+#[test]
+#[ignore = "creates network namespaces as root: scripts/test runs it in release"]
+fn frames_from_a_transmit_ring_reach_the_peer_ring_and_a_udp_socket_with_kernel_stamps() {
+    let Some(bed) = testbed(ForwarderSide::Kernel) else { return };
+    let (src_addr, dst_addr) = (SocketAddrV4::new(SOURCE_IP, 7001), SocketAddrV4::new(FORWARDER_IP, 7002));
+    let (mut receiver, socket) = bed
+        .in_forwarder(|| {
+            let ring = AfPacketSocket::open(&bed.forwarder_dev, dst_addr, small_ring()).unwrap();
+            let socket = UdpSocket::bind(dst_addr).unwrap();
+            options::enable_rx_timestamps(&socket).unwrap();
+            // Room for the whole run: the socket is read after the ring.
+            options::set_receive_buffer(&socket, 4 << 20).unwrap();
+            (ring, socket)
+        })
+        .unwrap();
+    let (mut sender, kernel_sender) = bed
+        .in_source(|| {
+            let ring = AfPacketSocket::open(&bed.source_dev, src_addr, small_ring()).unwrap();
+            (ring, UdpSocket::bind(SocketAddrV4::new(SOURCE_IP, 7009)).unwrap())
+        })
+        .unwrap();
+    assert_eq!(sender.local().mac, bed.source_mac().unwrap());
+    assert_eq!(receiver.local().mac, bed.forwarder_mac().unwrap());
+
+    // Nothing has resolved the peer yet: the error says so, and how to fix it.
+    let err = sender.send_to(dst_addr, b"too early").unwrap_err();
+    assert!(matches!(err, AfPacketError::NeighbourUnknown { .. }), "{err}");
+    assert!(err.to_string().contains(&bed.source_dev), "{err}");
+    // One datagram through a kernel socket makes the kernel resolve it (read, from this
+    // thread, through the table opened in the source namespace).
+    kernel_sender.send_to(b"resolve", dst_addr).unwrap();
+    assert_eq!(receive_udp(&socket, 1).len(), 1);
+    assert_eq!(sender.neighbour(FORWARDER_IP).unwrap(), bed.forwarder_mac().unwrap());
+    // The receive ring saw that datagram too; start counting afresh.
+    let _ = receiver.recv(|_, _, _| {});
+
+    let total = 300usize;
+    let before = realtime_ns();
+    let mut queued = 0;
+    while queued < total {
+        queued += sender
+            .send_burst_with(dst_addr, (total - queued).min(32), |i, room| {
+                let text = format!("datagram {}", queued + i);
+                room[..text.len()].copy_from_slice(text.as_bytes());
+                text.len()
+            })
+            .unwrap();
+    }
+    let mut on_ring = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while on_ring.len() < total && Instant::now() < deadline {
+        receiver.recv(|src, payload, rx_ns| on_ring.push((src, payload.to_vec(), rx_ns)));
+        receiver.wait_readable(Duration::from_millis(20)).unwrap();
+    }
+    let on_socket = receive_udp(&socket, total);
+    let after = realtime_ns();
+
+    let expected: Vec<Vec<u8>> = (0..total).map(|i| format!("datagram {i}").into_bytes()).collect();
+    same_datagrams("the receive ring", on_ring.iter().map(|(_, p, _)| p), &expected);
+    same_datagrams("the UDP socket", on_socket.iter().map(|(p, _)| p), &expected);
+    assert!(on_ring.iter().all(|(src, _, _)| *src == src_addr));
+    for ((_, _, ring_ns), (_, socket_ns)) in on_ring.iter().zip(&on_socket) {
+        assert!((before..=after).contains(ring_ns), "{before} <= {ring_ns} <= {after}");
+        assert!((before..=after).contains(socket_ns), "{before} <= {socket_ns} <= {after}");
+    }
+    // Once stamping is on, ring and socket see the same stamp: the frame's arrival.
+    let same = on_ring.iter().zip(&on_socket).filter(|((_, _, r), (_, s))| r == s).count();
+    eprintln!("{same} of {total} datagrams carried the same stamp on the ring and on the socket");
+    assert!(same > 0, "ring and socket stamps never agreed");
+
+    let stats = receiver.stats().unwrap();
+    assert_eq!(stats.received as usize, total + 1);
+    assert_eq!(stats.ring.kernel_drops, 0);
+    assert_eq!(sender.stats().unwrap().sent as usize, total);
+}
+
+#[test]
+#[ignore = "creates network namespaces as root: scripts/test runs it in release"]
+fn a_ring_port_on_a_bare_interface_answers_a_udp_port() {
+    let Some(bed) = testbed(ForwarderSide::Bare) else { return };
+    let (src_addr, fwd_addr) = (SocketAddrV4::new(SOURCE_IP, 7001), SocketAddrV4::new(FORWARDER_IP, 7002));
+    let mut source = UdpPort::new(bed.source_socket(7001).unwrap(), fwd_addr.into(), 1 << 20).unwrap();
+    let mut socket = bed
+        .in_forwarder(|| AfPacketSocket::open(&bed.forwarder_dev, fwd_addr, small_ring()))
+        .unwrap()
+        .unwrap();
+    // The bare end has no address, so no ARP: its peer is pinned by hand.
+    let err = AfPacketPort::new(
+        bed.in_forwarder(|| AfPacketSocket::open(&bed.forwarder_dev, fwd_addr, small_ring()))
+            .unwrap()
+            .unwrap(),
+        src_addr,
+    )
+    .unwrap_err();
+    assert!(matches!(err, AfPacketError::NeighbourUnknown { .. }), "{err}");
+    socket.set_neighbour(SOURCE_IP, bed.source_mac().unwrap());
+    let mut forwarder = AfPacketPort::new(socket, src_addr).unwrap();
+    assert_eq!(forwarder.capabilities().rx_timestamps, RxTimestamps::Kernel);
+    assert_eq!(forwarder.name(), "af_packet");
+
+    let packets: Vec<Packet> = (0..200u64)
+        .map(|i| Packet {
+            kind: Kind::Data,
+            user: i as u32 % 5,
+            seq: i,
+            sent_ns: 1000 + i,
+            ..Packet::default()
+        })
+        .collect();
+    let mut sent = 0;
+    let mut back = Vec::new();
+    let mut buf = [Packet::default(); 64];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while back.len() < packets.len() && Instant::now() < deadline {
+        if sent < packets.len() {
+            sent += source.tx_burst(&packets[sent..(sent + 32).min(packets.len())]).unwrap();
+        }
+        let n = forwarder.rx_burst(&mut buf).unwrap();
+        for p in &buf[..n] {
+            assert!(p.rx_ns > 0, "a kernel stamp on the lab's clock");
+        }
+        let mut offered = 0;
+        while offered < n {
+            offered += forwarder.tx_burst(&buf[offered..n]).unwrap();
+        }
+        let m = source.rx_burst(&mut buf).unwrap();
+        back.extend(buf[..m].iter().map(|p| Packet { rx_ns: 0, ..*p }));
+        if n == 0 && m == 0 {
+            forwarder.wait(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(back, packets, "every packet came back, in order");
+    let stats = forwarder.stats();
+    assert_eq!((stats.rx_packets, stats.tx_packets, stats.rx_invalid), (200, 200, 0));
+    assert_eq!(forwarder.socket_mut().stats().unwrap().ring.kernel_drops, 0);
+}
