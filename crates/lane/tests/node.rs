@@ -13,8 +13,8 @@ use kairos_lane::node::agent::{NodeConfig, RunningNode, start};
 use kairos_lane::node::app::{LaneApp, NodeToApp};
 use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
-use kairos_lane::service::wire::TunnelSpec;
-use kairos_lane::service::{ControllerService, RunningService, Secret, ServiceConfig};
+use kairos_lane::service::wire::{ToController, ToNode, TunnelSpec};
+use kairos_lane::service::{ControllerService, NodeConnection, RunningService, Secret, ServiceConfig};
 use kairos_lane::te::LinkSpec;
 use kairos_lane::te::generate::rack;
 use kairos_sys::clock::realtime_ns;
@@ -38,6 +38,11 @@ struct Lane {
 
 /// A controller over a two-host rack and a node for each host.
 fn lane() -> Lane {
+    lane_after(|_| {})
+}
+
+/// As [`lane`], running `before_nodes` with the controller's address before the nodes start.
+fn lane_after(before_nodes: impl FnOnce(SocketAddr)) -> Lane {
     let state = tempfile::tempdir().unwrap();
     let spec = LinkSpec {
         bandwidth_bps: 1_000_000_000,
@@ -54,6 +59,7 @@ fn lane() -> Lane {
         secret: secret(),
     };
     let controller = ControllerService::start(config).unwrap().spawn().unwrap();
+    before_nodes(controller.local_addr());
     let lanes: HashMap<String, SocketAddr> =
         ["h0", "h1"].map(|h| (h.to_string(), free_udp())).into_iter().collect();
     let dirs = tempfile::tempdir().unwrap();
@@ -219,4 +225,22 @@ fn a_stopped_node_leaves_no_bridge_or_socket() {
     }
     assert!(!socket.exists());
     assert_eq!(ours(), 0, "every bridge file removed");
+}
+
+#[test]
+fn a_tunnel_no_application_owns_is_released_when_the_node_connects() {
+    // An earlier node process of h0 got a tunnel and died with its application.
+    let mut lane = lane_after(|controller| {
+        let (mut earlier, _) = NodeConnection::connect(controller, "h0", &secret(), WAIT).unwrap();
+        earlier.send(&ToController::Request { app_ref: 1, tunnel: spec("ghost", 1_000, 64) }).unwrap();
+        let deadline = Instant::now() + WAIT;
+        while !matches!(earlier.recv(Duration::from_millis(100)).unwrap(), Some(ToNode::Granted { .. })) {
+            assert!(Instant::now() < deadline, "granted");
+        }
+    });
+    // The new node finds it in its welcome, owned by none of its applications, and releases it
+    // (the nodes are connected when `lane_after` returns; the release follows the welcome).
+    std::thread::sleep(Duration::from_millis(200));
+    let service = lane.controller.take().unwrap().stop().unwrap();
+    assert!(service.core().controller().allocation().is_empty(), "the orphan tunnel was released");
 }

@@ -10,7 +10,10 @@
 //! bridges' lane ends to the lane loop, and tells each application what concerns it. When the
 //! controller's connection is lost it reconnects with a doubling back-off and reconciles with
 //! the controller's list; applications keep their tunnels meanwhile (the lane goes on sending
-//! on its last grants). An application that disconnects has its tunnels released.
+//! on its last grants). A request whose answer the lost connection took is refused to its
+//! application at once, and a tunnel of this host that no application here owns (granted
+//! while its answer was lost, or to an earlier node process) is released on reconnection. An
+//! application that disconnects has its tunnels released.
 
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
@@ -380,6 +383,13 @@ impl Control {
         if let Some(mut link) = self.link.take() {
             let _ = self.poll.registry().deregister(&mut link.stream);
         }
+        // Requests in flight will get no answer on this connection: their applications hear
+        // so now (a tunnel granted meanwhile is released when the node reconnects).
+        let pending: Vec<Pending> = self.pending.drain().map(|(_, p)| p).collect();
+        for p in pending {
+            let reason = "the controller's connection was lost before it answered; ask again".to_string();
+            self.tell_app(p.app, &NodeToApp::Refused { app_ref: p.app_ref, reason });
+        }
         self.retry_at = Instant::now() + self.backoff;
         self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
     }
@@ -393,7 +403,18 @@ impl Control {
                 self.tell_app(app, &NodeToApp::Ended { tunnel_id: t, terminated: true });
             }
         }
+        // Tunnels of this host that no application here owns were granted while their answer
+        // was lost (or to a node process before this one): nobody can send on them.
+        let orphans: Vec<TunnelId> = welcome
+            .tunnels
+            .iter()
+            .filter(|t| t.sender == self.config.host && !self.owners.contains_key(&t.tunnel_id))
+            .map(|t| t.tunnel_id)
+            .collect();
         let _ = self.commands.send(LaneCommand::Welcome(welcome));
+        for tunnel_id in orphans {
+            self.send_controller(&ToController::Release { tunnel_id });
+        }
     }
 
     fn send_controller(&mut self, message: &ToController) {
