@@ -36,7 +36,7 @@ use super::chunk::Schema;
 use super::lane::{LaneCommand, LaneCounts, LaneLoop, LaneSettings, ReceiveMode};
 use crate::service::auth::{Secret, Session};
 use crate::service::client::{MAX_BACKOFF, MIN_BACKOFF, NodeConnection, Welcome};
-use crate::service::wire::{FrameReader, ToController, ToNode, TunnelSpec, put_frame};
+use crate::service::wire::{FrameReader, ToController, ToNode, TunnelSpec, put_frame, put_sealed};
 use crate::te::TunnelId;
 
 const CONTROLLER: Token = Token(0);
@@ -419,11 +419,8 @@ impl Control {
 
     fn send_controller(&mut self, message: &ToController) {
         let Some(link) = self.link.as_mut() else { return };
-        let json = serde_json::to_vec(message).expect("messages serialise");
-        let mut body = Vec::with_capacity(json.len() + 16);
-        link.session.seal(&json, &mut body);
-        let mut out = Vec::with_capacity(body.len() + 4);
-        put_frame(&body, &mut out);
+        let mut out = Vec::new();
+        put_sealed(&mut link.session, message, &mut out);
         if write_all_nonblocking(&mut link.stream, &out).is_err() {
             self.lost();
         }

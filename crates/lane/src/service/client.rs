@@ -12,7 +12,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, AuthError, Role, Secret, Session};
-use super::wire::{FrameError, FrameReader, Hello, ToController, ToNode, TunnelInfo, VERSION, put_frame};
+use super::wire::{
+    FrameError, FrameReader, Hello, ToController, ToNode, TunnelInfo, VERSION, put_frame, put_sealed,
+};
 
 /// Why a node's connection failed.
 #[derive(Debug, thiserror::Error)]
@@ -163,11 +165,8 @@ impl NodeConnection {
 
     /// Sends one message.
     pub fn send(&mut self, message: &ToController) -> Result<(), ClientError> {
-        let json = serde_json::to_vec(message).expect("messages serialise");
-        let mut body = Vec::with_capacity(json.len() + auth::TAG_BYTES);
-        self.session.seal(&json, &mut body);
-        let mut out = Vec::with_capacity(body.len() + 4);
-        put_frame(&body, &mut out);
+        let mut out = Vec::new();
+        put_sealed(&mut self.session, message, &mut out);
         (&self.stream).write_all(&out).map_err(|source| ClientError::Io { addr: self.addr, source })
     }
 

@@ -27,7 +27,7 @@ use super::auth::{self, NONCE_BYTES, Role, Secret, Session};
 use super::core::{Core, Outgoing, ReplayError};
 use super::journal::{Header, Journal, JournalError};
 use super::metrics;
-use super::wire::{FrameReader, Hello, ToController, ToNode, VERSION, put_frame};
+use super::wire::{FrameReader, Hello, ToController, ToNode, VERSION, put_frame, put_sealed};
 use crate::controller::Controller;
 use crate::te::{Allocation, Picos, Topology};
 use kairos_sys::clock::realtime_ns;
@@ -107,13 +107,11 @@ struct Conn {
 
 impl Conn {
     fn send(&mut self, message: &ToNode) {
-        let json = serde_json::to_vec(message).expect("messages serialise");
-        let mut body = Vec::with_capacity(json.len() + auth::TAG_BYTES);
         match &mut self.state {
-            State::Open { session, .. } => session.seal(&json, &mut body),
-            _ => body = json,
+            State::Open { session, .. } => put_sealed(session, message, &mut self.out),
+            // Before the session: the challenge, and a refusal of a node it did not trust.
+            _ => put_frame(&serde_json::to_vec(message).expect("messages serialise"), &mut self.out),
         }
-        put_frame(&body, &mut self.out);
     }
 
     /// Writes what it can; `false` when the peer is gone.

@@ -14,6 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::auth::{Session, TAG_BYTES};
 use crate::controller::Reason;
 use crate::te::{Picos, Resources, TunnelId};
 
@@ -40,6 +41,15 @@ pub fn put_frame(body: &[u8], out: &mut Vec<u8>) {
     debug_assert!(body.len() <= MAX_FRAME, "callers build bodies far below the limit");
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
     out.extend_from_slice(body);
+}
+
+/// Appends `message` as one frame sealed by `session` (its tag, then its JSON) to `out`: what
+/// every sender after the handshake writes.
+pub fn put_sealed(session: &mut Session, message: &impl Serialize, out: &mut Vec<u8>) {
+    let json = serde_json::to_vec(message).expect("messages serialise");
+    debug_assert!(json.len() + TAG_BYTES <= MAX_FRAME, "callers send messages far below the limit");
+    out.extend_from_slice(&((json.len() + TAG_BYTES) as u32).to_be_bytes());
+    session.seal(&json, out);
 }
 
 /// Collects bytes as they arrive and cuts them into frames.
