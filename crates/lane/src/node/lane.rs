@@ -108,8 +108,6 @@ pub struct LaneCounts {
     pub inbox_refused: u64,
     /// Releases the loop was late for and missed.
     pub releases_missed: u64,
-    /// When the first message was dropped as excess, wall-clock ns.
-    pub first_excess_ns: Option<u64>,
     /// Each tunnel this node sent on, with what its policer counted.
     pub tunnels: Vec<TunnelCounts>,
 }
@@ -254,7 +252,7 @@ impl LaneLoop {
                 self.release(release.tunnel_id, release.packet_bytes, now);
             }
             self.receive();
-            let reports = self.tunnels.reports(realtime_ns());
+            let reports = self.tunnels.reports(now);
             if !reports.is_empty() {
                 for r in reports {
                     let _ = self.reports.send(r);
@@ -391,9 +389,6 @@ impl LaneLoop {
         }
         self.counts.messages_sent += sent;
         self.counts.excess_messages += offered.excess_messages;
-        if offered.excess_messages > 0 && self.counts.first_excess_ns.is_none() {
-            self.counts.first_excess_ns = Some(now);
-        }
         self.tunnels.offered(tunnel_id, offered);
     }
 
@@ -431,14 +426,15 @@ impl LaneLoop {
         let header = packet.header();
         let tunnel_id = TunnelId::from(header.tunnel);
         let listeners = self.names.get(&tunnel_id).and_then(|name| self.listeners.get(name));
+        let Some(apps) = listeners.filter(|a| !a.is_empty()) else {
+            // Nobody here listens: counted, not copied.
+            self.counts.messages_unclaimed += packet.messages().count() as u64;
+            return;
+        };
         self.message[..8].copy_from_slice(&tunnel_id.to_le_bytes());
         self.message[8..INBOX_HEADER_BYTES].copy_from_slice(&header.sent_ns.to_le_bytes());
         for m in packet.messages() {
             let Ok(n) = m.copy_to(&mut self.message[INBOX_HEADER_BYTES..]) else { continue };
-            let Some(apps) = listeners.filter(|a| !a.is_empty()) else {
-                self.counts.messages_unclaimed += 1;
-                continue;
-            };
             for app in apps {
                 let Some(inbox) = self.inboxes.get_mut(app) else { continue };
                 match inbox.try_send(&self.message[..INBOX_HEADER_BYTES + n], rx_ns) {
