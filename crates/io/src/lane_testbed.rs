@@ -501,32 +501,9 @@ impl LaneTestbed {
             "class", "add", "dev", device, "parent", LINK_CLASS, "classid", BULK_CLASS, "htb", "rate",
             &bulk_rate, "ceil", &rate, "prio", "1", "quantum", &quantum,
         ])?;
-        tc(&[
-            "qdisc",
-            "add",
-            "dev",
-            device,
-            "parent",
-            LANE_CLASS,
-            "handle",
-            "10:",
-            "pfifo",
-            "limit",
-            &lane_limit,
-        ])?;
-        tc(&[
-            "qdisc",
-            "add",
-            "dev",
-            device,
-            "parent",
-            BULK_CLASS,
-            "handle",
-            "20:",
-            "pfifo",
-            "limit",
-            &bulk_limit,
-        ])?;
+        for (class, handle, limit) in [(LANE_CLASS, "10:", &lane_limit), (BULK_CLASS, "20:", &bulk_limit)] {
+            tc(&["qdisc", "add", "dev", device, "parent", class, "handle", handle, "pfifo", "limit", limit])?;
+        }
         let (tos, mask) = (format!("{LANE_TOS:#04x}"), format!("{DSCP_MASK:#04x}"));
         tc(&[
             "filter", "add", "dev", device, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match",
