@@ -6,14 +6,13 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use kairos_io::lane_testbed::{
     BRIDGE, BULK_ASSURED_BPS, BULK_CLASS, Calibration, HOST_DEVICE, JITTER_PERCENTILE, LANE_CLASS, LANE_TOS,
     LINK_CLASS, LaneTestbed, LaneTestbedConfig, MAX_CALIBRATION_SAMPLES, MAX_HOSTS, MAX_QUEUE_LIMIT,
     MAX_RATE_BPS, MIN_HOSTS, MIN_RATE_BPS, MTU_BYTES, TestbedTopology,
 };
-use kairos_lane::te::{LinkSpec, NodeKind, Topology, ns_to_ps};
 
 use crate::exit::{self, usage};
 
@@ -108,7 +107,7 @@ pub fn run(a: &TestbedArgs) -> Result<i32> {
     crate::log(&format!("calibrating h0 -> h1 with {} datagrams", a.samples));
     let calibration = bed.calibrate(0, 1, a.samples)?;
     let plain = bed.topology(&calibration);
-    let topology = lane_topology(&plain)?;
+    let topology = kairos_lane::testbed::topology(&plain).map_err(anyhow::Error::msg)?;
     let text = format!("{}{}", header(&bed, &calibration), topology.to_toml());
     kairos_sys::fs::write_atomic(&a.write_topology, text.as_bytes())?;
     print!("{}", summary(&bed, &calibration, &plain, &a.write_topology));
@@ -125,28 +124,6 @@ pub fn run(a: &TestbedArgs) -> Result<i32> {
     drop(bed);
     println!("testbed removed (--hold keeps it up)");
     Ok(exit::OK)
-}
-
-/// The lane's topology of the testbed: hosts h0 onward, the switch, a duplex link from each
-/// host to the switch, all with the testbed's figures.
-fn lane_topology(t: &TestbedTopology) -> Result<Topology> {
-    let ps =
-        |ns: u64, what: &str| ns_to_ps(ns as f64).with_context(|| format!("{what} of {ns} ns is too long"));
-    let spec = LinkSpec {
-        bandwidth_bps: t.bandwidth_bps,
-        queue_bytes: t.queue_bytes,
-        min_delay: ps(t.min_delay_ns, "the minimum delay")?,
-        max_jitter: ps(t.max_jitter_ns, "the jitter")?,
-    };
-    spec.check().map_err(anyhow::Error::msg).context("the testbed's links")?;
-    let mut topology = Topology::new();
-    let hosts: Vec<usize> =
-        t.hosts.iter().map(|h| topology.add_node(h, NodeKind::Host)).collect::<Result<_, _>>()?;
-    let switch = topology.add_node(&t.switch, NodeKind::Switch)?;
-    for host in hosts {
-        topology.add_duplex(host, switch, spec)?;
-    }
-    Ok(topology)
 }
 
 fn us(ns: u64) -> String {
@@ -270,34 +247,6 @@ fn summary(bed: &LaneTestbed, c: &Calibration, t: &TestbedTopology, path: &Path)
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_lane_topology_has_every_host_joined_to_the_switch_both_ways() {
-        let plain = TestbedTopology {
-            switch: "sw".into(),
-            hosts: vec!["h0".into(), "h1".into(), "h2".into()],
-            bandwidth_bps: 1_000_000_000,
-            queue_bytes: 96_000,
-            min_delay_ns: 1_300,
-            max_jitter_ns: 14_200,
-        };
-        let topology = lane_topology(&plain).unwrap();
-        assert_eq!(topology.nodes().len(), 4);
-        assert_eq!(topology.links().len(), 6);
-        let sw = topology.find("sw").unwrap();
-        for h in ["h0", "h1", "h2"] {
-            let h = topology.find(h).unwrap();
-            for (from, to) in [(h, sw), (sw, h)] {
-                let link = topology.link(topology.link_between(from, to).unwrap());
-                assert_eq!((link.bandwidth_bps, link.queue_bytes), (1_000_000_000, 96_000));
-                assert_eq!((link.min_delay, link.max_jitter), (1_300_000, 14_200_000));
-            }
-        }
-        // What is written reads back, with a comment first.
-        let text = format!("# a comment\n{}", topology.to_toml());
-        let back = Topology::from_toml(&text, "t.toml").unwrap();
-        assert_eq!(back.links().len(), 6);
-    }
 
     #[test]
     fn the_destination_must_be_a_file_in_a_directory_that_exists() {

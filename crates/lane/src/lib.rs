@@ -14,6 +14,7 @@
 //!   with their exact undo.
 //! - [`plan`]: what `kairos lane plan` computes: requests admitted in order, their final bounds,
 //!   optionally validated; data only (the command line renders it).
+//! - [`testbed`]: the lane's topology of the testbed network that `kairos_io` makes.
 //! - [`node`]: the endhost; for now the lane's packet format ([`node::chunk`]): small messages
 //!   packed into chunks that each carry their own CRC.
 //!
@@ -41,4 +42,5 @@ pub mod node;
 pub mod plan;
 pub mod service;
 pub mod te;
+pub mod testbed;
 pub mod validator;

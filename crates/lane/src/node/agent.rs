@@ -198,6 +198,9 @@ pub fn start(config: NodeConfig) -> Result<RunningNode, NodeError> {
     lane_socket.set_nonblocking(true).map_err(io_error("lane socket"))?;
     kairos_sys::net::options::enable_rx_timestamps(&lane_socket)
         .map_err(io_error("lane socket time stamps"))?;
+    // Lane packets are DSCP EF: every egress that gives the lane strict priority (the
+    // testbed's HTB classes, a switch's priority queue) knows them by that byte.
+    kairos_io::lane_testbed::mark_lane_socket(&lane_socket).map_err(io_error("lane socket IP_TOS"))?;
     let poll = Poll::new().map_err(io_error("cannot create the event loop"))?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io_error("cannot create the waker"))?);
 
