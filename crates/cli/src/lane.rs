@@ -43,6 +43,15 @@ enum LaneCommand {
     /// offender (in periods), its drops, and the good tunnels' latency with and without it.
     /// Full run: two 5 s phases; --quick: two 1 s phases.
     Police(PoliceArgs),
+    /// The lane's one-way latency on a two-host testbed beside UDP sockets (blocking,
+    /// busy-polling, in the priority class) and sockperf, idle and under a flood (the source's
+    /// Table 2 and Figs. 4-6).
+    ///
+    /// Needs root, and iperf3, stress-ng and sockperf for the flood and the sockperf row. Every
+    /// row sends --packets messages every --period-us; stall watches run on every core, and each
+    /// lane message outside its tunnel's bound is set against them. Full run: 100,000 messages
+    /// a row (about 2.5 minutes); --quick: 3,000.
+    Latency(LatencyArgs),
     /// Serve the controller to node agents: admission, notices, a journal, metrics.
     ///
     /// Nodes prove the shared secret (--secret-file) and act only for their own host. Every
@@ -95,6 +104,28 @@ struct PoliceArgs {
     /// Each phase's length, seconds: 0.2-600 [default: 5, or 1 with --quick].
     #[arg(long)]
     phase_s: Option<f64>,
+}
+
+#[derive(Args)]
+struct LatencyArgs {
+    #[command(flatten)]
+    common: crate::Common,
+    /// Messages per row: 100-10000000 [default: 100000, or 3000 with --quick].
+    #[arg(long)]
+    packets: Option<u64>,
+    /// The messages' period, us: 10-1000000.
+    #[arg(long, default_value_t = 100)]
+    period_us: u64,
+    /// Each message's bytes: 16-1000.
+    #[arg(long, default_value_t = 64)]
+    message_bytes: usize,
+    /// The rows, comma-separated: lane, lane-untuned, udp-blocking, udp-busy-poll,
+    /// priority-only, sockperf [default: all].
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<String>,
+    /// The loads, comma-separated: idle, flood [default: both].
+    #[arg(long, value_delimiter = ',')]
+    loads: Vec<String>,
 }
 
 #[derive(Args)]
@@ -202,6 +233,28 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
                 config.report_ms = ((s * 400.0) as u64).max(1);
             }
             crate::experiment(&a.common, &config, kairos_lab::lane_police::report)
+        }
+        LaneCommand::Latency(a) => {
+            use kairos_lab::lane_latency::{LatencyConfig, LoadKind, RowKind, report};
+            let mut config = LatencyConfig::preset(a.common.quick);
+            if let Some(p) = a.packets {
+                config.packets = p;
+            }
+            config.period_us = a.period_us;
+            config.message_bytes = a.message_bytes;
+            if !a.rows.is_empty() {
+                config.rows =
+                    a.rows.iter().map(|r| RowKind::from_slug(r)).collect::<Result<_, _>>().map_err(usage)?;
+            }
+            if !a.loads.is_empty() {
+                config.loads = a
+                    .loads
+                    .iter()
+                    .map(|l| LoadKind::from_name(l))
+                    .collect::<Result<_, _>>()
+                    .map_err(usage)?;
+            }
+            crate::experiment(&a.common, &config, report)
         }
         LaneCommand::Controller(a) => crate::lane_service::controller(a),
         LaneCommand::Request(a) => crate::lane_service::request(a),

@@ -11,6 +11,8 @@
 //! - [`forward`]: the source's forwarding experiment (trace, token-bucket source, forwarder with
 //!   a FIB, age receiver) and `sweep`, its grid of figures.
 //! - [`aoi_model`]: age of information of one queue, simulated beside the closed forms.
+//! - [`lane_latency`]: the express lane's one-way latency on the testbed beside UDP sockets,
+//!   QJump-style priority and sockperf, idle and under a flood (the source's Table 2).
 //! - [`lane_tightness`]: how tight the express lane's latency and jitter bounds are on a
 //!   fat-tree, by simulation.
 //! - [`rtu_deadlines`]: the real-time upcalls' deadlines against utilisation (the source's
@@ -28,6 +30,7 @@ pub mod aoi_model;
 pub mod background;
 pub mod forward;
 pub mod harness;
+pub mod lane_latency;
 pub mod lane_police;
 pub mod lane_tightness;
 pub mod machine;
