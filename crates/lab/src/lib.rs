@@ -28,6 +28,7 @@ pub mod aoi_model;
 pub mod background;
 pub mod forward;
 pub mod harness;
+pub mod lane_latency;
 pub mod lane_police;
 pub mod lane_tightness;
 pub mod machine;

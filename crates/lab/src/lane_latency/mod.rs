@@ -1,0 +1,3 @@
+pub mod load;
+pub mod peers;
+pub mod sockperf;
