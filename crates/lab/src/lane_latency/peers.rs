@@ -35,11 +35,16 @@
 //! network's part (sent to kernel stamp) and the receiving host's (kernel stamp to the program).
 //! All three stamps are one clock of one machine, read in different namespaces.
 //!
-//! A few warm-up messages go first, a millisecond apart, and are not counted: the first
-//! datagram to a host waits for ARP, and the kernel turns receive stamping on a moment after a
-//! socket asks. The receiver stops when every message has come, or [`RECEIVE_GRACE`] after the
-//! sender ended (however it ended); a message still in flight then is lost. A sequence number
-//! seen twice, or not one of this run's, is passed over, so lost = sent - samples.
+//! Warm-up messages go first, a millisecond apart, and are not counted: the first datagram to
+//! a host waits for ARP, and the kernel turns receive stamping on only some time after a socket
+//! asks (a static key flipped by a work item, which a loaded machine runs late: measured here,
+//! a flooded run whose first 300 messages all came without a stamp). So the sender sends at
+//! least [`WARMUP_MESSAGES`] and goes on until the receiver has had a stamped one, for at most
+//! [`WARMUP_LIMIT`] (then the run goes ahead, its samples without `kernel_ns`).
+//!
+//! The receiver stops when every message has come, or [`RECEIVE_GRACE`] after the sender ended
+//! (however it ended); a message still in flight then is lost. A sequence number seen twice, or
+//! not one of this run's, is passed over, so lost = sent - samples.
 
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -134,8 +139,11 @@ pub const MAX_MESSAGE_BYTES: usize = 1400;
 /// bulk queue's delay at the testbed's rate (1000 frames at 1 Gbit/s, 12 ms).
 pub const RECEIVE_GRACE: Duration = Duration::from_millis(250);
 
-/// The warm-up messages before the measured ones, and their spacing.
-const WARMUP_MESSAGES: u64 = 8;
+/// The fewest warm-up messages before the measured ones.
+pub const WARMUP_MESSAGES: u64 = 8;
+/// The longest warm-up: the wait for the kernel's receive stamps ends there.
+pub const WARMUP_LIMIT: Duration = Duration::from_secs(2);
+/// Between two warm-up messages.
 const WARMUP_SPACING_NS: u64 = 1_000_000;
 /// The sequence number warm-up messages carry (never a measured one's).
 const WARMUP_SEQ: u64 = u64::MAX;
@@ -252,6 +260,8 @@ struct Flags {
     sender_done: AtomicBool,
     /// Set when the receiver has ended early (an error), so the sender stops.
     receiver_gone: AtomicBool,
+    /// Set when the receiver has had a datagram with the kernel's receive stamp.
+    stamped: AtomicBool,
 }
 
 /// Sets its flag when dropped: on a return, an error and a panic alike.
@@ -273,8 +283,14 @@ fn send_messages(socket: &UdpSocket, settings: &PeerSettings, flags: &Flags) -> 
         socket.send(&payload).with_context(|| format!("send message {seq}"))?;
         Ok(())
     };
-    for _ in 0..WARMUP_MESSAGES {
+    let warmup_end_ns = monotonic_ns() + WARMUP_LIMIT.as_nanos() as u64;
+    let mut warmups = 0;
+    while warmups < WARMUP_MESSAGES || !flags.stamped.load(Ordering::Acquire) {
+        if monotonic_ns() > warmup_end_ns || flags.receiver_gone.load(Ordering::Acquire) {
+            break;
+        }
         send(WARMUP_SEQ)?;
+        warmups += 1;
         sleep_until_ns(monotonic_ns() + WARMUP_SPACING_NS);
     }
     let period_ns = settings.period_ns();
@@ -337,9 +353,13 @@ fn receive_messages(
         }
         let word = |at: usize| u64::from_le_bytes(buffer[at..at + 8].try_into().unwrap_or([0; 8]));
         let (seq, sent_ns) = (word(0), word(8));
+        let kernel_ns = batch.rx_timestamps_ns()[0];
+        if kernel_ns.is_some() {
+            flags.stamped.store(true, Ordering::Release);
+        }
         let Some(first) = seen.get_mut(seq as usize).filter(|s| !**s) else { continue };
         *first = true;
-        samples.push(Sample { seq, sent_ns, received_ns, kernel_ns: batch.rx_timestamps_ns()[0] });
+        samples.push(Sample { seq, sent_ns, received_ns, kernel_ns });
     }
     Ok(samples)
 }
