@@ -8,7 +8,10 @@
 //! nothing. A call takes at most [`MAX_BURST`] datagrams: a larger request is an
 //! `InvalidInput` error, never a silent truncation. Neither direction blocks (`MSG_DONTWAIT`):
 //! with nothing queued a receive returns the `WouldBlock` error, with a full socket buffer a
-//! send moves fewer datagrams (or `WouldBlock` for none).
+//! send moves fewer datagrams (or `WouldBlock` for none). The one exception is
+//! [`MmsgBatch::recv_waiting`], for a receiver that sleeps in the kernel until a datagram comes
+//! (a plain blocking `recvmsg` with its stamp): it waits for the first datagram, up to the
+//! socket's read timeout, and takes the rest without waiting.
 //!
 //! Receive time stamps are the kernel's software stamps (`SO_TIMESTAMPING`, turned on with
 //! [`super::options::enable_rx_timestamps`]) on `CLOCK_REALTIME`; converting them to the
@@ -91,6 +94,29 @@ impl MmsgBatch {
         buffers: &mut [&mut [u8]],
         timestamps: bool,
     ) -> io::Result<usize> {
+        self.receive(socket, buffers, timestamps, libc::MSG_DONTWAIT)
+    }
+
+    /// As [`Self::recv_into`], but sleeps in the kernel until the first datagram arrives
+    /// (`MSG_WAITFORONE`; the rest are taken without waiting) or the socket's read timeout
+    /// ([`UdpSocket::set_read_timeout`]) passes, which is the `WouldBlock` error. A socket set
+    /// non-blocking never waits.
+    pub fn recv_waiting(
+        &mut self,
+        socket: &UdpSocket,
+        buffers: &mut [&mut [u8]],
+        timestamps: bool,
+    ) -> io::Result<usize> {
+        self.receive(socket, buffers, timestamps, libc::MSG_WAITFORONE)
+    }
+
+    fn receive(
+        &mut self,
+        socket: &UdpSocket,
+        buffers: &mut [&mut [u8]],
+        timestamps: bool,
+        flags: libc::c_int,
+    ) -> io::Result<usize> {
         self.received = 0;
         let n = buffers.len();
         if n > MAX_BURST {
@@ -107,13 +133,15 @@ impl MmsgBatch {
         }
         // SAFETY: `headers[..n]` each point at one iovec describing a distinct buffer the caller
         // lends mutably for this call, and at control space owned by `self`; both outlive the
-        // call. MSG_DONTWAIT makes it return at once when nothing is queued.
+        // call (a waiting call too: it borrows them until it returns). MSG_DONTWAIT makes it
+        // return at once when nothing is queued; MSG_WAITFORONE waits for one datagram at most
+        // as long as the socket's read timeout.
         let got = unsafe {
             libc::recvmmsg(
                 socket.as_raw_fd(),
                 self.headers.as_mut_ptr(),
                 n as libc::c_uint,
-                libc::MSG_DONTWAIT,
+                flags,
                 std::ptr::null_mut(),
             )
         };
@@ -330,6 +358,29 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         panic!("no datagram was stamped in a second");
+    }
+
+    #[test]
+    fn a_waiting_receive_sleeps_until_a_datagram_or_the_read_timeout() {
+        let (tx, rx) = pair();
+        enable_rx_timestamps(&rx).unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(30))).unwrap();
+        let mut batch = MmsgBatch::new();
+        let mut storage = [0u8; 64];
+        let started = std::time::Instant::now();
+        let error = batch.recv_waiting(&rx, &mut [&mut storage[..]], true).unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::WouldBlock, "{error}");
+        assert!(started.elapsed() >= Duration::from_millis(25), "it waited for the read timeout");
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            tx.send(b"late").unwrap();
+        });
+        rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let n = batch.recv_waiting(&rx, &mut [&mut storage[..]], true).unwrap();
+        sender.join().unwrap();
+        assert_eq!((n, batch.lengths()), (1, &[4][..]));
+        assert_eq!(&storage[..4], b"late");
+        assert_eq!(batch.rx_timestamps_ns().len(), 1);
     }
 
     #[test]
