@@ -266,6 +266,13 @@ pub fn run(
             sent += 1;
         }
         next += period_ns;
+        // A sensor late by a whole period sends its freshest reading once and goes on from
+        // now, as the node does with a missed release: a burst of stale ones would only fill
+        // the tunnel's carry and be dropped as excess.
+        let now = realtime_ns();
+        if now > next {
+            next = now + period_ns;
+        }
         loop {
             receive(&mut monitor, &mut samples)?;
             let now = realtime_ns();
@@ -286,6 +293,10 @@ pub fn run(
     if let Some(why) = nodes.0.not_realtime.as_ref().or(nodes.1.not_realtime.as_ref()) {
         notes.push(format!("a lane loop ran without real-time priority: {why}"));
     }
+    // The nodes' own counts, for a reader who wants to know where a message went.
+    let counts = serde_json::json!({ "sender": &nodes.0, "receiver": &nodes.1 });
+    std::fs::write(dir.join("nodes.json"), counts.to_string())
+        .with_context(|| format!("cannot write {}", dir.join("nodes.json").display()))?;
     let (tx, rx) = (&nodes.0.lane, &nodes.1.lane);
     for (what, n) in [
         (
