@@ -67,7 +67,9 @@
 //! hops run inside the sender's system call (the veths hand packets on in software). Under
 //! load the same CPUs also carry the bulk traffic's softirq work, so lane packets see more
 //! jitter than the idle figure even with their class served first (the strict-priority test in
-//! `tests/lane_testbed.rs` prints both).
+//! `tests/lane_testbed.rs` prints both). On the testbed a packet's whole path runs on the
+//! sending core, in its send call, so what load adds there is that core's jitter, which the
+//! lane's node measures when it starts and adds to what it promises (`kairos_lane::node::promise`).
 //!
 //! A virtual machine gives no hard bound on delay: its vCPUs are descheduled by the host for
 //! milliseconds at a time, so the largest of a few thousand samples measures the host's
