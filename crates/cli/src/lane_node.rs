@@ -72,6 +72,20 @@ pub struct NodeArgs {
     probe_ms: u64,
 }
 
+/// The most a lane loop that waits as `receive` says loses, given the probe's longest spin gap
+/// (ns, over the spin's length) and its latest wake-up with idle states allowed (ns, of how
+/// many): a spinning loop loses what the spin lost, a sleeping one also waits to be woken.
+/// Returns the figure and what it is, for the log.
+fn worst_loss(receive: Receive, spin: (u64, Duration), wake: Option<(u64, u64)>) -> (u64, String) {
+    let spun = (spin.0, format!("the longest gap of a {} ms spin", spin.1.as_millis()));
+    match (receive, wake) {
+        (Receive::Sleep, Some((late, count))) if late > spin.0 => {
+            (late, format!("the latest of {count} wake-ups"))
+        }
+        _ => spun,
+    }
+}
+
 /// Measures the lane loop's core as `kairos doctor` does, at the loop's own priority: the
 /// jitter a packet's send may meet, ns, and how it was measured.
 fn core_jitter(core: usize, fifo: i32, receive: Receive, ms: u64) -> Result<(u64, String)> {
@@ -79,13 +93,8 @@ fn core_jitter(core: usize, fifo: i32, receive: Receive, ms: u64) -> Result<(u64
     let config =
         CoreProbeConfig { fifo_priority: fifo, ..CoreProbeConfig::lasting(core, Duration::from_millis(ms)) };
     let probe = probe_core(&config)?;
-    let mut jitter = probe.spin.max_gap_ns;
-    let mut what = format!("the longest gap of a {} ms spin", config.spin.as_millis());
-    // A sleeping loop also waits to be woken; a spinning one never sleeps.
-    if matches!(receive, Receive::Sleep) && probe.wake_idle.max > jitter {
-        jitter = probe.wake_idle.max;
-        what = format!("the latest of {} wake-ups", probe.wake_idle.count);
-    }
+    let wake = (probe.wake_idle.count > 0).then_some((probe.wake_idle.max, probe.wake_idle.count));
+    let (jitter, what) = worst_loss(receive, (probe.spin.max_gap_ns, config.spin), wake);
     let priority = if fifo > 0 { format!("SCHED_FIFO {fifo}") } else { "a normal thread".into() };
     let pinned = if probe.spin.pinned { "" } else { ", not pinned" };
     Ok((jitter, format!("kairos doctor --core {core}: {what}, as {priority}{pinned}")))
@@ -170,5 +179,22 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
     // run until then.
     loop {
         std::thread::park();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sleeping_loop_is_charged_its_latest_wake_up_a_spinning_one_its_longest_gap() {
+        let spin = (40_000, Duration::from_millis(225));
+        let (ns, what) = worst_loss(Receive::Sleep, spin, Some((75_000, 37)));
+        assert_eq!((ns, what.as_str()), (75_000, "the latest of 37 wake-ups"));
+        let (ns, what) = worst_loss(Receive::Spin, spin, Some((75_000, 37)));
+        assert_eq!((ns, what.as_str()), (40_000, "the longest gap of a 225 ms spin"));
+        // The larger of the two, whichever it is; no wake-ups measured: the spin's.
+        assert_eq!(worst_loss(Receive::Sleep, spin, Some((10_000, 37))).0, 40_000);
+        assert_eq!(worst_loss(Receive::Sleep, spin, None).0, 40_000);
     }
 }
