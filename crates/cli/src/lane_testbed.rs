@@ -188,10 +188,10 @@ fn header(bed: &LaneTestbed, c: &Calibration) -> String {
          # min_delay_ns is half the minimum (two alike hops) less a {MTU_BYTES}-byte frame's transmission\n\
          # at the link rate ({frame}), at least 0: the lane's model charges every hop the packet's\n\
          # transmission, which a veth does not take (HTB passes a lone packet at once).\n\
-         # max_jitter_ns is half of p{JITTER_PERCENTILE} less min_delay_ns. A virtual machine gives no hard\n\
-         # bound on delay (its vCPUs are descheduled for milliseconds): p{JITTER_PERCENTILE} is a measured\n\
-         # percentile, not a guarantee, and bounds computed from this file hold for the packets\n\
-         # within it, not for all.\n",
+         # max_jitter_ns is half of p{JITTER_PERCENTILE} less min_delay_ns.\n\
+         # A virtual machine gives no hard bound on delay (its vCPUs are descheduled for\n\
+         # milliseconds): p{JITTER_PERCENTILE} is a measured percentile, not a guarantee, and bounds\n\
+         # computed from this file hold for the packets within it, not for all.\n",
         pid = std::process::id(),
         first = hosts[0].namespace,
         a0 = hosts[0].address,
