@@ -1,4 +1,11 @@
 //! `kairos lane node`: the express lane's node agent for one host, from the command line.
+//!
+//! Before the node starts, its lane core is measured with the host doctor's probe
+//! (`kairos_metrics::core_probe`, what `kairos doctor` runs), briefly and at the lane loop's own
+//! priority: the longest time the probe's thread lost (spinning, and in `--receive sleep` also
+//! waking from a sleep) is the jitter this host adds to every tunnel it sends, and the node
+//! promises applications no tighter bound than the controller's widened by it
+//! (`kairos_lane::node::promise`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -7,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use kairos_lane::node::agent::{self, NodeConfig};
+use kairos_lane::node::agent::{self, HostMeasure, NodeConfig};
 use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
 
@@ -59,6 +66,10 @@ pub struct NodeArgs {
     /// How often each tunnel's use is reported to the controller, ms (1 to 60000).
     #[arg(long, default_value_t = 100)]
     report_ms: u64,
+    /// How long the lane core is measured before the node starts, ms (0 to 1000; 0: not
+    /// measured, and the node promises the controller's bounds with only the fan-out added).
+    #[arg(long, default_value_t = 300)]
+    probe_ms: u64,
 }
 
 fn peers(list: &[String]) -> Result<HashMap<String, SocketAddr>> {
@@ -92,7 +103,27 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
             cores.saturating_sub(1)
         )));
     }
+    if a.probe_ms > 1_000 {
+        return Err(usage(format!("--probe-ms must be from 0 to 1000, got {}", a.probe_ms)));
+    }
     let who = &a.who;
+    // Unpinned, the loop runs where the scheduler puts it: the doctor's core stands for it.
+    let probed = match a.core {
+        Some(core) => core,
+        None => kairos_lane::doctor::lane_core(&kairos_sys::host::HostFs::real(), None)?,
+    };
+    let core_jitter = if a.probe_ms == 0 {
+        None
+    } else {
+        let (ns, how) = kairos_metrics::core_probe::loop_loss(
+            probed,
+            a.fifo,
+            matches!(a.receive, Receive::Sleep),
+            Duration::from_millis(a.probe_ms),
+        )?;
+        crate::log(&format!("lane core cpu{probed}: up to {:.1} us lost ({how})", ns as f64 / 1e3));
+        Some((ns, how))
+    };
     let config = NodeConfig {
         controller: who.controller,
         host: who.host.clone(),
@@ -112,7 +143,7 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
         },
         report_every: Duration::from_millis(a.report_ms),
     };
-    let node = agent::start(config)?;
+    let node = agent::start_measured(config, HostMeasure { core_jitter, log: Some(crate::log) })?;
     crate::log(&format!(
         "lane node for {} on {}: applications connect to {}; controller {} ({})",
         who.host,

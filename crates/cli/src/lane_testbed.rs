@@ -11,7 +11,7 @@ use clap::Args;
 use kairos_io::lane_testbed::{
     BRIDGE, BULK_ASSURED_BPS, BULK_CLASS, Calibration, HOST_DEVICE, JITTER_PERCENTILE, LANE_CLASS, LANE_TOS,
     LINK_CLASS, LaneTestbed, LaneTestbedConfig, MAX_CALIBRATION_SAMPLES, MAX_HOSTS, MAX_QUEUE_LIMIT,
-    MAX_RATE_BPS, MIN_HOSTS, MIN_RATE_BPS, MTU_BYTES, TestbedTopology,
+    MAX_RATE_BPS, MIN_HOSTS, MIN_RATE_BPS, MTU_BYTES, TestbedTopology, transmission_ns,
 };
 
 use crate::exit::{self, usage};
@@ -162,10 +162,13 @@ fn header(bed: &LaneTestbed, c: &Calibration) -> String {
          # queue_bytes = {limit} x {MTU_BYTES} bytes.\n\
          # Calibration h{from} -> h{to} across the bridge, {n} idle datagrams, kernel receive stamps:\n\
          # {figures}.\n\
-         # min_delay_ns is half the minimum (two alike hops), max_jitter_ns half of p{JITTER_PERCENTILE} minus\n\
-         # the minimum. A virtual machine gives no hard bound on delay (its vCPUs are descheduled for\n\
-         # milliseconds): p{JITTER_PERCENTILE} is a measured percentile, not a guarantee, and bounds computed\n\
-         # from this file hold for the packets within it, not for all.\n",
+         # min_delay_ns is half the minimum (two alike hops) less a {MTU_BYTES}-byte frame's transmission\n\
+         # at the link rate ({frame}), at least 0: the lane's model charges every hop the packet's\n\
+         # transmission, which a veth does not take (HTB passes a lone packet at once).\n\
+         # max_jitter_ns is half of p{JITTER_PERCENTILE} less min_delay_ns.\n\
+         # A virtual machine gives no hard bound on delay (its vCPUs are descheduled for\n\
+         # milliseconds): p{JITTER_PERCENTILE} is a measured percentile, not a guarantee, and bounds\n\
+         # computed from this file hold for the packets within it, not for all.\n",
         pid = std::process::id(),
         first = hosts[0].namespace,
         a0 = hosts[0].address,
@@ -178,6 +181,7 @@ fn header(bed: &LaneTestbed, c: &Calibration) -> String {
         to = c.to,
         n = c.samples + c.lost,
         figures = figures(c),
+        frame = us(transmission_ns(MTU_BYTES, config.rate_bps)),
     )
 }
 
@@ -232,7 +236,7 @@ fn summary(bed: &LaneTestbed, c: &Calibration, t: &TestbedTopology, path: &Path)
     );
     let _ = writeln!(
         out,
-        "topology written to {}: hosts h0..h{}, switch {}, {} links of {rate}, queue_bytes {}, min_delay {}, max_jitter {} (p{JITTER_PERCENTILE} - min, split over two hops)",
+        "topology written to {}: hosts h0..h{}, switch {}, {} links of {rate}, queue_bytes {}, min_delay {}, max_jitter {} (min_delay: half the minimum less a frame's transmission; p{JITTER_PERCENTILE} split over two hops less it)",
         path.display(),
         t.hosts.len() - 1,
         t.switch,

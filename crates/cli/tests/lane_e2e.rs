@@ -2,13 +2,27 @@
 //! `kairos lane testbed --hold` makes three hosts on a bridge and writes their topology; a
 //! controller runs on h0, a node on every host (`ip netns exec`); an application on h0 gets a
 //! multicast tunnel to h1 and h2, whose applications listen to it, and its messages arrive
-//! within the tunnel's bounds. Strangers (no secret, garbage, a cut frame) and a node acting for
+//! within the bounds h0's node promised the sensor. Strangers (no secret, garbage, a cut frame) and a node acting for
 //! another host's tunnel are refused while the lane goes on; the controller is killed with
 //! SIGKILL and started again from its journal, with the same tunnels, and the nodes reconnect.
 //! Everything is removed at the end.
 //!
 //! The applications run in this process: a node's socket is a path and its bridges are files,
 //! which no namespace hides.
+//!
+//! # The bound, asserted
+//!
+//! Each node's lane loop runs as a node is meant to: pinned to the lane core (the last one) at
+//! `SCHED_FIFO`. Each node measures that core when it starts (`kairos lane node`'s probe), so
+//! the nodes are started one after another: the three hosts share the core here, and probes at
+//! once would measure each other. The sensor's tunnel carries the bound h0's node promised
+//! (the controller's, its jitter widened by the core's and the fan-out's; the node's log line is
+//! printed). Every message must arrive within it, none before its minimum, and one after its
+//! maximum only while a stall watch (`SCHED_FIFO` 99 on the lane core) saw the core taken from
+//! every thread: time no figure measured beforehand holds; up to one in a hundred late with no
+//! stall seen is let pass and printed ([`UNEXPLAINED_LATE`] says why). The figures are printed: per
+//! receiver the latencies, how many arrived within, before and after the bound, and how many
+//! of those after it met a stall.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -18,11 +32,27 @@ use std::time::{Duration, Instant};
 
 use kairos_lane::node::app::{Delivery, LaneApp, Tunnel};
 use kairos_lane::service::wire::TunnelSpec;
+use kairos_metrics::stall::{StallWatch, StallWatchConfig};
 use kairos_sys::child::OwnedChild;
-use kairos_sys::clock::realtime_ns;
+use kairos_sys::clock::{monotonic_ns, realtime_ns};
 
 const KAIROS: &str = env!("CARGO_BIN_EXE_kairos");
 const WAIT: Duration = Duration::from_secs(10);
+/// The lane core every node's lane loop is pinned to, at `SCHED_FIFO` [`LANE_FIFO`], as a
+/// node is meant to run (a core of its own, real-time): the last core, the doctor's default.
+fn lane_core() -> usize {
+    kairos_sys::proc::last_core()
+}
+/// Messages of a thousand that may arrive after the promised maximum with no stall the watch
+/// saw. The node's promise rests on 300 ms of its core measured at start, a sample: on this
+/// shared VM a later gap can exceed it (one run of ten here: 5 of h2's 1000, at most 117 us
+/// against 88.7 us promised), and the watch sees a stall shorter than its 1 ms period only if
+/// it covers a wake-up. One in a hundred is far below what the bound missed before the node
+/// widened it (52 and 556 of 1000 late, 316 early) and what the core's share alone catches
+/// (186 and 7 late without it); none may arrive early.
+const UNEXPLAINED_LATE: usize = 10;
+/// The lane loops' priority: below the stall watch's 99.
+const LANE_FIFO: &str = "50";
 
 fn host_ip(i: usize) -> String {
     format!("10.212.0.{}", i + 1)
@@ -199,12 +229,26 @@ fn the_lane_end_to_end_on_the_testbed() {
                 // tunnel at the period it used (BW_UNUSED), which this test does not follow.
                 "--report-ms".into(),
                 "10000".into(),
+                "--core".into(),
+                lane_core().to_string(),
+                "--fifo".into(),
+                LANE_FIFO.into(),
             ];
             for p in &peers {
                 args.extend(["--peer".into(), p.clone()]);
             }
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            in_ns(&ns(i), &args, &format!("node h{i}"), &dir)
+            let node = in_ns(&ns(i), &args, &format!("node h{i}"), &dir);
+            // One after another: each node first measures the lane core (spinning at its
+            // priority), and three hosts share that core here, so probes at once would measure
+            // each other rather than the core. (A host of its own has a core of its own.)
+            let log = dir.join(format!("node-h{i}.log"));
+            let deadline = Instant::now() + WAIT;
+            while !std::fs::read_to_string(&log).unwrap_or_default().contains("lane node for") {
+                assert!(Instant::now() < deadline, "node h{i} did not start: {log:?}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            node
         })
         .collect();
 
@@ -225,33 +269,62 @@ fn the_lane_end_to_end_on_the_testbed() {
     while realtime_ns() < tunnel.send_from_ns {
         std::thread::sleep(Duration::from_millis(1));
     }
+    // The bound the application was promised: the controller's, widened by what h0's node
+    // measured of its core and its fan-out (its log says how).
     let (min, max) = (
         tunnel.grant.min_latency_ps / 1_000,
         (tunnel.grant.min_latency_ps + tunnel.grant.max_jitter_ps) / 1_000,
     );
+    // A stall watch on the lane core: time even a SCHED_FIFO 99 thread did not get there is
+    // the machine's (the hypervisor, interrupts), which no bound measured beforehand holds.
+    let watch = StallWatch::start(StallWatchConfig::on_core(lane_core())).unwrap();
+    // Lane stamps are CLOCK_REALTIME, the watch's CLOCK_MONOTONIC: one offset, read once.
+    let realtime_ahead = realtime_ns() as i128 - monotonic_ns() as i128;
     let got = exchange(&mut tunnel, &mut monitors, 1_000);
-    // Every message arrives. How many arrive within the tunnel's bound is reported, not
-    // asserted: on this machine the bound does not hold, for two reasons the figures show.
-    // The model charges each hop the packet's transmission at the shaped rate, which a veth
-    // does not take (HTB lets a lone packet through at once), so packets arrive before the
-    // bound's minimum; and the jitter allowance comes from an idle calibration (p99.9 of
-    // microseconds), while here three nodes, a controller and this test share two vCPUs.
+    let stalls = watch.finish().unwrap();
+    for line in std::fs::read_to_string(dir.join("node-h0.log")).unwrap().lines() {
+        eprintln!("node h0: {line}");
+    }
+    eprintln!(
+        "stall watch on cpu{} (SCHED_FIFO 99: {}): {} stalls over 50 us in {} wake-ups, the worst {} ns",
+        lane_core(),
+        stalls.realtime,
+        stalls.stalls.len(),
+        stalls.wakeups,
+        stalls.worst_ns
+    );
+    let monotonic = |realtime: u64| (realtime as i128 - realtime_ahead).max(0) as u64;
     for (h, deliveries) in got.iter().enumerate() {
         let mut latencies: Vec<u64> = deliveries.iter().map(|(_, d)| d.received_ns - d.sent_ns).collect();
         latencies.sort_unstable();
         let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
         let early = latencies.iter().filter(|&&l| l < min).count();
-        let late = latencies.iter().filter(|&&l| l > max).count();
+        let late: Vec<&Delivery> =
+            deliveries.iter().map(|(_, d)| d).filter(|d| d.received_ns - d.sent_ns > max).collect();
+        let explained = late
+            .iter()
+            .filter(|d| stalls.during(monotonic(d.sent_ns), monotonic(d.received_ns)).next().is_some())
+            .count();
         eprintln!(
-            "h{}: {} of 1000 arrived; one-way p50 {} ns, p99 {} ns, max {} ns; bound [{min}, {max}] ns: {early} before it, {late} after it",
+            "h{}: {} of 1000 arrived; one-way min {} ns, p50 {} ns, p99 {} ns, max {} ns; promised [{min}, {max}] ns: {} within, {early} before, {} after ({explained} of them during a stall)",
             h + 1,
             latencies.len(),
+            at(0.0),
             at(0.5),
             at(0.99),
             at(1.0),
+            latencies.len() - early - late.len(),
+            late.len(),
         );
         assert!(latencies.len() >= 990, "h{}: {} of 1000 arrived", h + 1, latencies.len());
         assert!(deliveries.windows(2).all(|w| w[0].0 < w[1].0), "in order, none twice");
+        assert_eq!(early, 0, "h{}: no message arrives before the promised minimum", h + 1);
+        let unexplained = late.len() - explained;
+        assert!(
+            unexplained <= UNEXPLAINED_LATE,
+            "h{}: {unexplained} messages after the promised maximum met no stall the watch saw (at most {UNEXPLAINED_LATE} allowed)",
+            h + 1
+        );
     }
 
     // Strangers and a node acting for another host, from h2.
@@ -346,9 +419,11 @@ fn the_lane_end_to_end_on_the_testbed() {
 
     drop((sensor, monitors, controller));
     drop(_nodes);
+    // This testbed's namespaces only: another run (another testbed's process) may hold its own.
+    let own = format!("kairos-{}-", testbed.id());
     drop(testbed); // SIGTERM: its handler removes the namespaces
     let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
     let left = String::from_utf8_lossy(&left.stdout);
-    assert!(!left.contains("kairos-"), "namespaces left: {left}");
+    assert!(!left.contains(&own), "namespaces left: {left}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -47,14 +47,29 @@
 //! host's stack. So a sample is both hops (host to switch, switch to host) with the sender's
 //! stack, both queueing disciplines and the bridge, without the receiver's wake-up, which is the
 //! endhost's business, not the link's. The topology's `min_delay` of each link is half the
-//! minimum (the two hops are alike), its `max_jitter` half of [`JITTER_PERCENTILE`] minus the
-//! minimum, rounded up.
+//! minimum (the two hops are alike) less the transmission time of a full frame ([`MTU_BYTES`])
+//! at the link rate, at least 0; its `max_jitter` half of [`JITTER_PERCENTILE`] less that
+//! `min_delay`, rounded up.
+//!
+//! Why less a frame's transmission: the lane's model (`kairos_lane::te`) charges every hop the
+//! packet's transmission time at the link rate, in the minimum latency as in the maximum, as a
+//! wire takes it. A veth takes none: HTB shapes by a token bucket, and a lone packet finds
+//! tokens and passes at once, so only a backlog drains at the rate. Measured on the testbed
+//! (three hosts, 1 Gbit/s, 128-byte lane packets), a `min_delay` of half the minimum put the
+//! model's minimum above a third of the first receiver's packets. A hop's minimum delay plus
+//! the transmission of any lane packet (at most a frame) must stay at or below what the wire
+//! does, so the frame's transmission comes off the measured minimum; the jitter takes it back,
+//! so a hop's latest arrival (`min_delay + max_jitter`, plus the transmission and the wait the
+//! model adds) is as before. At 1 Gbit/s a frame takes 12 us, more than a hop's measured
+//! minimum here, so `min_delay` is 0 and the model's minimum is the transmission alone.
 //!
 //! The calibration is idle, as the link parameters are meant: with nothing else queued, both
 //! hops run inside the sender's system call (the veths hand packets on in software). Under
 //! load the same CPUs also carry the bulk traffic's softirq work, so lane packets see more
 //! jitter than the idle figure even with their class served first (the strict-priority test in
-//! `tests/lane_testbed.rs` prints both).
+//! `tests/lane_testbed.rs` prints both). On the testbed a packet's whole path runs on the
+//! sending core, in its send call, so what load adds there is that core's jitter, which the
+//! lane's node measures when it starts and adds to what it promises (`kairos_lane::node::promise`).
 //!
 //! A virtual machine gives no hard bound on delay: its vCPUs are descheduled by the host for
 //! milliseconds at a time, so the largest of a few thousand samples measures the host's
@@ -314,16 +329,26 @@ impl Calibration {
         })
     }
 
-    /// Each link's minimum delay: half the path's minimum (two alike hops).
-    pub fn min_delay_per_link_ns(&self) -> u64 {
-        self.min_ns / 2
+    /// Each link's minimum delay on links of `rate_bps`: half the path's minimum (two alike
+    /// hops) less a frame's transmission at that rate, which the lane's model adds to every hop
+    /// and a veth does not take (see the module documentation); at least 0.
+    pub fn min_delay_per_link_ns(&self, rate_bps: u64) -> u64 {
+        (self.min_ns / 2).saturating_sub(transmission_ns(MTU_BYTES, rate_bps))
     }
 
-    /// Each link's jitter: half of [`JITTER_PERCENTILE`] minus the minimum, rounded so that
-    /// two hops' minimum delay and jitter add up to at least the path's percentile.
-    pub fn max_jitter_per_link_ns(&self) -> u64 {
-        self.p999_ns.div_ceil(2) - self.min_delay_per_link_ns()
+    /// Each link's jitter on links of `rate_bps`: half of [`JITTER_PERCENTILE`] less the
+    /// minimum delay, rounded so that two hops' minimum delay and jitter add up to at least the
+    /// path's percentile.
+    pub fn max_jitter_per_link_ns(&self, rate_bps: u64) -> u64 {
+        self.p999_ns.div_ceil(2) - self.min_delay_per_link_ns(rate_bps)
     }
+}
+
+/// Nanoseconds to send `bytes` at `rate_bps` (positive), rounded up: what the lane's model
+/// charges a hop for a packet of that size.
+pub fn transmission_ns(bytes: u64, rate_bps: u64) -> u64 {
+    let ns = (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(rate_bps.max(1)));
+    ns.min(u128::from(u64::MAX)) as u64
 }
 
 /// The nearest-rank percentile `q` (0-100, in tenths) of sorted, non-empty `sorted`.
@@ -635,8 +660,8 @@ impl LaneTestbed {
             hosts: self.hosts.iter().map(|h| h.name.clone()).collect(),
             bandwidth_bps: self.config.rate_bps,
             queue_bytes: self.config.lane_queue_bytes(),
-            min_delay_ns: calibration.min_delay_per_link_ns(),
-            max_jitter_ns: calibration.max_jitter_per_link_ns(),
+            min_delay_ns: calibration.min_delay_per_link_ns(self.config.rate_bps),
+            max_jitter_ns: calibration.max_jitter_per_link_ns(self.config.rate_bps),
         }
     }
 
@@ -761,9 +786,24 @@ mod tests {
         let c = Calibration::from_latencies(0, 1, &mut latencies, 2).unwrap();
         assert_eq!((c.samples, c.lost, c.min_ns, c.max_ns), (1000, 2, 10_001, 11_000));
         assert_eq!((c.p50_ns, c.p99_ns, c.p999_ns), (10_500, 10_990, 10_999));
-        assert_eq!(c.min_delay_per_link_ns(), 5_000);
-        // Two hops' minimum and jitter add up to at least the percentile.
-        assert!(2 * (c.min_delay_per_link_ns() + c.max_jitter_per_link_ns()) >= c.p999_ns);
+        // A frame takes 1.2 us at 10 Gbit/s: off the minimum, onto the jitter.
+        assert_eq!(transmission_ns(MTU_BYTES, 10_000_000_000), 1_200);
+        assert_eq!(c.min_delay_per_link_ns(10_000_000_000), 5_000 - 1_200);
+        assert_eq!(c.max_jitter_per_link_ns(10_000_000_000), 5_500 - 3_800);
+        // At 1 Gbit/s a frame (12 us) takes longer than the hop: no minimum delay is left.
+        assert_eq!(c.min_delay_per_link_ns(1_000_000_000), 0);
+        assert_eq!(c.max_jitter_per_link_ns(1_000_000_000), 5_500);
+        for rate in [1_000_000_000, 10_000_000_000, 100_000_000_000] {
+            let (min, jitter) = (c.min_delay_per_link_ns(rate), c.max_jitter_per_link_ns(rate));
+            // The model's minimum for any lane packet (at most a frame) is below the wire's...
+            assert!(
+                2 * (min + transmission_ns(MTU_BYTES, rate))
+                    <= c.min_ns.max(2 * transmission_ns(MTU_BYTES, rate))
+            );
+            // ...and two hops' minimum and jitter add up to at least the percentile.
+            assert!(2 * (min + jitter) >= c.p999_ns);
+        }
+        assert_eq!(transmission_ns(1, 3), 2_666_666_667, "rounded up");
         assert!(Calibration::from_latencies(0, 1, &mut [], 5).is_none());
     }
 }

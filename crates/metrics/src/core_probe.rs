@@ -221,6 +221,38 @@ fn run(config: CoreProbeConfig) -> CoreProbe {
     }
 }
 
+/// The most a loop on `core` loses to its core, measured as `kairos doctor` measures it (a probe
+/// of `total` at the loop's own `SCHED_FIFO` priority, 0 for a normal thread): a spinning loop
+/// loses the probe's longest spin gap; a sleeping one (`sleeps`) also waits to be woken, so
+/// its figure is the later of that gap and the latest wake-up. Returns the figure, ns, and
+/// what it is, for a log line (`kairos doctor --core 1: the longest gap of a 225 ms spin, as
+/// SCHED_FIFO 50`).
+pub fn loop_loss(
+    core: usize,
+    fifo_priority: i32,
+    sleeps: bool,
+    total: Duration,
+) -> std::io::Result<(u64, String)> {
+    let config = CoreProbeConfig { fifo_priority, ..CoreProbeConfig::lasting(core, total) };
+    let probe = probe_core(&config)?;
+    let wake = (probe.wake_idle.count > 0).then_some((probe.wake_idle.max, probe.wake_idle.count));
+    let (loss, what) = worst_loss(sleeps, (probe.spin.max_gap_ns, config.spin), wake);
+    let priority =
+        if fifo_priority > 0 { format!("SCHED_FIFO {fifo_priority}") } else { "a normal thread".into() };
+    let pinned = if probe.spin.pinned { "" } else { ", not pinned" };
+    Ok((loss, format!("kairos doctor --core {core}: {what}, as {priority}{pinned}")))
+}
+
+/// The most a loop loses, given the probe's longest spin gap (ns, over the spin's length) and
+/// its latest wake-up with idle states allowed (ns, of how many), and what that figure is.
+fn worst_loss(sleeps: bool, spin: (u64, Duration), wake: Option<(u64, u64)>) -> (u64, String) {
+    let spun = (spin.0, format!("the longest gap of a {} ms spin", spin.1.as_millis()));
+    match wake {
+        Some((late, count)) if sleeps && late > spin.0 => (late, format!("the latest of {count} wake-ups")),
+        _ => spun,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,5 +295,17 @@ mod tests {
         assert_eq!(probe.wake_held.is_some(), probe.wake_held_refused.is_none());
         let json = serde_json::to_value(&probe).unwrap();
         assert!(json["spin"]["max_gap_ns"].is_u64());
+    }
+
+    #[test]
+    fn a_sleeping_loop_is_charged_its_latest_wake_up_a_spinning_one_its_longest_gap() {
+        let spin = (40_000, Duration::from_millis(225));
+        let (ns, what) = worst_loss(true, spin, Some((75_000, 37)));
+        assert_eq!((ns, what.as_str()), (75_000, "the latest of 37 wake-ups"));
+        let (ns, what) = worst_loss(false, spin, Some((75_000, 37)));
+        assert_eq!((ns, what.as_str()), (40_000, "the longest gap of a 225 ms spin"));
+        // The larger of the two, whichever it is; no wake-ups measured: the spin's.
+        assert_eq!(worst_loss(true, spin, Some((10_000, 37))).0, 40_000);
+        assert_eq!(worst_loss(true, spin, None).0, 40_000);
     }
 }

@@ -26,13 +26,14 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow};
 use kairos_io::lane_testbed::{LaneTestbed, host_address};
 use kairos_lane::doctor::apply;
-use kairos_lane::node::agent::{self, NodeConfig, NodeReport, RunningNode};
+use kairos_lane::node::agent::{self, HostMeasure, NodeConfig, NodeReport, RunningNode};
 use kairos_lane::node::app::LaneApp;
 use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
 use kairos_lane::service::wire::TunnelSpec;
 use kairos_lane::service::{ControllerService, RunningService, Secret, ServiceConfig};
 use kairos_lane::te::Topology;
+use kairos_metrics::core_probe::loop_loss;
 use kairos_sys::cleanup;
 use kairos_sys::clock::realtime_ns;
 use kairos_sys::host::HostFs;
@@ -49,6 +50,8 @@ const SENDER_FIFO: i32 = 60;
 const RECEIVER_FIFO: i32 = 50;
 /// How long the last messages may take to arrive.
 const DRAIN: Duration = Duration::from_millis(100);
+/// How long each node's probe of its core lasts (`kairos lane node`'s default).
+const PROBE: Duration = Duration::from_millis(300);
 /// How long the nodes may take to reach the controller.
 const CONNECT: Duration = Duration::from_secs(10);
 
@@ -78,7 +81,8 @@ pub struct LaneRowRun {
     pub samples: Vec<Sample>,
     /// Messages the sensor handed to its tunnel.
     pub sent: u64,
-    /// The tunnel's admitted bound on latency: `[min, min + max jitter]`, ns.
+    /// The bound on latency the sending node promised the sensor (the controller's, its jitter
+    /// widened by what the node measured of its core and its fan-out): `[min, min + jitter]`, ns.
     pub bound_ns: (u64, u64),
     /// What the row could not have as asked (no real-time priority, a doctor fix the kernel
     /// refused), for the report.
@@ -189,7 +193,14 @@ fn start_lane(testbed: &LaneTestbed, topology: &Topology, dir: &Path, s: &LaneRo
             schema: Schema::Hd6,
             report_every: Duration::from_secs(1),
         };
-        testbed.in_host(host, || agent::start(config))?.with_context(|| format!("the node of h{host}"))
+        // Each node measures its core as `kairos lane node` does, one after the other (two
+        // probes at once would measure each other), and promises no tighter than that.
+        let (loss, how) = loop_loss(s.lane_core, config.fifo_priority, sending, PROBE)
+            .with_context(|| format!("the probe of h{host}'s lane core"))?;
+        let measure = HostMeasure { core_jitter: Some((loss, how)), log: None };
+        testbed
+            .in_host(host, || agent::start_measured(config, measure))?
+            .with_context(|| format!("the node of h{host}"))
     };
     let lane = Lane {
         sender: Some(node(s.from, true)?),

@@ -34,6 +34,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use super::app::{AppToNode, NodeToApp, SOCKET_NAME, valid_app_name};
 use super::chunk::Schema;
 use super::lane::{LaneCommand, LaneCounts, LaneLoop, LaneSettings, ReceiveMode};
+use super::promise::{self, HostJitter};
 use crate::service::auth::{Secret, Session};
 use crate::service::client::{MAX_BACKOFF, MIN_BACKOFF, NodeConnection, Welcome};
 use crate::service::wire::{FrameReader, ToController, ToNode, TunnelSpec, put_frame, put_sealed};
@@ -76,6 +77,43 @@ pub struct NodeConfig {
     pub schema: Schema,
     /// How often tunnels' use is reported.
     pub report_every: Duration,
+}
+
+/// What the node's owner measured of the host before starting it, and where the node logs.
+#[derive(Debug, Clone, Default)]
+pub struct HostMeasure {
+    /// The lane core's jitter, ns, and how it was measured (e.g. `kairos doctor --core 1`, a
+    /// 300 ms probe); `None`: not measured (the node promises no more than the fan-out then).
+    pub core_jitter: Option<(u64, String)>,
+    /// Where the node writes its lines (the promise it makes of each tunnel); `None`: nowhere.
+    pub log: Option<fn(&str)>,
+}
+
+/// Empty datagrams timed to each peer at start; the first [`SEND_WARMUP`] are not counted (they
+/// wait for ARP).
+const SEND_SAMPLES: usize = 16;
+/// Datagrams sent to each peer before the timed ones.
+const SEND_WARMUP: usize = 2;
+
+/// The longest of [`SEND_SAMPLES`] send calls of an empty datagram from `socket` to each of
+/// `peers`, ns: what one more receiver of a tunnel costs its last one (the lane loop sends a
+/// packet to each receiver in turn). Empty datagrams are dropped by the peers' lane loops (not
+/// a lane packet); a peer not running yet answers with an ICMP error the socket does not read.
+fn longest_send_ns(socket: &UdpSocket, peers: &[SocketAddr]) -> u64 {
+    let mut longest = 0;
+    for &peer in peers {
+        for i in 0..SEND_WARMUP + SEND_SAMPLES {
+            let started = Instant::now();
+            let _ = socket.send_to(&[], peer);
+            let took = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+            if i >= SEND_WARMUP {
+                longest = longest.max(took);
+            }
+            // Apart, as releases are: not one burst the receiver's stack batches.
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    longest
 }
 
 /// Why the node could not start.
@@ -180,8 +218,14 @@ impl Drop for RunningNode {
 }
 
 /// Starts a node: binds its sockets (errors before any thread starts), then the lane loop and
-/// the control thread, which connects to the controller (and keeps reconnecting).
+/// the control thread, which connects to the controller (and keeps reconnecting). The core's
+/// jitter is not measured: [`start_measured`] with it.
 pub fn start(config: NodeConfig) -> Result<RunningNode, NodeError> {
+    start_measured(config, HostMeasure::default())
+}
+
+/// [`start`], with what the owner measured of the host and where the node logs.
+pub fn start_measured(config: NodeConfig, measure: HostMeasure) -> Result<RunningNode, NodeError> {
     std::fs::create_dir_all(&config.dir)
         .map_err(io_error(format!("cannot create {}", config.dir.display())))?;
     let socket_path = config.dir.join(SOCKET_NAME);
@@ -195,6 +239,12 @@ pub fn start(config: NodeConfig) -> Result<RunningNode, NodeError> {
     )))?;
     let lane_socket = UdpSocket::bind(config.lane_bind)
         .map_err(io_error(format!("cannot bind the lane socket {}", config.lane_bind)))?;
+    kairos_sys::net::options::set_type_of_service(&lane_socket, kairos_io::lane_testbed::LANE_TOS)
+        .map_err(io_error("lane socket type of service"))?;
+    let others: Vec<SocketAddr> =
+        config.peers.iter().filter(|(h, _)| **h != config.host).map(|(_, a)| *a).collect();
+    let (core_ns, how) = measure.core_jitter.clone().unwrap_or((0, "not measured".into()));
+    let host = HostJitter { core_ns, how, send_ns: longest_send_ns(&lane_socket, &others) };
     lane_socket.set_nonblocking(true).map_err(io_error("lane socket"))?;
     kairos_sys::net::options::enable_rx_timestamps(&lane_socket)
         .map_err(io_error("lane socket time stamps"))?;
@@ -232,7 +282,7 @@ pub fn start(config: NodeConfig) -> Result<RunningNode, NodeError> {
         (lane_loop.run(stop), realtime)
     })
     .map_err(io_error("cannot start the lane loop"))?;
-    let mut control = Control::new(config, poll, listener, commands_tx, reports_rx)?;
+    let mut control = Control::new(config, poll, listener, commands_tx, reports_rx, host, measure.log)?;
     let connected = Arc::clone(&control.connected);
     let bridge_prefix = control.bridge_prefix();
     let (socket, prefix) = (socket_path.clone(), bridge_prefix.clone());
@@ -288,6 +338,12 @@ struct Control {
     pending: HashMap<u64, Pending>,
     /// Sending tunnel -> the application that owns it.
     owners: HashMap<TunnelId, Token>,
+    /// Sending tunnel -> its name and the receivers its packets are sent to.
+    fan_out: HashMap<TunnelId, (String, usize)>,
+    /// What this host adds to the controller's bounds.
+    host: HostJitter,
+    /// Where the node's lines go.
+    log: Option<fn(&str)>,
     commands: Sender<LaneCommand>,
     reports: Receiver<ToController>,
     /// This node's number in the process, in its bridge files' names (tests run several).
@@ -306,6 +362,8 @@ impl Control {
         mut listener: UnixListener,
         commands: Sender<LaneCommand>,
         reports: Receiver<ToController>,
+        host: HostJitter,
+        log: Option<fn(&str)>,
     ) -> Result<Self, NodeError> {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
@@ -323,6 +381,9 @@ impl Control {
             next_ref: 1,
             pending: HashMap::new(),
             owners: HashMap::new(),
+            fan_out: HashMap::new(),
+            host,
+            log,
             commands,
             reports,
             instance: INSTANCES.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -490,8 +551,11 @@ impl Control {
                     Ok(b) => b.into_consumer(),
                     Err(e) => return self.tell_app(p.app, &NodeToApp::Error { reason: e.to_string() }),
                 };
-                let destinations =
+                let destinations: Vec<SocketAddr> =
                     p.spec.receivers.iter().filter_map(|r| self.config.peers.get(r).copied()).collect();
+                let receivers = destinations.len();
+                self.fan_out.insert(*tunnel_id, (p.spec.name.clone(), receivers));
+                let grant = self.promise(*tunnel_id, grant);
                 let _ =
                     self.commands.send(LaneCommand::Outbox { tunnel_id: *tunnel_id, outbox, destinations });
                 let _ = self.commands.send(LaneCommand::Notice(m.clone()));
@@ -499,7 +563,7 @@ impl Control {
                 let answer = NodeToApp::Granted {
                     app_ref: p.app_ref,
                     tunnel_id: *tunnel_id,
-                    grant: *grant,
+                    grant,
                     send_from_ns: *send_from_ns,
                     outbox: path,
                 };
@@ -513,9 +577,10 @@ impl Control {
             ToNode::BandwidthChanged { tunnel_id, grant, reason, effective_at_ns } => {
                 let _ = self.commands.send(LaneCommand::Notice(m.clone()));
                 if let Some(&app) = self.owners.get(tunnel_id) {
+                    let grant = self.promise(*tunnel_id, grant);
                     let changed = NodeToApp::Changed {
                         tunnel_id: *tunnel_id,
-                        grant: *grant,
+                        grant,
                         reason: *reason,
                         effective_at_ns: *effective_at_ns,
                     };
@@ -524,6 +589,7 @@ impl Control {
             }
             ToNode::Released { tunnel_id } | ToNode::Terminated { tunnel_id } => {
                 let terminated = matches!(m, ToNode::Terminated { .. });
+                self.fan_out.remove(tunnel_id);
                 let _ = self.commands.send(LaneCommand::Notice(m.clone()));
                 if let Some(app) = self.owners.remove(tunnel_id) {
                     self.tell_app(app, &NodeToApp::Ended { tunnel_id: *tunnel_id, terminated });
@@ -534,6 +600,21 @@ impl Control {
             }
             ToNode::Welcome { .. } | ToNode::Challenge { .. } | ToNode::Rejected { .. } => {}
         }
+    }
+
+    /// The grant an application hears for a tunnel of this host: the controller's widened by
+    /// what the host adds, said in the log.
+    fn promise(
+        &self,
+        tunnel_id: TunnelId,
+        granted: &crate::service::wire::Grant,
+    ) -> crate::service::wire::Grant {
+        let Some((name, receivers)) = self.fan_out.get(&tunnel_id) else { return *granted };
+        let promised = promise::promise(granted, *receivers, &self.host);
+        if let Some(log) = self.log.filter(|_| promised != *granted) {
+            log(&promise::describe(name, granted, *receivers, &self.host));
+        }
+        promised
     }
 
     fn accept(&mut self) {
@@ -738,4 +819,28 @@ fn write_all_nonblocking(stream: &mut TcpStream, mut bytes: &[u8]) -> std::io::R
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn send_calls_are_timed_to_every_peer() {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peers: Vec<UdpSocket> = (0..2).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+        let addresses: Vec<SocketAddr> = peers.iter().map(|p| p.local_addr().unwrap()).collect();
+        assert_eq!(longest_send_ns(&socket, &[]), 0, "no peer, nothing to fan out to");
+        assert!(longest_send_ns(&socket, &addresses) > 0);
+        // Every peer got the warm-up and the timed datagrams, each empty.
+        for p in &peers {
+            p.set_nonblocking(true).unwrap();
+            let mut got = 0;
+            while let Ok(n) = p.recv(&mut [0u8; 16]) {
+                assert_eq!(n, 0);
+                got += 1;
+            }
+            assert_eq!(got, SEND_WARMUP + SEND_SAMPLES);
+        }
+    }
 }

@@ -3,9 +3,12 @@
 //! - [`chunk`]: the lane's packet: a header and small messages packed into chunks, each with its
 //!   own CRC, so that a bit error costs one chunk instead of the whole packet.
 //! - [`tunnels`]: the node's view of its host's tunnels: releases, policing, usage reports.
+//! - [`promise`]: the bounds the node promises an application: the controller's, widened by
+//!   the jitter its core and its fan-out add.
 
 pub mod agent;
 pub mod app;
 pub mod chunk;
 pub mod lane;
+pub mod promise;
 pub mod tunnels;

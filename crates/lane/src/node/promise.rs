@@ -1,0 +1,135 @@
+//! What the node promises an application: the controller's bounds, widened by what this host
+//! adds to them.
+//!
+//! The controller's bounds (X-ADJ over the topology) cover the network: each link's minimum
+//! delay and jitter, the queues, the other tunnels. The sending host adds two delays the
+//! topology does not hold, both measured by the node when it starts:
+//!
+//! - **its lane core's jitter**: time the lane loop's thread does not have (an interrupt, a
+//!   preemption, the hypervisor) between a release and the packet's send. The command line
+//!   measures it with the host doctor's probe (`kairos_metrics::core_probe`, as `kairos doctor`
+//!   does; this crate does not depend on `kairos-metrics`), at the lane loop's own priority and
+//!   on its core, for a few hundred milliseconds, and passes the figure in ([`HostJitter`]).
+//! - **the fan-out**: the lane loop sends a tunnel's packet to each receiver's node as a
+//!   datagram of its own, one send call after another, and on the testbed a send call carries
+//!   its packet all the way into the receiving host (the veths hand packets on in software, in
+//!   the sender's call), so the k-th receiver's packet leaves k send calls after the first. The
+//!   node times send calls to its peers when it starts ([`HostJitter::send_ns`]) and charges a
+//!   tunnel with `n` receivers `n - 1` of them.
+//!
+//! Both only ever delay a packet, so the promised minimum latency is the controller's; both
+//! add to its jitter. They are added, not the larger taken: a gap on the core can fall on a
+//! packet that also meets the network's worst case, and the worst case of independent delays
+//! is their sum (the larger alone would be right only if the controller's bound already held
+//! the host's jitter, which an idle calibration of the links does not).
+//!
+//! The controller does not know these figures: its analysis of the other tunnels on the
+//! host's first link still assumes this host's packets enter it at their releases. Telling it
+//! at registration, so that its own bounds hold them, is the cleaner design and not built.
+
+use crate::service::wire::Grant;
+use crate::te::Picos;
+
+/// What the node measured of its own host when it started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostJitter {
+    /// The lane core's jitter, ns: the longest time the probe's thread lost (see the module
+    /// documentation).
+    pub core_ns: u64,
+    /// How it was measured, for the log (e.g. `kairos doctor --core 1`, a 300 ms probe).
+    pub how: String,
+    /// The longest send call of one lane datagram to a peer, ns (0: not measured).
+    pub send_ns: u64,
+}
+
+/// The grant the node promises an application for a tunnel to `receivers` hosts, given what
+/// the controller granted and what this host adds.
+pub fn promise(granted: &Grant, receivers: usize, host: &HostJitter) -> Grant {
+    let added = added_ps(receivers, host);
+    Grant { max_jitter_ps: granted.max_jitter_ps.saturating_add(added), ..*granted }
+}
+
+/// The jitter the host adds to a tunnel to `receivers` hosts, ps.
+pub fn added_ps(receivers: usize, host: &HostJitter) -> Picos {
+    let fan_out = host.send_ns.saturating_mul(receivers.saturating_sub(1) as u64);
+    host.core_ns.saturating_add(fan_out).saturating_mul(1_000)
+}
+
+fn us(ps: Picos) -> String {
+    format!("{:.1} us", ps as f64 / 1e6)
+}
+
+/// The node's line about a tunnel's promise, e.g. `tunnel sensor: the controller's jitter bound
+/// 12.3 us does not hold this host's: its core lost up to 41.0 us (kairos doctor --core 1) and
+/// the second receiver's datagram leaves 15.0 us after the first; promising 68.3 us`.
+pub fn describe(name: &str, granted: &Grant, receivers: usize, host: &HostJitter) -> String {
+    let promised = promise(granted, receivers, host);
+    let mut why = format!("its core lost up to {} ({})", us(host.core_ns * 1_000), host.how);
+    if receivers > 1 {
+        why.push_str(&format!(
+            " and the last of {receivers} receivers' datagrams leaves {} after the first ({} a send call)",
+            us(host.send_ns * 1_000 * (receivers as u64 - 1)),
+            us(host.send_ns * 1_000)
+        ));
+    }
+    format!(
+        "tunnel {name}: the controller's jitter bound {} does not hold this host's: {why}; promising {} (latency {} to {})",
+        us(granted.max_jitter_ps),
+        us(promised.max_jitter_ps),
+        us(promised.min_latency_ps),
+        us(promised.min_latency_ps.saturating_add(promised.max_jitter_ps)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(min_us: u64, jitter_us: u64) -> Grant {
+        Grant {
+            packet_bytes: 128,
+            period_ps: 1_000_000_000,
+            min_latency_ps: min_us * 1_000_000,
+            max_jitter_ps: jitter_us * 1_000_000,
+            sublane: 0,
+        }
+    }
+
+    #[test]
+    fn the_host_widens_only_the_jitter_and_adds_to_it() {
+        let host = HostJitter { core_ns: 41_000, how: "a probe".into(), send_ns: 15_000 };
+        let granted = grant(4, 12);
+        let one = promise(&granted, 1, &host);
+        assert_eq!(one.min_latency_ps, granted.min_latency_ps, "host delays never make a packet earlier");
+        assert_eq!(one.max_jitter_ps, (12 + 41) * 1_000_000, "one receiver: no fan-out");
+        assert_eq!((one.period_ps, one.packet_bytes, one.sublane), (granted.period_ps, 128, 0));
+        // Each receiver past the first waits one more send call.
+        assert_eq!(promise(&granted, 3, &host).max_jitter_ps, (12 + 41 + 2 * 15) * 1_000_000);
+        // A larger controller bound is kept and still widened: the delays add.
+        assert_eq!(promise(&grant(4, 100), 1, &host).max_jitter_ps, 141_000_000);
+    }
+
+    #[test]
+    fn a_quiet_host_promises_what_the_controller_granted() {
+        let host = HostJitter { core_ns: 0, how: "a probe".into(), send_ns: 0 };
+        assert_eq!(promise(&grant(4, 12), 2, &host), grant(4, 12));
+    }
+
+    #[test]
+    fn the_widening_saturates_rather_than_wraps() {
+        let host = HostJitter { core_ns: u64::MAX / 2, how: "x".into(), send_ns: u64::MAX };
+        let promised = promise(&grant(4, 12), usize::MAX, &host);
+        assert_eq!(promised.max_jitter_ps, Picos::MAX);
+    }
+
+    #[test]
+    fn the_line_says_what_was_measured_and_what_is_promised() {
+        let host = HostJitter { core_ns: 41_000, how: "kairos doctor --core 1".into(), send_ns: 15_000 };
+        let line = describe("sensor", &grant(4, 3), 2, &host);
+        assert_eq!(
+            line,
+            "tunnel sensor: the controller's jitter bound 3.0 us does not hold this host's: its core lost up to 41.0 us (kairos doctor --core 1) and the last of 2 receivers' datagrams leaves 15.0 us after the first (15.0 us a send call); promising 59.0 us (latency 4.0 us to 63.0 us)"
+        );
+        assert!(!describe("one", &grant(4, 3), 1, &host).contains("receivers"));
+    }
+}
