@@ -98,9 +98,12 @@ struct TightnessArgs {
 struct PoliceArgs {
     #[command(flatten)]
     common: crate::Common,
-    /// Every tunnel's requested period, us: 100-100000.
+    /// The offender's requested period, us: 100-100000 (BW_EXCEEDED is timed in it).
     #[arg(long, default_value_t = 1_000)]
     period_us: u64,
+    /// The good tunnels' requested period, us: 100 to --period-us.
+    #[arg(long, default_value_t = 100)]
+    good_period_us: u64,
     /// Each phase's length, seconds: 0.2-600 [default: 5, or 1 with --quick].
     #[arg(long)]
     phase_s: Option<f64>,
@@ -227,6 +230,7 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
         LaneCommand::Police(a) => {
             let mut config = kairos_lab::lane_police::PoliceConfig::preset(a.common.quick);
             config.period_us = a.period_us;
+            config.good_period_us = a.good_period_us;
             if let Some(s) = a.phase_s {
                 config.phase_s = s;
                 // Reports of excess at most twice a phase: the third ends the tunnel.

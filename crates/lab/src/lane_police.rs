@@ -4,22 +4,28 @@
 //!
 //! A controller, a sending node (h0) and a receiving node (h3) run in this process, their lane
 //! sockets on loopback, so no root is needed. Three applications on h0 each get a tunnel to h3
-//! of the same grant (64-byte packets every `period_us`): `good-1`, `good-2` and `offender`.
-//! Phase 1: the good ones send one 40-byte message a period, the offender nothing. Phase 2: the
-//! same, and the offender sends two 60-byte messages a period (each a packet's worth: twice its
-//! grant). The node carries one period's backlog and drops the oldest beyond it as excess, and
-//! reports at once; the controller answers `BW_EXCEEDED` and ends the tunnel at the third
-//! report (reports of excess are sent at most once an interval, `report_ms`).
+//! of 64-byte packets: `good-1` and `good-2` every `good_period_us` (short, so a phase holds
+//! enough of their messages for a steady p99.9) and `offender` every `period_us`. Phase 1: the
+//! good ones send one 40-byte message a period, the offender nothing. Phase 2: the same, and the
+//! offender sends two 60-byte messages a period of its own (each a packet's worth: twice its
+//! grant). Phase 3: the good ones alone again (the offender's tunnel is ended by then), so the
+//! good tunnels' p99.9 with the offender is set against two phases without it, and the two
+//! without it against each other (what the machine alone moves it by). The node carries one
+//! period's backlog and drops the oldest beyond it as excess, and reports at once; the
+//! controller answers `BW_EXCEEDED` and ends the tunnel at the third report (reports of excess
+//! are sent at most once an interval, `report_ms`).
 //!
 //! Measured: when `BW_EXCEEDED` reached the offender, in periods from the node's first dropped
 //! message and from the first message over the grant; the offender's messages sent, delivered
 //! and dropped; each good tunnel's one-way latency (from its packet's release stamp to the
-//! kernel's receive stamp at h3) in both phases, and the ratio of their p99.9.
+//! kernel's receive stamp at h3) in every phase, the ratio of their p99.9 with the offender to
+//! the first phase's, and the third phase's to the first's.
 //!
-//! `summary.json`: `{"config", "phases": [{"offender_sending", "tunnels": [{"name", "sent",
+//! `summary.json`: `{"config", "phases": [{"name", "offender_sending", "tunnels": [{"name", "sent",
 //! "received", "latency_ns": {...}}]}], "offender": {"sent", "delivered", "excess_dropped",
 //! "bw_exceeded_after_first_drop_periods", "bw_exceeded_after_first_excess_periods",
-//! "terminated"}, "p999_ratio": {"good-1", "good-2"}, machine, noise, plots}`.
+//! "terminated"}, "p999_ratio": {"good-1", "good-2"}, "p999_alone_again_ratio": {...}, machine,
+//! noise, plots}`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{SocketAddr, UdpSocket};
@@ -53,8 +59,10 @@ const OFFENDER: &str = "offender";
 /// What a run of `kairos lane police` does.
 #[derive(Debug, Clone, Serialize)]
 pub struct PoliceConfig {
-    /// Every tunnel's requested period, us (100 to 100,000).
+    /// The offender's requested period, us (100 to 100,000): `BW_EXCEEDED` is timed in it.
     pub period_us: u64,
+    /// The good tunnels' requested period, us (100 to `period_us`).
+    pub good_period_us: u64,
     /// Each phase's length, seconds (0.2 to 600).
     pub phase_s: f64,
     /// How often a node reports use (and, at most, excess), ms.
@@ -66,9 +74,9 @@ impl PoliceConfig {
     /// phases, reports every 400 ms).
     pub fn preset(quick: bool) -> Self {
         if quick {
-            Self { period_us: 1_000, phase_s: 1.0, report_ms: 400 }
+            Self { period_us: 1_000, good_period_us: 100, phase_s: 1.0, report_ms: 400 }
         } else {
-            Self { period_us: 1_000, phase_s: 5.0, report_ms: 2_000 }
+            Self { period_us: 1_000, good_period_us: 100, phase_s: 5.0, report_ms: 2_000 }
         }
     }
 }
@@ -89,6 +97,8 @@ pub struct TunnelRow {
 /// One phase.
 #[derive(Debug, Clone, Serialize)]
 pub struct Phase {
+    /// `alone`, `offender sending` or `alone again`.
+    pub name: String,
     /// Whether the offender sent at twice its grant.
     pub offender_sending: bool,
     /// The tunnels.
@@ -130,6 +140,9 @@ pub struct PoliceSummary {
     pub good_dropped: u64,
     /// Each good tunnel's p99.9 with the offender over without it.
     pub p999_ratio: BTreeMap<String, f64>,
+    /// Each good tunnel's p99.9 in the third phase (alone again) over the first: how much the
+    /// machine alone moves it between phases.
+    pub p999_alone_again_ratio: BTreeMap<String, f64>,
 }
 
 impl Experiment for PoliceConfig {
@@ -140,13 +153,19 @@ impl Experiment for PoliceConfig {
         if !(100..=100_000).contains(&self.period_us) {
             return Err(format!("--period-us must be from 100 to 100000, got {}", self.period_us));
         }
+        if !(100..=self.period_us).contains(&self.good_period_us) {
+            return Err(format!(
+                "the good tunnels' period must be from 100 us to the offender's {} us, got {}",
+                self.period_us, self.good_period_us
+            ));
+        }
         if !(0.2..=600.0).contains(&self.phase_s) {
             return Err(format!("--phase-s must be from 0.2 to 600 seconds, got {}", self.phase_s));
         }
         if !(1..=60_000).contains(&self.report_ms) {
             return Err(format!("report interval must be from 1 to 60000 ms, got {}", self.report_ms));
         }
-        Ok(Plan::new(2, self.phase_s + 0.5))
+        Ok(Plan::new(3, self.phase_s + 0.5))
     }
 
     fn run(&self, run: &mut Run<'_>) -> Result<PoliceSummary> {
@@ -239,13 +258,16 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
             name: name.to_string(),
             receivers: vec!["h3".into()],
             packet_bytes: PACKET_BYTES,
-            period_ps: config.period_us * 1_000_000,
+            period_ps: if *name == OFFENDER { config.period_us } else { config.good_period_us } * 1_000_000,
             sublane: 0,
         };
         let tunnel = a.request(spec, Duration::from_secs(5)).with_context(|| format!("tunnel {name}"))?;
         senders.push(Sender { app: a, tunnel, sent: 0 });
     }
-    let period_ns = senders.iter().map(|s| s.tunnel.grant.period_ps.div_ceil(1_000)).max().unwrap_or(1);
+    let period_of = |s: &Sender| s.tunnel.grant.period_ps.div_ceil(1_000).max(1);
+    // The loop runs at the good tunnels' period; the offender sends at its own.
+    let period_ns = senders[..GOOD.len()].iter().map(period_of).max().unwrap_or(1);
+    let offender_period_ns = period_of(&senders[GOOD.len()]);
     let start = senders.iter().map(|s| s.tunnel.send_from_ns).max().unwrap_or(0);
     while realtime_ns() < start {
         std::thread::sleep(Duration::from_millis(1));
@@ -255,7 +277,8 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
     let mut phases = Vec::new();
     let (mut exceeded_ns, mut first_excess_ns, mut terminated) = (None, None, false);
     let mut offender_delivered = 0;
-    for offending in [false, true] {
+    let mut offender_next = 0;
+    for (phase, offending) in [("alone", false), ("offender sending", true), ("alone again", false)] {
         run.doing(if offending { "with the offender at twice its grant" } else { "the good tunnels alone" });
         let mut recorders = vec![LatencyRecorder::new(); senders.len()];
         let mut received = vec![0u64; senders.len()];
@@ -264,11 +287,15 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
         let mut next = realtime_ns();
         let mut buf = [0u8; 256];
         while Instant::now() < end {
+            let offender_due = realtime_ns() >= offender_next;
+            if offender_due {
+                offender_next = realtime_ns() + offender_period_ns;
+            }
             for (i, s) in senders.iter_mut().enumerate() {
                 let offender = i == GOOD.len();
                 let messages: &[&[u8]] = match (offender, offending) {
                     (false, _) => &[&[1u8; 40]],
-                    (true, true) if !terminated => &[&[2u8; 60], &[3u8; 60]],
+                    (true, true) if !terminated && offender_due => &[&[2u8; 60], &[3u8; 60]],
                     _ => &[],
                 };
                 for m in messages {
@@ -281,6 +308,12 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
                 }
             }
             next += period_ns;
+            // Late by a whole period: go on from now, never a burst (which the node would
+            // carry and drop as excess, a good tunnel's loss that is this loop's doing).
+            let now = realtime_ns();
+            if now > next {
+                next = now + period_ns;
+            }
             loop {
                 while let Some(d) = monitor.recv(&mut buf)? {
                     if let Some(&i) = ids.get(&d.tunnel_id) {
@@ -320,12 +353,16 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
             .enumerate()
             .filter(|(_, r)| r.count() > 0)
             .map(|(i, r)| Series {
-                name: format!("{}{}", GOOD[i], if offending { ", offender sending" } else { ", alone" }),
+                name: format!("{}, {phase}", GOOD[i]),
                 points: r.ccdf().into_iter().map(|(v, f)| (v as f64 / 1e3, f)).collect(),
             })
             .collect();
-        phases.push((Phase { offender_sending: offending, tunnels }, ccdfs));
-        run.step(if offending { "" } else { "with the offender" });
+        phases.push((Phase { name: phase.into(), offender_sending: offending, tunnels }, ccdfs));
+        run.step(match phase {
+            "alone" => "with the offender",
+            "offender sending" => "alone again",
+            _ => "",
+        });
     }
     let sender_report = lane.sender.take().map(RunningNode::stop);
     drop(lane.receiver.take());
@@ -337,7 +374,7 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
         .and_then(|r| r.lane.tunnels.iter().find(|t| t.name == OFFENDER).map(|t| t.counts));
     let first_drop_ns = offender_counts.and_then(|c| c.first_excess_ns);
     let periods = |from: Option<u64>| match (exceeded_ns, from) {
-        (Some(e), Some(f)) => Some(e.saturating_sub(f) as f64 / period_ns as f64),
+        (Some(e), Some(f)) => Some(e.saturating_sub(f) as f64 / offender_period_ns as f64),
         _ => None,
     };
     let offender = Offender {
@@ -348,13 +385,17 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
         bw_exceeded_after_first_excess_periods: periods(first_excess_ns),
         terminated,
     };
-    let mut p999_ratio = BTreeMap::new();
-    for (i, name) in GOOD.iter().enumerate() {
-        let (a, b) = (phases[0].0.tunnels[i].latency_ns.p999, phases[1].0.tunnels[i].latency_ns.p999);
-        if a > 0 {
-            p999_ratio.insert(name.to_string(), b as f64 / a as f64);
-        }
-    }
+    let ratios = |of: usize| -> BTreeMap<String, f64> {
+        GOOD.iter()
+            .enumerate()
+            .filter_map(|(i, name)| {
+                let (a, b) =
+                    (phases[0].0.tunnels[i].latency_ns.p999, phases[of].0.tunnels[i].latency_ns.p999);
+                (a > 0).then(|| (name.to_string(), b as f64 / a as f64))
+            })
+            .collect()
+    };
+    let (p999_ratio, p999_alone_again_ratio) = (ratios(1), ratios(2));
     let series: Vec<Series> = phases.iter().flat_map(|(_, s)| s.iter().cloned()).collect();
     if !series.is_empty() {
         let path = run.plot("good_tunnels_latency_tail.png");
@@ -372,6 +413,7 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
         offender,
         good_dropped: good_excess,
         p999_ratio,
+        p999_alone_again_ratio,
     })
 }
 
@@ -384,15 +426,15 @@ impl Sender {
 /// The table `kairos lane police` prints.
 pub fn report(s: &PoliceSummary) -> String {
     let mut out = format!(
-        "lane police: {} us periods, {:.1} s a phase, reports every {} ms\n",
-        s.config.period_us, s.config.phase_s, s.config.report_ms
+        "lane police: the offender's period {} us, the good tunnels' {} us, {:.1} s a phase, reports every {} ms\n",
+        s.config.period_us, s.config.good_period_us, s.config.phase_s, s.config.report_ms
     );
     out.push_str(&format!(
         "{:<10} {:<18} {:>7} {:>9} {:>10} {:>10} {:>11} {:>10}\n",
         "tunnel", "phase", "sent", "received", "p50 us", "p99 us", "p99.9 us", "max us"
     ));
     for p in &s.phases {
-        let phase = if p.offender_sending { "offender sending" } else { "alone" };
+        let phase = &p.name;
         for t in &p.tunnels {
             let l = &t.latency_ns;
             out.push_str(&format!(
@@ -421,7 +463,10 @@ pub fn report(s: &PoliceSummary) -> String {
     ));
     out.push_str(&format!("good tunnels' messages dropped at their node: {}\n", s.good_dropped));
     for (name, r) in &s.p999_ratio {
-        out.push_str(&format!("{name}: p99.9 beside the offender / alone = {r:.2}\n"));
+        let again = s.p999_alone_again_ratio.get(name).map_or("-".into(), |a| format!("{a:.2}"));
+        out.push_str(&format!(
+            "{name}: p99.9 beside the offender / alone = {r:.2} (alone again / alone = {again}: the machine's own variation)\n"
+        ));
     }
     for p in &s.run.plots {
         out.push_str(&format!("plot: {}\n", p.display()));

@@ -249,7 +249,7 @@ impl LaneLoop {
             let now = realtime_ns();
             while let Some(release) = self.tunnels.due(now) {
                 self.counts.releases_missed += release.missed;
-                self.release(release.tunnel_id, release.packet_bytes, now);
+                self.release(release.tunnel_id, release.packet_bytes);
             }
             self.receive();
             let reports = self.tunnels.reports(now);
@@ -335,7 +335,7 @@ impl LaneLoop {
     }
 
     /// Sends one packet of the tunnel's queued messages; the rest of them are excess.
-    fn release(&mut self, tunnel_id: TunnelId, packet_bytes: u64, now: u64) {
+    fn release(&mut self, tunnel_id: TunnelId, packet_bytes: u64) {
         let Some(out) = self.outboxes.get_mut(&tunnel_id) else { return };
         let Ok(tunnel) = u32::try_from(tunnel_id) else { return };
         let room = (packet_bytes as usize).min(self.packet.len());
@@ -359,7 +359,9 @@ impl LaneLoop {
         // Packets of the grant's size the offered messages need, at the chunks one holds.
         let per_packet = schema.max_chunks(room).max(1);
         offered.packets = chunks.div_ceil(per_packet) as u64;
-        let header = Header { schema: self.settings.schema, tunnel, seq: out.seq, sent_ns: now };
+        // Stamped as it is built, just before its send: a packet released after others in the
+        // same pass (or a receiver after others of a fan-out) is not charged their sends.
+        let header = Header { schema: self.settings.schema, tunnel, seq: out.seq, sent_ns: realtime_ns() };
         let mut sent = 0u64;
         if let Ok(mut encoder) = Encoder::new(header, &mut self.packet[..room]) {
             while let Some(m) = out.carry.front() {
