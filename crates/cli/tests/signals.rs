@@ -53,13 +53,17 @@ fn ended(pid: u32, start: u64) -> bool {
     ProcStat::of_process(pid).is_none_or(|s| s.is_zombie() || s.start_ticks() != Some(start))
 }
 
-/// The run's network namespaces (named `kairos-...-<pid>`).
+/// The run's network namespaces (named `kairos-...-<pid>`, or `kairos-<pid>-<role>` for a lane
+/// testbed).
 fn namespaces_of(pid: u32) -> Vec<String> {
     let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("kairos-") && n.ends_with(&format!("-{pid}")))
+        .filter(|n| {
+            n.starts_with("kairos-")
+                && (n.ends_with(&format!("-{pid}")) || n.starts_with(&format!("kairos-{pid}-")))
+        })
         .map(str::to_string)
         .collect()
 }
@@ -73,6 +77,12 @@ fn cpusets_of(pid: u32) -> Vec<String> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n == &prefix || n.starts_with(&format!("{prefix}-")))
         .collect()
+}
+
+/// RT throttling's setting, which the lane latency experiment's tuned row switches off (through
+/// the doctor) and must put back.
+fn rt_runtime() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/sched_rt_runtime_us").ok()
 }
 
 fn load_balance() -> Option<String> {
@@ -129,6 +139,7 @@ struct Case {
 fn interrupt(case: Case) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let balance_before = load_balance();
+    let rt_runtime_before = rt_runtime();
     let results = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("signals");
     let mut run: Child = Command::new(env!("CARGO_BIN_EXE_kairos"))
         .args(case.args)
@@ -198,6 +209,7 @@ fn interrupt(case: Case) {
     assert_eq!(namespaces_of(pid), Vec::<String>::new(), "{what} left network namespaces");
     assert_eq!(cpusets_of(pid), Vec::<String>::new(), "{what} left cpusets");
     assert_eq!(load_balance(), balance_before, "{what} left the root cpuset's load balancing changed");
+    assert_eq!(rt_runtime(), rt_runtime_before, "{what} left RT throttling changed");
     eprintln!(
         "{what}: exit {}, {} descendants ended ({}), namespaces removed {:?}, cpusets removed {:?}",
         128 + case.signal,
@@ -230,6 +242,27 @@ fn has_cpuset_member(pid: u32) -> bool {
     tasks.is_ok_and(|t| !t.trim().is_empty())
 }
 
+/// The lane testbed (switch and two hosts) is up, and the lane's nodes run.
+fn has_lane_testbed_and_nodes(pid: u32) -> bool {
+    namespaces_of(pid).len() == 3 && thread_named(pid, "lane-loop")
+}
+
+/// The lane testbed is up and the flood (iperf3, when installed) runs across it.
+fn has_lane_testbed_and_flood(pid: u32) -> bool {
+    namespaces_of(pid).len() == 3 && (!installed("iperf3") || has_descendant(pid, "iperf3"))
+}
+
+fn thread_named(pid: u32, name: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
+}
+
+/// The tuned lane row (the doctor's changes applied) for ten seconds.
+const LATENCY_TUNED: &[&str] =
+    &["lane", "latency", "--rows", "lane", "--loads", "idle", "--packets", "100000"];
+/// A peer row under the flood, for ten seconds.
+const LATENCY_FLOOD: &[&str] =
+    &["lane", "latency", "--rows", "udp-blocking", "--loads", "flood", "--packets", "100000"];
 const SWEEP: &[&str] = &["sweep", "--quick", "--backend", "udp", "--packets", "40000"];
 const DEADLINES: &[&str] = &["rtu", "deadlines", "--quick"];
 
@@ -259,6 +292,20 @@ case!(
     has_realtime_threads_and_stress_ng
 );
 case!(sighup_mid_rtu_deadlines, DEADLINES, 1, "real-time threads", has_realtime_thread);
+case!(
+    sigterm_mid_lane_latency_with_the_doctor_applied,
+    LATENCY_TUNED,
+    15,
+    "its lane testbed and nodes",
+    has_lane_testbed_and_nodes
+);
+case!(
+    sigint_mid_lane_latency_under_the_flood,
+    LATENCY_FLOOD,
+    2,
+    "its lane testbed and flood",
+    has_lane_testbed_and_flood
+);
 
 #[test]
 #[ignore = "runs whole experiments as root: scripts/test runs it in release"]
