@@ -41,7 +41,8 @@ enum LaneCommand {
     ///
     /// A controller and two nodes on loopback (no root). Prints when BW_EXCEEDED reached the
     /// offender (in periods), its drops, and the good tunnels' latency with and without it.
-    /// Full run: two 5 s phases; --quick: two 1 s phases.
+    /// Full run: 5 s alone and 5 s offending, alternating, then 5 s alone again; --quick: 1 s
+    /// each.
     Police(PoliceArgs),
     /// The lane's one-way latency on a two-host testbed beside UDP sockets (blocking,
     /// busy-polling, in the priority class) and sockperf, idle and under a flood (the source's
@@ -233,8 +234,9 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
             config.good_period_us = a.good_period_us;
             if let Some(s) = a.phase_s {
                 config.phase_s = s;
-                // Reports of excess at most twice a phase: the third ends the tunnel.
-                config.report_ms = ((s * 400.0) as u64).max(1);
+                // Reports of excess at most once a condition's length: the third, which ends the
+                // tunnel, comes after the alternation (twice that length) is over.
+                config.report_ms = ((s * 1_000.0) as u64).max(1);
             }
             crate::experiment(&a.common, &config, kairos_lab::lane_police::report)
         }

@@ -4,22 +4,24 @@
 //!
 //! A controller, a sending node (h0) and a receiving node (h3) run in this process, their lane
 //! sockets on loopback, so no root is needed. Three applications on h0 each get a tunnel to h3
-//! of 64-byte packets: `good-1` and `good-2` every `good_period_us` (short, so a phase holds
-//! enough of their messages for a steady p99.9) and `offender` every `period_us`. Phase 1: the
-//! good ones send one 40-byte message a period, the offender nothing. Phase 2: the same, and the
-//! offender sends two 60-byte messages a period of its own (each a packet's worth: twice its
-//! grant). Phase 3: the good ones alone again (the offender's tunnel is ended by then), so the
-//! good tunnels' p99.9 with the offender is set against two phases without it, and the two
-//! without it against each other (what the machine alone moves it by). The node carries one
-//! period's backlog and drops the oldest beyond it as excess, and reports at once; the
-//! controller answers `BW_EXCEEDED` and ends the tunnel at the third report (reports of excess
-//! are sent at most once an interval, `report_ms`).
+//! of 64-byte packets: `good-1` and `good-2` every `good_period_us` (short, so a condition holds
+//! enough of their messages for a steady p99.9) and `offender` every `period_us`. The good ones
+//! send one 40-byte message a period throughout. The offender sends nothing in the `alone`
+//! segments and two 60-byte messages a period of its own (each a packet's worth: twice its
+//! grant) in the `offender sending` ones; the two kinds alternate, [`CYCLES`] pairs of
+//! `phase_s / CYCLES` each, so both conditions meet the same machine (a shared machine moves a
+//! p99.9 of microseconds between consecutive phases by more than the offender does). Then the
+//! good tunnels run `alone again` for `phase_s` (the offender's tunnel is ended by then, or
+//! left idle). The node carries one period's backlog and drops the oldest beyond it as excess,
+//! and reports at once; the controller answers `BW_EXCEEDED` and ends the tunnel at the third
+//! report (reports of excess are sent at most once an interval, `report_ms`, long enough in the
+//! full run for the offender to last through the alternation).
 //!
 //! Measured: when `BW_EXCEEDED` reached the offender, in periods from the node's first dropped
 //! message and from the first message over the grant; the offender's messages sent, delivered
 //! and dropped; each good tunnel's one-way latency (from its packet's release stamp to the
 //! kernel's receive stamp at h3) in every phase, the ratio of their p99.9 with the offender to
-//! the first phase's, and the third phase's to the first's.
+//! alone, and alone again to alone.
 //!
 //! `summary.json`: `{"config", "phases": [{"name", "offender_sending", "tunnels": [{"name", "sent",
 //! "received", "latency_ns": {...}}]}], "offender": {"sent", "delivered", "excess_dropped",
@@ -56,6 +58,29 @@ const PACKET_BYTES: u64 = 128;
 const GOOD: [&str; 2] = ["good-1", "good-2"];
 const OFFENDER: &str = "offender";
 
+/// The three conditions: the first two alternate in [`CYCLES`] pairs of segments.
+const PHASES: [&str; 3] = ["alone", "offender sending", "alone again"];
+/// Pairs of alone and offending segments (each `phase_s / CYCLES` long) while the offender's
+/// tunnel lives.
+const CYCLES: usize = 5;
+
+/// What one condition's segments gathered, per tunnel.
+struct Pool {
+    recorders: Vec<LatencyRecorder>,
+    received: Vec<u64>,
+    sent: Vec<u64>,
+}
+
+impl Pool {
+    fn new(tunnels: usize) -> Self {
+        Self {
+            recorders: vec![LatencyRecorder::new(); tunnels],
+            received: vec![0; tunnels],
+            sent: vec![0; tunnels],
+        }
+    }
+}
+
 /// What a run of `kairos lane police` does.
 #[derive(Debug, Clone, Serialize)]
 pub struct PoliceConfig {
@@ -70,13 +95,13 @@ pub struct PoliceConfig {
 }
 
 impl PoliceConfig {
-    /// The full run (1 ms periods, 5 s phases, reports every 2 s) or the quick one (1 s
-    /// phases, reports every 400 ms).
+    /// The full run (the offender's period 1 ms, the good ones' 100 us, 5 s per condition,
+    /// reports every 5 s) or the quick one (1 s per condition, reports every 400 ms).
     pub fn preset(quick: bool) -> Self {
         if quick {
             Self { period_us: 1_000, good_period_us: 100, phase_s: 1.0, report_ms: 400 }
         } else {
-            Self { period_us: 1_000, good_period_us: 100, phase_s: 5.0, report_ms: 2_000 }
+            Self { period_us: 1_000, good_period_us: 100, phase_s: 5.0, report_ms: 5_000 }
         }
     }
 }
@@ -165,7 +190,7 @@ impl Experiment for PoliceConfig {
         if !(1..=60_000).contains(&self.report_ms) {
             return Err(format!("report interval must be from 1 to 60000 ms, got {}", self.report_ms));
         }
-        Ok(Plan::new(3, self.phase_s + 0.5))
+        Ok(Plan::new(CYCLES + 1, 2.0 * self.phase_s / CYCLES as f64 + 0.1))
     }
 
     fn run(&self, run: &mut Run<'_>) -> Result<PoliceSummary> {
@@ -274,18 +299,26 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
     }
     let ids: HashMap<u64, usize> = senders.iter().enumerate().map(|(i, s)| (s.tunnel.id, i)).collect();
 
-    let mut phases = Vec::new();
     let (mut exceeded_ns, mut first_excess_ns, mut terminated) = (None, None, false);
-    let mut offender_delivered = 0;
     let mut offender_next = 0;
-    for (phase, offending) in [("alone", false), ("offender sending", true), ("alone again", false)] {
-        run.doing(if offending { "with the offender at twice its grant" } else { "the good tunnels alone" });
-        let mut recorders = vec![LatencyRecorder::new(); senders.len()];
-        let mut received = vec![0u64; senders.len()];
+    let mut pools: Vec<Pool> = (0..PHASES.len()).map(|_| Pool::new(senders.len())).collect();
+    let mut buf = [0u8; 256];
+    // Alone and offending segments alternate while the offender's tunnel lives, so both
+    // conditions meet the same machine; then the good tunnels alone again.
+    let segment = Duration::from_secs_f64(config.phase_s / CYCLES as f64);
+    let mut segments: Vec<(usize, Duration)> =
+        (0..CYCLES).flat_map(|_| [(0, segment), (1, segment)]).collect();
+    segments.push((2, Duration::from_secs_f64(config.phase_s)));
+    for (n, &(pool, length)) in segments.iter().enumerate() {
+        if pool < 2 && terminated {
+            continue;
+        }
+        let offending = pool == 1;
+        run.doing(PHASES[pool]);
+        let p = &mut pools[pool];
         let sent_before: Vec<u64> = senders.iter().map(|s| s.sent).collect();
-        let end = Instant::now() + Duration::from_secs_f64(config.phase_s);
+        let end = Instant::now() + length;
         let mut next = realtime_ns();
-        let mut buf = [0u8; 256];
         while Instant::now() < end {
             let offender_due = realtime_ns() >= offender_next;
             if offender_due {
@@ -317,8 +350,8 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
             loop {
                 while let Some(d) = monitor.recv(&mut buf)? {
                     if let Some(&i) = ids.get(&d.tunnel_id) {
-                        recorders[i].record(d.received_ns.saturating_sub(d.sent_ns));
-                        received[i] += 1;
+                        p.recorders[i].record(d.received_ns.saturating_sub(d.sent_ns));
+                        p.received[i] += 1;
                     }
                 }
                 for e in senders[GOOD.len()].app.events(Duration::ZERO)? {
@@ -337,33 +370,41 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
                 std::thread::sleep(Duration::from_nanos((next - now).min(200_000)));
             }
         }
-        offender_delivered += received[GOOD.len()];
-        let tunnels = senders
-            .iter()
-            .enumerate()
-            .map(|(i, s)| TunnelRow {
-                name: s.tunnel_name(i),
-                sent: s.sent - sent_before[i],
-                received: received[i],
-                latency_ns: recorders[i].summary(),
-            })
-            .collect();
-        let ccdfs: Vec<Series> = recorders[..GOOD.len()]
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.count() > 0)
-            .map(|(i, r)| Series {
-                name: format!("{}, {phase}", GOOD[i]),
-                points: r.ccdf().into_iter().map(|(v, f)| (v as f64 / 1e3, f)).collect(),
-            })
-            .collect();
-        phases.push((Phase { name: phase.into(), offender_sending: offending, tunnels }, ccdfs));
-        run.step(match phase {
-            "alone" => "with the offender",
-            "offender sending" => "alone again",
-            _ => "",
-        });
+        for (i, s) in senders.iter().enumerate() {
+            p.sent[i] += s.sent - sent_before[i];
+        }
+        if n % 2 == 1 || pool == 2 {
+            run.step(if pool == 2 { "" } else { "alternating" });
+        }
     }
+    let offender_delivered: u64 = pools.iter().map(|p| p.received[GOOD.len()]).sum();
+    let phases: Vec<(Phase, Vec<Series>)> = pools
+        .iter()
+        .zip(PHASES)
+        .enumerate()
+        .map(|(n, (p, name))| {
+            let tunnels = senders
+                .iter()
+                .enumerate()
+                .map(|(i, s)| TunnelRow {
+                    name: s.tunnel_name(i),
+                    sent: p.sent[i],
+                    received: p.received[i],
+                    latency_ns: p.recorders[i].summary(),
+                })
+                .collect();
+            let ccdfs = p.recorders[..GOOD.len()]
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.count() > 0)
+                .map(|(i, r)| Series {
+                    name: format!("{}, {name}", GOOD[i]),
+                    points: r.ccdf().into_iter().map(|(v, f)| (v as f64 / 1e3, f)).collect(),
+                })
+                .collect();
+            (Phase { name: name.into(), offender_sending: n == 1, tunnels }, ccdfs)
+        })
+        .collect();
     let sender_report = lane.sender.take().map(RunningNode::stop);
     drop(lane.receiver.take());
     let good_excess: u64 = sender_report.as_ref().map_or(0, |r| {
