@@ -82,12 +82,17 @@ pub fn run(args: &AoiModelArgs) -> Result<i32> {
         args.seed,
     );
     if args.json {
-        println!("{}", serde_json::to_string(&p)?);
+        outln!("{}", serde_json::to_string(&p)?);
     } else {
         let closed = p.closed_form_avg_age.map_or("none known".to_string(), |c| format!("{c:.4}"));
-        println!(
+        outln!(
             "{} arrivals, {} service, {} at rho {:.3}: average age {:.4}, peak age {:.4} (units of 1/mu); closed form {closed}",
-            p.arrival, p.service, args.discipline, p.rho, p.avg_age, p.peak_age
+            p.arrival,
+            p.service,
+            args.discipline,
+            p.rho,
+            p.avg_age,
+            p.peak_age
         );
     }
     Ok(crate::exit::OK)

@@ -77,9 +77,9 @@ pub(crate) fn run(args: &DoctorArgs) -> Result<i32> {
         let reverted = apply::revert(&host, &args.state)
             .with_context(|| format!("kairos doctor --revert (record {})", args.state.display()))?;
         if args.json {
-            println!("{}", reverted_json(&reverted));
+            outln!("{}", reverted_json(&reverted));
         } else {
-            print!("{}", reverted_text(&reverted, &args.state, &apply::irq_devices(&host)));
+            out!("{}", reverted_text(&reverted, &args.state, &apply::irq_devices(&host)));
         }
         if !reverted.failed.is_empty() {
             anyhow::bail!(
@@ -125,13 +125,13 @@ pub(crate) fn run(args: &DoctorArgs) -> Result<i32> {
         if let Some(applied) = &applied {
             json["applied"] = applied_json(applied, &args.state);
         }
-        println!("{json}");
+        outln!("{json}");
     } else {
         let devices = apply::irq_devices(&host);
         if let Some(applied) = &applied {
-            print!("{}", applied_text(applied, &args.state, &devices));
+            out!("{}", applied_text(applied, &args.state, &devices));
         }
-        print!("{}", table(&host, &diagnosis, probe.as_ref()));
+        out!("{}", table(&host, &diagnosis, probe.as_ref()));
     }
     Ok(exit::OK)
 }

@@ -7,6 +7,7 @@
 //! | 1 | the run failed (an OS refusal, a worker that died, an unwritable file) |
 //! | 2 | usage: a flag or input file is wrong; nothing was run (clap's own code for bad flags) |
 //! | 3 | refused: the analysis ran and refused some of what was asked (`rtu admit`, `lane plan`) |
+//! | 141 | standard output's reader went away (`kairos ... \| head`): nothing more to say, no message |
 //!
 //! Errors are one line on stderr, `kairos: error: ...`, saying what was wrong and how to fix it.
 
@@ -22,6 +23,32 @@ pub(crate) const FAILED: i32 = 1;
 pub(crate) const USAGE: i32 = 2;
 /// Exit code of an admission analysis that refused part of the request.
 pub(crate) const REFUSED: i32 = 3;
+
+/// Exit code when standard output's reader is gone: what a shell reports for a process ended by
+/// `SIGPIPE` (128 + 13), as for any other program cut off by `| head`.
+pub(crate) const STDOUT_CLOSED: i32 = 141;
+
+/// Standard output's reader went away; `main` exits with [`STDOUT_CLOSED`] and no message.
+#[derive(Debug)]
+pub(crate) struct StdoutClosed;
+
+impl fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("standard output was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Writes `text` to standard output. A closed pipe is [`StdoutClosed`] (the run then ends
+/// through its owners' drops, as any error does) rather than the panic `print!` makes of it.
+pub(crate) fn write_out(text: fmt::Arguments<'_>) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(text).and_then(|()| out.flush()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::BrokenPipe { anyhow::Error::new(StdoutClosed) } else { e.into() }
+    })
+}
 
 /// A usage error: the flag or file given is wrong, nothing was run. Wrap a message with
 /// [`usage`] and return it through `anyhow`; `main` exits with [`USAGE`].
@@ -44,6 +71,9 @@ pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
 /// The exit code for `error`: [`USAGE`] when any error in its chain is a [`Usage`], else
 /// [`FAILED`]. A config an experiment refused before starting ([`InvalidConfig`]) is a usage error.
 pub(crate) fn code_of(error: &anyhow::Error) -> i32 {
+    if error.chain().any(|e| e.is::<StdoutClosed>()) {
+        return STDOUT_CLOSED;
+    }
     let usage = |e: &(dyn std::error::Error + 'static)| e.is::<Usage>() || e.is::<InvalidConfig>();
     if error.chain().any(usage) { USAGE } else { FAILED }
 }

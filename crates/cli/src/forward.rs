@@ -138,11 +138,11 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
     let experiment = forward::ForwardRun { config, trace_file: args.trace.clone(), trace };
     let summary = harness::run(&experiment, &args.results, &|line| eprintln!("kairos: {line}"))?;
     if args.json {
-        println!("{}", serde_json::to_string(&summary.row)?);
+        outln!("{}", serde_json::to_string(&summary.row)?);
     } else {
-        println!("{}", forward::row_header());
-        println!("{}", forward::row_line(&summary.row));
-        println!("results: {}", summary.run.results_dir.display());
+        outln!("{}", forward::row_header());
+        outln!("{}", forward::row_line(&summary.row));
+        outln!("results: {}", summary.run.results_dir.display());
     }
     Ok(())
 }

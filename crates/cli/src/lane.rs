@@ -269,7 +269,7 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
         LaneCommand::Testbed(a) => crate::lane_testbed::run(a),
         LaneCommand::Generate(g) => {
             let topo = generated(g)?;
-            print!("{}", topo.to_toml());
+            out!("{}", topo.to_toml());
             Ok(exit::OK)
         }
     }

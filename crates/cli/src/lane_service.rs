@@ -194,12 +194,12 @@ pub fn request(a: &RequestArgs) -> Result<i32> {
     conn.send(&ToController::Request { app_ref: 1, tunnel })?;
     let m = answer(&mut conn, 1, None, timeout)?;
     if a.json {
-        println!("{}", serde_json::to_string(&m)?);
+        outln!("{}", serde_json::to_string(&m)?);
     }
     match m {
         ToNode::Granted { tunnel_id, grant, .. } => {
             if !a.json {
-                println!(
+                outln!(
                     "granted tunnel {tunnel_id}: period {:.3} us, latency {:.3} to {:.3} us, {} bytes, sub-lane {}",
                     ps_to_ns(grant.period_ps) / 1e3,
                     ps_to_ns(grant.min_latency_ps) / 1e3,
@@ -212,7 +212,7 @@ pub fn request(a: &RequestArgs) -> Result<i32> {
         }
         ToNode::Refused { reason, .. } => {
             if !a.json {
-                println!("refused: {reason}");
+                outln!("refused: {reason}");
             }
             Ok(exit::REFUSED)
         }
@@ -226,11 +226,11 @@ pub fn release(a: &ReleaseArgs) -> Result<i32> {
     conn.send(&ToController::Release { tunnel_id: a.tunnel })?;
     match answer(&mut conn, 0, Some(a.tunnel), timeout)? {
         ToNode::Released { tunnel_id } => {
-            println!("released tunnel {tunnel_id}");
+            outln!("released tunnel {tunnel_id}");
             Ok(exit::OK)
         }
         ToNode::Refused { reason, .. } => {
-            println!("refused: {reason}");
+            outln!("refused: {reason}");
             Ok(exit::REFUSED)
         }
         _ => unreachable!("answer returns a release or a refusal for a release"),

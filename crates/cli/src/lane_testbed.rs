@@ -110,10 +110,10 @@ pub fn run(a: &TestbedArgs) -> Result<i32> {
     let topology = kairos_lane::testbed::topology(&plain).map_err(anyhow::Error::msg)?;
     let text = format!("{}{}", header(&bed, &calibration), topology.to_toml());
     kairos_sys::fs::write_atomic(&a.write_topology, text.as_bytes())?;
-    print!("{}", summary(&bed, &calibration, &plain, &a.write_topology));
+    out!("{}", summary(&bed, &calibration, &plain, &a.write_topology));
     if a.hold {
         let first = &bed.hosts()[0].namespace;
-        println!(
+        outln!(
             "holding the testbed until Ctrl-C or SIGTERM, which remove it; run a command in a host with `ip netns exec {first} COMMAND`"
         );
         // The signal handler removes the namespaces and exits with 128 + the signal.
@@ -122,7 +122,7 @@ pub fn run(a: &TestbedArgs) -> Result<i32> {
         }
     }
     drop(bed);
-    println!("testbed removed (--hold keeps it up)");
+    outln!("testbed removed (--hold keeps it up)");
     Ok(exit::OK)
 }
 

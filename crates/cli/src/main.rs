@@ -5,6 +5,18 @@
 
 #![forbid(unsafe_code)]
 
+/// `print!` to standard output through [`exit::write_out`]: a closed pipe ends the command
+/// quietly (exit 141) instead of panicking. Used in functions returning `anyhow::Result`.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::exit::write_out(format_args!($($arg)*))? };
+}
+
+/// `println!` through [`exit::write_out`], as [`out!`].
+macro_rules! outln {
+    () => { $crate::exit::write_out(format_args!("\n"))? };
+    ($($arg:tt)*) => { $crate::exit::write_out(format_args!("{}\n", format_args!($($arg)*)))? };
+}
+
 mod aoi_model;
 mod doctor;
 mod exit;
@@ -147,8 +159,11 @@ fn main() {
     match run(cli) {
         Ok(code) => std::process::exit(code),
         Err(error) => {
-            eprintln!("kairos: error: {error:#}");
-            std::process::exit(exit::code_of(&error));
+            let code = exit::code_of(&error);
+            if code != exit::STDOUT_CLOSED {
+                eprintln!("kairos: error: {error:#}");
+            }
+            std::process::exit(code);
         }
     }
 }
@@ -215,9 +230,9 @@ pub(crate) fn experiment<E: kairos_lab::harness::Experiment>(
 /// Prints a run's summary as one JSON object (`--json`) or its table.
 pub(crate) fn print<S: serde::Serialize>(json: bool, summary: &S, table: String) -> Result<()> {
     if json {
-        println!("{}", serde_json::to_string(summary)?);
+        outln!("{}", serde_json::to_string(summary)?);
     } else {
-        print!("{table}");
+        out!("{table}");
     }
     Ok(())
 }
@@ -248,9 +263,9 @@ fn run(cli: Cli) -> Result<i32> {
             let latency = harness::run(&latency, &c.results, &log)?;
             let grace = harness::run(&grace, &c.results, &log)?;
             if c.json {
-                println!("{}", serde_json::json!({ "rcu-latency": latency, "rcu-grace": grace }));
+                outln!("{}", serde_json::json!({ "rcu-latency": latency, "rcu-grace": grace }));
             } else {
-                print!("{}\n{}", latency.table(), grace.table());
+                out!("{}\n{}", latency.table(), grace.table());
             }
             Ok(exit::OK)
         }

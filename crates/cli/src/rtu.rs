@@ -251,12 +251,18 @@ fn admit(a: &AdmitArgs) -> Result<i32> {
     };
     let verdict_code = if out.admitted { exit::OK } else { exit::REFUSED };
     if a.json {
-        println!("{}", serde_json::to_string(&out)?);
+        outln!("{}", serde_json::to_string(&out)?);
         return Ok(verdict_code);
     }
-    println!(
+    outln!(
         "{:<12} {:>8} {:>11} {:>11} {:>13} {:>10} {:>10}  verdict",
-        "handler", "priority", "period us", "blocking us", "response us", "worst job", "util"
+        "handler",
+        "priority",
+        "period us",
+        "blocking us",
+        "response us",
+        "worst job",
+        "util"
     );
     for (h, s) in out.handlers.iter().zip(&specs) {
         let response = h.response_time_us.map_or("unbounded".to_string(), |r| format!("{r:.3}"));
@@ -268,7 +274,7 @@ fn admit(a: &AdmitArgs) -> Result<i32> {
                 h.worst_job, h.jobs_checked
             ),
         };
-        println!(
+        outln!(
             "{:<12} {:>8} {:>11.3} {:>11.3} {:>13} {:>10} {:>10.3}  {verdict}",
             h.name,
             h.priority,
@@ -279,7 +285,7 @@ fn admit(a: &AdmitArgs) -> Result<i32> {
             h.utilisation
         );
     }
-    println!(
+    outln!(
         "utilisation {:.3} (Liu-Layland bound {:.3}): {}",
         out.utilisation,
         out.liu_layland_bound,
