@@ -10,7 +10,8 @@
 //! - `kairos lane`: the doctor's run-time fixes applied to the lane core (and undone after the
 //!   row, on every path: a signal included), idle states held off, both nodes' lane loops pinned
 //!   to that core at `SCHED_FIFO` (the sender's above the receiver's, which spins on its
-//!   socket).
+//!   socket). Both nodes on UDP sockets, or on packet rings on the hosts' interface
+//!   ([`super::Transport`], `--transport packet`).
 //! - `kairos lane, no host tuning` (the source's X-Lane_0): the same nodes, the receiver still
 //!   spinning, but not pinned, not real-time, no doctor.
 //!
