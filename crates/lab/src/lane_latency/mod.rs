@@ -34,7 +34,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use kairos_io::lane_testbed::{LaneTestbed, LaneTestbedConfig};
+use kairos_io::lane_testbed::{CalibrationPath, LaneTestbed, LaneTestbedConfig};
 use kairos_metrics::latency::LatencyRecorder;
 use kairos_metrics::stall::{StallReport, StallWatch, StallWatchConfig};
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
@@ -514,13 +514,26 @@ fn latency(config: &LatencyConfig, run: &mut Run<'_>) -> Result<LatencySummary> 
     let testbed = LaneTestbed::create(LaneTestbedConfig { hosts: 2, ..LaneTestbedConfig::default() })
         .context("the testbed")?;
     run.doing("calibrating the testbed");
+    // On the transport the lane's nodes use: the controller's minimum latency is the path's.
+    let path = match config.transport {
+        Transport::Udp => CalibrationPath::Udp,
+        Transport::Packet => CalibrationPath::PacketRing,
+    };
     let calibration =
-        testbed.calibrate(FROM, TO, CALIBRATION_SAMPLES).context("the testbed's calibration")?;
+        testbed.calibrate_on(FROM, TO, CALIBRATION_SAMPLES, path).context("the testbed's calibration")?;
     let topology =
         kairos_lane::testbed::topology(&testbed.topology(&calibration)).map_err(anyhow::Error::msg)?;
     let calibration_text = format!(
-        "h{FROM} -> h{TO}, {} datagrams: min {} ns, p50 {} ns, p99.9 {} ns, max {} ns",
-        calibration.samples, calibration.min_ns, calibration.p50_ns, calibration.p999_ns, calibration.max_ns
+        "h{FROM} -> h{TO}, {} datagrams on {}: min {} ns, p50 {} ns, p99.9 {} ns, max {} ns",
+        calibration.samples,
+        match path {
+            CalibrationPath::Udp => "UDP sockets",
+            CalibrationPath::PacketRing => "packet rings",
+        },
+        calibration.min_ns,
+        calibration.p50_ns,
+        calibration.p999_ns,
+        calibration.max_ns
     );
     run.log(&format!("calibration {calibration_text}"));
     let rows_dir = run.dir().path().join("rows");
