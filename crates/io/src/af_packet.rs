@@ -58,10 +58,12 @@
 //!
 //! The lane's node runs on this socket with `kairos lane node --transport packet`. In the lane
 //! (`kairos lane latency --rows lane --loads idle,flood --packets 30000 --transport ...`, the
-//! tuned row, release stamp to the receiving node's kernel stamp, two alternated runs each) the
-//! ring's median was 1.8 us idle and 2.0 us under the flood against the UDP socket's 2.2-2.3
-//! and 2.5-2.6 us, its flood p99.9 46-47 us against 56-58 us; the flood's p99 (23-26 us) is the
-//! veth softirq path's on the sending core, whichever transport (the README has the table).
+//! tuned row, release stamp to the receiving node's kernel stamp, four alternated runs each)
+//! the ring's median was 1.8-1.9 us idle and 2.0-2.1 us under the flood against the UDP
+//! socket's 2.2-2.4 and 2.5-2.7 us, its flood p99.9 46-47 us against 55-58 us; the flood's p99
+//! (21-23 against 24-26 us) is the veth softirq path's on the sending core, whichever
+//! transport, and the idle p99.9 the shared machine's (4 to 26 us on either). The README has
+//! the table.
 //!
 
 use std::collections::HashMap;

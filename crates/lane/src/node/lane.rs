@@ -15,8 +15,8 @@
 //!
 //! The loop sends and receives on a [`LaneSocket`]: the kernel's UDP socket, or a
 //! memory-mapped `AF_PACKET` ring on the lane's interface ([`kairos_io::af_packet`]), which
-//! skips the system call per burst and the UDP layer: in `kairos lane latency` about 0.4 us off
-//! the median, idle and under a flood (the README's transport section has the runs).
+//! skips the system call per burst and the UDP layer: in `kairos lane latency` 0.4 to 0.6 us
+//! off the median, idle and under a flood (the README's transport section has the runs).
 //!
 //! The control thread ([`super::agent`]) tells the loop what changed through a channel
 //! ([`LaneCommand`]) and gets the usage reports back through another, waking its event loop.
