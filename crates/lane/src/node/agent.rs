@@ -337,7 +337,8 @@ fn lane_socket_for(
                 what: format!("cannot open the lane's packet ring on {interface}"),
                 source: std::io::Error::other(e.to_string()),
             };
-            let local = match config.lane_bind {
+            // The bound address: the port the kernel chose when the configuration said 0.
+            let local = match udp.local_addr().map_err(io_error("lane socket address"))? {
                 SocketAddr::V4(a) if !a.ip().is_unspecified() => a,
                 other => {
                     return Err(NodeError::Io {
