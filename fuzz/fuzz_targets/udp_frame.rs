@@ -14,7 +14,7 @@ fn check(frame: &[u8]) {
     let payload = datagram.payload.as_ptr() as usize;
     assert!(payload >= start + HEADERS_LEN && payload + datagram.payload.len() <= end, "payload outside the frame");
     let mut again = vec![0u8; HEADERS_LEN + datagram.payload.len()];
-    let len = write_udp_frame(&datagram.src, &datagram.dst, 7, datagram.payload, &mut again)
+    let len = write_udp_frame(&datagram.src, &datagram.dst, frame[15], 7, datagram.payload, &mut again)
         .expect("a payload that arrived in an IPv4 packet fits one");
     assert_eq!(parse_udp_frame(&again[..len]), Ok(datagram), "framed again, it reads differently");
 }

@@ -130,6 +130,10 @@ struct LatencyArgs {
     /// The loads, comma-separated: idle, flood [default: both].
     #[arg(long, value_delimiter = ',')]
     loads: Vec<String>,
+    /// What the lane rows' nodes send and receive on: udp (the kernel's socket) or packet (a
+    /// memory-mapped AF_PACKET ring on the testbed host's interface).
+    #[arg(long, default_value = "udp")]
+    transport: String,
 }
 
 #[derive(Args)]
@@ -241,13 +245,14 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
             crate::experiment(&a.common, &config, kairos_lab::lane_police::report)
         }
         LaneCommand::Latency(a) => {
-            use kairos_lab::lane_latency::{LatencyConfig, LoadKind, RowKind, report};
+            use kairos_lab::lane_latency::{LatencyConfig, LoadKind, RowKind, Transport, report};
             let mut config = LatencyConfig::preset(a.common.quick);
             if let Some(p) = a.packets {
                 config.packets = p;
             }
             config.period_us = a.period_us;
             config.message_bytes = a.message_bytes;
+            config.transport = Transport::from_name(&a.transport).map_err(usage)?;
             if !a.rows.is_empty() {
                 config.rows =
                     a.rows.iter().map(|r| RowKind::from_slug(r)).collect::<Result<_, _>>().map_err(usage)?;

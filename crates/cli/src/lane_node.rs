@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
-use kairos_lane::node::agent::{self, HostMeasure, NodeConfig};
+use kairos_lane::node::agent::{self, HostMeasure, LaneTransport, NodeConfig};
 use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
 
@@ -26,6 +26,14 @@ enum Receive {
     Spin,
     /// Sleep in ppoll until a packet or the next release.
     Sleep,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Transport {
+    /// The kernel's UDP socket.
+    Udp,
+    /// A memory-mapped AF_PACKET ring on --interface (root; --lane must be its address).
+    Packet,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -66,6 +74,12 @@ pub struct NodeArgs {
     /// How often each tunnel's use is reported to the controller, ms (1 to 60000).
     #[arg(long, default_value_t = 100)]
     report_ms: u64,
+    /// What the lane loop sends and receives on.
+    #[arg(long, value_enum, default_value_t = Transport::Udp)]
+    transport: Transport,
+    /// The interface the lane address is on (with --transport packet).
+    #[arg(long, value_name = "NAME")]
+    interface: Option<String>,
     /// How long the lane core is measured before the node starts, ms (0 to 1000; 0: not
     /// measured, and the node promises the controller's bounds with only the fan-out added).
     #[arg(long, default_value_t = 300)]
@@ -88,6 +102,18 @@ fn peers(list: &[String]) -> Result<HashMap<String, SocketAddr>> {
     Ok(out)
 }
 
+/// The node's transport from `--transport` and `--interface`, or a one-line usage error.
+fn lane_transport(transport: Transport, interface: Option<&str>) -> Result<LaneTransport, String> {
+    match (transport, interface) {
+        (Transport::Udp, None) => Ok(LaneTransport::Udp),
+        (Transport::Udp, Some(_)) => Err("--interface is for --transport packet".into()),
+        (Transport::Packet, None | Some("")) => {
+            Err("--transport packet needs --interface NAME (the interface the --lane address is on)".into())
+        }
+        (Transport::Packet, Some(i)) => Ok(LaneTransport::Packet { interface: i.to_string() }),
+    }
+}
+
 /// Runs the node until a signal ends the process.
 pub fn node(a: &NodeArgs) -> Result<i32> {
     if !(1..=60_000).contains(&a.report_ms) {
@@ -106,6 +132,7 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
     if a.probe_ms > 1_000 {
         return Err(usage(format!("--probe-ms must be from 0 to 1000, got {}", a.probe_ms)));
     }
+    let transport = lane_transport(a.transport, a.interface.as_deref()).map_err(usage)?;
     let who = &a.who;
     // Unpinned, the loop runs where the scheduler puts it: the doctor's core stands for it.
     let probed = match a.core {
@@ -142,6 +169,7 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
             ChunkSchema::Hd8 => Schema::Hd8,
         },
         report_every: Duration::from_millis(a.report_ms),
+        transport,
     };
     let node = agent::start_measured(config, HostMeasure { core_jitter, log: Some(crate::log) })?;
     crate::log(&format!(
@@ -156,5 +184,25 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
     // run until then.
     loop {
         std::thread::park();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_packet_transport_needs_an_interface() {
+        assert_eq!(lane_transport(Transport::Udp, None), Ok(LaneTransport::Udp));
+        assert_eq!(
+            lane_transport(Transport::Packet, Some("to-sw")),
+            Ok(LaneTransport::Packet { interface: "to-sw".into() })
+        );
+        for (t, i) in
+            [(Transport::Packet, None), (Transport::Packet, Some("")), (Transport::Udp, Some("eth0"))]
+        {
+            let e = lane_transport(t, i).unwrap_err();
+            assert!(!e.contains('\n') && e.contains("--"), "{e}");
+        }
     }
 }

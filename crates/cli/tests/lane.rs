@@ -336,3 +336,34 @@ fn every_lane_flag_says_what_it_is() {
         assert!(help.contains(stated), "tightness --help lacks {stated:?}: {help}");
     }
 }
+
+#[test]
+fn the_packet_transport_without_an_interface_is_a_one_line_usage_error() {
+    let node = |extra: &[&str]| {
+        let mut args = vec![
+            "lane",
+            "node",
+            "--controller",
+            "127.0.0.1:1",
+            "--host",
+            "h0",
+            "--secret-file",
+            "/nonexistent/secret",
+            "--lane",
+            "127.0.0.1:0",
+            "--probe-ms",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        kairos(&args)
+    };
+    let out = node(&["--transport", "packet"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_line_error(&out).contains("--transport packet needs --interface NAME"));
+    let out = node(&["--interface", "eth0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_line_error(&out).contains("--interface is for --transport packet"));
+    let out = kairos(&["lane", "latency", "--transport", "carrier-pigeon"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(one_line_error(&out).contains("no transport \"carrier-pigeon\": udp or packet"));
+}

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kairos_io::lane_testbed::{Calibration, ClassCounters, Egress, LANE_TOS};
+use kairos_io::lane_testbed::{Calibration, CalibrationPath, ClassCounters, Egress, LANE_TOS};
 use kairos_io::{Kind, LaneTestbed, LaneTestbedConfig, LaneTestbedError, Packet, Port, UdpPort};
 use kairos_sys::clock::monotonic_ns;
 use kairos_sys::net::options;
@@ -130,6 +130,11 @@ fn three_hosts_reach_each_other_lane_and_bulk_take_their_classes_and_nothing_is_
     let frame = kairos_io::lane_testbed::transmission_ns(kairos_io::lane_testbed::MTU_BYTES, 1_000_000_000);
     assert!(topology.min_delay_ns <= (c.min_ns / 2).saturating_sub(frame), "{topology:?}");
     assert!(2 * (topology.min_delay_ns + topology.max_jitter_ns) >= c.p999_ns);
+
+    // On packet rings, as a lane node on the packet transport: sane too.
+    let r = bed.calibrate_on(0, 1, 2000, CalibrationPath::PacketRing).unwrap();
+    println!("calibration on packet rings: min {} ns, p50 {} ns, p99.9 {} ns", r.min_ns, r.p50_ns, r.p999_ns);
+    assert!(r.min_ns > 0 && r.p50_ns < 1_000_000 && r.lost <= 20, "{r:?}");
 
     drop(bed);
     assert_eq!(namespaces_left("kairos"), Vec::<String>::new(), "namespaces left behind");

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 use kairos_lane::controller::Reason;
-use kairos_lane::node::agent::{self, NodeConfig, RunningNode};
+use kairos_lane::node::agent::{self, LaneTransport, NodeConfig, RunningNode};
 use kairos_lane::node::app::{LaneApp, NodeToApp, Tunnel};
 use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
@@ -246,6 +246,7 @@ fn lane(config: &PoliceConfig, run: &Run<'_>) -> Result<Lane> {
             receive: ReceiveMode::Sleep,
             schema: Schema::Hd6,
             report_every: Duration::from_millis(config.report_ms),
+            transport: LaneTransport::Udp,
         })
     };
     let (sender, receiver) = (node("h0")?, node("h3")?);

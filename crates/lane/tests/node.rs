@@ -9,7 +9,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use kairos_lane::controller::Reason;
-use kairos_lane::node::agent::{NodeConfig, RunningNode, start};
+use kairos_lane::node::agent::{LaneTransport, NodeConfig, RunningNode, start};
 use kairos_lane::node::app::{LaneApp, NodeToApp};
 use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
@@ -77,6 +77,7 @@ fn lane_after(before_nodes: impl FnOnce(SocketAddr)) -> Lane {
                 receive: ReceiveMode::Sleep,
                 schema: Schema::Hd6,
                 report_every: Duration::from_millis(200),
+                transport: LaneTransport::Udp,
             })
             .unwrap()
         })

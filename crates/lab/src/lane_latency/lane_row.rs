@@ -10,7 +10,8 @@
 //! - `kairos lane`: the doctor's run-time fixes applied to the lane core (and undone after the
 //!   row, on every path: a signal included), idle states held off, both nodes' lane loops pinned
 //!   to that core at `SCHED_FIFO` (the sender's above the receiver's, which spins on its
-//!   socket).
+//!   socket). Both nodes on UDP sockets, or on packet rings on the hosts' interface
+//!   ([`super::Transport`], `--transport packet`).
 //! - `kairos lane, no host tuning` (the source's X-Lane_0): the same nodes, the receiver still
 //!   spinning, but not pinned, not real-time, no doctor.
 //!
@@ -24,9 +25,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
-use kairos_io::lane_testbed::{LaneTestbed, host_address};
+use kairos_io::lane_testbed::{HOST_DEVICE, LaneTestbed, host_address};
 use kairos_lane::doctor::apply;
-use kairos_lane::node::agent::{self, HostMeasure, NodeConfig, NodeReport, RunningNode};
+use kairos_lane::node::agent::{self, HostMeasure, LaneTransport, NodeConfig, NodeReport, RunningNode};
 use kairos_lane::node::app::LaneApp;
 use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
@@ -72,6 +73,8 @@ pub struct LaneRowSettings {
     pub packets: u64,
     /// Each message's bytes (the first eight carry its sequence number).
     pub message_bytes: usize,
+    /// What both nodes send and receive on.
+    pub transport: super::Transport,
 }
 
 /// What one lane row measured.
@@ -192,6 +195,10 @@ fn start_lane(testbed: &LaneTestbed, topology: &Topology, dir: &Path, s: &LaneRo
             receive: if sending { ReceiveMode::Sleep } else { ReceiveMode::Spin },
             schema: Schema::Hd6,
             report_every: Duration::from_secs(1),
+            transport: match s.transport {
+                super::Transport::Udp => LaneTransport::Udp,
+                super::Transport::Packet => LaneTransport::Packet { interface: HOST_DEVICE.into() },
+            },
         };
         // Each node measures its core as `kairos lane node` does, one after the other (two
         // probes at once would measure each other), and promises no tighter than that.
@@ -316,6 +323,7 @@ pub fn run(
         ),
         ("releases the sending node missed", tx.releases_missed),
         ("datagrams the socket did not take", tx.send_errors),
+        ("of those, datagrams the packet ring had no hardware address for", tx.neighbour_unknown),
         ("packets the receiving node dropped whole", rx.packets_dropped),
         ("messages the monitor's inbox refused", rx.inbox_refused),
     ] {

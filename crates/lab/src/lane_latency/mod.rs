@@ -34,7 +34,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use kairos_io::lane_testbed::{LaneTestbed, LaneTestbedConfig};
+use kairos_io::lane_testbed::{CalibrationPath, LaneTestbed, LaneTestbedConfig};
 use kairos_metrics::latency::LatencyRecorder;
 use kairos_metrics::stall::{StallReport, StallWatch, StallWatchConfig};
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
@@ -156,6 +156,36 @@ impl LoadKind {
     }
 }
 
+/// What the lane rows' nodes send and receive on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// The kernel's UDP socket.
+    #[default]
+    Udp,
+    /// A packet ring on the testbed host's interface
+    /// ([`kairos_io::lane_testbed::HOST_DEVICE`]).
+    Packet,
+}
+
+impl Transport {
+    /// Its name on the command line and in `summary.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Packet => "packet",
+        }
+    }
+
+    /// The transport named `name`, or a one-line error.
+    pub fn from_name(name: &str) -> Result<Self, String> {
+        [Self::Udp, Self::Packet]
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| format!("no transport {name:?}: udp or packet"))
+    }
+}
+
 /// What a run of `kairos lane latency` does.
 #[derive(Debug, Clone, Serialize)]
 pub struct LatencyConfig {
@@ -170,6 +200,8 @@ pub struct LatencyConfig {
     pub rows: Vec<RowKind>,
     /// The loads, in order.
     pub loads: Vec<LoadKind>,
+    /// What the lane rows' nodes send and receive on.
+    pub transport: Transport,
 }
 
 fn slugs<S: serde::Serializer>(rows: &[RowKind], s: S) -> Result<S::Ok, S::Error> {
@@ -185,6 +217,7 @@ impl LatencyConfig {
             message_bytes: 64,
             rows: RowKind::ALL.to_vec(),
             loads: LoadKind::ALL.to_vec(),
+            transport: Transport::Udp,
         }
     }
 
@@ -375,6 +408,7 @@ fn measure(
                 period,
                 packets: config.packets,
                 message_bytes: config.message_bytes,
+                transport: config.transport,
             };
             let r = lane_row::run(testbed, topology, dir, &settings)?;
             Ok(Measured { samples: r.samples, sent: r.sent, bound_ns: Some(r.bound_ns), notes: r.notes })
@@ -480,13 +514,26 @@ fn latency(config: &LatencyConfig, run: &mut Run<'_>) -> Result<LatencySummary> 
     let testbed = LaneTestbed::create(LaneTestbedConfig { hosts: 2, ..LaneTestbedConfig::default() })
         .context("the testbed")?;
     run.doing("calibrating the testbed");
+    // On the transport the lane's nodes use: the controller's minimum latency is the path's.
+    let path = match config.transport {
+        Transport::Udp => CalibrationPath::Udp,
+        Transport::Packet => CalibrationPath::PacketRing,
+    };
     let calibration =
-        testbed.calibrate(FROM, TO, CALIBRATION_SAMPLES).context("the testbed's calibration")?;
+        testbed.calibrate_on(FROM, TO, CALIBRATION_SAMPLES, path).context("the testbed's calibration")?;
     let topology =
         kairos_lane::testbed::topology(&testbed.topology(&calibration)).map_err(anyhow::Error::msg)?;
     let calibration_text = format!(
-        "h{FROM} -> h{TO}, {} datagrams: min {} ns, p50 {} ns, p99.9 {} ns, max {} ns",
-        calibration.samples, calibration.min_ns, calibration.p50_ns, calibration.p999_ns, calibration.max_ns
+        "h{FROM} -> h{TO}, {} datagrams on {}: min {} ns, p50 {} ns, p99.9 {} ns, max {} ns",
+        calibration.samples,
+        match path {
+            CalibrationPath::Udp => "UDP sockets",
+            CalibrationPath::PacketRing => "packet rings",
+        },
+        calibration.min_ns,
+        calibration.p50_ns,
+        calibration.p999_ns,
+        calibration.max_ns
     );
     run.log(&format!("calibration {calibration_text}"));
     let rows_dir = run.dir().path().join("rows");

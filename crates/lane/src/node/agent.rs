@@ -33,7 +33,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::app::{AppToNode, NodeToApp, SOCKET_NAME, valid_app_name};
 use super::chunk::Schema;
-use super::lane::{LaneCommand, LaneCounts, LaneLoop, LaneSettings, ReceiveMode};
+use super::lane::{LaneCommand, LaneCounts, LaneLoop, LaneSettings, LaneSocket, ReceiveMode};
 use super::promise::{self, HostJitter};
 use crate::service::auth::{Secret, Session};
 use crate::service::client::{MAX_BACKOFF, MIN_BACKOFF, NodeConnection, Welcome};
@@ -51,6 +51,20 @@ const OUTBOX_SLOTS: usize = 64;
 const INBOX_SLOTS: usize = 1024;
 /// The largest message a bridge slot carries (a whole packet's message bytes, and room).
 const MAX_MESSAGE: usize = 1_400;
+
+/// What the lane loop sends and receives lane packets on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum LaneTransport {
+    /// The kernel's UDP socket bound at the lane address.
+    #[default]
+    Udp,
+    /// A memory-mapped `AF_PACKET` ring on `interface` (root; the lane address must be the
+    /// interface's, and every peer on its link).
+    Packet {
+        /// The interface the lane address is on.
+        interface: String,
+    },
+}
 
 /// What the node is started with.
 #[derive(Debug, Clone)]
@@ -77,6 +91,8 @@ pub struct NodeConfig {
     pub schema: Schema,
     /// How often tunnels' use is reported.
     pub report_every: Duration,
+    /// What the lane loop sends and receives on.
+    pub transport: LaneTransport,
 }
 
 /// What the node's owner measured of the host before starting it, and where the node logs.
@@ -246,11 +262,12 @@ pub fn start_measured(config: NodeConfig, measure: HostMeasure) -> Result<Runnin
     let (core_ns, how) = measure.core_jitter.clone().unwrap_or((0, "not measured".into()));
     let host = HostJitter { core_ns, how, send_ns: longest_send_ns(&lane_socket, &others) };
     lane_socket.set_nonblocking(true).map_err(io_error("lane socket"))?;
-    kairos_sys::net::options::enable_rx_timestamps(&lane_socket)
-        .map_err(io_error("lane socket time stamps"))?;
     // Lane packets are DSCP EF: every egress that gives the lane strict priority (the
     // testbed's HTB classes, a switch's priority queue) knows them by that byte.
     kairos_io::lane_testbed::mark_lane_socket(&lane_socket).map_err(io_error("lane socket IP_TOS"))?;
+    // After the timed sends above: they made the kernel resolve every peer's hardware address,
+    // which the ring reads from the neighbour table.
+    let lane_socket = lane_socket_for(&config, lane_socket, &others)?;
     let poll = Poll::new().map_err(io_error("cannot create the event loop"))?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io_error("cannot create the waker"))?);
 
@@ -301,6 +318,60 @@ pub fn start_measured(config: NodeConfig, measure: HostMeasure) -> Result<Runnin
         bridge_prefix,
         _removal: removal,
     })
+}
+
+/// The lane loop's socket for `config.transport`, from the node's bound UDP socket.
+fn lane_socket_for(
+    config: &NodeConfig,
+    udp: UdpSocket,
+    peers: &[SocketAddr],
+) -> Result<LaneSocket, NodeError> {
+    match &config.transport {
+        LaneTransport::Udp => {
+            kairos_sys::net::options::enable_rx_timestamps(&udp)
+                .map_err(io_error("lane socket time stamps"))?;
+            Ok(LaneSocket::Udp(udp))
+        }
+        LaneTransport::Packet { interface } => {
+            let ring_error = |e: kairos_io::af_packet::AfPacketError| NodeError::Io {
+                what: format!("cannot open the lane's packet ring on {interface}"),
+                source: std::io::Error::other(e.to_string()),
+            };
+            // The bound address: the port the kernel chose when the configuration said 0.
+            let local = match udp.local_addr().map_err(io_error("lane socket address"))? {
+                SocketAddr::V4(a) if !a.ip().is_unspecified() => a,
+                other => {
+                    return Err(NodeError::Io {
+                        what: format!("the packet transport on {interface}"),
+                        source: std::io::Error::other(format!(
+                            "the lane address must be the interface's own IPv4 address, got {other}"
+                        )),
+                    });
+                }
+            };
+            // The kernel's stack sees every lane datagram as well as the ring: the socket stays
+            // bound (no ICMP port unreachable goes back) and a filter drops them before they are
+            // queued. A filter rather than a minimal receive buffer: that would still lock the
+            // socket, charge each datagram and count each as a receive error once full.
+            kairos_sys::net::options::drop_all_received(&udp).map_err(io_error("lane socket filter"))?;
+            let config = kairos_sys::net::packet_ring::RingConfig {
+                rx: kairos_sys::net::packet_ring::RxLayout::Frames { count: 1024 },
+                tx_frames: 256,
+                ..Default::default()
+            };
+            let mut ring =
+                kairos_io::af_packet::AfPacketSocket::open(interface, local, config).map_err(ring_error)?;
+            ring.set_tos(kairos_io::lane_testbed::LANE_TOS);
+            // Found now where the start-up's sends resolved them; a peer not found yet is looked
+            // up again at each send (and its failures counted), not an error.
+            for peer in peers {
+                if let SocketAddr::V4(p) = peer {
+                    let _ = ring.neighbour(*p.ip());
+                }
+            }
+            Ok(LaneSocket::Packet { ring: Box::new(ring), udp })
+        }
+    }
 }
 
 struct App {

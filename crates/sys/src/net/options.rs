@@ -65,6 +65,28 @@ pub fn receive_buffer(socket: &UdpSocket) -> io::Result<usize> {
     Ok(get_int_at(socket, libc::SOL_SOCKET, libc::SO_RCVBUF)?.max(0) as usize)
 }
 
+/// Makes the kernel drop every datagram that arrives for `socket` before it is queued: a
+/// socket filter (`SO_ATTACH_FILTER`) of one instruction, `ret #0`. The socket stays bound, so
+/// its port is not unreachable (no ICMP error goes back), while another path (a packet ring)
+/// reads the datagrams. Cheaper than a minimal receive buffer, which still takes the socket's
+/// lock, charges each datagram to the buffer and counts it as a receive error once full.
+pub fn drop_all_received(socket: &UdpSocket) -> io::Result<()> {
+    let mut program = [libc::sock_filter { code: 0x06, jt: 0, jf: 0, k: 0 }]; // BPF_RET | BPF_K, 0
+    let fprog = libc::sock_fprog { len: 1, filter: program.as_mut_ptr() };
+    // SAFETY: `fprog` and the program it points to outlive the call (the kernel copies them)
+    // and its size is passed; the socket is open while borrowed.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&fprog as *const libc::sock_fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// Sends datagrams with no UDP checksum (`SO_NO_CHECK`; allowed over IPv4). Over a veth the
 /// kernel leaves the checksum for an offload that never happens, which is harmless between two
 /// kernels but wrong once a peer reading frames off the interface sends them back.
@@ -102,6 +124,25 @@ pub fn priority(socket: &UdpSocket) -> io::Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_socket_that_drops_all_receives_nothing_and_stays_bound() {
+        let quiet = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let loud = UdpSocket::bind("127.0.0.1:0").unwrap();
+        drop_all_received(&quiet).unwrap();
+        quiet.set_read_timeout(Some(std::time::Duration::from_millis(50))).unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sender.send_to(b"dropped", quiet.local_addr().unwrap()).unwrap();
+        sender.send_to(b"kept", loud.local_addr().unwrap()).unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(loud.recv(&mut buf).unwrap(), 4);
+        assert!(quiet.recv(&mut buf).is_err(), "the filter dropped it");
+        // Still bound: no port unreachable came back, so the sender's next send succeeds.
+        sender.connect(quiet.local_addr().unwrap()).unwrap();
+        sender.send(b"again").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        assert!(sender.send(b"and again").is_ok(), "no ICMP error was queued");
+    }
 
     #[test]
     fn the_receive_buffer_grows_when_asked() {
