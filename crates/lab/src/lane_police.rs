@@ -11,8 +11,8 @@
 //! grant) in the `offender sending` ones; the two kinds alternate, [`CYCLES`] pairs of
 //! `phase_s / CYCLES` each, so both conditions meet the same machine (a shared machine moves a
 //! p99.9 of microseconds between consecutive phases by more than the offender does). Then the
-//! good tunnels run `alone again` for `phase_s` (the offender's tunnel is ended by then, or
-//! left idle). The node carries one period's backlog and drops the oldest beyond it as excess,
+//! offender goes on until its tunnel is ended (not compared: at most three report intervals),
+//! and the good tunnels run `alone again` for `phase_s`. The node carries one period's backlog and drops the oldest beyond it as excess,
 //! and reports at once; the controller answers `BW_EXCEEDED` and ends the tunnel at the third
 //! report (reports of excess are sent at most once an interval, `report_ms`, long enough in the
 //! full run for the offender to last through the alternation).
@@ -60,6 +60,8 @@ const OFFENDER: &str = "offender";
 
 /// The three conditions: the first two alternate in [`CYCLES`] pairs of segments.
 const PHASES: [&str; 3] = ["alone", "offender sending", "alone again"];
+/// The pool of the offender's last stretch, after the alternation, until its tunnel is ended.
+const UNTIL_ENDED: usize = 3;
 /// Pairs of alone and offending segments (each `phase_s / CYCLES` long) while the offender's
 /// tunnel lives.
 const CYCLES: usize = 5;
@@ -302,25 +304,29 @@ fn police(config: &PoliceConfig, run: &mut Run<'_>) -> Result<PoliceSummary> {
 
     let (mut exceeded_ns, mut first_excess_ns, mut terminated) = (None, None, false);
     let mut offender_next = 0;
-    let mut pools: Vec<Pool> = (0..PHASES.len()).map(|_| Pool::new(senders.len())).collect();
+    // The three conditions' pools, and one for the offender's last stretch (not compared).
+    let mut pools: Vec<Pool> = (0..=PHASES.len()).map(|_| Pool::new(senders.len())).collect();
     let mut buf = [0u8; 256];
     // Alone and offending segments alternate while the offender's tunnel lives, so both
     // conditions meet the same machine; then the good tunnels alone again.
     let segment = Duration::from_secs_f64(config.phase_s / CYCLES as f64);
     let mut segments: Vec<(usize, Duration)> =
         (0..CYCLES).flat_map(|_| [(0, segment), (1, segment)]).collect();
+    // A repeat offender is ended at its third report: it goes on offending until then (at most
+    // three report intervals), so the good tunnels' last phase is truly alone.
+    segments.push((UNTIL_ENDED, Duration::from_millis(3 * config.report_ms + 1_000)));
     segments.push((2, Duration::from_secs_f64(config.phase_s)));
     for (n, &(pool, length)) in segments.iter().enumerate() {
-        if pool < 2 && terminated {
+        if pool != 2 && terminated {
             continue;
         }
-        let offending = pool == 1;
-        run.doing(PHASES[pool]);
+        let offending = pool == 1 || pool == UNTIL_ENDED;
+        run.doing(PHASES.get(pool).copied().unwrap_or("the offender until it is ended"));
         let p = &mut pools[pool];
         let sent_before: Vec<u64> = senders.iter().map(|s| s.sent).collect();
         let end = Instant::now() + length;
         let mut next = realtime_ns();
-        while Instant::now() < end {
+        while Instant::now() < end && !(pool == UNTIL_ENDED && terminated) {
             let offender_due = realtime_ns() >= offender_next;
             if offender_due {
                 offender_next = realtime_ns() + offender_period_ns;
