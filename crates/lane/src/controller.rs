@@ -155,6 +155,8 @@ pub struct Controller {
     quiet: HashMap<TunnelId, u32>,
     terminated: bool,
     log: Vec<LogEntry>,
+    /// The log keeps at least this many of the latest entries, at most twice as many.
+    log_limit: usize,
 }
 
 /// Excess reports before a tunnel is terminated.
@@ -173,7 +175,17 @@ impl Controller {
             quiet: HashMap::new(),
             terminated: false,
             log: Vec::new(),
+            log_limit: usize::MAX,
         }
+    }
+
+    /// The same controller with its event log bounded: it keeps at least the latest `limit`
+    /// entries and at most twice as many (the oldest are dropped in one go, so each entry costs
+    /// O(1)). A long-running service wants this: every usage report is an input, and its
+    /// durable record is the journal on disk, not this log.
+    pub fn with_log_limit(mut self, limit: usize) -> Self {
+        self.log_limit = limit.max(1);
+        self
     }
 
     /// The tunnels admitted now.
@@ -181,9 +193,18 @@ impl Controller {
         &self.alloc
     }
 
-    /// Every input and notice so far, in order.
+    /// Every input and notice so far, in order (the latest ones only, under a
+    /// [`Controller::with_log_limit`]).
     pub fn log(&self) -> &[LogEntry] {
         &self.log
+    }
+
+    /// Drops the oldest entries once the log holds twice its limit.
+    fn trim_log(&mut self) {
+        if self.log.len() >= self.log_limit.saturating_mul(2) {
+            let excess = self.log.len() - self.log_limit;
+            self.log.drain(..excess);
+        }
     }
 
     /// When [`Controller::tick`] must next be called, if ever.
@@ -194,6 +215,7 @@ impl Controller {
     /// Handles one input at `now`.
     pub fn handle(&mut self, input: Input, now: Picos) -> Vec<Notice> {
         self.log.push(LogEntry { at: now, event: LogEvent::Input(input.clone()) });
+        self.trim_log();
         let mut out = self.tick_inner(now);
         if self.terminated {
             let name = match &input {
@@ -246,6 +268,7 @@ impl Controller {
 
     fn record(&mut self, now: Picos, notices: Vec<Notice>) -> Vec<Notice> {
         self.log.extend(notices.iter().map(|n| LogEntry { at: now, event: LogEvent::Notice(n.clone()) }));
+        self.trim_log();
         notices
     }
 

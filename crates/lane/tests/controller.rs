@@ -151,3 +151,16 @@ fn termination_ends_every_tunnel_and_refuses_what_follows() {
     let n = c.handle(Input::Request(req(&c, "late", "h0", "h1", 125, 10 * US)), 2);
     assert!(matches!(&n[..], [Notice::Refused { reason, .. }] if reason.contains("terminated")));
 }
+
+#[test]
+fn a_bounded_log_keeps_the_latest_entries_and_no_more_than_twice_its_limit() {
+    let mut c = controller(64 * 1024).with_log_limit(4);
+    let (a, _) = granted(&c.handle(Input::Request(req(&c, "a", "h0", "h1", 125, 10 * US)), 0));
+    for i in 1..=100u64 {
+        c.handle(Input::Release { tunnel: a + i * 1_000 }, i * US);
+        assert!(c.log().len() <= 8, "{} entries after {i} inputs", c.log().len());
+    }
+    assert!(c.log().len() >= 4);
+    assert_eq!(c.log().last().unwrap().at, 100 * US, "the latest entry is kept");
+    assert!(c.allocation().tunnel(a).is_some(), "the log's bound changes nothing else");
+}

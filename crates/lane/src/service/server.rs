@@ -47,6 +47,9 @@ const MAX_HTTP_REQUEST: usize = 8 << 10;
 const LISTENER: Token = Token(0);
 const METRICS: Token = Token(1);
 
+/// The controller's in-memory event log entries the service keeps (the latest; at most twice).
+const LOG_ENTRIES_KEPT: usize = 4_096;
+
 /// What the service is started with.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
@@ -156,7 +159,10 @@ impl ControllerService {
     pub fn start(config: ServiceConfig) -> Result<Self, ServiceError> {
         let header = Header::new(&config.topology, config.grace, realtime_ns());
         let opened = Journal::open(&config.state, &header)?;
-        let controller = Controller::new(Allocation::new(config.topology), config.grace);
+        // Usage reports arrive every interval from every node for as long as the service runs:
+        // the in-memory log keeps only the latest; the journal is the record.
+        let controller =
+            Controller::new(Allocation::new(config.topology), config.grace).with_log_limit(LOG_ENTRIES_KEPT);
         let replayed = opened.records.len();
         let core = Core::replay(controller, opened.journal, opened.header.epoch_ns, &opened.records)?;
         let poll = Poll::new().map_err(io_error("cannot create the event loop"))?;
