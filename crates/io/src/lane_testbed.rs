@@ -442,7 +442,8 @@ pub enum CalibrationPath {
 
 /// Sends `samples` packets (after [`CALIBRATION_WARMUP`] more) from `tx` to `rx` one at a
 /// time, each awaited up to [`CALIBRATION_TIMEOUT_NS`]; returns their one-way latencies (the
-/// sender's clock before the send to the receiver's kernel stamp, ns) and how many were lost.
+/// sender's clock before the send to the receiver's kernel stamp, ns; a packet whose stamp is
+/// not after its send is left out) and how many were lost.
 fn one_way(tx: &mut dyn Port, rx: &mut dyn Port, samples: u64) -> Result<(Vec<u64>, u64), PortError> {
     let mut latencies = Vec::with_capacity(samples as usize);
     let mut lost = 0;
@@ -458,13 +459,16 @@ fn one_way(tx: &mut dyn Port, rx: &mut dyn Port, samples: u64) -> Result<(Vec<u6
             }
             // A late datagram of an earlier round is read and passed over.
             if rx.rx_burst(&mut arrived)? == 1 && arrived[0].seq == seq {
-                break Some(arrived[0].rx_ns.saturating_sub(arrived[0].sent_ns));
+                break Some(arrived[0].rx_ns.checked_sub(arrived[0].sent_ns).filter(|&ns| ns > 0));
             }
             std::hint::spin_loop();
         };
         match (kind, latency) {
             (Kind::Warmup, _) => {}
-            (_, Some(ns)) => latencies.push(ns),
+            (_, Some(Some(ns))) => latencies.push(ns),
+            // Arrived with a receive stamp not after its send: not a measurement (a packet
+            // ring now and then reports a frame's stamp from before it was sent); left out.
+            (_, Some(None)) => {}
             (_, None) => lost += 1,
         }
     }
