@@ -255,16 +255,14 @@ pub fn start_measured(config: NodeConfig, measure: HostMeasure) -> Result<Runnin
     )))?;
     let lane_socket = UdpSocket::bind(config.lane_bind)
         .map_err(io_error(format!("cannot bind the lane socket {}", config.lane_bind)))?;
-    kairos_sys::net::options::set_type_of_service(&lane_socket, kairos_io::lane_testbed::LANE_TOS)
-        .map_err(io_error("lane socket type of service"))?;
+    // Lane packets are DSCP EF: every egress that gives the lane strict priority (the
+    // testbed's HTB classes, a switch's priority queue) knows them by that byte.
+    kairos_io::lane_testbed::mark_lane_socket(&lane_socket).map_err(io_error("lane socket IP_TOS"))?;
     let others: Vec<SocketAddr> =
         config.peers.iter().filter(|(h, _)| **h != config.host).map(|(_, a)| *a).collect();
     let (core_ns, how) = measure.core_jitter.clone().unwrap_or((0, "not measured".into()));
     let host = HostJitter { core_ns, how, send_ns: longest_send_ns(&lane_socket, &others) };
     lane_socket.set_nonblocking(true).map_err(io_error("lane socket"))?;
-    // Lane packets are DSCP EF: every egress that gives the lane strict priority (the
-    // testbed's HTB classes, a switch's priority queue) knows them by that byte.
-    kairos_io::lane_testbed::mark_lane_socket(&lane_socket).map_err(io_error("lane socket IP_TOS"))?;
     // After the timed sends above: they made the kernel resolve every peer's hardware address,
     // which the ring reads from the neighbour table.
     let lane_socket = lane_socket_for(&config, lane_socket, &others)?;
