@@ -38,16 +38,20 @@ const START_WITHIN: Duration = Duration::from_secs(10);
 /// Says in one line that `program` is missing and which Debian package has it, unless an
 /// executable of that name is on `PATH`.
 pub fn require_tool(program: &str, package: &str, for_what: &str) -> Result<()> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    let found = std::env::split_paths(&path).any(|dir| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(dir.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    });
-    if found {
+    if on_path(program) {
         Ok(())
     } else {
         Err(anyhow!("{program} is not installed: install it (Debian: {package}) for {for_what}"))
     }
+}
+
+/// Whether an executable named `program` is on `PATH`.
+pub fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| {
+        std::fs::metadata(dir.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
 /// The flood and the CPU load, running; ended when dropped.

@@ -241,12 +241,7 @@ fn missing_programs(config: &LatencyConfig) -> Vec<&'static str> {
     if config.rows.contains(&RowKind::Peer(Peer::Sockperf)) {
         need.push("sockperf");
     }
-    need.into_iter().filter(|p| !on_path(p)).collect()
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+    need.into_iter().filter(|p| !load::on_path(p)).collect()
 }
 
 /// One row of the table: the names other tools read, then what a reader needs to trust them.
