@@ -72,15 +72,6 @@ pub enum LaneSocket {
     },
 }
 
-/// The loop's end of its [`LaneSocket`].
-// One per loop, made once: the batch's size costs nothing, and boxing it would put a pointer
-// between the UDP path and its buffers.
-#[allow(clippy::large_enum_variant)]
-enum Io {
-    Udp { socket: UdpSocket, batch: MmsgBatch },
-    Packet { ring: Box<AfPacketSocket>, udp: UdpSocket },
-}
-
 /// Why a datagram was not sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SendError {
@@ -90,17 +81,12 @@ enum SendError {
     Other,
 }
 
-impl Io {
-    fn new(socket: LaneSocket) -> Self {
-        match socket {
-            LaneSocket::Udp(socket) => Self::Udp { socket, batch: MmsgBatch::new() },
-            LaneSocket::Packet { ring, udp } => Self::Packet { ring, udp },
-        }
-    }
-
-    fn send(&mut self, payload: &[u8], to: SocketAddr) -> Result<(), SendError> {
+/// The loop's use of its [`LaneSocket`]; `batch` is the UDP socket's system-call batch (made
+/// once per loop; the ring needs none).
+impl LaneSocket {
+    fn send(&mut self, batch: &mut MmsgBatch, payload: &[u8], to: SocketAddr) -> Result<(), SendError> {
         match self {
-            Self::Udp { socket, batch } => match batch.send(socket, &[payload], Some(to)) {
+            Self::Udp(socket) => match batch.send(socket, &[payload], Some(to)) {
                 Ok(1) => Ok(()),
                 _ => Err(SendError::Other),
             },
@@ -123,7 +109,7 @@ impl Io {
 
     fn wait_readable(&self, timeout: Duration) {
         match self {
-            Self::Udp { socket, .. } => {
+            Self::Udp(socket) => {
                 let _ = kairos_sys::net::poll::wait_readable(socket, timeout);
             }
             Self::Packet { ring, .. } => {
@@ -136,12 +122,13 @@ impl Io {
     /// into `lengths` and `stamps`; returns how many.
     fn receive(
         &mut self,
+        batch: &mut MmsgBatch,
         rx: &mut [u8],
         lengths: &mut [usize; RX_BURST],
         stamps: &mut [u64; RX_BURST],
     ) -> usize {
         match self {
-            Self::Udp { socket, batch } => {
+            Self::Udp(socket) => {
                 let mut areas = rx.chunks_mut(RX_SLOT);
                 let mut buffers: [&mut [u8]; RX_BURST] =
                     std::array::from_fn(|_| areas.next().expect("the receive area holds RX_BURST slots"));
@@ -305,7 +292,8 @@ impl Carry {
 /// The loop's state; [`LaneLoop::run`] drives it.
 pub struct LaneLoop {
     settings: LaneSettings,
-    io: Io,
+    socket: LaneSocket,
+    batch: MmsgBatch,
     tunnels: NodeTunnels,
     outboxes: HashMap<TunnelId, Outbox>,
     inboxes: HashMap<u64, InboxProducer>,
@@ -349,7 +337,8 @@ impl LaneLoop {
     ) -> Self {
         Self {
             settings,
-            io: Io::new(socket),
+            socket,
+            batch: MmsgBatch::new(),
             tunnels: NodeTunnels::new(host, report_every.as_nanos().min(u64::MAX as u128) as u64),
             outboxes: HashMap::new(),
             inboxes: HashMap::new(),
@@ -400,7 +389,7 @@ impl LaneLoop {
             ReceiveMode::Sleep => {
                 let sleep = (next - now).saturating_sub(self.settings.spin_ns);
                 if sleep > 0 {
-                    self.io.wait_readable(Duration::from_nanos(sleep));
+                    self.socket.wait_readable(Duration::from_nanos(sleep));
                 }
             }
         }
@@ -505,7 +494,7 @@ impl LaneLoop {
                 let len = encoder.finish();
                 out.seq += 1;
                 for &to in &out.destinations {
-                    match self.io.send(&self.packet[..len], to) {
+                    match self.socket.send(&mut self.batch, &self.packet[..len], to) {
                         Ok(()) => self.counts.packets_sent += 1,
                         Err(e) => {
                             self.counts.send_errors += 1;
@@ -525,7 +514,7 @@ impl LaneLoop {
         let mut lengths = [0usize; RX_BURST];
         let mut stamps = [0u64; RX_BURST];
         loop {
-            let got = self.io.receive(&mut self.rx, &mut lengths, &mut stamps);
+            let got = self.socket.receive(&mut self.batch, &mut self.rx, &mut lengths, &mut stamps);
             if got == 0 {
                 return;
             }
