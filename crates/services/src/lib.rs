@@ -1,0 +1,21 @@
+//! `kairos-services`: the services the express lane exists for.
+//!
+//! - [`resp`]: the Redis protocol (RESP2) as a server speaks it: a zero-copy request parser that
+//!   also takes inline commands, and the reply encoder.
+//! - [`kv`]: the key-value store's commands and state machine, deterministic so that every
+//!   replica applying the same log holds the same data.
+//! - [`replica`]: Raft replication on the `raft` crate (etcd's Raft), driven tick by tick by a
+//!   periodic loop: the wire codec its messages travel in, the storage it persists to, and the
+//!   replica that follows the crate's Ready protocol.
+//! - [`fd`]: the failure detector: heartbeats carrying a liveness counter, the alive table, and
+//!   the peers it is measured against (phi accrual, SWIM).
+//! - [`lincheck`]: a linearizability checker for the store's histories.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod fd;
+pub mod kv;
+pub mod lincheck;
+pub mod replica;
+pub mod resp;
