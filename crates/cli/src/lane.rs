@@ -438,7 +438,7 @@ fn generated(g: &GenerateArgs) -> Result<Topology> {
             2 * leaves * (spines + hosts)
         }
         Shape::FatTree => {
-            if g.k < 2 || g.k % 2 != 0 || g.k > MAX_GENERATED_K {
+            if g.k < 2 || !g.k.is_multiple_of(2) || g.k > MAX_GENERATED_K {
                 return Err(usage(format!(
                     "--k must be an even fat-tree arity from 2 to {MAX_GENERATED_K} (k = 14: 686 hosts, 4,116 links, the most that fit the 1 MiB lane plan reads), got {}",
                     g.k

@@ -431,11 +431,11 @@ fn data_thread<F: Fib, P: Port>(
             last_arrival = now;
             for buf in &bufs {
                 let mut p = *pool.packet(buf);
-                if let Some(reader) = reader.as_mut() {
-                    if let Some(addr) = reader.lookup(p.user) {
-                        p.addr_stamp_ns = addr.stamp_ns;
-                        p.mac = addr.mac;
-                    }
+                if let Some(reader) = reader.as_mut()
+                    && let Some(addr) = reader.lookup(p.user)
+                {
+                    p.addr_stamp_ns = addr.stamp_ns;
+                    p.mac = addr.mac;
                 }
                 if config.data_work_ns > 0 {
                     kairos_sys::clock::spin_until_ns(monotonic_ns() + config.data_work_ns);

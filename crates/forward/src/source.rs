@@ -177,29 +177,29 @@ pub fn run(
     let (mut window_start, mut window_area) = (start, 0u128);
     while next < rows.len() && !progress.abort.load(Ordering::Relaxed) {
         let now = monotonic_ns();
-        if let Some(c) = control {
-            if now - window_start >= c.window_ns {
-                let area = recv.ages.doubled_area_sum(now);
-                let users = recv.ages.len().max(1) as f64;
-                let age = (area - window_area) as f64 / 2.0 / (now - window_start) as f64 / users;
-                let s = smoothed.map_or(age, |old| 0.5 * old + 0.5 * age);
-                if let Some(last) = last_smoothed {
-                    if s > last {
-                        direction = -direction;
-                    }
-                }
-                last_smoothed = Some(s);
-                smoothed = Some(s);
-                let old_pp = per_packet_ns;
-                let rate = (1e9 / old_pp * (1.0 + c.step * direction)).clamp(c.min_pps, c.max_pps);
-                per_packet_ns = 1e9 / rate;
-                // Keep the tokens already earned (at most a burst) across the change.
-                let tokens = ((now as f64 - time_last_sent) / old_pp).clamp(0.0, burst as f64);
-                time_last_sent = now as f64 - tokens * per_packet_ns;
-                rate_steps.push(RateStep { t_ns: now - start, rate_pps: rate, window_age_ns: age });
-                window_start = now;
-                window_area = area;
+        if let Some(c) = control
+            && now - window_start >= c.window_ns
+        {
+            let area = recv.ages.doubled_area_sum(now);
+            let users = recv.ages.len().max(1) as f64;
+            let age = (area - window_area) as f64 / 2.0 / (now - window_start) as f64 / users;
+            let s = smoothed.map_or(age, |old| 0.5 * old + 0.5 * age);
+            if let Some(last) = last_smoothed
+                && s > last
+            {
+                direction = -direction;
             }
+            last_smoothed = Some(s);
+            smoothed = Some(s);
+            let old_pp = per_packet_ns;
+            let rate = (1e9 / old_pp * (1.0 + c.step * direction)).clamp(c.min_pps, c.max_pps);
+            per_packet_ns = 1e9 / rate;
+            // Keep the tokens already earned (at most a burst) across the change.
+            let tokens = ((now as f64 - time_last_sent) / old_pp).clamp(0.0, burst as f64);
+            time_last_sent = now as f64 - tokens * per_packet_ns;
+            rate_steps.push(RateStep { t_ns: now - start, rate_pps: rate, window_age_ns: age });
+            window_start = now;
+            window_area = area;
         }
         let tokens = if per_packet_ns == 0.0 {
             burst

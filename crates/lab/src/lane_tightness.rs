@@ -110,7 +110,7 @@ impl TightnessConfig {
 
     /// Checks every field against its limit, saying why, before anything runs.
     pub fn check(&self) -> Result<(), String> {
-        if self.k < 2 || self.k % 2 != 0 || self.k > MAX_K {
+        if self.k < 2 || !self.k.is_multiple_of(2) || self.k > MAX_K {
             return Err(format!(
                 "--k must be an even fat-tree arity from 2 to {MAX_K} (k = {MAX_K} has {} hosts and {} links; larger trees take longer to build and route over than to validate), got {}",
                 MAX_K.pow(3) / 4,

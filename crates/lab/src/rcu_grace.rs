@@ -379,7 +379,7 @@ fn clean_run(config: &RcuGraceConfig) -> Result<u64> {
             work_for(interval.as_nanos() as u64);
             handle.quiescent();
             n += 1;
-            if n % 5_000 == 0 {
+            if n.is_multiple_of(5_000) {
                 // Blocking for longer than the threshold is fine when offline.
                 handle.offline_while(|| std::thread::sleep(threshold * 2));
             }

@@ -140,11 +140,10 @@ proptest! {
             }
         }
         // Release one now and then: the others' bounds are recomputed and must still hold.
-        if seed % 3 == 0 {
-            if let Some(first) = alloc.tunnels().first().map(|t| t.id) {
+        if seed % 3 == 0
+            && let Some(first) = alloc.tunnels().first().map(|t| t.id) {
                 alloc.release(first);
             }
-        }
         // The incremental updates left every tunnel as a full recomputation would.
         let mut fresh = alloc.clone();
         let drift = fresh.readjust_all().unwrap();
@@ -175,7 +174,7 @@ fn admission_of_the_theorem_2_construction_is_partition() {
     ];
     for &xs in sets {
         let total: u64 = xs.iter().sum();
-        let splittable = total % 2 == 0 && (0..1u32 << xs.len()).any(|m| subset(xs, m) * 2 == total);
+        let splittable = total.is_multiple_of(2) && (0..1u32 << xs.len()).any(|m| subset(xs, m) * 2 == total);
         let mut admissible = false;
         for mask in 0..1u32 << xs.len() {
             let (topo, u, v, [ux, uy, xv, yv]) = theorem2(total / 2);

@@ -174,7 +174,7 @@ impl GapMeter {
             self.account(now - last);
             last = now;
             reads = reads.wrapping_add(1);
-            if now >= end || (reads % 1024 == 0 && stop.is_some_and(|s| s.load(Ordering::Relaxed))) {
+            if now >= end || (reads.is_multiple_of(1024) && stop.is_some_and(|s| s.load(Ordering::Relaxed))) {
                 break;
             }
         }

@@ -406,10 +406,10 @@ impl Backlog {
     /// Wakes the reclaimer thread if it is parked.
     pub(crate) fn wake_reclaimer(&self) {
         #[cfg(not(loom))]
-        if self.reclaimer_idle.swap(false, Ordering::AcqRel) {
-            if let Some(thread) = self.reclaimer.get() {
-                thread.unpark();
-            }
+        if self.reclaimer_idle.swap(false, Ordering::AcqRel)
+            && let Some(thread) = self.reclaimer.get()
+        {
+            thread.unpark();
         }
     }
 

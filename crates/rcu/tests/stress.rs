@@ -88,10 +88,10 @@ fn stress(policy: ReclaimPolicy, replaces_per_writer: usize) {
                     }
                     handle.quiescent();
                     iteration += 1;
-                    if iteration % 1_000 == 0 {
+                    if iteration.is_multiple_of(1_000) {
                         handle.offline_while(|| std::thread::sleep(Duration::from_micros(50)));
                     }
-                    if iteration % 5_000 == 0 {
+                    if iteration.is_multiple_of(5_000) {
                         // Leave and come back: slot reuse under load.
                         drop(handle);
                         handle = domain.register(format!("reader-{r}")).unwrap();

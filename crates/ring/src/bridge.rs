@@ -276,7 +276,10 @@ impl BridgeLayout {
         if slots == 0 || slots > MAX_SLOTS as u64 {
             return Err(LayoutError::Slots { slots });
         }
-        if slot_bytes < MIN_SLOT_BYTES as u64 || slot_bytes > MAX_SLOT_BYTES as u64 || slot_bytes % 8 != 0 {
+        if slot_bytes < MIN_SLOT_BYTES as u64
+            || slot_bytes > MAX_SLOT_BYTES as u64
+            || !slot_bytes.is_multiple_of(8)
+        {
             return Err(LayoutError::SlotBytes { slot_bytes });
         }
         // Within both limits the region is at most 16 TiB: it fits a 64-bit `usize`, so
@@ -851,7 +854,7 @@ impl<R> Mapped<R> {
     /// hardware performs whole whatever runs beside it.
     pub unsafe fn new(owner: R, ptr: *mut u8, len: usize) -> Result<Self, BridgeError> {
         let words = std::ptr::NonNull::new(ptr.cast::<AtomicU64>()).ok_or(BridgeError::Misaligned)?;
-        if (ptr as usize) % std::mem::align_of::<AtomicU64>() != 0 {
+        if !(ptr as usize).is_multiple_of(std::mem::align_of::<AtomicU64>()) {
             return Err(BridgeError::Misaligned);
         }
         Ok(Self { words, len: len / WORD, owner })

@@ -43,10 +43,11 @@ impl Doorbell {
     #[inline]
     pub fn ring(&self) {
         fence(Ordering::SeqCst);
-        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::Relaxed) {
-            if let Some(t) = self.sleeper.get() {
-                t.unpark();
-            }
+        if self.sleeping.load(Ordering::Relaxed)
+            && self.sleeping.swap(false, Ordering::Relaxed)
+            && let Some(t) = self.sleeper.get()
+        {
+            t.unpark();
         }
     }
 }

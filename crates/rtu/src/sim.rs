@@ -73,13 +73,12 @@ pub fn simulate_with_costs(
                 now = until;
             }
             Decision::Run { handler, units } => {
-                if let Some(prev) = last {
-                    if prev != handler
-                        && policy.counts(prev).released > 0
-                        && !finished_current(&out, prev, &policy)
-                    {
-                        out.yields += 1;
-                    }
+                if let Some(prev) = last
+                    && prev != handler
+                    && policy.counts(prev).released > 0
+                    && !finished_current(&out, prev, &policy)
+                {
+                    out.yields += 1;
                 }
                 out.dispatches += 1;
                 let elapsed = units.saturating_mul(costs[handler]);

@@ -377,27 +377,26 @@ impl ForwardConfig {
                 self.link_ring
             ));
         }
-        if let Some(r) = self.rate_pps {
-            if !(r.is_finite() && (1.0..=MAX_RATE_PPS).contains(&r)) {
-                return Err(format!(
-                    "the rate must be 1 to {MAX_RATE_PPS:.0} packets per second, got {} (omit it to send as fast as the forwarder takes packets)",
-                    shown(r)
-                ));
-            }
+        if let Some(r) = self.rate_pps
+            && !(r.is_finite() && (1.0..=MAX_RATE_PPS).contains(&r))
+        {
+            return Err(format!(
+                "the rate must be 1 to {MAX_RATE_PPS:.0} packets per second, got {} (omit it to send as fast as the forwarder takes packets)",
+                shown(r)
+            ));
         }
-        if let Some(c) = self.age_control {
-            if !(c.min_pps >= 1.0
+        if let Some(c) = self.age_control
+            && !(c.min_pps >= 1.0
                 && c.min_pps <= c.initial_pps
                 && c.initial_pps <= c.max_pps
                 && c.max_pps <= MAX_RATE_PPS
                 && c.step > 0.0
                 && c.step < 1.0
                 && c.window_ns > 0)
-            {
-                return Err(format!(
-                    "age control needs 1 <= min <= initial <= max <= {MAX_RATE_PPS:.0} packets per second, a step in (0, 1) and a positive window"
-                ));
-            }
+        {
+            return Err(format!(
+                "age control needs 1 <= min <= initial <= max <= {MAX_RATE_PPS:.0} packets per second, a step in (0, 1) and a positive window"
+            ));
         }
         if self.drain_ns > MAX_DRAIN_NS {
             return Err(format!(
@@ -405,12 +404,10 @@ impl ForwardConfig {
                 self.drain_ns
             ));
         }
-        if let Some(Peer::DpdkTestpmd) = self.peer {
-            if self.backend != Backend::Udp || self.fib.is_some() {
-                return Err(
-                    "the dpdk-testpmd peer runs on the udp backend without a FIB (--backend udp)".into()
-                );
-            }
+        if let Some(Peer::DpdkTestpmd) = self.peer
+            && (self.backend != Backend::Udp || self.fib.is_some())
+        {
+            return Err("the dpdk-testpmd peer runs on the udp backend without a FIB (--backend udp)".into());
         }
         rcu_policy(self.rcu_policy).map_err(|e| e.to_string())?;
         Ok(())

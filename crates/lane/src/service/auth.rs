@@ -138,7 +138,7 @@ pub fn check_proof(
 
 fn parse_hex(text: &str) -> Option<Vec<u8>> {
     let digits = text.as_bytes();
-    if digits.len() % 2 != 0 || digits.len() > 128 {
+    if !digits.len().is_multiple_of(2) || digits.len() > 128 {
         return None;
     }
     digits

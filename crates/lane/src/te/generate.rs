@@ -30,7 +30,7 @@ pub fn leaf_spine(
 /// The k-ary fat-tree (k even, at least 2). Names: `core<i>`, `agg<pod>_<i>`, `edge<pod>_<i>`,
 /// hosts `h<pod>_<edge>_<i>`.
 pub fn fat_tree(k: usize, spec: LinkSpec) -> Result<Topology, TopologyError> {
-    if k < 2 || k % 2 != 0 {
+    if k < 2 || !k.is_multiple_of(2) {
         return Err(TopologyError::Invalid(format!("a fat-tree needs an even k of at least 2, got {k}")));
     }
     let half = k / 2;

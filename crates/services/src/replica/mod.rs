@@ -1,1 +1,3 @@
-//! (being built)
+//! Raft replication (being built).
+
+pub mod wire;

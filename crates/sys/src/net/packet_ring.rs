@@ -470,7 +470,7 @@ impl PacketRing {
 
     /// The status word at `offset` in the mapping.
     fn status_at(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset % 4 == 0 && offset + 4 <= self.map_len);
+        debug_assert!(offset.is_multiple_of(4) && offset + 4 <= self.map_len);
         // SAFETY: every caller passes the offset of a slot's status word: inside the mapping,
         // 4-byte aligned (slots and blocks are 16-byte aligned, the word is at 0, 8 or 20 in
         // them), and the mapping lives as long as `self`. The kernel writes the word
