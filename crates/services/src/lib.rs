@@ -20,3 +20,4 @@ pub mod kv;
 pub mod lincheck;
 pub mod replica;
 pub mod resp;
+pub mod sim;

@@ -12,6 +12,10 @@
 //! Work per call: linear in the message; allocation: what the message holds, never more than
 //! the input's length.
 
+// protobuf's messages carry hidden fields (unknown fields, cached size): they are built from
+// `Default` and then filled, as `raft` itself does.
+#![allow(clippy::field_reassign_with_default)]
+
 use bytes::Bytes;
 use protobuf::Message as _;
 use raft::eraftpb::{

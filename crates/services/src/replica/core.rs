@@ -1,0 +1,555 @@
+//! One member of the replicated store, sans I/O: Raft (`raft::RawNode`) over a [`LogStore`],
+//! the [`Store`] it applies, and the client requests waiting on both.
+//!
+//! The shell (a real node with sockets, or the simulator) calls, in any order:
+//! - [`Replica::submit_write`] and [`Replica::submit_read`] for each client request taken at
+//!   this member;
+//! - [`Replica::step`] for each Raft message that arrived;
+//! - [`Replica::tick`] once per period, which also proposes the period's writes as **one**
+//!   entry and asks **one** read index for the period's reads.
+//!
+//! After any of them it takes [`Replica::take_messages`] (to send) and
+//! [`Replica::take_completions`] (answers to give). Every call handles Ready to completion, so
+//! there is no separate "poll" step and no state left half done between calls.
+//!
+//! The Ready protocol is followed as `raft` requires: a Ready's ordinary messages are sent at
+//! once (a leader's appends go out while it writes its own log), its snapshot, entries and
+//! hard state are persisted in one group before its *persisted* messages (votes, append
+//! acknowledgements) are released, then committed entries are applied, `advance` is called,
+//! and the LightReady it returns is handled in turn (its messages, its committed entries).
+//!
+//! Requests: a write is answered when its entry has been committed and applied *here* (the
+//! member the client talks to), whichever member leads; a follower's proposal is forwarded to
+//! the leader by `raft`. A read is answered once a read index confirmed by a quorum of the
+//! leader is applied here (`ReadOnlyOption::Safe`), or at once from local state in
+//! [`ReadMode::Stale`]. Proposals dropped (no leader, a lost forward) and read indexes
+//! dropped (a new leader that has not committed in its term yet) are retried after
+//! [`ReplicaConfig::retry_ticks`]; the store's sessions make a retried write apply once.
+//!
+//! Work per call: bounded by the messages and entries it handles; memory: the log since the
+//! last compaction ([`ReplicaConfig::compact_after_entries`]) plus requests in flight.
+
+use std::io;
+
+use hashbrown::HashMap;
+use protobuf::Message as _;
+use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
+use raft::{RawNode, ReadOnlyOption, StateRole, Storage};
+
+use super::storage::{Disk, LogStore};
+use crate::kv::{Batch, ReadOp, Reply, Request, Store, WriteOp};
+
+/// How reads are answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadMode {
+    /// Linearizable: after a read index confirmed by a quorum is applied here.
+    ReadIndex,
+    /// From local state at once: fast, possibly stale (`--stale-reads`).
+    Stale,
+}
+
+/// Deliberate faults, for the linearizability checker's self-test only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broken {
+    /// Answer a SET "OK" as soon as it is proposed, before it is committed.
+    AckBeforeCommit,
+}
+
+/// A replica's settings.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    /// This member's id (non-zero).
+    pub id: u64,
+    /// Ticks between the leader's heartbeats.
+    pub heartbeat_ticks: usize,
+    /// Ticks without a leader's word before a follower campaigns (randomised in [n, 2n)).
+    pub election_ticks: usize,
+    /// Ticks before a dropped proposal or read index is tried again.
+    pub retry_ticks: u64,
+    /// Applied entries kept in the log before they are replaced by a snapshot.
+    pub compact_after_entries: u64,
+    /// How reads are answered.
+    pub read_mode: ReadMode,
+    /// A deliberate fault (self-test only).
+    pub broken: Option<Broken>,
+    /// An election timeout fixed at this many ticks instead of drawn at random in
+    /// [election_ticks, 2 election_ticks): `raft` draws from the thread's generator, which a
+    /// deterministic simulation cannot seed, so the simulator draws per member instead.
+    pub fixed_election_ticks: Option<usize>,
+}
+
+impl ReplicaConfig {
+    /// Settings for a lane period: heartbeats every 2 periods, elections after 50.
+    pub fn new(id: u64) -> Self {
+        Self {
+            id,
+            heartbeat_ticks: 2,
+            election_ticks: 50,
+            retry_ticks: 20,
+            compact_after_entries: 10_000,
+            read_mode: ReadMode::ReadIndex,
+            broken: None,
+            fixed_election_ticks: None,
+        }
+    }
+}
+
+/// Which client request an answer is for: the client connection at this member and the
+/// request's sequence number on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket {
+    /// The client connection.
+    pub client: u64,
+    /// The request's sequence number.
+    pub seq: u64,
+}
+
+/// Why a replica could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    /// Raft refused the configuration or storage.
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    /// The disk failed.
+    #[error("log storage: {0}")]
+    Disk(#[from] io::Error),
+    /// The snapshot on disk does not decode.
+    #[error("snapshot on disk: {0}")]
+    Snapshot(#[from] crate::codec::DecodeError),
+}
+
+#[derive(Debug)]
+struct InFlight {
+    request: Request,
+    proposed_tick: Option<u64>,
+}
+
+#[derive(Debug)]
+struct ReadRound {
+    reads: Vec<(Ticket, ReadOp)>,
+    asked_tick: u64,
+    index: Option<u64>,
+}
+
+/// Counters a shell reports (INFO, the bench).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicaStats {
+    /// Entries proposed by this member.
+    pub proposals: u64,
+    /// Proposals tried again.
+    pub proposal_retries: u64,
+    /// Read index rounds asked.
+    pub read_rounds: u64,
+    /// Read rounds tried again.
+    pub read_retries: u64,
+    /// Snapshots taken (compactions).
+    pub compactions: u64,
+    /// Snapshots installed from a leader.
+    pub snapshots_installed: u64,
+}
+
+/// One member: Raft, its log, the store and the requests in flight.
+pub struct Replica<D: Disk> {
+    node: RawNode<LogStore<D>>,
+    config: ReplicaConfig,
+    store: Store,
+    applied: u64,
+    ticks: u64,
+    now_ms: u64,
+    waiting_writes: Vec<Ticket>,
+    in_flight: HashMap<Ticket, InFlight>,
+    waiting_reads: Vec<(Ticket, ReadOp)>,
+    read_rounds: HashMap<u64, ReadRound>,
+    next_read_round: u64,
+    outbox: Vec<Message>,
+    completions: Vec<(Ticket, Reply)>,
+    stats: ReplicaStats,
+}
+
+impl<D: Disk> std::fmt::Debug for Replica<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.config.id)
+            .field("role", &self.node.raft.state)
+            .field("term", &self.node.raft.term)
+            .field("applied", &self.applied)
+            .finish_non_exhaustive()
+    }
+}
+
+fn raft_config(config: &ReplicaConfig, applied: u64) -> raft::Config {
+    raft::Config {
+        id: config.id,
+        election_tick: config.election_ticks,
+        heartbeat_tick: config.heartbeat_ticks,
+        applied,
+        max_size_per_msg: 1 << 20,
+        max_inflight_msgs: 256,
+        check_quorum: true,
+        pre_vote: true,
+        read_only_option: ReadOnlyOption::Safe,
+        min_election_tick: config.fixed_election_ticks.unwrap_or(0),
+        max_election_tick: config.fixed_election_ticks.map_or(0, |t| t + 1),
+        ..raft::Config::default()
+    }
+}
+
+impl<D: Disk> Replica<D> {
+    /// A member over `log` (new or loaded): the store comes from the log's snapshot, and
+    /// entries after it are applied again as they are committed.
+    pub fn new(config: ReplicaConfig, log: LogStore<D>) -> Result<Self, ReplicaError> {
+        let snapshot = log.latest_snapshot();
+        let applied = snapshot.get_metadata().index;
+        let store = if snapshot.data.is_empty() { Store::new() } else { Store::decode(&snapshot.data)? };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node = RawNode::new(&raft_config(&config, applied), log, &logger)?;
+        Ok(Self {
+            node,
+            config,
+            store,
+            applied,
+            ticks: 0,
+            now_ms: 0,
+            waiting_writes: Vec::new(),
+            in_flight: HashMap::new(),
+            waiting_reads: Vec::new(),
+            read_rounds: HashMap::new(),
+            next_read_round: 0,
+            outbox: Vec::new(),
+            completions: Vec::new(),
+            stats: ReplicaStats::default(),
+        })
+    }
+
+    /// This member's id.
+    pub fn id(&self) -> u64 {
+        self.config.id
+    }
+
+    /// The leader this member knows of (0: none).
+    pub fn leader(&self) -> u64 {
+        self.node.raft.leader_id
+    }
+
+    /// True while this member leads.
+    pub fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    /// The current term.
+    pub fn term(&self) -> u64 {
+        self.node.raft.term
+    }
+
+    /// The highest log index applied to the store.
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// The voters of the current membership.
+    pub fn voters(&self) -> Vec<u64> {
+        self.node.store().conf_state().get_voters().to_vec()
+    }
+
+    /// The store (read-only; for INFO and the simulator's final check).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ReplicaStats {
+        self.stats
+    }
+
+    /// The log store (the simulator's crashes take its disk).
+    pub fn log(&self) -> &LogStore<D> {
+        self.node.store()
+    }
+
+    /// Requests (writes and reads) waiting for an answer here.
+    pub fn pending(&self) -> usize {
+        self.waiting_writes.len()
+            + self.in_flight.len()
+            + self.read_rounds.values().map(|r| r.reads.len()).sum::<usize>()
+            + self.waiting_reads.len()
+    }
+
+    /// Takes a client write: it is proposed at the next tick, with the period's others.
+    /// `completed_below` is the client's lowest sequence number still unanswered.
+    pub fn submit_write(&mut self, ticket: Ticket, completed_below: u64, op: WriteOp) {
+        let request =
+            Request { origin: self.config.id, client: ticket.client, seq: ticket.seq, completed_below, op };
+        self.in_flight.insert(ticket, InFlight { request, proposed_tick: None });
+        self.waiting_writes.push(ticket);
+    }
+
+    /// Takes a client read: answered at once in [`ReadMode::Stale`], otherwise after the
+    /// next tick's read index is applied here.
+    pub fn submit_read(&mut self, ticket: Ticket, op: ReadOp) {
+        match self.config.read_mode {
+            ReadMode::Stale => {
+                let reply = self.store.read(&op, self.now_ms);
+                self.completions.push((ticket, reply));
+            }
+            ReadMode::ReadIndex => self.waiting_reads.push((ticket, op)),
+        }
+    }
+
+    /// Forgets a client's requests (its connection closed): nothing is answered for them.
+    /// Writes already proposed still apply.
+    pub fn forget_client(&mut self, client: u64) {
+        self.in_flight.retain(|t, _| t.client != client);
+        self.waiting_writes.retain(|t| t.client != client);
+        self.waiting_reads.retain(|(t, _)| t.client != client);
+        for round in self.read_rounds.values_mut() {
+            round.reads.retain(|(t, _)| t.client != client);
+        }
+    }
+
+    /// A Raft message from another member.
+    pub fn step(&mut self, msg: Message) -> io::Result<()> {
+        // A message for another member, or from one we never heard of, is the sender's
+        // problem; `raft` reports it as an error, which we drop.
+        if msg.to != self.config.id {
+            return Ok(());
+        }
+        let _ = self.node.step(msg);
+        self.handle_ready()
+    }
+
+    /// One period: Raft's clock, then this period's writes as one entry and reads as one
+    /// read index, then retries of what was dropped. `now_ms` is the member's real time,
+    /// written into the entry for the writes' expiry.
+    pub fn tick(&mut self, now_ms: u64) -> io::Result<()> {
+        self.ticks += 1;
+        self.now_ms = now_ms;
+        self.node.tick();
+        self.propose_waiting();
+        self.ask_read_index();
+        self.handle_ready()
+    }
+
+    /// The failure detector suspects the leader: stand for election now rather than after
+    /// Raft's own timeout (which stays as the backstop). With pre-vote, this only disrupts
+    /// the cluster if a quorum also lost the leader.
+    pub fn leader_suspected(&mut self, leader: u64) -> io::Result<()> {
+        if leader != 0 && leader == self.leader() && !self.is_leader() {
+            let _ = self.node.campaign();
+        }
+        self.handle_ready()
+    }
+
+    /// Messages to send, each with its destination in `to`.
+    pub fn take_messages(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Answers to give to clients.
+    pub fn take_completions(&mut self) -> Vec<(Ticket, Reply)> {
+        std::mem::take(&mut self.completions)
+    }
+
+    fn propose_waiting(&mut self) {
+        let retry_before = self.ticks.saturating_sub(self.config.retry_ticks);
+        let mut stale: Vec<Ticket> = Vec::new();
+        for (ticket, f) in &mut self.in_flight {
+            if f.proposed_tick.is_some_and(|t| t <= retry_before) {
+                f.proposed_tick = None;
+                stale.push(*ticket);
+            }
+        }
+        if !stale.is_empty() {
+            stale.sort_unstable();
+            self.stats.proposal_retries += stale.len() as u64;
+            self.waiting_writes.extend(stale);
+        }
+        if self.waiting_writes.is_empty() || self.leader() == 0 {
+            return;
+        }
+        let tickets = std::mem::take(&mut self.waiting_writes);
+        let requests: Vec<Request> =
+            tickets.iter().filter_map(|t| self.in_flight.get(t).map(|f| f.request.clone())).collect();
+        if requests.is_empty() {
+            return;
+        }
+        let data = Batch { now_ms: self.now_ms, requests }.encode();
+        match self.node.propose(Vec::new(), data) {
+            Ok(()) => {
+                self.stats.proposals += 1;
+                for t in &tickets {
+                    if let Some(f) = self.in_flight.get_mut(t) {
+                        f.proposed_tick = Some(self.ticks);
+                        if self.config.broken == Some(Broken::AckBeforeCommit)
+                            && matches!(f.request.op, WriteOp::Set { .. })
+                        {
+                            self.completions.push((*t, Reply::Ok));
+                        }
+                    }
+                }
+                if self.config.broken == Some(Broken::AckBeforeCommit) {
+                    self.in_flight.retain(|_, f| {
+                        !matches!(f.request.op, WriteOp::Set { .. }) || f.proposed_tick.is_none()
+                    });
+                }
+            }
+            // No leader after all, or too much uncommitted: try again next tick.
+            Err(_) => self.waiting_writes = tickets,
+        }
+    }
+
+    fn ask_read_index(&mut self) {
+        let retry_before = self.ticks.saturating_sub(self.config.retry_ticks);
+        let mut again = Vec::new();
+        for (id, round) in &mut self.read_rounds {
+            if round.index.is_none() && round.asked_tick <= retry_before {
+                round.asked_tick = self.ticks;
+                again.push(*id);
+            }
+        }
+        again.sort_unstable();
+        for id in again {
+            self.stats.read_retries += 1;
+            self.node.read_index(id.to_le_bytes().to_vec());
+        }
+        if self.waiting_reads.is_empty() || self.leader() == 0 {
+            return;
+        }
+        let id = self.next_read_round;
+        self.next_read_round += 1;
+        let reads = std::mem::take(&mut self.waiting_reads);
+        self.read_rounds.insert(id, ReadRound { reads, asked_tick: self.ticks, index: None });
+        self.stats.read_rounds += 1;
+        self.node.read_index(id.to_le_bytes().to_vec());
+    }
+
+    fn handle_ready(&mut self) -> io::Result<()> {
+        if !self.node.has_ready() {
+            return Ok(());
+        }
+        let mut rd = self.node.ready();
+        // Ordinary messages may leave before this member's own write is durable.
+        self.outbox.extend(rd.take_messages());
+        let snapshot = (!rd.snapshot().is_empty()).then(|| rd.snapshot().clone());
+        let entries = rd.take_entries();
+        let hard_state = rd.hs().cloned();
+        self.node.mut_store().persist(snapshot.as_ref(), &entries, hard_state.as_ref())?;
+        if let Some(snap) = snapshot {
+            // A leader's snapshot replaces the store; requests it answered are unknown here
+            // (their entries were applied elsewhere): they are retried, and sessions answer.
+            self.store = Store::decode(&snap.data).unwrap_or_default();
+            self.applied = snap.get_metadata().index;
+            self.stats.snapshots_installed += 1;
+        }
+        for state in rd.take_read_states() {
+            self.read_index_confirmed(&state.request_ctx, state.index);
+        }
+        self.apply(rd.take_committed_entries())?;
+        // Votes and append acknowledgements only once what they promise is on disk.
+        self.outbox.extend(rd.take_persisted_messages());
+        let mut light = self.node.advance(rd);
+        // The commit index is not persisted on its own: after a restart it is learnt again
+        // from the leader, and entries up to it are applied again over the snapshot.
+        self.outbox.extend(light.take_messages());
+        self.apply(light.take_committed_entries())?;
+        self.node.advance_apply();
+        self.serve_reads();
+        self.compact()?;
+        Ok(())
+    }
+
+    fn read_index_confirmed(&mut self, ctx: &[u8], index: u64) {
+        let Ok(bytes) = <[u8; 8]>::try_from(ctx) else { return };
+        if let Some(round) = self.read_rounds.get_mut(&u64::from_le_bytes(bytes)) {
+            round.index.get_or_insert(index);
+        }
+    }
+
+    fn serve_reads(&mut self) {
+        let applied = self.applied;
+        let ready: Vec<u64> = self
+            .read_rounds
+            .iter()
+            .filter(|(_, r)| r.index.is_some_and(|i| i <= applied))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ready {
+            if let Some(round) = self.read_rounds.remove(&id) {
+                for (ticket, op) in round.reads {
+                    let reply = self.store.read(&op, self.now_ms);
+                    self.completions.push((ticket, reply));
+                }
+            }
+        }
+    }
+
+    fn apply(&mut self, entries: Vec<Entry>) -> io::Result<()> {
+        for entry in entries {
+            if entry.index <= self.applied {
+                continue;
+            }
+            match entry.get_entry_type() {
+                EntryType::EntryNormal if entry.data.is_empty() => {}
+                EntryType::EntryNormal => {
+                    // An entry that does not decode is skipped alike by every member.
+                    if let Ok(batch) = Batch::decode(&entry.data) {
+                        for request in &batch.requests {
+                            let applied = self.store.apply(request, batch.now_ms, entry.index);
+                            if request.origin == self.config.id {
+                                let ticket = Ticket { client: request.client, seq: request.seq };
+                                if self.in_flight.remove(&ticket).is_some()
+                                    && let Some(reply) = applied.reply()
+                                {
+                                    self.completions.push((ticket, reply));
+                                }
+                            }
+                        }
+                    }
+                }
+                // Configuration changes: their bytes were written by protobuf's encoder (see
+                // `wire`), so parsing them here is parsing our own output.
+                EntryType::EntryConfChange => {
+                    if let Ok(cc) = ConfChange::parse_from_bytes(&entry.data)
+                        && let Ok(cs) = self.node.apply_conf_change(&cc)
+                    {
+                        self.node.mut_store().persist_conf_state(cs)?;
+                    }
+                }
+                EntryType::EntryConfChangeV2 => {
+                    if let Ok(cc) = ConfChangeV2::parse_from_bytes(&entry.data)
+                        && let Ok(cs) = self.node.apply_conf_change(&cc)
+                    {
+                        self.node.mut_store().persist_conf_state(cs)?;
+                    }
+                }
+            }
+            self.applied = entry.index;
+        }
+        Ok(())
+    }
+
+    fn compact(&mut self) -> io::Result<()> {
+        let first = self.node.store().first_index().unwrap_or(1);
+        if self.applied + 1 < first + self.config.compact_after_entries {
+            return Ok(());
+        }
+        let mut bytes = Vec::new();
+        self.store.encode(&mut bytes);
+        self.node.mut_store().compact(self.applied, bytes)?;
+        self.stats.compactions += 1;
+        Ok(())
+    }
+
+    /// Proposes a membership change (add a voter, a learner, or remove a member); it takes
+    /// effect when committed. Only the leader accepts one.
+    pub fn propose_membership(
+        &mut self,
+        change: raft::eraftpb::ConfChangeType,
+        node: u64,
+    ) -> Result<(), raft::Error> {
+        let mut cc = ConfChange::default();
+        cc.set_change_type(change);
+        cc.node_id = node;
+        self.node.propose_conf_change(Vec::new(), cc)?;
+        self.handle_ready().map_err(raft::Error::Io)
+    }
+}

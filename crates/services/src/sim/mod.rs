@@ -1,0 +1,3 @@
+//! A deterministic simulation of a replicated store (being built).
+
+pub mod network;
