@@ -56,8 +56,12 @@ use std::fmt::Debug;
 use std::hash::Hash;
 
 pub mod history;
+pub mod kv_model;
+pub mod search;
 
 pub use history::{HistoryError, Operation, read_jsonl, write_jsonl};
+pub use kv_model::{KeyReport, KvCommand, KvInput, KvModel, KvOp, KvOutput, KvReport, KvState, check_kv};
+pub use search::{Counterexample, Verdict, check};
 
 /// A sequential specification: what one copy of the object does, one operation at a time.
 ///
