@@ -59,6 +59,9 @@ pub mod history;
 pub mod kv_model;
 pub mod search;
 
+#[cfg(test)]
+mod sim;
+
 pub use history::{HistoryError, Operation, read_jsonl, write_jsonl};
 pub use kv_model::{KeyReport, KvCommand, KvInput, KvModel, KvOp, KvOutput, KvReport, KvState, check_kv};
 pub use search::{Counterexample, Verdict, check};
