@@ -452,6 +452,35 @@ mod tests {
     }
 
     #[test]
+    fn unknown_outcomes_can_all_have_happened() {
+        // Both lost INCRs must have happened, one right after the other.
+        let ops = |read: &str| {
+            [
+                done(1, set("0"), KvOutput::Ok, 0, 1),
+                lost(2, KvCommand::Incr, 2),
+                lost(3, KvCommand::Incr, 3),
+                done(4, KvCommand::Get, value(read), 10, 11),
+            ]
+        };
+        for read in ["0", "1", "2"] {
+            assert_eq!(verdict(&ops(read)), Verdict::Linearizable, "read {read}");
+        }
+        assert!(verdict(&ops("3")).is_illegal());
+        // A lost write read, then overwritten by another lost write that is read.
+        let ops = [
+            done(1, set("a"), KvOutput::Ok, 0, 1),
+            lost(2, set("b"), 2),
+            lost(3, set("c"), 3),
+            done(4, KvCommand::Get, value("b"), 10, 11),
+            done(4, KvCommand::Get, value("c"), 12, 13),
+        ];
+        assert_eq!(verdict(&ops), Verdict::Linearizable);
+        let mut ops = ops.to_vec();
+        ops.push(done(4, KvCommand::Get, value("b"), 14, 15));
+        assert!(verdict(&ops).is_illegal());
+    }
+
+    #[test]
     fn incr_fails_on_values_that_are_not_integers() {
         let history = |output: KvOutput| {
             [

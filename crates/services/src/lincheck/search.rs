@@ -1,33 +1,49 @@
 //! The search: is there a total order of a history's operations that respects real time and
 //! that the model accepts?
 //!
-//! Mechanism: Wing and Gong's algorithm with Lowe's memoization. Every operation becomes a call
-//! entry and a return entry in a doubly linked list sorted by time (calls before returns at the
-//! same instant, unknown returns last). The search walks the list from its head: at a call entry
-//! it tries to linearize that operation next (the model must accept it from the current state,
-//! and the pair (set of linearized operations, new state) must be new to the cache); if so it
-//! lifts both entries out of the list, pushes a frame and starts again from the head. Reaching a
-//! return entry means the operation it belongs to had to be linearized already, so the search
-//! backtracks: it pops the last frame, relinks its entries and tries the next call after it.
-//! Operations with an unknown outcome are optional: the search succeeds as soon as every
-//! operation with a known outcome is linearized. The backtracking stack is a `Vec`, not the call
-//! stack, so histories of any length cannot overflow it.
+//! Mechanism: Wing and Gong's algorithm with Lowe's memoization. Every known-outcome operation
+//! becomes a call entry and a return entry in a doubly linked list sorted by time (calls before
+//! returns at the same instant). The search walks the list from its head: at a call entry it
+//! tries to linearize that operation next (the model must accept it from the current state, and
+//! the configuration (set of linearized operations, new state) must be new to the cache); if so
+//! it lifts both entries out of the list, pushes a frame and starts again from the head.
+//! Reaching a return entry means the operation it belongs to had to be linearized already, so
+//! no later call can come next. The backtracking stack is a `Vec`, not the call stack, so
+//! histories of any length cannot overflow it.
+//!
+//! Unknown-outcome operations return at +infinity and are optional: the search succeeds as soon
+//! as every known-outcome operation is linearized. Their calls sit in a second list, tried only
+//! after the known-outcome candidates (those called before the first return), and two rules keep
+//! them from multiplying the work by two each: the cache keeps, per (known-outcome set, state),
+//! the minimal sets of unknown-outcome operations seen, and skips a configuration when one with
+//! a subset of its unknown-outcome operations was reached (fewer optional operations used can
+//! only do more); and an unknown-outcome operation is not tried right after another one that it
+//! cancels (a write over a write), since it alone reaches the same state with one fewer used.
+//! Once the unknown-outcome candidates are exhausted too, the search backtracks: it pops the
+//! last frame, relinks its entries and tries the next candidate after it.
 //!
 //! Contract: [`check`] returns [`Verdict::Unknown`] when its budget runs out (the clock is read
 //! every [`STEPS_PER_CLOCK_READ`] steps, so the overrun is that many steps) and never guesses.
-//! Work: each step costs one model step and one cache probe of `O(n/64)` words plus the state's
-//! hash; the number of steps is at most about `2n` times the number of distinct configurations
-//! (linearized set, state), which is exponential in the worst case (`2^n` sets) and small when
-//! few operations overlap. Memory: the cache holds at most one entry per step, each of
-//! `8 * ceil(n/64)` bytes plus one state; the stack at most `n` states; the list `O(n)` words.
-//! The search panics only if the model's own `step` or `Hash` does.
+//! Work: each step costs one model step (two for an unknown-outcome operation after another),
+//! and a cache probe of `O(n/64)` words plus the state's hash and, with `k` unknown outcomes,
+//! `O(k/64)` words per unknown-outcome set kept for that configuration. The number of steps is
+//! at most about `2n` times the number of configurations reached, which is exponential in the
+//! worst case (all operations concurrent: `2^n` sets) and small when few operations overlap;
+//! unknown-outcome writes that are overwritten cost little, unknown-outcome operations whose
+//! effects add up (`INCR`, `APPEND`) still cost up to `2^k`. Memory: the cache holds at most one
+//! entry and one unknown-outcome set per step, each entry `8 * ceil(n/64)` bytes plus one state;
+//! the stack at most `n` states; the lists `O(n)` words. The search panics only if the model's
+//! own `step` or `Hash` does.
 //!
 //! Source: J. M. Wing and C. Gong, "Testing and verifying concurrent objects" (JPDC 17, 1993);
 //! G. Lowe, "Testing for linearizability" (CCPE 29(4), 2017); A. Athalye's Porcupine
-//! (`checker.go`), whose list and cache layout this follows.
+//! (`checker.go`), whose list and cache layout this follows. The treatment of unknown outcomes
+//! (a separate list, dominance in the cache, cancelled writes) is this module's own; the
+//! argument that it loses no linearization: a configuration dominated by a visited one can only
+//! succeed if the visited one can, by a path no longer than its own.
 
 use std::fmt;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hash};
 use std::time::{Duration, Instant};
 
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -83,8 +99,9 @@ impl fmt::Display for Verdict {
 /// Operations are named by their index in the history given to the checker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counterexample {
-    /// The longest linearizable prefix the search found: operations in linearization order.
-    /// Unknown-outcome operations appear here only where the search let them take effect.
+    /// The longest linearizable prefix the search found (the most known-outcome operations):
+    /// operations in linearization order. Unknown-outcome operations appear here only where the
+    /// search let them take effect.
     pub prefix: Vec<usize>,
     /// The model's state after the prefix, as the model describes it.
     pub state: String,
@@ -126,23 +143,26 @@ pub(crate) fn check_until<M: Model>(
     ids: Option<&[usize]>,
 ) -> Verdict {
     let outputs: Vec<Option<&M::Output>> = ops.iter().map(Operation::known_output).collect();
-    let mut remaining = outputs.iter().filter(|output| output.is_some()).count();
-    if remaining == 0 {
+    let mut list = EventList::new(ops);
+    if list.required_count == 0 {
         return Verdict::Linearizable;
     }
-    let mut list = EventList::new(ops);
-    let hasher = DefaultHashBuilder::default();
-    let mut cache: HashTable<(Box<[u64]>, M::State)> = HashTable::new();
-    let mut linearized = vec![0u64; ops.len().div_ceil(64)];
+    let mut linearized = Linearized::new(&list);
+    let mut cache = Cache::new(list.unknown_count.div_ceil(64));
     let mut stack: Vec<Frame<M::State>> = Vec::new();
     let mut state = model.init();
-    // The longest prefix so far, in operations; `stack[..stable]` has not changed since it was
-    // recorded, so a longer one only copies the frames above.
+    let mut remaining = list.required_count;
+    // The prefix that linearized the most known-outcome operations so far; `stack[..stable]`
+    // has not changed since it was recorded, so a better one only copies the frames above.
     let mut best: Vec<usize> = Vec::new();
+    let mut best_required = 0;
     let mut best_state = state.clone();
     let mut stable = 0;
 
-    let mut entry = list.next[HEAD];
+    // The scan position: in the main list first, then in the unknown list up to `bound`, the
+    // position of the main list's first return.
+    let mut entry = list.next[MAIN];
+    let mut bound = 0;
     let mut steps: u64 = 0;
     loop {
         if steps.is_multiple_of(STEPS_PER_CLOCK_READ)
@@ -152,110 +172,156 @@ pub(crate) fn check_until<M: Model>(
         }
         steps += 1;
 
-        if entry == HEAD || !list.is_call[entry] {
-            // The operation of this return entry had to be linearized already: backtrack.
-            let Some(frame) = stack.pop() else {
-                let counterexample = counterexample(model, ops, &outputs, &list, &best, &best_state, ids);
-                return Verdict::Illegal(counterexample);
-            };
-            let op = list.op[frame.entry];
-            clear_bit(&mut linearized, op);
-            if outputs[op].is_some() {
-                remaining += 1;
+        if list.in_unknown_list[entry] {
+            if entry == UNKNOWN || list.position[entry] > bound {
+                // Nothing more can come next here: backtrack.
+                let Some(frame) = stack.pop() else {
+                    let counterexample = counterexample(model, ops, &outputs, &list, &best, &best_state, ids);
+                    return Verdict::Illegal(counterexample);
+                };
+                let op = list.op[frame.entry];
+                linearized.clear(&list, op);
+                if list.required[op] {
+                    remaining += 1;
+                }
+                state = frame.state;
+                list.unlift(frame.entry);
+                stable = stable.min(stack.len());
+                entry = list.next[frame.entry];
+                bound = frame.bound;
+                continue;
             }
-            state = frame.state;
-            list.unlift(frame.entry);
-            stable = stable.min(stack.len());
-            entry = list.next[frame.entry];
+        } else if entry == MAIN || !list.is_call[entry] {
+            // The operation of this return had to be linearized already, so no known-outcome
+            // operation called later can come next; unknown-outcome ones called before it can.
+            bound = if entry == MAIN { usize::MAX } else { list.position[entry] };
+            entry = list.next[UNKNOWN];
             continue;
         }
 
         let op = list.op[entry];
         if let Some(next_state) = model.step(&state, &ops[op].input, outputs[op]) {
-            set_bit(&mut linearized, op);
-            let hash = hasher.hash_one((&linearized[..], &next_state));
-            let seen = cache
-                .find(hash, |(bits, cached)| bits[..] == linearized[..] && *cached == next_state)
-                .is_some();
-            if !seen {
-                cache.insert_unique(
-                    hash,
-                    (Box::from(&linearized[..]), next_state.clone()),
-                    |(bits, cached)| hasher.hash_one((&bits[..], cached)),
-                );
-                let previous = std::mem::replace(&mut state, next_state);
-                stack.push(Frame { entry, state: previous });
-                list.lift(entry);
-                if outputs[op].is_some() {
-                    remaining -= 1;
-                    if remaining == 0 {
-                        return Verdict::Linearizable;
+            // An unknown-outcome operation right after another that it cancels (a write over a
+            // write) is no better than it alone, which the search tries from the state below.
+            let redundant = !list.required[op]
+                && stack.last().is_some_and(|top| {
+                    !list.required[list.op[top.entry]]
+                        && model.step(&top.state, &ops[op].input, None).as_ref() == Some(&next_state)
+                });
+            if !redundant {
+                linearized.set(&list, op);
+                if cache.visit(&linearized, &next_state) {
+                    let previous = std::mem::replace(&mut state, next_state);
+                    stack.push(Frame { entry, state: previous, bound });
+                    list.lift(entry);
+                    if list.required[op] {
+                        remaining -= 1;
+                        if remaining == 0 {
+                            return Verdict::Linearizable;
+                        }
+                        let done = list.required_count - remaining;
+                        if done > best_required {
+                            best_required = done;
+                            best.truncate(stable);
+                            best.extend(stack[stable..].iter().map(|frame| list.op[frame.entry]));
+                            stable = stack.len();
+                            best_state = state.clone();
+                        }
                     }
+                    entry = list.next[MAIN];
+                    continue;
                 }
-                if stack.len() > best.len() {
-                    best.truncate(stable);
-                    best.extend(stack[stable..].iter().map(|frame| list.op[frame.entry]));
-                    stable = stack.len();
-                    best_state = state.clone();
-                }
-                entry = list.next[HEAD];
-                continue;
+                linearized.clear(&list, op);
             }
-            clear_bit(&mut linearized, op);
         }
         entry = list.next[entry];
     }
 }
 
-/// One linearized operation on the backtracking stack: its call entry and the state before it.
+/// One linearized operation on the backtracking stack: its call entry, the state before it,
+/// and the scan's bound in the unknown list when it was linearized.
 struct Frame<S> {
     entry: usize,
     state: S,
+    bound: usize,
 }
 
-/// The list head's index; entries are `1..=2n`, in event order.
-const HEAD: usize = 0;
+/// The main list's head: calls and returns of the known-outcome operations.
+const MAIN: usize = 0;
+/// The unknown list's head: calls of the unknown-outcome operations.
+const UNKNOWN: usize = 1;
 
-/// The call and return events of a history in a circular doubly linked list with a head
-/// sentinel, stored as parallel arrays.
+/// A history's events in two circular doubly linked lists with head sentinels, stored as
+/// parallel arrays: entries `2..` are the events in time order.
 struct EventList {
     next: Vec<usize>,
     prev: Vec<usize>,
-    /// The operation of each entry (unused for the head).
+    /// Each entry's rank in time order (calls before returns at one instant).
+    position: Vec<usize>,
+    /// The operation of each entry (unused for the heads).
     op: Vec<usize>,
-    /// Whether each entry is a call (false for the head).
+    /// Whether each entry is a call (false for the heads).
     is_call: Vec<bool>,
+    /// Whether each entry belongs to the unknown list (true for its head).
+    in_unknown_list: Vec<bool>,
     /// Each operation's call entry.
     call_entry: Vec<usize>,
-    /// Each operation's return entry.
+    /// Each known-outcome operation's return entry (0 for the others).
     return_entry: Vec<usize>,
+    /// Whether each operation's outcome is known.
+    required: Vec<bool>,
+    /// Each operation's index among the known-outcome or among the unknown-outcome ones.
+    slot: Vec<usize>,
+    required_count: usize,
+    unknown_count: usize,
 }
 
 impl EventList {
     fn new<I, O>(ops: &[Operation<I, O>]) -> Self {
-        // (time, rank, op): calls (0) before known returns (1) at one instant, and unknown
-        // returns (2) after everything.
+        // (time, rank, op): calls (0) before returns (1) at one instant; unknown outcomes have
+        // no return.
         let mut events: Vec<(u64, u8, usize)> = Vec::with_capacity(2 * ops.len());
+        let mut required = Vec::with_capacity(ops.len());
+        let mut slot = Vec::with_capacity(ops.len());
+        let (mut required_count, mut unknown_count) = (0, 0);
         for (index, op) in ops.iter().enumerate() {
             events.push((op.call_ns, 0, index));
             match op.effective_return_ns() {
-                Some(return_ns) => events.push((return_ns, 1, index)),
-                None => events.push((u64::MAX, 2, index)),
+                Some(return_ns) => {
+                    events.push((return_ns, 1, index));
+                    required.push(true);
+                    slot.push(required_count);
+                    required_count += 1;
+                }
+                None => {
+                    required.push(false);
+                    slot.push(unknown_count);
+                    unknown_count += 1;
+                }
             }
         }
         events.sort_unstable();
 
-        let len = events.len() + 1;
+        let len = events.len() + 2;
         let mut list = EventList {
-            next: (1..=len).map(|next| next % len).collect(),
-            prev: (0..len).map(|entry| (entry + len - 1) % len).collect(),
+            next: vec![0; len],
+            prev: vec![0; len],
+            position: vec![0; len],
             op: vec![0; len],
             is_call: vec![false; len],
+            in_unknown_list: vec![false; len],
             call_entry: vec![0; ops.len()],
             return_entry: vec![0; ops.len()],
+            required,
+            slot,
+            required_count,
+            unknown_count,
         };
+        list.in_unknown_list[UNKNOWN] = true;
+        let mut tails = [MAIN, UNKNOWN];
         for (position, &(_, rank, op)) in events.iter().enumerate() {
-            let entry = position + 1;
+            let entry = position + 2;
+            list.position[entry] = position;
             list.op[entry] = op;
             if rank == 0 {
                 list.is_call[entry] = true;
@@ -263,21 +329,35 @@ impl EventList {
             } else {
                 list.return_entry[op] = entry;
             }
+            let in_unknown = !list.required[op];
+            list.in_unknown_list[entry] = in_unknown;
+            let tail = &mut tails[usize::from(in_unknown)];
+            list.prev[entry] = *tail;
+            list.next[*tail] = entry;
+            *tail = entry;
+        }
+        for (head, tail) in [MAIN, UNKNOWN].into_iter().zip(tails) {
+            list.next[tail] = head;
+            list.prev[head] = tail;
         }
         list
     }
 
-    /// Takes an operation's call entry and its return entry out of the list.
+    /// Takes an operation's entries (its call, and its return if it has one) out of the lists.
     fn lift(&mut self, call: usize) {
-        let ret = self.return_entry[self.op[call]];
+        let op = self.op[call];
         self.unlink(call);
-        self.unlink(ret);
+        if self.required[op] {
+            self.unlink(self.return_entry[op]);
+        }
     }
 
     /// Puts back what [`EventList::lift`] took out; lifts must be undone in reverse order.
     fn unlift(&mut self, call: usize) {
-        let ret = self.return_entry[self.op[call]];
-        self.relink(ret);
+        let op = self.op[call];
+        if self.required[op] {
+            self.relink(self.return_entry[op]);
+        }
         self.relink(call);
     }
 
@@ -294,12 +374,91 @@ impl EventList {
     }
 }
 
-fn set_bit(bits: &mut [u64], index: usize) {
-    bits[index / 64] |= 1 << (index % 64);
+/// The set of linearized operations: a bitset of the known-outcome ones and one of the others.
+struct Linearized {
+    required: Vec<u64>,
+    unknown: Vec<u64>,
 }
 
-fn clear_bit(bits: &mut [u64], index: usize) {
-    bits[index / 64] &= !(1 << (index % 64));
+impl Linearized {
+    fn new(list: &EventList) -> Self {
+        Linearized {
+            required: vec![0; list.required_count.div_ceil(64)],
+            unknown: vec![0; list.unknown_count.div_ceil(64)],
+        }
+    }
+
+    fn words(&mut self, list: &EventList, op: usize) -> (&mut [u64], usize) {
+        let bits = if list.required[op] { &mut self.required } else { &mut self.unknown };
+        (bits, list.slot[op])
+    }
+
+    fn set(&mut self, list: &EventList, op: usize) {
+        let (bits, index) = self.words(list, op);
+        bits[index / 64] |= 1 << (index % 64);
+    }
+
+    fn clear(&mut self, list: &EventList, op: usize) {
+        let (bits, index) = self.words(list, op);
+        bits[index / 64] &= !(1 << (index % 64));
+    }
+}
+
+/// Lowe's cache of configurations already reached, with dominance: a configuration is kept by
+/// its known-outcome set and state, with the antichain of unknown-outcome sets seen with them.
+/// A configuration is not worth visiting when one with the same known-outcome set and state
+/// and a subset of its unknown-outcome operations was visited: the latter can do everything
+/// the former can, since unknown-outcome operations are optional.
+struct Cache<S> {
+    table: HashTable<CacheEntry<S>>,
+    hasher: DefaultHashBuilder,
+    /// Words in an unknown-outcome set.
+    unknown_words: usize,
+}
+
+struct CacheEntry<S> {
+    required: Box<[u64]>,
+    state: S,
+    /// Unknown-outcome sets, `unknown_words` words each, none a subset of another.
+    unknown: Vec<u64>,
+}
+
+impl<S: Hash + Eq + Clone> Cache<S> {
+    fn new(unknown_words: usize) -> Self {
+        Cache { table: HashTable::new(), hasher: DefaultHashBuilder::default(), unknown_words }
+    }
+
+    /// Records the configuration; false if it (or one that dominates it) was there already.
+    fn visit(&mut self, linearized: &Linearized, state: &S) -> bool {
+        let required = &linearized.required[..];
+        let unknown = &linearized.unknown[..];
+        let hash = self.hasher.hash_one((required, state));
+        let found = self.table.find_mut(hash, |entry| *entry.required == *required && entry.state == *state);
+        if let Some(entry) = found {
+            let words = self.unknown_words;
+            if words == 0 || entry.unknown.chunks(words).any(|seen| is_subset(seen, unknown)) {
+                return false;
+            }
+            let mut kept = Vec::with_capacity(entry.unknown.len() + words);
+            for seen in entry.unknown.chunks(words) {
+                if !is_subset(unknown, seen) {
+                    kept.extend_from_slice(seen);
+                }
+            }
+            kept.extend_from_slice(unknown);
+            entry.unknown = kept;
+            return true;
+        }
+        let entry =
+            CacheEntry { required: Box::from(required), state: state.clone(), unknown: unknown.to_vec() };
+        let hasher = &self.hasher;
+        self.table.insert_unique(hash, entry, |entry| hasher.hash_one((&entry.required[..], &entry.state)));
+        true
+    }
+}
+
+fn is_subset(small: &[u64], large: &[u64]) -> bool {
+    small.iter().zip(large).all(|(small, large)| small & !large == 0)
 }
 
 /// Describes where the search got stuck: after the longest prefix `best`, which operations
@@ -322,13 +481,14 @@ fn counterexample<M: Model>(
     // known-outcome operation unlinearized, so this finds one whenever it is called; the
     // fallback to the first operation only keeps the function total.
     let stuck = (0..ops.len())
-        .filter(|&op| !in_prefix[op] && outputs[op].is_some())
-        .min_by_key(|&op| list.return_entry[op])
+        .filter(|&op| !in_prefix[op] && list.required[op])
+        .min_by_key(|&op| list.position[list.return_entry[op]])
         .unwrap_or(0);
+    let stuck_return = list.position[list.return_entry[stuck]];
     let mut candidates: Vec<usize> = (0..ops.len())
-        .filter(|&op| !in_prefix[op] && list.call_entry[op] < list.return_entry[stuck])
+        .filter(|&op| !in_prefix[op] && list.position[list.call_entry[op]] < stuck_return)
         .collect();
-    candidates.sort_unstable_by_key(|&op| list.call_entry[op]);
+    candidates.sort_unstable_by_key(|&op| list.position[list.call_entry[op]]);
     let rejected: Vec<usize> = candidates
         .iter()
         .copied()
@@ -400,35 +560,41 @@ mod tests {
     }
 
     #[test]
-    fn lifting_and_unlifting_restores_the_list() {
+    fn lifting_and_unlifting_restores_the_lists() {
         let nil = || Some(KvOutput::Value(None));
         let ops = [
             op(KvCommand::Get, nil(), 0, 10),
             op(KvCommand::Get, nil(), 5, 20),
             op(KvCommand::Get, nil(), 15, 30),
-            // Unknown: returns after everything.
+            // Unknown outcomes: only their calls, in a list of their own.
+            op(KvCommand::Get, None, 12, 13),
             op(KvCommand::Get, None, 1, 2),
         ];
         let mut list = EventList::new(&ops);
-        let order = |list: &EventList| {
+        let order = |list: &EventList, head: usize| {
             let mut entries = Vec::new();
-            let mut entry = list.next[HEAD];
-            while entry != HEAD {
-                entries.push((list.op[entry], list.is_call[entry]));
+            let mut entry = list.next[head];
+            while entry != head {
+                entries.push((list.op[entry], list.is_call[entry], list.position[entry]));
                 entry = list.next[entry];
             }
             entries
         };
-        let full = order(&list);
+        let (main, unknown) = (order(&list, MAIN), order(&list, UNKNOWN));
         let expected =
-            [(0, true), (3, true), (1, true), (0, false), (2, true), (1, false), (2, false), (3, false)];
-        assert_eq!(full, expected);
+            [(0, true, 0), (1, true, 2), (0, false, 3), (2, true, 5), (1, false, 6), (2, false, 7)];
+        assert_eq!(main, expected);
+        assert_eq!(unknown, [(4, true, 1), (3, true, 4)]);
+        assert_eq!((list.required_count, list.unknown_count), (3, 2));
         list.lift(list.call_entry[1]);
+        list.lift(list.call_entry[3]);
         list.lift(list.call_entry[0]);
-        assert_eq!(order(&list), [(3, true), (2, true), (2, false), (3, false)]);
+        assert_eq!(order(&list, MAIN), [(2, true, 5), (2, false, 7)]);
+        assert_eq!(order(&list, UNKNOWN), [(4, true, 1)]);
         list.unlift(list.call_entry[0]);
+        list.unlift(list.call_entry[3]);
         list.unlift(list.call_entry[1]);
-        assert_eq!(order(&list), full);
+        assert_eq!((order(&list, MAIN), order(&list, UNKNOWN)), (main, unknown));
     }
 
     #[test]
