@@ -606,6 +606,24 @@ mod tests {
     }
 
     #[test]
+    fn one_hopeless_key_does_not_starve_the_others() {
+        // Key "hard": 40 overlapping writes, then a read of a value none wrote; proving that
+        // illegal takes about 2^40 steps. The easy keys come after it in key order.
+        let mut history: Vec<KvOp> =
+            (0..40).map(|n| on_key("hard", done(n, set(&n.to_string()), KvOutput::Ok, n, 1000))).collect();
+        history.push(on_key("hard", done(40, KvCommand::Get, value("none"), 2000, 2001)));
+        for key in ["x1", "x2", "x3"] {
+            history.push(on_key(key, done(50, set("a"), KvOutput::Ok, 0, 10)));
+            history.push(on_key(key, done(51, KvCommand::Get, value("a"), 20, 30)));
+        }
+        let start = Instant::now();
+        let report = check_kv(&history, Duration::from_millis(300));
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert_eq!((report.linearizable, report.illegal, report.unknown), (3, 0, 1), "{report}");
+        assert!(report.per_key[0].verdict.is_unknown());
+    }
+
+    #[test]
     fn a_saved_history_checks_the_same() {
         let history = two_keys();
         let mut bytes = Vec::new();
