@@ -53,6 +53,9 @@ mod inline;
 mod parse;
 pub mod reply;
 
+#[cfg(test)]
+mod differential;
+
 use std::fmt;
 
 pub use parse::{Arg, Limits, parse_request, parse_request_with};
