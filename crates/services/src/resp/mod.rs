@@ -12,13 +12,14 @@
 //! # Mechanism
 //!
 //! [`parse_request`] reads one request from the start of a buffer and fills a vector with its
-//! arguments as slices of that buffer (zero-copy); only an inline argument whose quotes or
-//! escapes make it differ from the bytes it was written as is copied
-//! ([`Cow::Owned`](std::borrow::Cow::Owned)). It keeps no
-//! state between calls: a caller with a partial request gets `Ok(None)`, reads more bytes onto the
-//! same buffer and calls again, which parses the request again from its start. The caller drops
-//! the bytes a request consumed once it is complete. The [`reply`] functions append replies to a
-//! `Vec<u8>`.
+//! arguments as slices of that buffer (zero-copy); only an inline argument whose quotes or escapes
+//! make it differ from the bytes it was written as is copied
+//! ([`Cow::Owned`](std::borrow::Cow::Owned)). It keeps no state between calls: a caller with a
+//! partial request gets `Ok(None)`, reads more bytes onto the same buffer and calls again, which
+//! parses the request again from its start (a bulk's payload is skipped by its length, not read,
+//! but a request of many arguments that arrives in many reads costs work quadratic in its argument
+//! count; Redis keeps the parse state instead). The caller drops the bytes a request consumed once
+//! it is complete. The [`reply`] functions append replies to a `Vec<u8>`.
 //!
 //! # Contract
 //!
