@@ -1,7 +1,8 @@
 //! A command's answer, before it is written in RESP.
 
 /// What a command answers: the RESP2 types the store's commands use.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Reply {
     /// `+OK`.
     Ok,

@@ -31,10 +31,12 @@
 
 use std::io;
 
-use hashbrown::HashMap;
+// Ordered maps: requests are answered in the same order on every run of a seed (a hash map's
+// order changes from one instance to the next), which the simulator's replays rely on.
 use protobuf::Message as _;
 use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
 use raft::{RawNode, ReadOnlyOption, StateRole, Storage};
+use std::collections::BTreeMap;
 
 use super::storage::{Disk, LogStore};
 use crate::kv::{Batch, ReadOp, Reply, Request, Store, WriteOp};
@@ -157,9 +159,9 @@ pub struct Replica<D: Disk> {
     ticks: u64,
     now_ms: u64,
     waiting_writes: Vec<Ticket>,
-    in_flight: HashMap<Ticket, InFlight>,
+    in_flight: BTreeMap<Ticket, InFlight>,
     waiting_reads: Vec<(Ticket, ReadOp)>,
-    read_rounds: HashMap<u64, ReadRound>,
+    read_rounds: BTreeMap<u64, ReadRound>,
     next_read_round: u64,
     outbox: Vec<Message>,
     completions: Vec<(Ticket, Reply)>,
@@ -211,9 +213,9 @@ impl<D: Disk> Replica<D> {
             ticks: 0,
             now_ms: 0,
             waiting_writes: Vec::new(),
-            in_flight: HashMap::new(),
+            in_flight: BTreeMap::new(),
             waiting_reads: Vec::new(),
-            read_rounds: HashMap::new(),
+            read_rounds: BTreeMap::new(),
             next_read_round: 0,
             outbox: Vec::new(),
             completions: Vec::new(),

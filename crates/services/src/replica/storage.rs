@@ -236,7 +236,7 @@ impl<D: Disk> LogStore<D> {
                 self.install_snapshot(snap);
             }
             TAG_ENTRIES => {
-                let n = r.count("entry count", 8)?;
+                let n = r.count("entry count", 6)?;
                 let mut entries = Vec::with_capacity(n);
                 for _ in 0..n {
                     entries.push(decode_entry(&mut r)?);

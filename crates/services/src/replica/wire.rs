@@ -85,7 +85,7 @@ pub fn decode_message(bytes: &[u8]) -> Result<Message, DecodeError> {
     msg.reject = r.bool("reject")?;
     msg.priority = r.i64("priority")?;
     msg.context = Bytes::copy_from_slice(r.bytes("context")?);
-    let entries = r.count("entry count", 8)?;
+    let entries = r.count("entry count", 6)?;
     let mut list = Vec::with_capacity(entries);
     for _ in 0..entries {
         list.push(decode_entry(&mut r)?);

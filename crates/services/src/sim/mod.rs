@@ -1,3 +1,8 @@
-//! A deterministic simulation of a replicated store (being built).
+//! A deterministic simulation of the replicated store: the sans-I/O replicas on a seeded
+//! network with faults, and clients that record a history for the linearizability checker.
 
+pub mod cluster;
 pub mod network;
+
+pub use cluster::{FaultEvent, FaultKind, OpKind, SimConfig, SimOp, SimOutcome, run};
+pub use network::Network;

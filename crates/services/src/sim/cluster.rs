@@ -1,0 +1,697 @@
+//! A cluster of [`Replica`]s on the simulated [`Network`], with clients that record a history
+//! and a fault schedule, all driven by one seed: the same seed gives the same run.
+//!
+//! Time is simulated microseconds and advances from event to event (a message due, a
+//! member's tick, a client's next request or time-out, a fault), so a second of cluster time
+//! costs only the work the members do in it. Members tick every [`SimConfig::tick_us`] at
+//! their own phase. Faults, each drawn from the kinds asked for:
+//! - **crash**: a member (the leader or a follower) stops like `kill -9`: what it had written
+//!   stays in the page cache, the rest is gone; it restarts from its log after a while;
+//! - **power loss** (only with `fsync` on): as a crash, but only what was synced survives;
+//! - **partition**: a member is cut off from all others, then the links come back;
+//! - **loss**: every message is dropped with some probability for a while;
+//! - **pause**: a member stops (SIGSTOP) and resumes (SIGCONT): what was sent to it waits.
+//!
+//! Clients issue one request at a time to one member and time each from invocation to
+//! answer; a request unanswered after [`SimConfig::request_timeout_us`], or whose member
+//! crashed, has an unknown outcome and its client is replaced by a new one (as Jepsen
+//! retires a process), so an unknown operation never overlaps a later one of the same client.
+
+use std::collections::BTreeMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::network::Network;
+use crate::kv::{ReadOp, Reply, SetCondition, WriteOp};
+use crate::replica::wire::{decode_message, encode_message};
+use crate::replica::{Broken, LogStore, MemDisk, ReadMode, Replica, ReplicaConfig, Sync, Ticket};
+
+/// The kinds of fault a run may inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    /// The leader crashes and restarts.
+    CrashLeader,
+    /// A follower crashes and restarts.
+    CrashFollower,
+    /// A member loses power: only what it synced survives (with fsync on).
+    PowerLoss,
+    /// A member is cut off, then rejoins.
+    Partition,
+    /// Messages are lost at random.
+    Loss,
+    /// A member is paused, then resumed.
+    Pause,
+}
+
+impl FaultKind {
+    /// Every kind.
+    pub const ALL: [FaultKind; 6] = [
+        FaultKind::CrashLeader,
+        FaultKind::CrashFollower,
+        FaultKind::PowerLoss,
+        FaultKind::Partition,
+        FaultKind::Loss,
+        FaultKind::Pause,
+    ];
+}
+
+/// One simulated run's settings.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// The seed: everything random in the run comes from it.
+    pub seed: u64,
+    /// Members (voters) of the cluster.
+    pub members: usize,
+    /// Clients at once.
+    pub clients: usize,
+    /// Keys the clients use.
+    pub keys: usize,
+    /// Cluster time the clients run for, microseconds.
+    pub duration_us: u64,
+    /// The members' period, microseconds.
+    pub tick_us: u64,
+    /// One-way message delay range, microseconds.
+    pub delay_us: (u64, u64),
+    /// A request with no answer after this long has an unknown outcome.
+    pub request_timeout_us: u64,
+    /// Faults to inject (none: a quiet run).
+    pub faults: Vec<FaultKind>,
+    /// Mean time between faults, microseconds.
+    pub fault_every_us: u64,
+    /// Whether the log is synced.
+    pub sync: Sync,
+    /// How reads are answered.
+    pub read_mode: ReadMode,
+    /// A deliberate fault (the checker's self-test).
+    pub broken: Option<Broken>,
+    /// Log entries kept before compaction (small, to exercise snapshots).
+    pub compact_after_entries: u64,
+}
+
+impl SimConfig {
+    /// Three members, six clients on eight keys, half a second, every fault kind.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            seed,
+            members: 3,
+            clients: 6,
+            keys: 8,
+            duration_us: 500_000,
+            tick_us: 100,
+            delay_us: (20, 200),
+            request_timeout_us: 50_000,
+            faults: FaultKind::ALL.to_vec(),
+            fault_every_us: 60_000,
+            sync: Sync::Always,
+            read_mode: ReadMode::ReadIndex,
+            broken: None,
+            compact_after_entries: 200,
+        }
+    }
+}
+
+/// What a client asked.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    /// GET.
+    Get,
+    /// SET to a value no other write uses.
+    Set(Vec<u8>),
+    /// INCR.
+    Incr,
+    /// APPEND of a token no other write uses.
+    Append(Vec<u8>),
+}
+
+/// One request in the history.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SimOp {
+    /// The client (unique over the run).
+    pub client: u64,
+    /// The key.
+    pub key: Vec<u8>,
+    /// The request.
+    pub kind: OpKind,
+    /// The answer, or `None` when the outcome is unknown.
+    pub output: Option<Reply>,
+    /// When it was sent, microseconds.
+    pub call_us: u64,
+    /// When its answer came (`None`: never).
+    pub return_us: Option<u64>,
+}
+
+/// A fault injected, for the report.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FaultEvent {
+    /// When it started, microseconds.
+    pub at_us: u64,
+    /// What it was.
+    pub kind: FaultKind,
+    /// The member it hit (0: all).
+    pub member: u64,
+    /// How long it lasted, microseconds.
+    pub lasted_us: u64,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SimOutcome {
+    /// The seed.
+    pub seed: u64,
+    /// Every request, in invocation order.
+    pub history: Vec<SimOp>,
+    /// Faults injected.
+    pub faults: Vec<FaultEvent>,
+    /// Acknowledged APPENDs missing from the final value of their key, plus acknowledged
+    /// INCRs the final counter does not account for; `None` when the final reads failed.
+    pub lost_acknowledged_writes: Option<u64>,
+    /// Messages sent and lost.
+    pub messages: (u64, u64),
+    /// Leader elections seen (distinct terms with a leader).
+    pub terms: u64,
+}
+
+enum MemberState {
+    Up(Box<Replica<MemDisk>>),
+    Paused { replica: Box<Replica<MemDisk>>, until_us: u64, held: Vec<Vec<u8>> },
+    Down { disk: MemDisk, until_us: u64 },
+}
+
+struct Client {
+    id: u64,
+    member: u64,
+    seq: u64,
+    waiting: Option<(usize, u64)>,
+    next_at_us: u64,
+}
+
+struct Sim {
+    config: SimConfig,
+    rng: StdRng,
+    now_us: u64,
+    network: Network,
+    members: Vec<MemberState>,
+    phase_us: Vec<u64>,
+    clients: Vec<Client>,
+    client_slots: BTreeMap<u64, usize>,
+    next_client_id: u64,
+    history: Vec<SimOp>,
+    faults: Vec<FaultEvent>,
+    heal_at_us: Option<u64>,
+    leader_terms: std::collections::BTreeSet<u64>,
+}
+
+fn replica_config(config: &SimConfig, id: u64, rng: &mut StdRng) -> ReplicaConfig {
+    let mut rc = ReplicaConfig::new(id);
+    rc.read_mode = config.read_mode;
+    rc.broken = config.broken;
+    rc.compact_after_entries = config.compact_after_entries;
+    rc.fixed_election_ticks = Some(rng.random_range(rc.election_ticks..2 * rc.election_ticks));
+    rc
+}
+
+impl Sim {
+    fn new(config: SimConfig) -> Self {
+        let mut rng = StdRng::seed_from_u64(config.seed);
+        let voters: Vec<u64> = (1..=config.members as u64).collect();
+        let mut members = Vec::new();
+        let mut phase_us = Vec::new();
+        for &id in &voters {
+            let log =
+                LogStore::create(MemDisk::default(), config.sync, &voters).expect("memory disk cannot fail");
+            let rc = replica_config(&config, id, &mut rng);
+            members.push(MemberState::Up(Box::new(Replica::new(rc, log).expect("a fresh replica starts"))));
+            phase_us.push(rng.random_range(0..config.tick_us));
+        }
+        let network = Network::new(config.delay_us.0, config.delay_us.1);
+        let mut sim = Sim {
+            rng,
+            now_us: 0,
+            network,
+            members,
+            phase_us,
+            clients: Vec::new(),
+            client_slots: BTreeMap::new(),
+            next_client_id: 1,
+            history: Vec::new(),
+            faults: Vec::new(),
+            heal_at_us: None,
+            leader_terms: Default::default(),
+            config,
+        };
+        for slot in 0..sim.config.clients {
+            let member = sim.rng.random_range(1..=sim.config.members as u64);
+            let id = sim.new_client_id(slot);
+            sim.clients.push(Client { id, member, seq: 0, waiting: None, next_at_us: 10_000 });
+        }
+        sim
+    }
+
+    fn new_client_id(&mut self, slot: usize) -> u64 {
+        let id = self.next_client_id;
+        self.next_client_id += 1;
+        self.client_slots.insert(id, slot);
+        id
+    }
+
+    fn replica(&mut self, id: u64) -> Option<&mut Replica<MemDisk>> {
+        match &mut self.members[(id - 1) as usize] {
+            MemberState::Up(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    fn leader(&self) -> Option<u64> {
+        self.members.iter().find_map(|m| match m {
+            MemberState::Up(r) if r.is_leader() => Some(r.id()),
+            _ => None,
+        })
+    }
+
+    /// Sends what member `id` produced and records its answers.
+    fn drain(&mut self, id: u64) {
+        let Some(replica) = self.replica(id) else { return };
+        let messages = replica.take_messages();
+        let completions = replica.take_completions();
+        if replica.is_leader() {
+            let term = replica.term();
+            self.leader_terms.insert(term);
+        }
+        for msg in messages {
+            let mut bytes = Vec::new();
+            encode_message(&msg, &mut bytes);
+            let to = msg.to;
+            self.network.send(&mut self.rng, self.now_us, id, to, bytes);
+        }
+        for (ticket, reply) in completions {
+            self.complete(id, ticket, reply);
+        }
+    }
+
+    fn complete(&mut self, member: u64, ticket: Ticket, reply: Reply) {
+        let Some(&slot) = self.client_slots.get(&ticket.client) else { return };
+        let client = &mut self.clients[slot];
+        if client.id != ticket.client || client.member != member {
+            return;
+        }
+        let Some((op, seq)) = client.waiting else { return };
+        if seq != ticket.seq {
+            return;
+        }
+        client.waiting = None;
+        client.next_at_us = self.now_us + self.rng.random_range(0..2_000);
+        let record = &mut self.history[op];
+        record.output = Some(reply);
+        record.return_us = Some(self.now_us);
+    }
+
+    fn next_event_us(&self, clients_active: bool) -> u64 {
+        let mut next = u64::MAX;
+        for (i, m) in self.members.iter().enumerate() {
+            let t = match m {
+                MemberState::Up(_) => {
+                    let phase = self.phase_us[i];
+                    let k = (self.now_us.saturating_sub(phase)) / self.config.tick_us + 1;
+                    phase + k * self.config.tick_us
+                }
+                MemberState::Paused { until_us, .. } | MemberState::Down { until_us, .. } => *until_us,
+            };
+            next = next.min(t);
+        }
+        for c in &self.clients {
+            match c.waiting {
+                Some((op, _)) => next = next.min(self.history[op].call_us + self.config.request_timeout_us),
+                None if clients_active => next = next.min(c.next_at_us),
+                None => {}
+            }
+        }
+        if let Some(h) = self.heal_at_us {
+            next = next.min(h);
+        }
+        // Time always moves: an event already due is handled at the next microsecond.
+        next.max(self.now_us + 1)
+    }
+
+    fn run_until(&mut self, end_us: u64, clients_active: bool, faults_active: bool) {
+        let mut next_fault_us = self.now_us + self.config.fault_every_us;
+        while self.now_us < end_us {
+            let mut next = self.next_event_us(clients_active).min(end_us);
+            if faults_active && !self.config.faults.is_empty() {
+                next = next.min(next_fault_us);
+            }
+            // Messages due before then are delivered first, each at its own time.
+            while let Some(msg) = self.network.deliver(next) {
+                self.now_us = self.now_us.max(msg.deliver_at_us);
+                self.deliver(msg.to, msg.bytes);
+            }
+            self.now_us = next;
+            if faults_active && !self.config.faults.is_empty() && self.now_us >= next_fault_us {
+                self.inject_fault();
+                let mean = self.config.fault_every_us;
+                next_fault_us = self.now_us + self.rng.random_range(mean / 2..=mean * 3 / 2);
+            }
+            if self.heal_at_us.is_some_and(|t| t <= self.now_us) {
+                self.network.heal();
+                self.network.loss = 0.0;
+                self.heal_at_us = None;
+            }
+            self.wake_members();
+            self.tick_members();
+            self.serve_clients(clients_active);
+        }
+    }
+
+    fn deliver(&mut self, to: u64, bytes: Vec<u8>) {
+        match &mut self.members[(to - 1) as usize] {
+            MemberState::Up(replica) => {
+                let msg = decode_message(&bytes).expect("the simulator's own encoding decodes");
+                replica.step(msg).expect("memory disk cannot fail");
+                self.drain(to);
+            }
+            MemberState::Paused { held, .. } => held.push(bytes),
+            MemberState::Down { .. } => {}
+        }
+    }
+
+    fn wake_members(&mut self) {
+        for i in 0..self.members.len() {
+            let id = i as u64 + 1;
+            let now = self.now_us;
+            let state = std::mem::replace(
+                &mut self.members[i],
+                MemberState::Down { disk: MemDisk::default(), until_us: 0 },
+            );
+            self.members[i] = match state {
+                MemberState::Paused { replica, until_us, held } if until_us <= now => {
+                    self.members[i] = MemberState::Up(replica);
+                    for bytes in held {
+                        self.deliver(id, bytes);
+                    }
+                    continue;
+                }
+                MemberState::Down { disk, until_us } if until_us <= now => {
+                    let (log, _) = LogStore::load(disk, self.config.sync).expect("memory disk cannot fail");
+                    let rc = replica_config(&self.config, id, &mut self.rng);
+                    MemberState::Up(Box::new(Replica::new(rc, log).expect("a logged replica restarts")))
+                }
+                other => other,
+            };
+        }
+    }
+
+    fn tick_members(&mut self) {
+        for i in 0..self.members.len() {
+            let id = i as u64 + 1;
+            let phase = self.phase_us[i];
+            if self.now_us < phase || !(self.now_us - phase).is_multiple_of(self.config.tick_us) {
+                continue;
+            }
+            let now_ms = self.now_us / 1000;
+            if let Some(replica) = self.replica(id) {
+                replica.tick(now_ms).expect("memory disk cannot fail");
+                self.drain(id);
+            }
+        }
+    }
+
+    fn retire(&mut self, slot: usize) {
+        let member = self.rng.random_range(1..=self.config.members as u64);
+        let old = self.clients[slot].id;
+        if let Some(r) = self.replica(self.clients[slot].member) {
+            r.forget_client(old);
+        }
+        self.client_slots.remove(&old);
+        let id = self.new_client_id(slot);
+        let client = &mut self.clients[slot];
+        client.id = id;
+        client.member = member;
+        client.seq = 0;
+        client.waiting = None;
+        client.next_at_us = self.now_us + 1_000;
+    }
+
+    fn serve_clients(&mut self, active: bool) {
+        for slot in 0..self.clients.len() {
+            let (member, waiting, next_at) = {
+                let c = &self.clients[slot];
+                (c.member, c.waiting, c.next_at_us)
+            };
+            let member_up = matches!(
+                self.members[(member - 1) as usize],
+                MemberState::Up(_) | MemberState::Paused { .. }
+            );
+            if let Some((op, _)) = waiting {
+                // The connection broke, or the answer is too late: the outcome is unknown.
+                if !member_up || self.now_us >= self.history[op].call_us + self.config.request_timeout_us {
+                    self.retire(slot);
+                }
+                continue;
+            }
+            if !active || next_at > self.now_us {
+                continue;
+            }
+            if !member_up {
+                self.retire(slot);
+                continue;
+            }
+            self.issue(slot);
+        }
+    }
+
+    fn issue(&mut self, slot: usize) {
+        let key = format!("k{}", self.rng.random_range(0..self.config.keys)).into_bytes();
+        let (client_id, member, seq) = {
+            let c = &mut self.clients[slot];
+            c.seq += 1;
+            (c.id, c.member, c.seq)
+        };
+        let unique = format!("{client_id}.{seq};").into_bytes();
+        let roll = self.rng.random_range(0..100);
+        let kind = match roll {
+            0..40 => OpKind::Get,
+            40..70 => OpKind::Set(unique),
+            70..85 => OpKind::Incr,
+            _ => OpKind::Append(unique),
+        };
+        let op = self.history.len();
+        self.history.push(SimOp {
+            client: client_id,
+            key: key.clone(),
+            kind: kind.clone(),
+            output: None,
+            call_us: self.now_us,
+            return_us: None,
+        });
+        self.clients[slot].waiting = Some((op, seq));
+        let ticket = Ticket { client: client_id, seq };
+        let Some(replica) = self.replica(member) else {
+            // Paused: the request waits in its socket until the member resumes; modelled as
+            // a time-out unless it resumes in time, which the pause bounds.
+            return;
+        };
+        match kind {
+            OpKind::Get => replica.submit_read(ticket, ReadOp::Get { key }),
+            OpKind::Set(value) => replica.submit_write(
+                ticket,
+                seq,
+                WriteOp::Set { key, value, ttl_ms: None, condition: SetCondition::Always },
+            ),
+            OpKind::Incr => replica.submit_write(ticket, seq, WriteOp::IncrBy { key, by: 1 }),
+            OpKind::Append(value) => replica.submit_write(ticket, seq, WriteOp::Append { key, value }),
+        }
+        self.drain(member);
+    }
+
+    fn inject_fault(&mut self) {
+        let kind = self.config.faults[self.rng.random_range(0..self.config.faults.len())];
+        let n = self.config.members as u64;
+        let leader = self.leader();
+        let up: Vec<u64> =
+            (1..=n).filter(|&id| matches!(self.members[(id - 1) as usize], MemberState::Up(_))).collect();
+        // Keep a majority able to make progress most of the time: at most one member out.
+        if up.len() < n as usize {
+            return;
+        }
+        let follower = up
+            .iter()
+            .copied()
+            .filter(|&id| Some(id) != leader)
+            .nth(self.rng.random_range(0..n as usize - 1))
+            .unwrap_or(1);
+        let lasted_us = self.rng.random_range(10_000..80_000);
+        let member =
+            match kind {
+                FaultKind::CrashLeader => leader.unwrap_or(follower),
+                FaultKind::Loss => 0,
+                FaultKind::PowerLoss | FaultKind::Partition | FaultKind::Pause => {
+                    if self.rng.random_bool(0.5) { leader.unwrap_or(follower) } else { follower }
+                }
+                FaultKind::CrashFollower => follower,
+            };
+        match kind {
+            FaultKind::CrashLeader | FaultKind::CrashFollower | FaultKind::PowerLoss => {
+                if kind == FaultKind::PowerLoss && self.config.sync != Sync::Always {
+                    return;
+                }
+                let i = (member - 1) as usize;
+                let MemberState::Up(replica) = &self.members[i] else { return };
+                let mut disk = replica.log().disk().clone();
+                if kind == FaultKind::PowerLoss {
+                    disk.power_loss();
+                }
+                self.members[i] = MemberState::Down { disk, until_us: self.now_us + lasted_us };
+            }
+            FaultKind::Partition => {
+                for other in 1..=n {
+                    if other != member {
+                        self.network.cut(member, other);
+                    }
+                }
+                self.heal_at_us = Some(self.now_us + lasted_us);
+            }
+            FaultKind::Loss => {
+                self.network.loss = self.rng.random_range(0.05..0.3);
+                self.heal_at_us = Some(self.now_us + lasted_us);
+            }
+            FaultKind::Pause => {
+                let i = (member - 1) as usize;
+                let state = std::mem::replace(
+                    &mut self.members[i],
+                    MemberState::Down { disk: MemDisk::default(), until_us: 0 },
+                );
+                self.members[i] = match state {
+                    MemberState::Up(replica) => {
+                        MemberState::Paused { replica, until_us: self.now_us + lasted_us, held: Vec::new() }
+                    }
+                    other => other,
+                };
+            }
+        }
+        self.faults.push(FaultEvent { at_us: self.now_us, kind, member, lasted_us });
+    }
+
+    /// After the run: heal everything, let the cluster settle, then read every key through
+    /// a fresh client at member 1 (linearizable reads, in the history too).
+    fn final_reads(&mut self) -> Option<BTreeMap<Vec<u8>, Option<Vec<u8>>>> {
+        self.network.heal();
+        self.network.loss = 0.0;
+        self.heal_at_us = None;
+        let settle = self.now_us + 300_000;
+        self.run_until(settle, false, false);
+        for slot in 0..self.clients.len() {
+            if self.clients[slot].waiting.is_some() {
+                self.retire(slot);
+            }
+        }
+        let mut values = BTreeMap::new();
+        for k in 0..self.config.keys {
+            let key = format!("k{k}").into_bytes();
+            let slot = 0;
+            self.retire(slot);
+            self.clients[slot].member = 1;
+            let id = self.clients[slot].id;
+            let op = self.history.len();
+            self.history.push(SimOp {
+                client: id,
+                key: key.clone(),
+                kind: OpKind::Get,
+                output: None,
+                call_us: self.now_us,
+                return_us: None,
+            });
+            self.clients[slot].seq = 1;
+            self.clients[slot].waiting = Some((op, 1));
+            self.replica(1)?.submit_read(Ticket { client: id, seq: 1 }, ReadOp::Get { key: key.clone() });
+            let deadline = self.now_us + self.config.request_timeout_us;
+            while self.history[op].output.is_none() && self.now_us < deadline {
+                let step = self.now_us + self.config.tick_us;
+                self.run_until(step, false, false);
+            }
+            match &self.history[op].output {
+                Some(Reply::Bulk(v)) => values.insert(key, Some(v.clone())),
+                Some(Reply::Nil) => values.insert(key, None),
+                _ => return None,
+            };
+        }
+        Some(values)
+    }
+}
+
+/// Acknowledged appends missing from their key's final value, and acknowledged INCRs the
+/// final counter cannot account for (an INCR's answer is the counter after it: the final
+/// value must be at least the largest answer seen while the key was a counter).
+fn lost_writes(history: &[SimOp], finals: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> u64 {
+    let mut lost = 0;
+    for op in history {
+        let Some(output) = &op.output else { continue };
+        let final_value = finals.get(&op.key).cloned().flatten().unwrap_or_default();
+        if let (OpKind::Append(token), Reply::Integer(_)) = (&op.kind, output) {
+            // A SET after the append may have replaced it legitimately: only appends after
+            // the key's last acknowledged SET must survive.
+            let last_set = history
+                .iter()
+                .filter(|o| o.key == op.key && matches!(o.kind, OpKind::Set(_)) && o.output.is_some())
+                .filter_map(|o| o.return_us)
+                .max();
+            let overwritten = last_set.is_some_and(|t| t > op.call_us)
+                || history.iter().any(|o| {
+                    o.key == op.key
+                        && matches!(o.kind, OpKind::Set(_))
+                        && o.output.is_none()
+                        && o.call_us > op.call_us
+                });
+            if !overwritten && !final_value.windows(token.len()).any(|w| w == &token[..]) {
+                lost += 1;
+            }
+        }
+    }
+    lost
+}
+
+/// Runs one seeded simulation.
+pub fn run(config: SimConfig) -> SimOutcome {
+    let seed = config.seed;
+    let duration = config.duration_us;
+    let mut sim = Sim::new(config);
+    sim.run_until(duration, true, true);
+    let finals = sim.final_reads();
+    let lost = finals.map(|f| lost_writes(&sim.history, &f));
+    SimOutcome {
+        seed,
+        history: sim.history,
+        faults: sim.faults,
+        lost_acknowledged_writes: lost,
+        messages: (sim.network.sent, sim.network.dropped),
+        terms: sim.leader_terms.len() as u64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quiet_cluster_answers_every_request() {
+        let mut config = SimConfig::new(1);
+        config.faults.clear();
+        config.duration_us = 200_000;
+        let out = run(config);
+        let answered = out.history.iter().filter(|o| o.output.is_some()).count();
+        assert!(out.history.len() > 100, "only {} requests", out.history.len());
+        assert_eq!(answered, out.history.len(), "every request of a quiet run is answered");
+        assert_eq!(out.lost_acknowledged_writes, Some(0));
+        assert_eq!(out.terms, 1, "one election, no churn");
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_run() {
+        let a = run(SimConfig::new(7));
+        let b = run(SimConfig::new(7));
+        assert_eq!(a.history, b.history);
+        assert_eq!(a.faults, b.faults);
+        assert!(!a.faults.is_empty());
+    }
+}
