@@ -21,6 +21,7 @@ mod aoi_model;
 mod doctor;
 mod exit;
 mod forward;
+mod kv;
 mod lane;
 mod lane_node;
 mod lane_service;
@@ -71,6 +72,8 @@ enum Command {
     /// Exit status: 0 when it examined (whatever it found), 2 for a bad flag, 1 when --apply or
     /// --revert failed or was not permitted (they need root).
     Doctor(doctor::DoctorArgs),
+    /// The replicated key-value store: Raft on the lane's members, and its checks.
+    Kv(kv::KvArgs),
 }
 
 /// The flags every experiment takes.
@@ -255,6 +258,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Sweep(args) => done(forward::sweep(&args)),
         Command::Lane(args) => lane::run(&args),
         Command::Rtu(args) => rtu::run(&args),
+        Command::Kv(args) => kv::run(&args),
         Command::Doctor(args) => doctor::run(&args),
         Command::Lab(args) => {
             let c = &args.common;

@@ -23,6 +23,8 @@
 //!   with priority-inheritance locks.
 //! - [`rtu_throughput`]: a UDP receiver as an RTU against a plain loop, with and without load.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
+//! - [`kv_check`]: the replicated key-value store's histories under faults, judged by the
+//!   linearizability checker, with the checker's self-test.
 
 #![forbid(unsafe_code)]
 
@@ -30,6 +32,7 @@ pub mod aoi_model;
 pub mod background;
 pub mod forward;
 pub mod harness;
+pub mod kv_check;
 pub mod lane_latency;
 pub mod lane_police;
 pub mod lane_tightness;

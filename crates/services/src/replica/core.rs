@@ -164,6 +164,7 @@ pub struct Replica<D: Disk> {
     read_rounds: BTreeMap<u64, ReadRound>,
     next_read_round: u64,
     outbox: Vec<Message>,
+    snapshots_sent: BTreeMap<u64, u64>,
     completions: Vec<(Ticket, Reply)>,
     stats: ReplicaStats,
 }
@@ -218,6 +219,7 @@ impl<D: Disk> Replica<D> {
             read_rounds: BTreeMap::new(),
             next_read_round: 0,
             outbox: Vec::new(),
+            snapshots_sent: BTreeMap::new(),
             completions: Vec::new(),
             stats: ReplicaStats::default(),
         })
@@ -326,6 +328,7 @@ impl<D: Disk> Replica<D> {
         self.ticks += 1;
         self.now_ms = now_ms;
         self.node.tick();
+        self.check_snapshots_sent();
         self.propose_waiting();
         self.ask_read_index();
         self.handle_ready()
@@ -349,6 +352,37 @@ impl<D: Disk> Replica<D> {
     /// Answers to give to clients.
     pub fn take_completions(&mut self) -> Vec<(Ticket, Reply)> {
         std::mem::take(&mut self.completions)
+    }
+
+    /// A leader that sent a snapshot waits for the follower to acknowledge it before sending
+    /// that follower anything else; if the snapshot was lost, it would wait for ever. So a
+    /// snapshot still unacknowledged after a few retry intervals is reported failed, and the
+    /// leader probes the follower again (and sends a new snapshot if it still needs one).
+    fn check_snapshots_sent(&mut self) {
+        let give_up_before = self.ticks.saturating_sub(4 * self.config.retry_ticks);
+        let overdue: Vec<u64> = self
+            .snapshots_sent
+            .iter()
+            .filter(|&(_, &tick)| tick <= give_up_before)
+            .map(|(&to, _)| to)
+            .collect();
+        for to in overdue {
+            self.snapshots_sent.remove(&to);
+            let waiting =
+                self.node.raft.prs().get(to).is_some_and(|pr| pr.state == raft::ProgressState::Snapshot);
+            if waiting {
+                self.node.report_snapshot(to, raft::SnapshotStatus::Failure);
+            }
+        }
+    }
+
+    fn send(&mut self, messages: Vec<Message>) {
+        for msg in &messages {
+            if msg.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
+                self.snapshots_sent.insert(msg.to, self.ticks);
+            }
+        }
+        self.outbox.extend(messages);
     }
 
     fn propose_waiting(&mut self) {
@@ -430,7 +464,7 @@ impl<D: Disk> Replica<D> {
         }
         let mut rd = self.node.ready();
         // Ordinary messages may leave before this member's own write is durable.
-        self.outbox.extend(rd.take_messages());
+        self.send(rd.take_messages());
         let snapshot = (!rd.snapshot().is_empty()).then(|| rd.snapshot().clone());
         let entries = rd.take_entries();
         let hard_state = rd.hs().cloned();
@@ -447,11 +481,11 @@ impl<D: Disk> Replica<D> {
         }
         self.apply(rd.take_committed_entries())?;
         // Votes and append acknowledgements only once what they promise is on disk.
-        self.outbox.extend(rd.take_persisted_messages());
+        self.send(rd.take_persisted_messages());
         let mut light = self.node.advance(rd);
         // The commit index is not persisted on its own: after a restart it is learnt again
         // from the leader, and entries up to it are applied again over the snapshot.
-        self.outbox.extend(light.take_messages());
+        self.send(light.take_messages());
         self.apply(light.take_committed_entries())?;
         self.node.advance_apply();
         self.serve_reads();
