@@ -380,3 +380,57 @@ mod tests {
         assert_eq!(message_type(19), None);
     }
 }
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+    use crate::kv::{Batch, Request, SetCondition, WriteOp};
+
+    /// An append of one write batch and a conf change, as the fuzzer's seed and as a guard
+    /// that the codec's format does not change by accident.
+    fn append() -> Message {
+        let mut m = Message::default();
+        m.set_msg_type(MessageType::MsgAppend);
+        (m.to, m.from, m.term, m.log_term, m.index, m.commit) = (2, 1, 3, 3, 41, 40);
+        let batch = Batch {
+            now_ms: 1_700_000_000_000,
+            requests: vec![Request {
+                origin: 1,
+                client: 7,
+                seq: 9,
+                completed_below: 9,
+                op: WriteOp::Set {
+                    key: b"k".to_vec(),
+                    value: b"v".to_vec(),
+                    ttl_ms: Some(500),
+                    condition: SetCondition::IfAbsent,
+                },
+            }],
+        };
+        let mut e = Entry::default();
+        (e.term, e.index) = (3, 42);
+        e.data = batch.encode().into();
+        let mut cc = ConfChange::default();
+        cc.set_change_type(ConfChangeType::AddLearnerNode);
+        cc.node_id = 4;
+        let mut c = Entry::default();
+        c.set_entry_type(EntryType::EntryConfChange);
+        (c.term, c.index) = (3, 43);
+        c.data = protobuf_bytes(&cc);
+        m.set_entries(vec![e, c].into());
+        m
+    }
+
+    #[test]
+    fn the_seed_file_decodes_to_the_append() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/seeds/raft_wire/append.bin");
+        let mut bytes = Vec::new();
+        encode_message(&append(), &mut bytes);
+        if std::env::var_os("KAIROS_WRITE_GOLDEN").is_some() {
+            std::fs::write(path, &bytes).unwrap();
+        }
+        let stored = std::fs::read(path).expect("fuzz/seeds/raft_wire/append.bin");
+        assert_eq!(stored, bytes, "the wire format changed: bump WIRE_VERSION and rewrite the seed");
+        assert_eq!(decode_message(&stored).unwrap(), append());
+    }
+}

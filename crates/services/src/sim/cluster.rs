@@ -165,8 +165,8 @@ pub struct SimOutcome {
     pub history: Vec<SimOp>,
     /// Faults injected.
     pub faults: Vec<FaultEvent>,
-    /// Acknowledged APPENDs missing from the final value of their key, plus acknowledged
-    /// INCRs the final counter does not account for; `None` when the final reads failed.
+    /// Acknowledged APPENDs missing from the final value of their key (and not possibly
+    /// replaced by a later SET); `None` when the final reads failed.
     pub lost_acknowledged_writes: Option<u64>,
     /// Messages sent and lost.
     pub messages: (u64, u64),
@@ -620,29 +620,25 @@ impl Sim {
     }
 }
 
-/// Acknowledged appends missing from their key's final value, and acknowledged INCRs the
-/// final counter cannot account for (an INCR's answer is the counter after it: the final
-/// value must be at least the largest answer seen while the key was a counter).
+/// Acknowledged appends missing from their key's final value, unless a SET that may be
+/// ordered after them replaced them.
 fn lost_writes(history: &[SimOp], finals: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> u64 {
     let mut lost = 0;
     for op in history {
         let Some(output) = &op.output else { continue };
         let final_value = finals.get(&op.key).cloned().flatten().unwrap_or_default();
         if let (OpKind::Append(token), Reply::Integer(_)) = (&op.kind, output) {
-            // A SET after the append may have replaced it legitimately: only appends after
-            // the key's last acknowledged SET must survive.
-            let last_set = history
-                .iter()
-                .filter(|o| o.key == op.key && matches!(o.kind, OpKind::Set(_)) && o.output.is_some())
-                .filter_map(|o| o.return_us)
-                .max();
-            let overwritten = last_set.is_some_and(|t| t > op.call_us)
-                || history.iter().any(|o| {
-                    o.key == op.key
-                        && matches!(o.kind, OpKind::Set(_))
-                        && o.output.is_none()
-                        && o.call_us > op.call_us
-                });
+            // A SET that may come after the append in some linearization replaced it
+            // legitimately: one that returned after the append was called, or one whose
+            // outcome is unknown (it may take effect at any time after its call).
+            let overwritten = history.iter().any(|o| {
+                o.key == op.key
+                    && matches!(o.kind, OpKind::Set(_))
+                    && match (&o.output, o.return_us) {
+                        (Some(_), Some(returned)) => returned > op.call_us,
+                        _ => true,
+                    }
+            });
             if !overwritten && !final_value.windows(token.len()).any(|w| w == &token[..]) {
                 lost += 1;
             }
@@ -684,6 +680,30 @@ mod tests {
         assert_eq!(answered, out.history.len(), "every request of a quiet run is answered");
         assert_eq!(out.lost_acknowledged_writes, Some(0));
         assert_eq!(out.terms, 1, "one election, no churn");
+    }
+
+    fn op(client: u64, kind: OpKind, output: Option<Reply>, call_us: u64, return_us: Option<u64>) -> SimOp {
+        SimOp { client, key: b"k".to_vec(), kind, output, call_us, return_us }
+    }
+
+    #[test]
+    fn an_acknowledged_append_missing_at_the_end_is_lost_unless_a_set_may_follow_it() {
+        let finals = BTreeMap::from([(b"k".to_vec(), Some(b"a;".to_vec()))]);
+        let appended =
+            |token: &str, at| op(1, OpKind::Append(token.into()), Some(Reply::Integer(2)), at, Some(at + 5));
+        assert_eq!(lost_writes(&[appended("a;", 0), appended("b;", 10)], &finals), 1);
+        // Never acknowledged: not lost.
+        let unknown = op(1, OpKind::Append(b"b;".to_vec()), None, 10, None);
+        assert_eq!(lost_writes(&[appended("a;", 0), unknown], &finals), 0);
+        // A SET that returned after the append was called may have replaced it.
+        let set = op(2, OpKind::Set(b"a;".to_vec()), Some(Reply::Ok), 12, Some(30));
+        assert_eq!(lost_writes(&[appended("b;", 10), set.clone()], &finals), 0);
+        // One that returned before it was called cannot have.
+        let early = op(2, OpKind::Set(b"x".to_vec()), Some(Reply::Ok), 0, Some(5));
+        assert_eq!(lost_writes(&[early, appended("b;", 10)], &finals), 1);
+        // A SET with an unknown outcome may take effect any time after its call.
+        let pending = op(2, OpKind::Set(b"a;".to_vec()), None, 0, None);
+        assert_eq!(lost_writes(&[pending, appended("b;", 10)], &finals), 0);
     }
 
     #[test]
