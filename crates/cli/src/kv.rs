@@ -2,11 +2,21 @@
 //! here: they land in the experiment's configuration, whose `plan` checks each against its
 //! limits before anything starts (a bad value is a usage error, exit code 2).
 
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
-use clap::{Args, Subcommand};
+use anyhow::{Context as _, Result};
+use clap::{Args, Subcommand, ValueEnum};
 use kairos_lab::kv_check;
+use kairos_services::node::{Node, NodeConfig};
+use kairos_services::replica::{ReadMode, Sync};
+use kairos_sys::child::OwnedChild;
+
+use crate::exit;
 
 #[derive(Args)]
 pub struct KvArgs {
@@ -22,6 +32,286 @@ enum KvCommand {
     /// then broken replicas the checker must catch. Full: 10,000 histories (a few minutes on
     /// two cores); --quick: 1,000 (under a minute).
     Check(CheckArgs),
+    /// One member of a cluster: Raft over UDP to its peers, Redis's protocol over TCP for
+    /// clients (any member takes any command). Runs until SIGINT/SIGTERM; its log in --data
+    /// lets it restart where it stopped.
+    Serve(ServeArgs),
+    /// A cluster on this machine, the embedded default: starts N members on loopback, prints
+    /// where to connect (redis-cli -p PORT), and stops them all on Ctrl-C.
+    Cluster(ClusterArgs),
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Fsync {
+    /// Sync the log before votes and acknowledgements leave: survives a machine crash.
+    Always,
+    /// Leave the log in the page cache: survives the process's crash, not the machine's.
+    Never,
+}
+
+/// The Raft loop's flags, shared by serve and cluster.
+#[derive(Args, Clone)]
+struct RaftArgs {
+    /// The loop's period (one Raft tick), microseconds, 10-1000000.
+    #[arg(long, value_name = "US", default_value_t = 100)]
+    period_us: u64,
+    /// Ticks between the leader's heartbeats, 1-1000.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    heartbeat_ticks: usize,
+    /// Ticks a follower waits for the leader before it campaigns (drawn in [N, 2N)), more than
+    /// the heartbeat's, at most 100000.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    election_ticks: usize,
+    /// Whether the log is synced before votes and acknowledgements go out.
+    #[arg(long, value_enum, default_value_t = Fsync::Always)]
+    fsync: Fsync,
+    /// Answer reads from local state at once (not linearizable; INFO says so).
+    #[arg(long)]
+    stale_reads: bool,
+}
+
+impl RaftArgs {
+    fn check(&self) -> Result<()> {
+        if !(10..=1_000_000).contains(&self.period_us) {
+            return Err(exit::usage(format!(
+                "--period-us {} is out of range: 10 to 1000000",
+                self.period_us
+            )));
+        }
+        if !(1..=1000).contains(&self.heartbeat_ticks) {
+            return Err(exit::usage(format!(
+                "--heartbeat-ticks {} is out of range: 1 to 1000",
+                self.heartbeat_ticks
+            )));
+        }
+        if self.election_ticks <= self.heartbeat_ticks || self.election_ticks > 100_000 {
+            return Err(exit::usage(format!(
+                "--election-ticks {} must be more than --heartbeat-ticks ({}) and at most 100000",
+                self.election_ticks, self.heartbeat_ticks
+            )));
+        }
+        Ok(())
+    }
+
+    fn to_flags(&self) -> Vec<String> {
+        let mut flags = vec![
+            format!("--period-us={}", self.period_us),
+            format!("--heartbeat-ticks={}", self.heartbeat_ticks),
+            format!("--election-ticks={}", self.election_ticks),
+            format!(
+                "--fsync={}",
+                match self.fsync {
+                    Fsync::Always => "always",
+                    Fsync::Never => "never",
+                }
+            ),
+        ];
+        if self.stale_reads {
+            flags.push("--stale-reads".into());
+        }
+        flags
+    }
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// This member's id, one of --peers.
+    #[arg(long)]
+    id: u64,
+    /// Every member's Raft address, this one's included: ID=HOST:PORT, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    peers: Vec<String>,
+    /// Where clients connect (RESP over TCP).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:6380")]
+    listen: SocketAddr,
+    /// The member's log directory (created when missing).
+    #[arg(long, value_name = "DIR")]
+    data: PathBuf,
+    #[command(flatten)]
+    raft: RaftArgs,
+}
+
+#[derive(Args)]
+struct ClusterArgs {
+    /// Members, 1-7 (odd numbers tolerate the most failures per member).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    nodes: u64,
+    /// Member 1's client port; member i listens on PORT + i - 1, and its Raft socket on
+    /// PORT + 1000 + i - 1.
+    #[arg(long, value_name = "PORT", default_value_t = 6380)]
+    port: u16,
+    /// Where the members' logs go (a directory per member; default: a new directory under the
+    /// system's temporary directory, removed at the end).
+    #[arg(long, value_name = "DIR")]
+    data: Option<PathBuf>,
+    #[command(flatten)]
+    raft: RaftArgs,
+}
+
+fn parse_peers(peers: &[String]) -> Result<BTreeMap<u64, SocketAddr>> {
+    let mut out = BTreeMap::new();
+    for peer in peers {
+        let (id, addr) = peer.split_once('=').ok_or_else(|| {
+            exit::usage(format!("--peers entry '{peer}' is not ID=HOST:PORT (e.g. 1=127.0.0.1:7380)"))
+        })?;
+        let id: u64 = id.parse().ok().filter(|&i| i > 0).ok_or_else(|| {
+            exit::usage(format!("--peers entry '{peer}': the id must be a whole number from 1"))
+        })?;
+        let addr: SocketAddr = addr.parse().map_err(|_| {
+            exit::usage(format!("--peers entry '{peer}': '{addr}' is not HOST:PORT with a numeric host"))
+        })?;
+        if out.insert(id, addr).is_some() {
+            return Err(exit::usage(format!("--peers names member {id} twice")));
+        }
+    }
+    Ok(out)
+}
+
+fn serve(a: &ServeArgs) -> Result<i32> {
+    a.raft.check()?;
+    let peers = parse_peers(&a.peers)?;
+    if !peers.contains_key(&a.id) {
+        return Err(exit::usage(format!(
+            "--id {} is not among --peers (members {:?})",
+            a.id,
+            peers.keys().collect::<Vec<_>>()
+        )));
+    }
+    let config = NodeConfig {
+        id: a.id,
+        peers,
+        listen: a.listen,
+        data_dir: a.data.clone(),
+        sync: match a.raft.fsync {
+            Fsync::Always => Sync::Always,
+            Fsync::Never => Sync::Never,
+        },
+        period: Duration::from_micros(a.raft.period_us),
+        heartbeat_ticks: a.raft.heartbeat_ticks,
+        election_ticks: a.raft.election_ticks,
+        read_mode: if a.raft.stale_reads { ReadMode::Stale } else { ReadMode::ReadIndex },
+    };
+    let mut node = Node::open(config).with_context(|| format!("member {}", a.id))?;
+    eprintln!("kairos kv serve: member {} takes clients on {}", a.id, node.client_addr()?);
+    // SIGINT/SIGTERM end the process through the cleanup handler; the log is already on disk
+    // as far as --fsync promises, so there is nothing to finish.
+    node.run(&AtomicBool::new(false))?;
+    Ok(exit::OK)
+}
+
+/// Asks a member for INFO over RESP; returns the raft leader id it reports.
+fn leader_of(port: u16) -> Option<u64> {
+    use std::io::{Read, Write};
+    let mut s =
+        TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200))
+            .ok()?;
+    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    s.write_all(b"INFO replication\r\n").ok()?;
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf[..n]);
+    text.lines()
+        .find_map(|l| l.strip_prefix("raft_leader_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&l| l > 0)
+}
+
+fn cluster(a: &ClusterArgs) -> Result<i32> {
+    a.raft.check()?;
+    if !(1..=7).contains(&a.nodes) {
+        return Err(exit::usage(format!("--nodes {} is out of range: 1 to 7", a.nodes)));
+    }
+    if u32::from(a.port) + 1000 + a.nodes as u32 > 65_535 || a.port < 1024 {
+        return Err(exit::usage(format!(
+            "--port {} leaves no room for the members' ports: 1024 to {}",
+            a.port,
+            65_535 - 1000 - a.nodes
+        )));
+    }
+    let (data, _remove) = match &a.data {
+        Some(dir) => (dir.clone(), None),
+        None => {
+            let dir = std::env::temp_dir().join(format!("kairos-kv-{}", std::process::id()));
+            let undo = dir.clone();
+            let registration =
+                kairos_sys::cleanup::register(format!("directory {}", dir.display()), move || {
+                    let _ = std::fs::remove_dir_all(&undo);
+                });
+            (dir.clone(), Some(RemoveOnDrop { dir, _registration: registration }))
+        }
+    };
+    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
+    let exe = std::env::current_exe().context("cannot find the kairos executable")?;
+    let peers: Vec<String> =
+        (1..=a.nodes).map(|i| format!("{i}=127.0.0.1:{}", a.port as u64 + 1000 + i - 1)).collect();
+    let mut members = Vec::new();
+    for i in 1..=a.nodes {
+        let mut command = Command::new(&exe);
+        command
+            .args(["kv", "serve", "--id", &i.to_string(), "--peers", &peers.join(",")])
+            .arg(format!("--listen=127.0.0.1:{}", a.port as u64 + i - 1))
+            .arg(format!("--data={}", data.join(format!("member{i}")).display()))
+            .args(a.raft.to_flags())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        members.push(
+            OwnedChild::spawn_named(&mut command, format!("kv member {i}"))
+                .context("cannot start a member")?,
+        );
+    }
+    let start = Instant::now();
+    let leader = loop {
+        if let Some(l) = (0..a.nodes).find_map(|i| leader_of(a.port + i as u16)) {
+            break l;
+        }
+        for (i, m) in members.iter_mut().enumerate() {
+            if let Some(status) = m.try_wait()? {
+                anyhow::bail!(
+                    "member {} exited ({status}) before the cluster had a leader (is port {} or {} taken?)",
+                    i + 1,
+                    a.port as usize + i,
+                    a.port as usize + 1000 + i
+                );
+            }
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            anyhow::bail!("no leader after 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    println!("kairos kv cluster: {} members on 127.0.0.1, logs in {}", a.nodes, data.display());
+    for i in 1..=a.nodes {
+        println!(
+            "  member {i}: redis-cli -p {}   (raft on udp {})",
+            a.port as u64 + i - 1,
+            a.port as u64 + 1000 + i - 1
+        );
+    }
+    println!(
+        "leader: member {leader} (after {} ms); any member takes any command. Ctrl-C stops the cluster.",
+        start.elapsed().as_millis()
+    );
+    loop {
+        for (i, m) in members.iter_mut().enumerate() {
+            if let Some(status) = m.try_wait()? {
+                anyhow::bail!("member {} exited ({status}); stopping the others", i + 1);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The cluster's own temporary directory, removed on every path out: by the drop on a return
+/// or an error, by the registered undo on a signal.
+struct RemoveOnDrop {
+    dir: PathBuf,
+    _registration: kairos_sys::cleanup::Registration,
+}
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 #[derive(Args)]
@@ -66,5 +356,7 @@ pub fn run(args: &KvArgs) -> Result<i32> {
             let common = crate::Common { quick: a.quick, json: a.json, results: a.results.clone() };
             crate::experiment(&common, &config, kv_check::report)
         }
+        KvCommand::Serve(a) => serve(a),
+        KvCommand::Cluster(a) => cluster(a),
     }
 }

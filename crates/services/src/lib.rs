@@ -18,6 +18,7 @@ pub mod codec;
 pub mod fd;
 pub mod kv;
 pub mod lincheck;
+pub mod node;
 pub mod replica;
 pub mod resp;
 pub mod sim;

@@ -1,6 +1,7 @@
 //! Raft replication (being built).
 
 pub mod core;
+pub mod frame;
 pub mod storage;
 pub mod wire;
 

@@ -1,0 +1,216 @@
+//! One client connection: bytes in, requests parsed (RESP2 or inline, pipelined), answers out
+//! in the order the requests came, whatever order they complete in.
+//!
+//! Each request takes a slot in the connection's queue: a local command's slot is filled at
+//! once, a write's or read's when the replica answers its sequence number. Only the filled
+//! slots at the front are written out, so a pipelined GET never overtakes the SET before it.
+//! Bounds: at most [`MAX_PENDING`] requests in flight per connection (further input waits in
+//! the socket), and at most [`MAX_INPUT`] bytes of one unfinished request.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+
+use crate::kv::Reply;
+use crate::resp::{self, parse_request};
+
+/// Requests in flight on one connection before it stops reading.
+pub const MAX_PENDING: usize = 1024;
+/// Largest unfinished request kept (Redis's bulk limit is 512 MB; a store on the lane carries
+/// small values).
+pub const MAX_INPUT: usize = 64 << 20;
+
+#[derive(Debug)]
+enum Slot {
+    Filled(Vec<u8>),
+    Waiting(u64),
+}
+
+/// A client connection.
+#[derive(Debug)]
+pub struct Conn {
+    /// The socket (non-blocking).
+    pub stream: TcpStream,
+    /// The client's id at this member (unique across restarts).
+    pub client: u64,
+    /// The name from CLIENT SETNAME.
+    pub name: Option<Vec<u8>>,
+    input: Vec<u8>,
+    output: Vec<u8>,
+    slots: VecDeque<Slot>,
+    next_seq: u64,
+    closing: bool,
+    /// True when the peer closed or the connection failed: drop it.
+    pub dead: bool,
+}
+
+impl Conn {
+    /// A connection for `stream`, with client id `client`.
+    pub fn new(stream: TcpStream, client: u64) -> io::Result<Self> {
+        stream.set_nonblocking(true)?;
+        stream.set_nodelay(true)?;
+        Ok(Self {
+            stream,
+            client,
+            name: None,
+            input: Vec::new(),
+            output: Vec::new(),
+            slots: VecDeque::new(),
+            next_seq: 1,
+            closing: false,
+            dead: false,
+        })
+    }
+
+    /// Whether the connection takes more requests now.
+    pub fn wants_input(&self) -> bool {
+        !self.closing && !self.dead && self.slots.len() < MAX_PENDING
+    }
+
+    /// Reads what the socket has; returns whether anything arrived.
+    pub fn read(&mut self) -> bool {
+        let mut got = false;
+        let mut buf = [0u8; 64 * 1024];
+        while self.wants_input() {
+            match self.stream.read(&mut buf) {
+                Ok(0) => {
+                    self.dead = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.input.extend_from_slice(&buf[..n]);
+                    got = true;
+                    if n < buf.len() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.dead = true;
+                    break;
+                }
+            }
+        }
+        got
+    }
+
+    /// The next complete request, if any. A protocol error is answered (as Redis does) and the
+    /// connection closed after the answers before it.
+    pub fn next_request(&mut self) -> Option<Vec<Vec<u8>>> {
+        loop {
+            if !self.wants_input() || self.input.is_empty() {
+                return None;
+            }
+            let mut args = Vec::new();
+            match parse_request(&self.input, &mut args) {
+                Ok(Some(consumed)) => {
+                    let owned: Vec<Vec<u8>> = args.into_iter().map(|a| a.into_owned()).collect();
+                    self.input.drain(..consumed);
+                    if owned.is_empty() {
+                        continue;
+                    }
+                    return Some(owned);
+                }
+                Ok(None) => {
+                    if self.input.len() > MAX_INPUT {
+                        self.fail("ERR Protocol error: request larger than the server takes");
+                    }
+                    return None;
+                }
+                Err(e) => {
+                    let mut out = Vec::new();
+                    resp::reply::protocol_error(&mut out, &e);
+                    self.slots.push_back(Slot::Filled(out));
+                    self.closing = true;
+                    self.input.clear();
+                    return None;
+                }
+            }
+        }
+    }
+
+    fn fail(&mut self, error: &str) {
+        let mut out = Vec::new();
+        resp::reply::error(&mut out, error);
+        self.slots.push_back(Slot::Filled(out));
+        self.closing = true;
+        self.input.clear();
+    }
+
+    /// Queues an answer given at once.
+    pub fn answer(&mut self, reply: &Reply) {
+        let mut out = Vec::new();
+        reply.encode(&mut out);
+        self.slots.push_back(Slot::Filled(out));
+    }
+
+    /// Answers, then closes (QUIT).
+    pub fn answer_and_close(&mut self, reply: &Reply) {
+        self.answer(reply);
+        self.closing = true;
+    }
+
+    /// Takes a slot for a request the replica will answer; returns its sequence number.
+    pub fn await_answer(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.slots.push_back(Slot::Waiting(seq));
+        seq
+    }
+
+    /// The lowest sequence number not yet answered (every answer below it was given).
+    pub fn completed_below(&self) -> u64 {
+        self.slots
+            .iter()
+            .find_map(|s| match s {
+                Slot::Waiting(seq) => Some(*seq),
+                Slot::Filled(_) => None,
+            })
+            .unwrap_or(self.next_seq)
+    }
+
+    /// Fills the slot of request `seq`.
+    pub fn complete(&mut self, seq: u64, reply: &Reply) {
+        if let Some(slot) = self.slots.iter_mut().find(|s| matches!(s, Slot::Waiting(n) if *n == seq)) {
+            let mut out = Vec::new();
+            reply.encode(&mut out);
+            *slot = Slot::Filled(out);
+        }
+    }
+
+    /// Writes the answers that are due, in order; returns whether all output went out.
+    pub fn flush(&mut self) -> bool {
+        while let Some(Slot::Filled(_)) = self.slots.front() {
+            if let Some(Slot::Filled(bytes)) = self.slots.pop_front() {
+                self.output.extend_from_slice(&bytes);
+            }
+        }
+        while !self.output.is_empty() {
+            match self.stream.write(&self.output) {
+                Ok(0) => {
+                    self.dead = true;
+                    return false;
+                }
+                Ok(n) => {
+                    self.output.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.dead = true;
+                    return false;
+                }
+            }
+        }
+        if self.closing && self.slots.is_empty() {
+            self.dead = true;
+        }
+        true
+    }
+
+    /// Whether output waits for the socket to drain.
+    pub fn has_output(&self) -> bool {
+        !self.output.is_empty()
+    }
+}

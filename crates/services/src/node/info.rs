@@ -1,0 +1,155 @@
+//! The commands a member answers by itself: PING, ECHO, INFO, CONFIG GET, COMMAND, CLIENT
+//! SETNAME/GETNAME, SELECT. INFO's replication section names the leader and the members, and
+//! says how reads are served.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::NodeStats;
+use super::conn::Conn;
+use crate::kv::{LocalOp, Reply};
+use crate::replica::{ReadMode, ReplicaStats, Sync};
+
+/// What INFO reports, gathered by the node.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// This member.
+    pub id: u64,
+    /// The leader it knows (0: none).
+    pub leader: u64,
+    /// The current term.
+    pub term: u64,
+    /// Highest log index applied.
+    pub applied: u64,
+    /// The voters.
+    pub voters: Vec<u64>,
+    /// Every member's Raft address.
+    pub peers: BTreeMap<u64, SocketAddr>,
+    /// How reads are served.
+    pub read_mode: ReadMode,
+    /// Whether the log is synced.
+    pub sync: Sync,
+    /// The loop's period.
+    pub period: Duration,
+    /// Live keys.
+    pub keys: usize,
+    /// Connected clients.
+    pub clients: usize,
+    /// Seconds since start.
+    pub uptime_s: u64,
+    /// The node's counters.
+    pub stats: NodeStats,
+    /// The replica's counters.
+    pub replica: ReplicaStats,
+    /// Where clients connect.
+    pub listen: SocketAddr,
+}
+
+/// The text of INFO (all sections, or the one named).
+pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
+    let want = |name: &str| {
+        section.is_none_or(|s| s.eq_ignore_ascii_case(name.as_bytes()) || s.eq_ignore_ascii_case(b"all"))
+    };
+    let mut out = String::new();
+    if want("server") {
+        let _ = write!(
+            out,
+            "# Server\r\nredis_version:7.0.15\r\nkairos_version:{}\r\nredis_mode:kairos-raft\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nraft_period_us:{}\r\n\r\n",
+            env!("CARGO_PKG_VERSION"),
+            f.listen.port(),
+            f.uptime_s,
+            f.period.as_micros()
+        );
+    }
+    if want("clients") {
+        let _ = write!(out, "# Clients\r\nconnected_clients:{}\r\n\r\n", f.clients);
+    }
+    if want("replication") {
+        let role = if f.leader == f.id { "master" } else { "slave" };
+        let _ = write!(
+            out,
+            "# Replication\r\nrole:{role}\r\nraft_member_id:{}\r\nraft_leader_id:{}\r\nraft_term:{}\r\nraft_applied_index:{}\r\nraft_members:{}\r\nread_mode:{}\r\nfsync:{}\r\n",
+            f.id,
+            f.leader,
+            f.term,
+            f.applied,
+            f.voters.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(","),
+            match f.read_mode {
+                ReadMode::ReadIndex => "linearizable (read index)",
+                ReadMode::Stale => "stale (local state, not linearizable)",
+            },
+            match f.sync {
+                Sync::Always => "always",
+                Sync::Never => "never",
+            }
+        );
+        for (id, addr) in &f.peers {
+            let _ = write!(out, "member{id}:raft={addr},voter={}\r\n", f.voters.contains(id));
+        }
+        out.push_str("\r\n");
+    }
+    if want("stats") {
+        let s = &f.stats;
+        let r = &f.replica;
+        let _ = write!(
+            out,
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_late_periods:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\n\r\n",
+            s.connections,
+            s.commands,
+            s.datagrams_in,
+            s.datagrams_out,
+            s.malformed,
+            s.late_periods,
+            r.proposals,
+            r.proposal_retries,
+            r.read_rounds,
+            r.read_retries,
+            r.compactions,
+            r.snapshots_installed
+        );
+    }
+    if want("keyspace") {
+        let _ = write!(out, "# Keyspace\r\n");
+        if f.keys > 0 {
+            let _ = write!(out, "db0:keys={},expires=0,avg_ttl=0\r\n", f.keys);
+        }
+    }
+    out
+}
+
+/// CONFIG GET: what redis-benchmark and redis-cli ask, answered as a Redis with persistence
+/// off would (the log is the store's persistence).
+fn config_get(parameter: &[u8]) -> Reply {
+    let known: [(&str, &str); 5] =
+        [("save", ""), ("appendonly", "no"), ("databases", "1"), ("maxmemory", "0"), ("timeout", "0")];
+    let pattern = String::from_utf8_lossy(parameter).to_ascii_lowercase();
+    let mut items = Vec::new();
+    for (name, value) in known {
+        if pattern == "*" || pattern == name {
+            items.push(Reply::Bulk(name.as_bytes().to_vec()));
+            items.push(Reply::Bulk(value.as_bytes().to_vec()));
+        }
+    }
+    Reply::Array(items)
+}
+
+/// Answers a local command.
+pub fn local(op: &LocalOp, conn: &mut Conn, facts: &Facts) -> Reply {
+    match op {
+        LocalOp::Ping(None) => Reply::Simple("PONG"),
+        LocalOp::Ping(Some(m)) | LocalOp::Echo(m) => Reply::Bulk(m.clone()),
+        LocalOp::Info(section) => Reply::Bulk(info_text(facts, section.as_deref()).into_bytes()),
+        LocalOp::ConfigGet(p) => config_get(p),
+        // redis-cli asks COMMAND DOCS for its hints: none is a valid answer.
+        LocalOp::Command => Reply::Array(Vec::new()),
+        LocalOp::ClientSetName(name) => {
+            conn.name = (!name.is_empty()).then(|| name.clone());
+            Reply::Ok
+        }
+        LocalOp::ClientGetName => conn.name.clone().map_or(Reply::Nil, Reply::Bulk),
+        LocalOp::Select => Reply::Ok,
+        LocalOp::Quit => Reply::Ok,
+    }
+}

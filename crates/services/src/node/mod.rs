@@ -1,0 +1,360 @@
+//! A member of the replicated store as a process: the [`Replica`] behind a Redis-compatible
+//! TCP front end, its Raft messages on a UDP socket, all on one thread driven by a periodic
+//! loop.
+//!
+//! The loop sleeps in `ppoll` on the Raft socket, the listening socket and every client until
+//! one is readable or the next period begins; each period it calls [`Replica::tick`] (which
+//! proposes the period's writes as one entry and asks one read index for its reads). Raft
+//! messages are cut into datagrams by [`crate::replica::frame`]. Any member takes any command:
+//! a follower's writes are forwarded to the leader by Raft and answered when applied here, its
+//! reads answered after a read index from the leader, so a client never hears "wrong member".
+//!
+//! Contract: every answer to a write follows the write's commit by a majority and its apply
+//! here; answers on a connection come in request order; a client's id is unique across this
+//! member's restarts (its start time is in it), so the store's sessions never mistake a new
+//! client for an old one.
+
+pub mod conn;
+pub mod info;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use kairos_sys::clock::{monotonic_ns, realtime_ns};
+use kairos_sys::net::poll::PollSet;
+
+use crate::kv::{Command, LocalOp, Reply, parse_command};
+use crate::replica::frame::{Reassembler, fragments};
+use crate::replica::wire::{decode_message, encode_message};
+use crate::replica::{FileDisk, LogStore, ReadMode, Replica, ReplicaConfig, ReplicaError, Sync, Ticket};
+use conn::Conn;
+
+/// One member's settings.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This member's id (one of `peers`).
+    pub id: u64,
+    /// Every member's Raft (UDP) address, this one's included.
+    pub peers: BTreeMap<u64, SocketAddr>,
+    /// Where clients connect (RESP over TCP).
+    pub listen: SocketAddr,
+    /// The member's log directory.
+    pub data_dir: PathBuf,
+    /// Whether the log is synced before votes and acknowledgements go out.
+    pub sync: Sync,
+    /// The loop's period (one Raft tick).
+    pub period: Duration,
+    /// Ticks between heartbeats.
+    pub heartbeat_ticks: usize,
+    /// Ticks before a follower that heard no leader campaigns.
+    pub election_ticks: usize,
+    /// How reads are answered.
+    pub read_mode: ReadMode,
+}
+
+/// Why a member could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A socket could not be bound.
+    #[error("cannot bind {what} {addr}: {source}")]
+    Bind {
+        /// Which socket.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The OS's reason.
+        source: io::Error,
+    },
+    /// The log could not be opened or read.
+    #[error("log in {dir}: {source}")]
+    Log {
+        /// The directory.
+        dir: PathBuf,
+        /// The reason.
+        source: io::Error,
+    },
+    /// Raft refused to start.
+    #[error("{0}")]
+    Replica(#[from] ReplicaError),
+    /// The configuration is inconsistent.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Counters for INFO.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeStats {
+    /// Client connections accepted.
+    pub connections: u64,
+    /// Commands taken.
+    pub commands: u64,
+    /// Raft datagrams received.
+    pub datagrams_in: u64,
+    /// Raft datagrams sent.
+    pub datagrams_out: u64,
+    /// Datagrams that did not decode.
+    pub malformed: u64,
+    /// Periods the loop started late by more than one period.
+    pub late_periods: u64,
+}
+
+/// A running member.
+pub struct Node {
+    config: NodeConfig,
+    replica: Replica<FileDisk>,
+    udp: UdpSocket,
+    listener: TcpListener,
+    conns: BTreeMap<u64, Conn>,
+    client_base: u64,
+    next_client: u64,
+    reassembler: Reassembler,
+    message_number: u64,
+    stats: NodeStats,
+    started_ns: u64,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("id", &self.config.id)
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Node {
+    /// Binds the sockets and opens (or creates) the log.
+    pub fn open(config: NodeConfig) -> Result<Self, NodeError> {
+        let raft_addr = *config
+            .peers
+            .get(&config.id)
+            .ok_or_else(|| NodeError::Config(format!("member {} is not among the peers", config.id)))?;
+        let udp = UdpSocket::bind(raft_addr).map_err(|source| NodeError::Bind {
+            what: "raft",
+            addr: raft_addr,
+            source,
+        })?;
+        udp.set_nonblocking(true).map_err(|source| NodeError::Bind {
+            what: "raft",
+            addr: raft_addr,
+            source,
+        })?;
+        let _ = kairos_sys::net::options::set_receive_buffer(&udp, 8 << 20);
+        let listener = TcpListener::bind(config.listen).map_err(|source| NodeError::Bind {
+            what: "client",
+            addr: config.listen,
+            source,
+        })?;
+        listener.set_nonblocking(true).map_err(|source| NodeError::Bind {
+            what: "client",
+            addr: config.listen,
+            source,
+        })?;
+        let log_err = |source| NodeError::Log { dir: config.data_dir.clone(), source };
+        let exists = config.data_dir.join("raft.log").exists();
+        let disk = FileDisk::open(&config.data_dir).map_err(log_err)?;
+        let log = if exists {
+            LogStore::load(disk, config.sync).map_err(log_err)?.0
+        } else {
+            let voters: Vec<u64> = config.peers.keys().copied().collect();
+            LogStore::create(disk, config.sync, &voters).map_err(log_err)?
+        };
+        let mut rc = ReplicaConfig::new(config.id);
+        rc.heartbeat_ticks = config.heartbeat_ticks;
+        rc.election_ticks = config.election_ticks;
+        rc.read_mode = config.read_mode;
+        let replica = Replica::new(rc, log)?;
+        // Client ids: the start time in microseconds, shifted, plus a counter, so no id repeats
+        // across this member's restarts.
+        let client_base = (realtime_ns() / 1_000) << 16;
+        Ok(Self {
+            config,
+            replica,
+            udp,
+            listener,
+            conns: BTreeMap::new(),
+            client_base,
+            next_client: 0,
+            reassembler: Reassembler::new(),
+            message_number: 0,
+            stats: NodeStats::default(),
+            started_ns: monotonic_ns(),
+        })
+    }
+
+    /// Where clients connect.
+    pub fn client_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Runs the loop until `stop` is set.
+    pub fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
+        let period_ns = self.config.period.as_nanos() as u64;
+        let mut next_tick = monotonic_ns() + period_ns;
+        while !stop.load(Ordering::Relaxed) {
+            let timeout = Duration::from_nanos(next_tick.saturating_sub(monotonic_ns()));
+            let (udp_ready, listen_ready, ready_conns) = self.wait(timeout)?;
+            if udp_ready {
+                self.receive_raft()?;
+            }
+            if listen_ready {
+                self.accept();
+            }
+            for client in ready_conns {
+                self.serve(client);
+            }
+            let now = monotonic_ns();
+            if now >= next_tick {
+                self.replica.tick(realtime_ns() / 1_000_000)?;
+                next_tick += period_ns;
+                if now > next_tick + period_ns {
+                    self.stats.late_periods += 1;
+                    next_tick = now + period_ns;
+                }
+            }
+            self.drain()?;
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self, timeout: Duration) -> io::Result<(bool, bool, Vec<u64>)> {
+        let clients: Vec<u64> =
+            self.conns.iter().filter(|(_, c)| c.wants_input()).map(|(id, _)| *id).collect();
+        let mut fds: Vec<BorrowedFd<'_>> = vec![self.udp.as_fd(), self.listener.as_fd()];
+        fds.extend(clients.iter().map(|id| self.conns[id].stream.as_fd()));
+        let mut set = PollSet::readable(fds.iter());
+        match set.wait(timeout) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok((false, false, Vec::new())),
+            Err(e) => return Err(e),
+        }
+        let ready =
+            clients.iter().enumerate().filter(|(i, _)| set.is_readable(i + 2)).map(|(_, id)| *id).collect();
+        // A connection with answers still to write is served again whether or not it spoke.
+        Ok((set.is_readable(0), set.is_readable(1), ready))
+    }
+
+    fn receive_raft(&mut self) -> io::Result<()> {
+        let mut buf = vec![0u8; 65_536];
+        loop {
+            match self.udp.recv_from(&mut buf) {
+                Ok((n, _)) => {
+                    self.stats.datagrams_in += 1;
+                    match self.reassembler.push(&buf[..n]) {
+                        Ok(Some((_, bytes))) => match decode_message(&bytes) {
+                            Ok(msg) => self.replica.step(msg)?,
+                            Err(_) => self.stats.malformed += 1,
+                        },
+                        Ok(None) => {}
+                        Err(_) => self.stats.malformed += 1,
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // ICMP errors from a peer that is down surface here: not ours to act on.
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        while let Ok((stream, _)) = self.listener.accept() {
+            self.next_client += 1;
+            let client = self.client_base + self.next_client;
+            if let Ok(conn) = Conn::new(stream, client) {
+                self.conns.insert(client, conn);
+                self.stats.connections += 1;
+            }
+        }
+    }
+
+    fn serve(&mut self, client: u64) {
+        let Some(conn) = self.conns.get_mut(&client) else { return };
+        conn.read();
+        while let Some(conn) = self.conns.get_mut(&client) {
+            let Some(args) = conn.next_request() else { break };
+            self.stats.commands += 1;
+            self.route(client, args);
+        }
+    }
+
+    fn route(&mut self, client: u64, args: Vec<Vec<u8>>) {
+        let command = parse_command(&args);
+        let info = self.info();
+        let Some(conn) = self.conns.get_mut(&client) else { return };
+        match command {
+            Err(reply) => conn.answer(&reply),
+            Ok(Command::Local(LocalOp::Quit)) => conn.answer_and_close(&Reply::Ok),
+            Ok(Command::Local(op)) => {
+                let reply = info::local(&op, conn, &info);
+                conn.answer(&reply);
+            }
+            Ok(Command::Write(op)) => {
+                let completed_below = conn.completed_below();
+                let seq = conn.await_answer();
+                self.replica.submit_write(Ticket { client, seq }, completed_below, op);
+            }
+            Ok(Command::Read(op)) => {
+                let seq = conn.await_answer();
+                self.replica.submit_read(Ticket { client, seq }, op);
+            }
+        }
+    }
+
+    fn info(&self) -> info::Facts {
+        info::Facts {
+            id: self.config.id,
+            leader: self.replica.leader(),
+            term: self.replica.term(),
+            applied: self.replica.applied(),
+            voters: self.replica.voters(),
+            peers: self.config.peers.clone(),
+            read_mode: self.config.read_mode,
+            sync: self.config.sync,
+            period: self.config.period,
+            keys: self.replica.store().len(realtime_ns() / 1_000_000),
+            clients: self.conns.len(),
+            uptime_s: (monotonic_ns() - self.started_ns) / 1_000_000_000,
+            stats: self.stats,
+            replica: self.replica.stats(),
+            listen: self.config.listen,
+        }
+    }
+
+    fn drain(&mut self) -> io::Result<()> {
+        for msg in self.replica.take_messages() {
+            let Some(addr) = self.config.peers.get(&msg.to) else { continue };
+            let mut bytes = Vec::new();
+            encode_message(&msg, &mut bytes);
+            self.message_number += 1;
+            for datagram in fragments(self.config.id, self.message_number, &bytes).unwrap_or_default() {
+                // A full socket buffer or a peer that is down loses the message; Raft resends.
+                if self.udp.send_to(&datagram, addr).is_ok() {
+                    self.stats.datagrams_out += 1;
+                }
+            }
+        }
+        for (ticket, reply) in self.replica.take_completions() {
+            if let Some(conn) = self.conns.get_mut(&ticket.client) {
+                conn.complete(ticket.seq, &reply);
+            }
+        }
+        let mut dead = Vec::new();
+        for (id, conn) in &mut self.conns {
+            conn.flush();
+            if conn.dead {
+                dead.push(*id);
+            }
+        }
+        for id in dead {
+            self.conns.remove(&id);
+            self.replica.forget_client(id);
+        }
+        Ok(())
+    }
+}
