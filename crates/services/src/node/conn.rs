@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 
-use crate::kv::Reply;
+use crate::kv::{Command, Reply};
 use crate::resp::{self, parse_request};
 
 /// Requests in flight on one connection before it stops reading.
@@ -39,6 +39,11 @@ pub struct Conn {
     output: Vec<u8>,
     slots: VecDeque<Slot>,
     next_seq: u64,
+    /// Replicated requests not yet handed to the replica, in order (see [`Conn::hold`]).
+    held: VecDeque<(u64, Command)>,
+    /// Requests handed to the replica and not yet answered, and whether they are writes.
+    outstanding: usize,
+    outstanding_writes: bool,
     closing: bool,
     /// True when the peer closed or the connection failed: drop it.
     pub dead: bool,
@@ -57,6 +62,9 @@ impl Conn {
             output: Vec::new(),
             slots: VecDeque::new(),
             next_seq: 1,
+            held: VecDeque::new(),
+            outstanding: 0,
+            outstanding_writes: false,
             closing: false,
             dead: false,
         })
@@ -170,8 +178,34 @@ impl Conn {
             .unwrap_or(self.next_seq)
     }
 
+    /// Queues a replicated request (a write or a read) that takes slot `seq`.
+    ///
+    /// A connection's requests take effect in the order sent, as on Redis: a pipelined GET
+    /// sees the SET before it and not the one after. Writes of one period are applied in the
+    /// order proposed and reads of one round see the same state, so a run of writes, or of
+    /// reads, goes to the replica together; a request of the other kind waits until every
+    /// request before it is answered.
+    pub fn hold(&mut self, seq: u64, command: Command) {
+        self.held.push_back((seq, command));
+    }
+
+    /// The next held request that may go to the replica now, with the connection's
+    /// `completed_below` at that moment.
+    pub fn release(&mut self) -> Option<(u64, u64, Command)> {
+        let is_write = matches!(self.held.front()?.1, Command::Write(_));
+        if self.outstanding > 0 && self.outstanding_writes != is_write {
+            return None;
+        }
+        let completed_below = self.completed_below();
+        let (seq, command) = self.held.pop_front()?;
+        self.outstanding += 1;
+        self.outstanding_writes = is_write;
+        Some((seq, completed_below, command))
+    }
+
     /// Fills the slot of request `seq`.
     pub fn complete(&mut self, seq: u64, reply: &Reply) {
+        self.outstanding = self.outstanding.saturating_sub(1);
         if let Some(slot) = self.slots.iter_mut().find(|s| matches!(s, Slot::Waiting(n) if *n == seq)) {
             let mut out = Vec::new();
             reply.encode(&mut out);

@@ -294,14 +294,23 @@ impl Node {
                 let reply = info::local(&op, conn, &info);
                 conn.answer(&reply);
             }
-            Ok(Command::Write(op)) => {
-                let completed_below = conn.completed_below();
+            Ok(command) => {
                 let seq = conn.await_answer();
-                self.replica.submit_write(Ticket { client, seq }, completed_below, op);
+                conn.hold(seq, command);
+                self.release(client);
             }
-            Ok(Command::Read(op)) => {
-                let seq = conn.await_answer();
-                self.replica.submit_read(Ticket { client, seq }, op);
+        }
+    }
+
+    /// Hands a connection's held requests to the replica as far as their order allows.
+    fn release(&mut self, client: u64) {
+        let Some(conn) = self.conns.get_mut(&client) else { return };
+        while let Some((seq, completed_below, command)) = conn.release() {
+            let ticket = Ticket { client, seq };
+            match command {
+                Command::Write(op) => self.replica.submit_write(ticket, completed_below, op),
+                Command::Read(op) => self.replica.submit_read(ticket, op),
+                Command::Local(_) => {}
             }
         }
     }
@@ -339,9 +348,17 @@ impl Node {
                 }
             }
         }
-        for (ticket, reply) in self.replica.take_completions() {
-            if let Some(conn) = self.conns.get_mut(&ticket.client) {
-                conn.complete(ticket.seq, &reply);
+        // Answers can release held requests, whose answers (stale reads) can come at once.
+        loop {
+            let completions = self.replica.take_completions();
+            if completions.is_empty() {
+                break;
+            }
+            for (ticket, reply) in completions {
+                if let Some(conn) = self.conns.get_mut(&ticket.client) {
+                    conn.complete(ticket.seq, &reply);
+                    self.release(ticket.client);
+                }
             }
         }
         let mut dead = Vec::new();

@@ -1,0 +1,168 @@
+//! `kairos kv serve`: a three-member cluster of real processes on loopback, spoken to with the
+//! `redis` crate as any Redis client would: commands against a follower, pipelining, a leader
+//! killed with SIGKILL and a write through the others, and the killed member restarted from
+//! its log to catch up.
+
+use std::net::{TcpListener, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The members this test started; each is killed and reaped on every path out of the test.
+struct Members(Vec<Option<Child>>);
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        for child in self.0.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn free_tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn start(id: usize, peers: &str, port: u16, data: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_kairos"))
+        .args(["kv", "serve", "--id", &id.to_string(), "--peers", peers])
+        .arg(format!("--listen=127.0.0.1:{port}"))
+        .arg(format!("--data={}", data.join(format!("m{id}")).display()))
+        .args(["--period-us", "200", "--election-ticks", "50"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start kairos kv serve")
+}
+
+fn connect(port: u16) -> redis::Connection {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match client.get_connection_with_timeout(Duration::from_secs(1)) {
+            Ok(c) => {
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                return c;
+            }
+            Err(e) if Instant::now() > deadline => panic!("member on {port} never took a connection: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn leader(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("replication").query(con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("raft_leader_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn wait_for_leader(con: &mut redis::Connection, not: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let l = leader(con);
+        if l != 0 && l != not {
+            return l;
+        }
+        assert!(Instant::now() < deadline, "no leader (other than {not}) within 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_cluster_of_processes_serves_redis_clients_through_a_leader_kill_and_a_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let client_ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
+    let raft_ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
+    let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", raft_ports[i - 1])).collect::<Vec<_>>().join(",");
+    let mut members =
+        Members((1..=3).map(|i| Some(start(i, &peers, client_ports[i - 1], data.path()))).collect());
+
+    let mut first = connect(client_ports[0]);
+    let leader_id = wait_for_leader(&mut first, 0) as usize;
+    let follower = (1..=3).find(|&i| i != leader_id).unwrap();
+    let mut con = connect(client_ports[follower - 1]);
+
+    // Every command of the store, against a follower.
+    let _: () = redis::cmd("SET").arg("k").arg("1").query(&mut con).unwrap();
+    let n: i64 = redis::cmd("INCR").arg("k").query(&mut con).unwrap();
+    assert_eq!(n, 2);
+    let n: i64 = redis::cmd("INCRBY").arg("k").arg(40).query(&mut con).unwrap();
+    assert_eq!(n, 42);
+    let n: i64 = redis::cmd("DECR").arg("k").query(&mut con).unwrap();
+    assert_eq!(n, 41);
+    let len: i64 = redis::cmd("APPEND").arg("k").arg("x").query(&mut con).unwrap();
+    assert_eq!(len, 3);
+    let v: Option<String> = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+    assert_eq!(v.as_deref(), Some("41x"));
+    let err = redis::cmd("INCR").arg("k").query::<i64>(&mut con).unwrap_err();
+    assert!(err.to_string().contains("not an integer"), "{err}");
+    let set_nx: Option<String> = redis::cmd("SET").arg("k").arg("y").arg("NX").query(&mut con).unwrap();
+    assert_eq!(set_nx, None);
+    let _: () = redis::cmd("MSET").arg("a").arg("1").arg("b").arg("2").query(&mut con).unwrap();
+    let all: Vec<Option<String>> = redis::cmd("MGET").arg("a").arg("b").arg("zz").query(&mut con).unwrap();
+    assert_eq!(all, vec![Some("1".into()), Some("2".into()), None]);
+    let exists: i64 = redis::cmd("EXISTS").arg("a").arg("a").arg("zz").query(&mut con).unwrap();
+    assert_eq!(exists, 2);
+    let removed: i64 = redis::cmd("DEL").arg("a").arg("zz").query(&mut con).unwrap();
+    assert_eq!(removed, 1);
+    let strlen: i64 = redis::cmd("STRLEN").arg("k").query(&mut con).unwrap();
+    assert_eq!(strlen, 3);
+    let _: () = redis::cmd("SET").arg("t").arg("v").arg("PX").arg(50).query(&mut con).unwrap();
+    std::thread::sleep(Duration::from_millis(80));
+    let gone: Option<String> = redis::cmd("GET").arg("t").query(&mut con).unwrap();
+    assert_eq!(gone, None, "a key past its PX is gone");
+    let err = redis::cmd("LPUSH").arg("l").arg("x").query::<i64>(&mut con).unwrap_err();
+    assert!(err.to_string().contains("unknown command"), "{err}");
+    let _: () = redis::cmd("CLIENT").arg("SETNAME").arg("tester").query(&mut con).unwrap();
+    let name: String = redis::cmd("CLIENT").arg("GETNAME").query(&mut con).unwrap();
+    assert_eq!(name, "tester");
+    let size: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
+    assert_eq!(size, 2);
+
+    // A pipeline of writes and reads is answered in order, each read seeing the writes before it.
+    let mut pipe = redis::pipe();
+    for i in 0..50 {
+        pipe.cmd("SET").arg("p").arg(i).ignore().cmd("GET").arg("p");
+    }
+    let seen: Vec<i64> = pipe.query(&mut con).unwrap();
+    assert_eq!(seen, (0..50).collect::<Vec<i64>>());
+
+    // The leader dies without a word; the others elect a new one and take writes.
+    let old = members.0[leader_id - 1].as_mut().unwrap();
+    old.kill().unwrap();
+    old.wait().unwrap();
+    members.0[leader_id - 1] = None;
+    let killed_at = Instant::now();
+    let new_leader = wait_for_leader(&mut con, leader_id as u64);
+    let _: () = redis::cmd("SET").arg("after").arg("kill").query(&mut con).unwrap();
+    eprintln!(
+        "leader {leader_id} killed; member {new_leader} leads, a write answered after {:?}",
+        killed_at.elapsed()
+    );
+
+    // The killed member comes back from its log and catches up.
+    members.0[leader_id - 1] = Some(start(leader_id, &peers, client_ports[leader_id - 1], data.path()));
+    let mut back = connect(client_ports[leader_id - 1]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v: Option<String> = redis::cmd("GET").arg("after").query(&mut back).unwrap_or(None);
+        if v.as_deref() == Some("kill") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restarted member never served the write made while it was down"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let v: Option<String> = redis::cmd("GET").arg("k").query(&mut back).unwrap();
+    assert_eq!(v.as_deref(), Some("41x"), "the restarted member kept what was written before");
+}
