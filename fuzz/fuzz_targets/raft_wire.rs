@@ -1,10 +1,11 @@
-//! The replicated store's network input: Raft messages in Kairos's wire codec, and the log
-//! entries (write batches) they carry. Any bytes decode or fail without a panic or an
-//! allocation past their length; what decodes encodes back to the same bytes' meaning (a
-//! second decode gives the same message).
+//! The replicated store's network input: datagrams (fragments of Raft messages), Raft messages
+//! in Kairos's wire codec, and the log entries (write batches) they carry. Any bytes decode or
+//! fail without a panic or an allocation past their length; what decodes encodes back to the
+//! same meaning (a second decode gives the same message).
 #![no_main]
 
 use kairos_services::kv::Batch;
+use kairos_services::replica::frame::{Reassembler, fragments};
 use kairos_services::replica::wire::{decode_message, encode_message};
 use libfuzzer_sys::fuzz_target;
 
@@ -19,6 +20,20 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(Batch::decode(&batch.encode()).as_ref(), Ok(&batch));
             }
         }
+    }
+    // As datagrams: the input cut at every 7th byte into a stream of fragments, then framed
+    // whole and put back together.
+    let mut reassembler = Reassembler::new();
+    for datagram in data.chunks(7 + data.first().map_or(0, |&b| usize::from(b))) {
+        let _ = reassembler.push(datagram);
+    }
+    if let Some(framed) = fragments(1, 1, data) {
+        let mut reassembler = Reassembler::new();
+        let mut whole = None;
+        for datagram in &framed {
+            whole = reassembler.push(datagram).expect("our own fragments parse");
+        }
+        assert_eq!(whole, Some((1, data.to_vec())));
     }
     if let Ok(batch) = Batch::decode(data) {
         assert_eq!(Batch::decode(&batch.encode()).as_ref(), Ok(&batch));

@@ -29,6 +29,16 @@ pub fn kernel_release() -> String {
         .unwrap_or_else(|_| "unknown".to_string())
 }
 
+/// This boot's identity (`/proc/sys/kernel/random/boot_id`): it changes when the machine
+/// restarts, so a program can tell whether what it left in the page cache can have been lost.
+/// `None` where the kernel does not say.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
 /// The CPU model name from `/proc/cpuinfo`, or `"unknown"`.
 pub fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")

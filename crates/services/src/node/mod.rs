@@ -103,6 +103,33 @@ pub struct NodeStats {
     pub late_periods: u64,
 }
 
+/// The file that records which boot of the machine last wrote the log.
+const BOOT_FILE: &str = "boot_id";
+
+/// A log written without `fsync` is whole after the process's crash (the page cache kept it)
+/// but not after the machine's: a member whose log was left unsynced by an earlier boot may
+/// have forgotten a vote or an entry it acknowledged, and returning as the voter it was could
+/// elect two leaders in one term or lose a committed write. So it refuses, and says what to do.
+/// Then records this boot as the log's.
+fn check_boot(config: &NodeConfig, exists: bool) -> io::Result<Result<(), NodeError>> {
+    let path = config.data_dir.join(BOOT_FILE);
+    let now = kairos_sys::proc::boot_id().unwrap_or_default();
+    if exists && config.sync == Sync::Never {
+        let before = std::fs::read_to_string(&path).map(|s| s.trim().to_string()).unwrap_or_default();
+        if before.is_empty() || before != now {
+            return Ok(Err(NodeError::Config(format!(
+                "member {}'s log in {} was written with --fsync never before this machine restarted: it may have \
+                 lost votes or entries it acknowledged, so it cannot return as the voter it was; move the directory \
+                 away and add the member anew (or run with --fsync always)",
+                config.id,
+                config.data_dir.display()
+            ))));
+        }
+    }
+    std::fs::write(&path, format!("{now}\n"))?;
+    Ok(Ok(()))
+}
+
 /// A running member.
 pub struct Node {
     config: NodeConfig,
@@ -158,6 +185,7 @@ impl Node {
         let log_err = |source| NodeError::Log { dir: config.data_dir.clone(), source };
         let exists = config.data_dir.join("raft.log").exists();
         let disk = FileDisk::open(&config.data_dir).map_err(log_err)?;
+        check_boot(&config, exists).map_err(log_err)??;
         let log = if exists {
             LogStore::load(disk, config.sync).map_err(log_err)?.0
         } else {
@@ -373,5 +401,39 @@ impl Node {
             self.replica.forget_client(id);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &std::path::Path, sync: Sync) -> NodeConfig {
+        NodeConfig {
+            id: 1,
+            peers: BTreeMap::from([(1, "127.0.0.1:0".parse().unwrap())]),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.to_path_buf(),
+            sync,
+            period: Duration::from_micros(100),
+            heartbeat_ticks: 2,
+            election_ticks: 20,
+            read_mode: ReadMode::ReadIndex,
+        }
+    }
+
+    #[test]
+    fn an_unsynced_log_from_an_earlier_boot_is_refused_and_one_from_this_boot_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Node::open(config(dir.path(), Sync::Never)).unwrap());
+        // The same boot: the page cache kept everything; the member returns.
+        drop(Node::open(config(dir.path(), Sync::Never)).unwrap());
+        // Another boot wrote it: refused, with what to do.
+        std::fs::write(dir.path().join(BOOT_FILE), "an-earlier-boot\n").unwrap();
+        let err = Node::open(config(dir.path(), Sync::Never)).unwrap_err().to_string();
+        assert!(err.contains("cannot return as the voter it was"), "{err}");
+        // A synced log is whole whatever happened to the machine.
+        std::fs::write(dir.path().join(BOOT_FILE), "an-earlier-boot\n").unwrap();
+        drop(Node::open(config(dir.path(), Sync::Always)).unwrap());
     }
 }
