@@ -127,6 +127,11 @@ struct ServeArgs {
     /// The member's log directory (created when missing).
     #[arg(long, value_name = "DIR")]
     data: PathBuf,
+    /// Join a running cluster: start knowing no membership and wait to be added
+    /// (`redis-cli -p PORT KAIROS.MEMBER ADD ID HOST:PORT` at any member). Only for a new, empty
+    /// --data directory.
+    #[arg(long)]
+    join: bool,
     #[command(flatten)]
     raft: RaftArgs,
 }
@@ -190,6 +195,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         heartbeat_ticks: a.raft.heartbeat_ticks,
         election_ticks: a.raft.election_ticks,
         read_mode: if a.raft.stale_reads { ReadMode::Stale } else { ReadMode::ReadIndex },
+        join: a.join,
     };
     let mut node = Node::open(config).with_context(|| format!("member {}", a.id))?;
     eprintln!("kairos kv serve: member {} takes clients on {}", a.id, node.client_addr()?);

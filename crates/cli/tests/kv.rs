@@ -29,8 +29,13 @@ fn free_udp_port() -> u16 {
 }
 
 fn start(id: usize, peers: &str, port: u16, data: &Path) -> Child {
+    start_with(id, peers, port, data, &[])
+}
+
+fn start_with(id: usize, peers: &str, port: u16, data: &Path, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_kairos"))
         .args(["kv", "serve", "--id", &id.to_string(), "--peers", peers])
+        .args(extra)
         .arg(format!("--listen=127.0.0.1:{port}"))
         .arg(format!("--data={}", data.join(format!("m{id}")).display()))
         .args(["--period-us", "200", "--election-ticks", "50"])
@@ -165,4 +170,54 @@ fn a_cluster_of_processes_serves_redis_clients_through_a_leader_kill_and_a_resta
     }
     let v: Option<String> = redis::cmd("GET").arg("k").query(&mut back).unwrap();
     assert_eq!(v.as_deref(), Some("41x"), "the restarted member kept what was written before");
+}
+
+#[test]
+fn a_member_joins_a_running_cluster_and_another_leaves_it() {
+    let data = tempfile::tempdir().unwrap();
+    let client_ports: Vec<u16> = (0..4).map(|_| free_tcp_port()).collect();
+    let raft_ports: Vec<u16> = (0..4).map(|_| free_udp_port()).collect();
+    let peer = |i: usize| format!("{i}=127.0.0.1:{}", raft_ports[i - 1]);
+    let founders = (1..=3).map(peer).collect::<Vec<_>>().join(",");
+    let mut members =
+        Members((1..=3).map(|i| Some(start(i, &founders, client_ports[i - 1], data.path()))).collect());
+    let mut con = connect(client_ports[0]);
+    let leader_id = wait_for_leader(&mut con, 0) as usize;
+    let _: () = redis::cmd("SET").arg("before").arg("join").query(&mut con).unwrap();
+
+    // Member 4 starts empty and is added through member 1 with its Raft address.
+    let everyone = (1..=4).map(peer).collect::<Vec<_>>().join(",");
+    members.0.push(Some(start_with(4, &everyone, client_ports[3], data.path(), &["--join"])));
+    let _: () = redis::cmd("KAIROS.MEMBER")
+        .arg("ADD")
+        .arg(4)
+        .arg(format!("127.0.0.1:{}", raft_ports[3]))
+        .query(&mut con)
+        .unwrap();
+    let list: Vec<String> = redis::cmd("KAIROS.MEMBER").arg("LIST").query(&mut con).unwrap();
+    assert_eq!(list.len(), 4, "{list:?}");
+    assert!(list.iter().any(|m| m.starts_with(&format!("4 127.0.0.1:{} voter", raft_ports[3]))), "{list:?}");
+    let mut newcomer = connect(client_ports[3]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v: Option<String> = redis::cmd("GET").arg("before").query(&mut newcomer).unwrap_or(None);
+        if v.as_deref() == Some("join") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "member 4 never caught up");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // A follower that is not member 4 leaves; writes go on through the newcomer.
+    let leaving = (1..=3).find(|&i| i != leader_id).unwrap();
+    let _: () = redis::cmd("KAIROS.MEMBER").arg("REMOVE").arg(leaving).query(&mut newcomer).unwrap();
+    let child = members.0[leaving - 1].as_mut().unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    members.0[leaving - 1] = None;
+    let list: Vec<String> = redis::cmd("KAIROS.MEMBER").arg("LIST").query(&mut newcomer).unwrap();
+    assert_eq!(list.len(), 3, "{list:?}");
+    let _: () = redis::cmd("SET").arg("after").arg("leave").query(&mut newcomer).unwrap();
+    let err = redis::cmd("KAIROS.MEMBER").arg("ADD").arg("x").query::<()>(&mut newcomer).unwrap_err();
+    assert!(err.to_string().contains("usage"), "{err}");
 }

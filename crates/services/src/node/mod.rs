@@ -55,6 +55,9 @@ pub struct NodeConfig {
     pub election_ticks: usize,
     /// How reads are answered.
     pub read_mode: ReadMode,
+    /// Start knowing no membership, to be added to a running cluster (`KAIROS.MEMBER ADD`)
+    /// rather than found it.
+    pub join: bool,
 }
 
 /// Why a member could not start.
@@ -143,6 +146,30 @@ pub struct Node {
     message_number: u64,
     stats: NodeStats,
     started_ns: u64,
+    /// Membership changes proposed here: (member, client, seq, deadline).
+    membership_waiting: Vec<(u64, u64, u64, u64)>,
+}
+
+/// The file of members' addresses as this member last knew them (`id=addr` lines).
+const PEERS_FILE: &str = "peers";
+/// How long a membership change may take before its client hears it did not happen.
+const MEMBERSHIP_TIMEOUT_NS: u64 = 5_000_000_000;
+
+fn load_peers(path: &std::path::Path) -> Option<BTreeMap<u64, SocketAddr>> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let peers: BTreeMap<u64, SocketAddr> = text
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .filter_map(|(id, addr)| Some((id.trim().parse().ok()?, addr.trim().parse().ok()?)))
+        .collect();
+    (!peers.is_empty()).then_some(peers)
+}
+
+fn save_peers(path: &std::path::Path, peers: &BTreeMap<u64, SocketAddr>) -> io::Result<()> {
+    let text: String = peers.iter().map(|(id, addr)| format!("{id}={addr}\n")).collect();
+    let fresh = path.with_extension("new");
+    std::fs::write(&fresh, text)?;
+    std::fs::rename(fresh, path)
 }
 
 impl std::fmt::Debug for Node {
@@ -189,9 +216,16 @@ impl Node {
         let log = if exists {
             LogStore::load(disk, config.sync).map_err(log_err)?.0
         } else {
-            let voters: Vec<u64> = config.peers.keys().copied().collect();
+            let voters: Vec<u64> =
+                if config.join { Vec::new() } else { config.peers.keys().copied().collect() };
             LogStore::create(disk, config.sync, &voters).map_err(log_err)?
         };
+        let mut config = config;
+        // The addresses of members added or removed since the command line was written.
+        if let Some(peers) = load_peers(&config.data_dir.join(PEERS_FILE)) {
+            config.peers = peers;
+            config.peers.entry(config.id).or_insert(raft_addr);
+        }
         let mut rc = ReplicaConfig::new(config.id);
         rc.heartbeat_ticks = config.heartbeat_ticks;
         rc.election_ticks = config.election_ticks;
@@ -212,6 +246,7 @@ impl Node {
             message_number: 0,
             stats: NodeStats::default(),
             started_ns: monotonic_ns(),
+            membership_waiting: Vec::new(),
         })
     }
 
@@ -312,6 +347,13 @@ impl Node {
     }
 
     fn route(&mut self, client: u64, args: Vec<Vec<u8>>) {
+        if args[0].eq_ignore_ascii_case(b"kairos.member") {
+            let reply = self.member_command(client, &args[1..]);
+            if let (Some(reply), Some(conn)) = (reply, self.conns.get_mut(&client)) {
+                conn.answer(&reply);
+            }
+            return;
+        }
         let command = parse_command(&args);
         let info = self.info();
         let Some(conn) = self.conns.get_mut(&client) else { return };
@@ -343,6 +385,107 @@ impl Node {
         }
     }
 
+    /// `KAIROS.MEMBER LIST | ADD id host:port [LEARNER] | REMOVE id`: the membership, and
+    /// changes to it (answered once applied here, or with an error after 5 s). Returns the
+    /// answer to give now, if any.
+    fn member_command(&mut self, client: u64, args: &[Vec<u8>]) -> Option<Reply> {
+        use raft::eraftpb::ConfChangeType;
+        let usage =
+            || Reply::Error("ERR usage: KAIROS.MEMBER LIST | ADD id host:port [LEARNER] | REMOVE id".into());
+        let word = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).to_ascii_lowercase());
+        let (change, node, context) = match (word(0).as_deref(), args.len()) {
+            (Some("list"), 1) => {
+                let voters = self.replica.voters();
+                let learners = self.replica.learners();
+                let mut ids: Vec<u64> = voters.iter().chain(&learners).copied().collect();
+                ids.sort_unstable();
+                ids.dedup();
+                let rows = ids
+                    .iter()
+                    .map(|id| {
+                        let addr = self.config.peers.get(id).map_or("?".to_string(), |a| a.to_string());
+                        let role = if voters.contains(id) { "voter" } else { "learner" };
+                        let leader = if *id == self.replica.leader() { " leader" } else { "" };
+                        Reply::Bulk(format!("{id} {addr} {role}{leader}").into_bytes())
+                    })
+                    .collect();
+                return Some(Reply::Array(rows));
+            }
+            (Some("add"), 3 | 4) => {
+                let id = word(1).and_then(|w| w.parse::<u64>().ok()).filter(|&i| i > 0);
+                let addr = word(2).and_then(|w| w.parse::<SocketAddr>().ok());
+                let learner = match word(3).as_deref() {
+                    None => false,
+                    Some("learner") => true,
+                    Some(_) => return Some(usage()),
+                };
+                let (Some(id), Some(addr)) = (id, addr) else { return Some(usage()) };
+                let change = if learner { ConfChangeType::AddLearnerNode } else { ConfChangeType::AddNode };
+                (change, id, addr.to_string().into_bytes())
+            }
+            (Some("remove"), 2) => {
+                let Some(id) = word(1).and_then(|w| w.parse::<u64>().ok()).filter(|&i| i > 0) else {
+                    return Some(usage());
+                };
+                (ConfChangeType::RemoveNode, id, Vec::new())
+            }
+            _ => return Some(usage()),
+        };
+        match self.replica.propose_membership(change, node, context) {
+            Ok(()) => {
+                let conn = self.conns.get_mut(&client)?;
+                let seq = conn.await_answer();
+                self.membership_waiting.push((node, client, seq, monotonic_ns() + MEMBERSHIP_TIMEOUT_NS));
+                None
+            }
+            Err(e) => Some(Reply::Error(format!(
+                "ERR membership change refused: {e} (one change at a time, and only while there is a leader)"
+            ))),
+        }
+    }
+
+    fn membership_applied(&mut self) -> io::Result<()> {
+        use raft::eraftpb::ConfChangeType;
+        let events = self.replica.take_membership_events();
+        for event in &events {
+            match event.change {
+                ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                    if let Some(addr) = std::str::from_utf8(&event.context).ok().and_then(|a| a.parse().ok())
+                    {
+                        self.config.peers.insert(event.node, addr);
+                    }
+                }
+                ConfChangeType::RemoveNode if event.node != self.config.id => {
+                    self.config.peers.remove(&event.node);
+                }
+                ConfChangeType::RemoveNode => {}
+            }
+            let (done, rest): (Vec<_>, Vec<_>) =
+                self.membership_waiting.drain(..).partition(|w| w.0 == event.node);
+            self.membership_waiting = rest;
+            for (_, client, seq, _) in done {
+                if let Some(conn) = self.conns.get_mut(&client) {
+                    conn.complete(seq, &Reply::Ok);
+                }
+            }
+        }
+        if !events.is_empty() {
+            save_peers(&self.config.data_dir.join(PEERS_FILE), &self.config.peers)?;
+        }
+        let now = monotonic_ns();
+        let (late, rest): (Vec<_>, Vec<_>) = self.membership_waiting.drain(..).partition(|w| w.3 <= now);
+        self.membership_waiting = rest;
+        for (node, client, seq, _) in late {
+            if let Some(conn) = self.conns.get_mut(&client) {
+                let error = format!(
+                    "ERR the change of member {node} was not applied within 5 s (a lost leader?): check KAIROS.MEMBER LIST and try again"
+                );
+                conn.complete(seq, &Reply::Error(error));
+            }
+        }
+        Ok(())
+    }
+
     fn info(&self) -> info::Facts {
         info::Facts {
             id: self.config.id,
@@ -364,6 +507,7 @@ impl Node {
     }
 
     fn drain(&mut self) -> io::Result<()> {
+        self.membership_applied()?;
         for msg in self.replica.take_messages() {
             let Some(addr) = self.config.peers.get(&msg.to) else { continue };
             let mut bytes = Vec::new();
@@ -419,6 +563,7 @@ mod tests {
             heartbeat_ticks: 2,
             election_ticks: 20,
             read_mode: ReadMode::ReadIndex,
+            join: false,
         }
     }
 

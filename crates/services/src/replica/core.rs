@@ -133,6 +133,19 @@ struct ReadRound {
     index: Option<u64>,
 }
 
+/// A membership change, applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembershipEvent {
+    /// Added as a voter, as a learner, or removed.
+    pub change: raft::eraftpb::ConfChangeType,
+    /// The member.
+    pub node: u64,
+    /// What the proposer attached (its address, for a member added).
+    pub context: Vec<u8>,
+    /// The log index of the change.
+    pub index: u64,
+}
+
 /// Counters a shell reports (INFO, the bench).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReplicaStats {
@@ -165,6 +178,8 @@ pub struct Replica<D: Disk> {
     next_read_round: u64,
     outbox: Vec<Message>,
     snapshots_sent: BTreeMap<u64, u64>,
+    membership_events: Vec<MembershipEvent>,
+    snapshot_due: bool,
     completions: Vec<(Ticket, Reply)>,
     stats: ReplicaStats,
 }
@@ -220,6 +235,8 @@ impl<D: Disk> Replica<D> {
             next_read_round: 0,
             outbox: Vec::new(),
             snapshots_sent: BTreeMap::new(),
+            membership_events: Vec::new(),
+            snapshot_due: false,
             completions: Vec::new(),
             stats: ReplicaStats::default(),
         })
@@ -250,9 +267,18 @@ impl<D: Disk> Replica<D> {
         self.applied
     }
 
-    /// The voters of the current membership.
+    /// The voters of the current membership, in id order.
     pub fn voters(&self) -> Vec<u64> {
-        self.node.store().conf_state().get_voters().to_vec()
+        let mut voters = self.node.store().conf_state().get_voters().to_vec();
+        voters.sort_unstable();
+        voters
+    }
+
+    /// The learners (members that receive the log but do not vote), in id order.
+    pub fn learners(&self) -> Vec<u64> {
+        let mut learners = self.node.store().conf_state().get_learners().to_vec();
+        learners.sort_unstable();
+        learners
     }
 
     /// The store (read-only; for INFO and the simulator's final check).
@@ -548,6 +574,16 @@ impl<D: Disk> Replica<D> {
                         && let Ok(cs) = self.node.apply_conf_change(&cc)
                     {
                         self.node.mut_store().persist_conf_state(cs)?;
+                        // `raft` refuses a snapshot whose membership leaves the receiver out,
+                        // so the snapshot a new member is sent must be taken after its
+                        // addition: take one now.
+                        self.snapshot_due = true;
+                        self.membership_events.push(MembershipEvent {
+                            change: cc.get_change_type(),
+                            node: cc.node_id,
+                            context: cc.context.to_vec(),
+                            index: entry.index,
+                        });
                     }
                 }
                 EntryType::EntryConfChangeV2 => {
@@ -565,9 +601,10 @@ impl<D: Disk> Replica<D> {
 
     fn compact(&mut self) -> io::Result<()> {
         let first = self.node.store().first_index().unwrap_or(1);
-        if self.applied + 1 < first + self.config.compact_after_entries {
+        if self.applied + 1 < first + self.config.compact_after_entries && !self.snapshot_due {
             return Ok(());
         }
+        self.snapshot_due = false;
         let mut bytes = Vec::new();
         self.store.encode(&mut bytes);
         self.node.mut_store().compact(self.applied, bytes)?;
@@ -575,17 +612,141 @@ impl<D: Disk> Replica<D> {
         Ok(())
     }
 
-    /// Proposes a membership change (add a voter, a learner, or remove a member); it takes
-    /// effect when committed. Only the leader accepts one.
+    /// Proposes a membership change (add a voter, a learner, or remove a member), with
+    /// `context` for every member when it applies (the node's address). It takes effect when
+    /// committed; a follower's proposal goes to the leader; one change at a time (`raft`
+    /// refuses a second while one is pending, and a proposal without a leader).
     pub fn propose_membership(
         &mut self,
         change: raft::eraftpb::ConfChangeType,
         node: u64,
+        context: Vec<u8>,
     ) -> Result<(), raft::Error> {
+        if self.leader() == 0 {
+            return Err(raft::Error::ProposalDropped);
+        }
         let mut cc = ConfChange::default();
         cc.set_change_type(change);
         cc.node_id = node;
+        cc.context = context.into();
         self.node.propose_conf_change(Vec::new(), cc)?;
         self.handle_ready().map_err(raft::Error::Io)
+    }
+
+    /// Membership changes applied since the last call, in log order.
+    pub fn take_membership_events(&mut self) -> Vec<MembershipEvent> {
+        std::mem::take(&mut self.membership_events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kv::SetCondition;
+    use crate::replica::{MemDisk, Sync};
+    use raft::eraftpb::ConfChangeType;
+
+    /// Members in one process; every message delivered at once.
+    struct Cluster(BTreeMap<u64, Replica<MemDisk>>);
+
+    impl Cluster {
+        fn new(voters: &[u64]) -> Self {
+            Cluster(voters.iter().map(|&id| (id, member(id, voters))).collect())
+        }
+
+        fn settle(&mut self, ticks: usize) {
+            for _ in 0..ticks {
+                let ids: Vec<u64> = self.0.keys().copied().collect();
+                for id in &ids {
+                    self.0.get_mut(id).unwrap().tick(0).unwrap();
+                }
+                loop {
+                    let mut messages = Vec::new();
+                    for r in self.0.values_mut() {
+                        messages.extend(r.take_messages());
+                    }
+                    if messages.is_empty() {
+                        break;
+                    }
+                    for m in messages {
+                        if let Some(r) = self.0.get_mut(&m.to) {
+                            r.step(m).unwrap();
+                        }
+                    }
+                }
+            }
+        }
+
+        fn leader(&self) -> u64 {
+            self.0.values().find(|r| r.is_leader()).map(|r| r.id()).unwrap_or(0)
+        }
+    }
+
+    fn member(id: u64, voters: &[u64]) -> Replica<MemDisk> {
+        let log = LogStore::create(MemDisk::default(), Sync::Always, voters).unwrap();
+        let mut config = ReplicaConfig::new(id);
+        config.election_ticks = 10;
+        config.fixed_election_ticks = Some(10 + id as usize);
+        config.compact_after_entries = 20;
+        Replica::new(config, log).unwrap()
+    }
+
+    fn set(key: &str, value: &str) -> WriteOp {
+        WriteOp::Set { key: key.into(), value: value.into(), ttl_ms: None, condition: SetCondition::Always }
+    }
+
+    #[test]
+    fn a_member_added_catches_up_from_a_snapshot_and_a_removed_one_stops_counting() {
+        let mut c = Cluster::new(&[1, 2, 3]);
+        c.settle(40);
+        let leader = c.leader();
+        assert_ne!(leader, 0, "a leader within 40 ticks");
+        for i in 0..50u64 {
+            c.0.get_mut(&2).unwrap().submit_write(
+                Ticket { client: 1, seq: i + 1 },
+                i + 1,
+                set(&format!("k{i}"), "v"),
+            );
+            c.settle(1);
+        }
+        c.settle(5);
+        assert!(
+            c.0[&leader].stats().compactions > 0,
+            "the log was compacted, so the new member needs a snapshot"
+        );
+
+        // Member 4 starts knowing no membership, and is added through a follower.
+        c.0.insert(4, member(4, &[]));
+        let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+        c.0.get_mut(&follower)
+            .unwrap()
+            .propose_membership(ConfChangeType::AddNode, 4, b"addr-4".to_vec())
+            .unwrap();
+        c.settle(30);
+        let events = c.0.get_mut(&4).unwrap().take_membership_events();
+        assert!(c.0[&4].voters().contains(&4), "member 4 votes: {:?}", c.0[&4].voters());
+        assert_eq!(c.0[&4].store().read(&ReadOp::DbSize, 0), Reply::Integer(50), "member 4 holds every key");
+        assert!(c.0[&4].stats().snapshots_installed > 0);
+        let seen: Vec<u64> =
+            c.0.get_mut(&follower).unwrap().take_membership_events().iter().map(|e| e.node).collect();
+        assert_eq!(seen, vec![4]);
+        assert!(events.is_empty() || events.iter().all(|e| e.node == 4));
+
+        // Member 1 removed; then stopped: three of four... now three voters, two needed.
+        let proposer = c.leader();
+        c.0.get_mut(&proposer)
+            .unwrap()
+            .propose_membership(ConfChangeType::RemoveNode, 1, Vec::new())
+            .unwrap();
+        c.settle(10);
+        c.0.remove(&1);
+        c.settle(60);
+        let leader = c.leader();
+        assert!(leader != 0 && leader != 1, "a leader among the rest");
+        assert_eq!(c.0[&leader].voters(), vec![2, 3, 4]);
+        c.0.get_mut(&4).unwrap().submit_write(Ticket { client: 9, seq: 1 }, 1, set("after", "removal"));
+        c.settle(5);
+        let answers = c.0.get_mut(&4).unwrap().take_completions();
+        assert!(answers.contains(&(Ticket { client: 9, seq: 1 }, Reply::Ok)), "{answers:?}");
     }
 }

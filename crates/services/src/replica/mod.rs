@@ -5,5 +5,7 @@ pub mod frame;
 pub mod storage;
 pub mod wire;
 
-pub use self::core::{Broken, ReadMode, Replica, ReplicaConfig, ReplicaError, ReplicaStats, Ticket};
+pub use self::core::{
+    Broken, MembershipEvent, ReadMode, Replica, ReplicaConfig, ReplicaError, ReplicaStats, Ticket,
+};
 pub use storage::{Disk, FileDisk, LogStore, MemDisk, Sync};
