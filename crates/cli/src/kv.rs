@@ -29,8 +29,9 @@ enum KvCommand {
     /// Correctness under faults: simulated clusters (crashes of the leader and followers, power
     /// loss, partitions, packet loss, pauses) with clients doing SET/GET/INCR/APPEND; every
     /// history checked for linearizability and every acknowledged write looked for at the end;
-    /// then broken replicas the checker must catch. Full: 10,000 histories (a few minutes on
-    /// two cores); --quick: 1,000 (under a minute).
+    /// then broken replicas the checker must catch; then a run of real member processes under
+    /// kill -9 and SIGSTOP. Full: 10,000 histories and 60 s of real processes (about 5 min on
+    /// two cores); --quick: 1,000 and 10 s (under a minute).
     Check(CheckArgs),
     /// One member of a cluster: Raft over UDP to its peers, Redis's protocol over TCP for
     /// clients (any member takes any command). Runs until SIGINT/SIGTERM; its log in --data
@@ -348,6 +349,10 @@ struct CheckArgs {
     /// Simulated time per history, milliseconds, 50-60000.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     duration_ms: u64,
+    /// Seconds of the run on real processes (kairos kv serve members, kill -9, SIGSTOP), 0
+    /// (none) or 3-3600; default: 10 with --quick, else 60.
+    #[arg(long, value_name = "S")]
+    real_seconds: Option<f64>,
 }
 
 pub fn run(args: &KvArgs) -> Result<i32> {
@@ -359,6 +364,8 @@ pub fn run(args: &KvArgs) -> Result<i32> {
             config.self_test_seeds = a.self_test_seeds.unwrap_or(config.self_test_seeds);
             config.members = a.members;
             config.duration_ms = a.duration_ms;
+            config.real_seconds = a.real_seconds.unwrap_or(config.real_seconds);
+            config.kairos = Some(std::env::current_exe().context("cannot find the kairos executable")?);
             let common = crate::Common { quick: a.quick, json: a.json, results: a.results.clone() };
             crate::experiment(&common, &config, kv_check::report)
         }

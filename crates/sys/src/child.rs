@@ -104,6 +104,18 @@ impl OwnedChild {
         if tracked.reaped || exited(self.pid)? { reap(&mut tracked).map(Some) } else { Ok(None) }
     }
 
+    /// Sends `signal` to the child's process group (SIGKILL to crash it, SIGSTOP and SIGCONT
+    /// to pause and resume it); an error once the child has been reaped.
+    pub fn signal(&self, signal: i32) -> io::Result<()> {
+        let tracked = lock(&self.tracked);
+        if tracked.reaped {
+            return Err(io::Error::other(format!("{} (pid {}) has already exited", self.name, self.pid)));
+        }
+        // Under the lock, unreaped: the id still names the child's group.
+        signal_group(self.pid, signal);
+        Ok(())
+    }
+
     /// Waits for the child to exit, then reaps it and kills what it left in its group.
     pub fn wait(&mut self) -> io::Result<ExitStatus> {
         self.stdin = None;

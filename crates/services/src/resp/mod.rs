@@ -50,6 +50,7 @@
 //! - a NUL byte is an ordinary byte in an inline request (Redis reads the line as a C string:
 //!   a NUL hides the newline after it, and ends the arguments).
 
+pub mod client;
 mod inline;
 mod parse;
 pub mod reply;

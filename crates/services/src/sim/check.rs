@@ -66,12 +66,12 @@ pub fn to_checker(history: &[SimOp]) -> Vec<KvOp> {
         .collect()
 }
 
-/// Runs seed `config.seed` and checks its history within `budget`.
-pub fn check_seed(config: SimConfig, budget: Duration) -> SeedResult {
-    let outcome = run(config);
-    let ops = to_checker(&outcome.history);
+/// The checker's verdict on a history (`linearizable`, `illegal` or `unknown`), with its
+/// account of the first key it could not explain.
+pub fn judge(history: &[SimOp], budget: Duration) -> (&'static str, Option<String>) {
+    let ops = to_checker(history);
     let report = check_kv(&ops, budget);
-    let (verdict, detail) = if report.illegal > 0 {
+    if report.illegal > 0 {
         let detail = report.per_key.iter().find_map(|k| match &k.verdict {
             Verdict::Illegal(c) => Some(format!("key {}: {}", String::from_utf8_lossy(&k.key), c)),
             _ => None,
@@ -81,7 +81,13 @@ pub fn check_seed(config: SimConfig, budget: Duration) -> SeedResult {
         ("unknown", None)
     } else {
         ("linearizable", None)
-    };
+    }
+}
+
+/// Runs seed `config.seed` and checks its history within `budget`.
+pub fn check_seed(config: SimConfig, budget: Duration) -> SeedResult {
+    let outcome = run(config);
+    let (verdict, detail) = judge(&outcome.history, budget);
     SeedResult {
         seed: outcome.seed,
         operations: outcome.history.len(),

@@ -622,7 +622,7 @@ impl Sim {
 
 /// Acknowledged appends missing from their key's final value, unless a SET that may be
 /// ordered after them replaced them.
-fn lost_writes(history: &[SimOp], finals: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> u64 {
+pub fn lost_writes(history: &[SimOp], finals: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> u64 {
     let mut lost = 0;
     for op in history {
         let Some(output) = &op.output else { continue };

@@ -5,5 +5,5 @@ pub mod check;
 pub mod cluster;
 pub mod network;
 
-pub use cluster::{FaultEvent, FaultKind, OpKind, SimConfig, SimOp, SimOutcome, run};
+pub use cluster::{FaultEvent, FaultKind, OpKind, SimConfig, SimOp, SimOutcome, lost_writes, run};
 pub use network::Network;

@@ -7,17 +7,22 @@
 //! before commit), which the checker must catch.
 //!
 //! Seeds run on every core at once; each seed's run is deterministic, so a failing seed is
-//! replayed with `--first-seed N --seeds 1`.
+//! replayed with `--first-seed N --seeds 1`. Then a smaller run on real processes ([`real`]):
+//! `kairos kv serve` members on loopback, clients over TCP, `kill -9` and SIGSTOP/SIGCONT.
 //!
 //! # Summary fields (stable)
 //! `histories`, `operations`, `faults` (injected, by kind), `linearizable`, `illegal`,
 //! `unknown` (histories), `panicked` (seeds whose run panicked), `lost_acknowledged_writes`, `self_test_caught` (every broken mode
 //! caught), `self_test` (per mode: seeds, caught), `failures` (the seeds that were not
-//! linearizable or lost writes, with the checker's account), `simulated` (true: this command
-//! checks the simulation; the real-process run is not built yet), `config`, `machine`,
-//! `results_dir`. Files: `summary.json`, `seeds.csv`.
+//! linearizable or lost writes, with the checker's account), `real` (the real-process run:
+//! operations, unknown outcomes, faults, verdict, lost writes; absent when not run), `config`,
+//! `machine`, `results_dir`. The totals count the real run's history with the simulated ones.
+//! Files: `summary.json`, `seeds.csv`, `real_history.jsonl`.
+
+pub mod real;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -44,6 +49,10 @@ pub struct CheckConfig {
     pub duration_ms: u64,
     /// The checker's time budget per history, milliseconds (then: unknown).
     pub budget_ms: u64,
+    /// Seconds of the real-process run (0: none).
+    pub real_seconds: f64,
+    /// The `kairos` executable for the real-process run's members (none: no real run).
+    pub kairos: Option<PathBuf>,
 }
 
 impl CheckConfig {
@@ -56,6 +65,8 @@ impl CheckConfig {
             members: 3,
             duration_ms: 500,
             budget_ms: 10_000,
+            real_seconds: if quick { 10.0 } else { 60.0 },
+            kairos: None,
         }
     }
 
@@ -108,8 +119,29 @@ pub struct CheckSummary {
     pub self_test: Vec<SelfTest>,
     /// Seeds that were not linearizable or lost writes.
     pub failures: Vec<SeedResult>,
-    /// True: these histories come from the deterministic simulation.
-    pub simulated: bool,
+    /// The real-process run, when there was one.
+    pub real: Option<RealSummary>,
+}
+
+/// The real-process run's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct RealSummary {
+    /// Members.
+    pub members: usize,
+    /// Seconds under faults.
+    pub seconds: f64,
+    /// Requests in the history.
+    pub operations: usize,
+    /// Requests whose outcome is unknown.
+    pub unknown_outcomes: usize,
+    /// Faults made, by kind.
+    pub faults: BTreeMap<FaultKind, u64>,
+    /// `linearizable`, `illegal` or `unknown`.
+    pub verdict: &'static str,
+    /// The checker's account when illegal.
+    pub detail: Option<String>,
+    /// Acknowledged writes lost (`None`: the final reads failed).
+    pub lost_acknowledged_writes: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -190,10 +222,20 @@ impl Experiment for CheckConfig {
                 self.members
             ));
         }
+        if !(0.0..=3600.0).contains(&self.real_seconds)
+            || (self.real_seconds > 0.0 && self.real_seconds < 3.0)
+        {
+            return Err(format!(
+                "--real-seconds {} is out of range: 0 (none) or 3 to 3600",
+                self.real_seconds
+            ));
+        }
         if !(50..=60_000).contains(&self.duration_ms) {
             return Err(format!("--duration-ms {} is out of range: 50 to 60000", self.duration_ms));
         }
-        let steps = self.seeds + self.self_test_seeds * BrokenMode::ALL.len() as u64;
+        let steps = self.seeds
+            + self.self_test_seeds * BrokenMode::ALL.len() as u64
+            + u64::from(self.real_seconds > 0.0);
         Ok(Plan::new(steps as usize, 0.02 * self.duration_ms as f64 / 500.0))
     }
 
@@ -243,22 +285,71 @@ impl Experiment for CheckConfig {
             .filter(|r| r.verdict != "linearizable" || r.lost_acknowledged_writes != Some(0))
             .cloned()
             .collect();
+        let real = match (&self.kairos, self.real_seconds > 0.0) {
+            (Some(kairos), true) => {
+                run.doing("kv check: real processes");
+                let data = run.dir().path().join("real-data");
+                let config = real::RealConfig {
+                    kairos: kairos.clone(),
+                    members: self.members,
+                    clients: 6,
+                    keys: 8,
+                    seconds: self.real_seconds,
+                    seed: self.first_seed,
+                };
+                let outcome = real::run(&config, &data);
+                let _ = std::fs::remove_dir_all(&data);
+                let outcome = outcome?;
+                let lines: String = outcome
+                    .history
+                    .iter()
+                    .filter_map(|op| serde_json::to_string(op).ok())
+                    .map(|l| l + "\n")
+                    .collect();
+                run.dir().write_text("real_history.jsonl", &lines)?;
+                let (verdict, detail) = kairos_services::sim::check::judge(&outcome.history, budget);
+                run.step("kv check");
+                let mut faults = BTreeMap::new();
+                for f in &outcome.faults {
+                    *faults.entry(*f).or_insert(0) += 1;
+                }
+                Some(RealSummary {
+                    members: self.members,
+                    seconds: self.real_seconds,
+                    operations: outcome.history.len(),
+                    unknown_outcomes: outcome.history.iter().filter(|o| o.output.is_none()).count(),
+                    faults,
+                    verdict,
+                    detail,
+                    lost_acknowledged_writes: outcome.lost_acknowledged_writes,
+                })
+            }
+            _ => None,
+        };
+        let real_count = |v: &str| u64::from(real.as_ref().is_some_and(|r| r.verdict == v));
+        if let Some(r) = &real {
+            for (k, n) in &r.faults {
+                *faults.entry(*k).or_insert(0) += n;
+            }
+        }
         let info = run.finish();
         Ok(CheckSummary {
             run: info,
             config: self.clone(),
-            histories: results.len() as u64,
-            operations: results.iter().map(|r| r.operations as u64).sum(),
+            histories: results.len() as u64 + u64::from(real.is_some()),
+            operations: results.iter().map(|r| r.operations as u64).sum::<u64>()
+                + real.as_ref().map_or(0, |r| r.operations as u64),
             faults,
-            linearizable: count("linearizable"),
-            illegal: count("illegal"),
-            unknown: count("unknown"),
+            linearizable: count("linearizable") + real_count("linearizable"),
+            illegal: count("illegal") + real_count("illegal"),
+            unknown: count("unknown") + real_count("unknown"),
             panicked: count("panicked"),
-            lost_acknowledged_writes: results.iter().filter_map(|r| r.lost_acknowledged_writes).sum(),
+            lost_acknowledged_writes: results.iter().filter_map(|r| r.lost_acknowledged_writes).sum::<u64>()
+                + real.as_ref().and_then(|r| r.lost_acknowledged_writes).unwrap_or(0),
             self_test_caught: self.self_test_seeds > 0 && self_test.iter().all(|t| t.caught > 0),
             self_test,
             failures,
-            simulated: true,
+            real,
         })
     }
 }
@@ -267,9 +358,10 @@ impl Experiment for CheckConfig {
 pub fn report(s: &CheckSummary) -> String {
     let mut out = format!("machine: {}\n", s.run.machine.one_line());
     out.push_str(&format!(
-        "{} simulated histories of {} members, {} operations; faults: {}\n",
+        "{} histories of {} members ({} simulated), {} operations; faults: {}\n",
         s.histories,
         s.config.members,
+        s.config.seeds,
         s.operations,
         s.faults.iter().map(|(k, n)| format!("{k:?} {n}")).collect::<Vec<_>>().join(", ")
     ));
@@ -279,6 +371,20 @@ pub fn report(s: &CheckSummary) -> String {
     ));
     for t in &s.self_test {
         out.push_str(&format!("self-test {:?}: caught in {} of {} seeds\n", t.mode, t.caught, t.seeds));
+    }
+    match &s.real {
+        Some(r) => out.push_str(&format!(
+            "real processes: {} members, {:.0} s, {} operations ({} unknown), faults {}: {}, acknowledged writes lost: {}{}\n",
+            r.members,
+            r.seconds,
+            r.operations,
+            r.unknown_outcomes,
+            r.faults.iter().map(|(k, n)| format!("{k:?} {n}")).collect::<Vec<_>>().join(", "),
+            r.verdict,
+            r.lost_acknowledged_writes.map_or("unknown (final reads failed)".to_string(), |n| n.to_string()),
+            r.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default()
+        )),
+        None => out.push_str("real processes: not run (--real-seconds 0)\n"),
     }
     for f in s.failures.iter().take(10) {
         out.push_str(&format!(

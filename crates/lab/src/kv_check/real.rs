@@ -1,0 +1,319 @@
+//! The real-process half of `kv check`: a cluster of `kairos kv serve` processes on loopback,
+//! clients on threads speaking RESP over TCP, and faults made with signals: `kill -9` of the
+//! leader or a follower (restarted from its log after a while), and SIGSTOP/SIGCONT of one.
+//! Every request's invocation and answer are timed on `CLOCK_MONOTONIC` at the client; a
+//! request with no answer within a second, or whose connection broke, has an unknown outcome
+//! and its client reconnects under a new id. The history goes to the same checker as the
+//! simulation's.
+//!
+//! Owners: the members are [`OwnedChild`]ren (ended on every path, Ctrl-C included); the
+//! clients are scoped threads stopped by a flag that a guard sets on every way out.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use kairos_services::kv::Reply;
+use kairos_services::resp::client::{parse_reply, write_request};
+use kairos_services::sim::{FaultKind, OpKind, SimOp, lost_writes};
+use kairos_sys::child::OwnedChild;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// What the real-process run does.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RealConfig {
+    /// The `kairos` executable the members run.
+    pub kairos: PathBuf,
+    /// Members.
+    pub members: usize,
+    /// Client threads.
+    pub clients: usize,
+    /// Keys.
+    pub keys: usize,
+    /// Seconds of requests under faults.
+    pub seconds: f64,
+    /// The seed of the clients' and the faults' choices.
+    pub seed: u64,
+}
+
+/// What it found (the history is checked by the caller).
+#[derive(Debug, Clone)]
+pub struct RealRun {
+    /// Every request.
+    pub history: Vec<SimOp>,
+    /// Faults made, by kind.
+    pub faults: Vec<FaultKind>,
+    /// Acknowledged appends missing at the end (`None`: the final reads failed).
+    pub lost_acknowledged_writes: Option<u64>,
+}
+
+struct Member {
+    child: Option<OwnedChild>,
+    client_port: u16,
+}
+
+struct Cluster<'a> {
+    config: &'a RealConfig,
+    data: PathBuf,
+    peers: String,
+    members: Vec<Member>,
+}
+
+impl Cluster<'_> {
+    fn start(&mut self, i: usize) -> Result<()> {
+        let mut command = Command::new(&self.config.kairos);
+        command
+            .args(["kv", "serve", "--id", &(i + 1).to_string(), "--peers", &self.peers])
+            .arg(format!("--listen=127.0.0.1:{}", self.members[i].client_port))
+            .arg(format!("--data={}", self.data.join(format!("m{}", i + 1)).display()))
+            .args(["--period-us", "200", "--election-ticks", "50"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = OwnedChild::spawn_named(&mut command, format!("kv member {}", i + 1))
+            .context("start a member")?;
+        self.members[i].child = Some(child);
+        Ok(())
+    }
+
+    fn leader(&self) -> Option<usize> {
+        self.members.iter().filter(|m| m.child.is_some()).find_map(|m| {
+            let info = request(m.client_port, &["INFO", "replication"], Duration::from_millis(300)).ok()?;
+            let Reply::Bulk(text) = info else { return None };
+            let text = String::from_utf8_lossy(&text).into_owned();
+            text.lines()
+                .find_map(|l| l.strip_prefix("raft_leader_id:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|&l| l > 0)
+                .map(|l| l - 1)
+        })
+    }
+}
+
+/// One request on a fresh connection (for INFO and the final reads).
+fn request(port: u16, args: &[&str], timeout: Duration) -> Result<Reply> {
+    let mut conn = Conn::open(port, timeout)?;
+    conn.call(args)
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    fn open(port: u16, timeout: Duration) -> Result<Self> {
+        let stream = TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), timeout)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.set_nodelay(true)?;
+        Ok(Self { stream, buf: Vec::new() })
+    }
+
+    fn call<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Reply> {
+        let mut out = Vec::new();
+        write_request(&mut out, args);
+        self.stream.write_all(&out)?;
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some((reply, used)) = parse_reply(&self.buf)? {
+                self.buf.drain(..used);
+                return Ok(reply);
+            }
+            let n = self.stream.read(&mut chunk)?;
+            if n == 0 {
+                bail!("connection closed");
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_or(0, |a| a.port())
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").and_then(|s| s.local_addr()).map_or(0, |a| a.port())
+}
+
+/// Sets the stop flag on every way out of the run, so the client threads end.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Runs the cluster under faults, then reads every key.
+pub fn run(config: &RealConfig, data: &Path) -> Result<RealRun> {
+    let client_ports: Vec<u16> = (0..config.members).map(|_| free_port()).collect();
+    let raft_ports: Vec<u16> = (0..config.members).map(|_| free_udp_port()).collect();
+    let peers = (0..config.members)
+        .map(|i| format!("{}=127.0.0.1:{}", i + 1, raft_ports[i]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let members = client_ports.iter().map(|&client_port| Member { child: None, client_port }).collect();
+    let mut cluster = Cluster { config, data: data.to_path_buf(), peers, members };
+    for i in 0..config.members {
+        cluster.start(i)?;
+    }
+    let start = Instant::now();
+    while cluster.leader().is_none() {
+        if start.elapsed() > Duration::from_secs(10) {
+            bail!("the real cluster elected no leader in 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let epoch = Instant::now();
+    let now_us = || epoch.elapsed().as_micros() as u64;
+    let history = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    let next_client = AtomicU64::new(1);
+    let mut faults = Vec::new();
+    let ports = client_ports.clone();
+    std::thread::scope(|scope| -> Result<()> {
+        let _stop = StopOnDrop(&stop);
+        for c in 0..config.clients {
+            let (history, stop, next_client, ports) = (&history, &stop, &next_client, &ports);
+            let mut rng = StdRng::seed_from_u64(config.seed.wrapping_mul(1000).wrapping_add(c as u64));
+            scope.spawn(move || {
+                let mut conn: Option<(Conn, u64, u64)> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    if conn.is_none() {
+                        let port = ports[rng.random_range(0..ports.len())];
+                        match Conn::open(port, Duration::from_secs(1)) {
+                            Ok(c) => conn = Some((c, next_client.fetch_add(1, Ordering::Relaxed), 0)),
+                            Err(_) => {
+                                std::thread::sleep(Duration::from_millis(20));
+                                continue;
+                            }
+                        }
+                    }
+                    let Some((c, id_ref, seq_ref)) = conn.as_mut() else { continue };
+                    *seq_ref += 1;
+                    let (id, seq) = (*id_ref, *seq_ref);
+                    let key = format!("k{}", rng.random_range(0..config.keys));
+                    let unique = format!("{id}.{seq};");
+                    let (kind, args): (OpKind, Vec<String>) = match rng.random_range(0..100) {
+                        0..40 => (OpKind::Get, vec!["GET".into(), key.clone()]),
+                        40..70 => (
+                            OpKind::Set(unique.clone().into_bytes()),
+                            vec!["SET".into(), key.clone(), unique],
+                        ),
+                        70..85 => (OpKind::Incr, vec!["INCR".into(), key.clone()]),
+                        _ => (
+                            OpKind::Append(unique.clone().into_bytes()),
+                            vec!["APPEND".into(), key.clone(), unique],
+                        ),
+                    };
+                    let call_us = now_us();
+                    let answer = c.call(&args);
+                    let return_us = now_us();
+                    let (output, return_us) = match answer {
+                        Ok(reply) => (Some(reply), Some(return_us)),
+                        Err(_) => (None, None),
+                    };
+                    if output.is_none() {
+                        // The outcome is unknown: this client retires; a new one reconnects.
+                        conn = None;
+                    }
+                    history.lock().unwrap_or_else(|p| p.into_inner()).push(SimOp {
+                        client: id,
+                        key: key.into_bytes(),
+                        kind,
+                        output,
+                        call_us,
+                        return_us,
+                    });
+                    std::thread::sleep(Duration::from_micros(rng.random_range(0..2_000)));
+                }
+            });
+        }
+        // Faults, one at a time, from this thread.
+        let mut rng = StdRng::seed_from_u64(config.seed);
+        let end = Instant::now() + Duration::from_secs_f64(config.seconds);
+        while Instant::now() + Duration::from_millis(1_500) < end {
+            std::thread::sleep(Duration::from_millis(rng.random_range(300..900)));
+            // The kinds in turn, so a short run meets each: the leader killed, the leader
+            // paused, a follower killed, a follower paused.
+            let leader = cluster.leader();
+            let round = faults.len() % 4;
+            let kind =
+                [FaultKind::CrashLeader, FaultKind::Pause, FaultKind::CrashFollower, FaultKind::Pause][round];
+            let follower = (0..config.members)
+                .filter(|&i| Some(i) != leader)
+                .nth(rng.random_range(0..config.members - 1))
+                .unwrap_or(0);
+            let target = if round < 2 { leader.unwrap_or(follower) } else { follower };
+            let outage = Duration::from_millis(rng.random_range(200..800));
+            match kind {
+                FaultKind::Pause => {
+                    let child = cluster.members[target].child.as_ref().context("a member to pause")?;
+                    child.signal(libc::SIGSTOP)?;
+                    std::thread::sleep(outage);
+                    child.signal(libc::SIGCONT)?;
+                }
+                _ => {
+                    let mut child = cluster.members[target].child.take().context("a member to kill")?;
+                    child.signal(libc::SIGKILL)?;
+                    let _ = child.wait();
+                    std::thread::sleep(outage);
+                    cluster.start(target)?;
+                }
+            }
+            faults.push(kind);
+        }
+        while Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    })?;
+    // Every member up; let them settle, then read every key at member 1.
+    std::thread::sleep(Duration::from_millis(500));
+    let mut finals = BTreeMap::new();
+    let mut history = history.into_inner().unwrap_or_else(|p| p.into_inner());
+    let final_client = next_client.fetch_add(1, Ordering::Relaxed);
+    let mut complete = true;
+    for k in 0..config.keys {
+        let key = format!("k{k}");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let call_us = now_us();
+            match request(client_ports[0], &["GET", &key], Duration::from_secs(1)) {
+                Ok(reply @ (Reply::Bulk(_) | Reply::Nil)) => {
+                    let value = match &reply {
+                        Reply::Bulk(v) => Some(v.clone()),
+                        _ => None,
+                    };
+                    history.push(SimOp {
+                        client: final_client + k as u64,
+                        key: key.clone().into_bytes(),
+                        kind: OpKind::Get,
+                        output: Some(reply),
+                        call_us,
+                        return_us: Some(now_us()),
+                    });
+                    finals.insert(key.into_bytes(), value);
+                    break;
+                }
+                _ if Instant::now() > deadline => {
+                    complete = false;
+                    break;
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+    history.sort_by_key(|op| op.call_us);
+    let lost = complete.then(|| lost_writes(&history, &finals));
+    Ok(RealRun { history, faults, lost_acknowledged_writes: lost })
+}
