@@ -133,6 +133,10 @@ struct ServeArgs {
     /// --data directory.
     #[arg(long)]
     join: bool,
+    /// Take KAIROS.FAULT commands: partitions and message loss at this member's Raft
+    /// transport, for checks such as kv check (never on a member that serves real data).
+    #[arg(long)]
+    allow_faults: bool,
     #[command(flatten)]
     raft: RaftArgs,
 }
@@ -197,6 +201,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         election_ticks: a.raft.election_ticks,
         read_mode: if a.raft.stale_reads { ReadMode::Stale } else { ReadMode::ReadIndex },
         join: a.join,
+        allow_faults: a.allow_faults,
     };
     let mut node = Node::open(config).with_context(|| format!("member {}", a.id))?;
     eprintln!("kairos kv serve: member {} takes clients on {}", a.id, node.client_addr()?);

@@ -221,3 +221,54 @@ fn a_member_joins_a_running_cluster_and_another_leaves_it() {
     let err = redis::cmd("KAIROS.MEMBER").arg("ADD").arg("x").query::<()>(&mut newcomer).unwrap_err();
     assert!(err.to_string().contains("usage"), "{err}");
 }
+
+#[test]
+fn a_leader_cut_off_is_replaced_and_faults_need_their_flag() {
+    let data = tempfile::tempdir().unwrap();
+    let client_ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
+    let raft_ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
+    let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", raft_ports[i - 1])).collect::<Vec<_>>().join(",");
+    let _members = Members(
+        (1..=3)
+            .map(|i| {
+                Some(start_with(
+                    i,
+                    &peers,
+                    client_ports[i - 1],
+                    data.path(),
+                    if i == 3 { &[] } else { &["--allow-faults"] },
+                ))
+            })
+            .collect(),
+    );
+    let mut third = connect(client_ports[2]);
+    let err = redis::cmd("KAIROS.FAULT").arg("HEAL").query::<()>(&mut third).unwrap_err();
+    assert!(err.to_string().contains("--allow-faults"), "{err}");
+    let old = wait_for_leader(&mut third, 0) as usize;
+    if old == 3 {
+        // Member 3 takes no faults: cut it off from the others' side instead.
+        for i in [1, 2] {
+            let mut c = connect(client_ports[i - 1]);
+            let _: () = redis::cmd("KAIROS.FAULT").arg("PARTITION").arg(1500).arg(3).query(&mut c).unwrap();
+        }
+    } else {
+        let mut leader = connect(client_ports[old - 1]);
+        let _: () = redis::cmd("KAIROS.FAULT").arg("PARTITION").arg(1500).query(&mut leader).unwrap();
+    }
+    let other = (1..=3).find(|&i| i != old).unwrap();
+    let mut con = connect(client_ports[other - 1]);
+    let new = wait_for_leader(&mut con, old as u64);
+    assert_ne!(new as usize, old);
+    let _: () = redis::cmd("SET").arg("during").arg("partition").query(&mut con).unwrap();
+    // After the cut heals, the old leader has the write too.
+    let mut back = connect(client_ports[old - 1]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v: Option<String> = redis::cmd("GET").arg("during").query(&mut back).unwrap_or(None);
+        if v.as_deref() == Some("partition") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the old leader never caught up after the partition");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,6 +1,8 @@
 //! The real-process half of `kv check`: a cluster of `kairos kv serve` processes on loopback,
-//! clients on threads speaking RESP over TCP, and faults made with signals: `kill -9` of the
-//! leader or a follower (restarted from its log after a while), and SIGSTOP/SIGCONT of one.
+//! clients on threads speaking RESP over TCP, and faults: `kill -9` of the leader or a follower
+//! (restarted from its log after a while), SIGSTOP/SIGCONT of one, a member cut off, and
+//! message loss everywhere (the last two made at the members' Raft transport with
+//! `KAIROS.FAULT`, which `--allow-faults` enables).
 //! Every request's invocation and answer are timed on `CLOCK_MONOTONIC` at the client; a
 //! request with no answer within a second, or whose connection broke, has an unknown outcome
 //! and its client reconnects under a new id. The history goes to the same checker as the
@@ -73,7 +75,7 @@ impl Cluster<'_> {
             .args(["kv", "serve", "--id", &(i + 1).to_string(), "--peers", &self.peers])
             .arg(format!("--listen=127.0.0.1:{}", self.members[i].client_port))
             .arg(format!("--data={}", self.data.join(format!("m{}", i + 1)).display()))
-            .args(["--period-us", "200", "--election-ticks", "50"])
+            .args(["--period-us", "200", "--election-ticks", "50", "--allow-faults"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -243,19 +245,49 @@ pub fn run(config: &RealConfig, data: &Path) -> Result<RealRun> {
         let end = Instant::now() + Duration::from_secs_f64(config.seconds);
         while Instant::now() + Duration::from_millis(1_500) < end {
             std::thread::sleep(Duration::from_millis(rng.random_range(300..900)));
-            // The kinds in turn, so a short run meets each: the leader killed, the leader
-            // paused, a follower killed, a follower paused.
+            // The kinds in turn, so a short run meets each: the leader killed, paused, cut
+            // off; a follower killed, paused, cut off; loss everywhere.
             let leader = cluster.leader();
-            let round = faults.len() % 4;
-            let kind =
-                [FaultKind::CrashLeader, FaultKind::Pause, FaultKind::CrashFollower, FaultKind::Pause][round];
+            let round = faults.len() % 7;
+            let kind = [
+                FaultKind::CrashLeader,
+                FaultKind::Pause,
+                FaultKind::Partition,
+                FaultKind::CrashFollower,
+                FaultKind::Pause,
+                FaultKind::Partition,
+                FaultKind::Loss,
+            ][round];
             let follower = (0..config.members)
                 .filter(|&i| Some(i) != leader)
                 .nth(rng.random_range(0..config.members - 1))
                 .unwrap_or(0);
-            let target = if round < 2 { leader.unwrap_or(follower) } else { follower };
+            let target = if round < 3 { leader.unwrap_or(follower) } else { follower };
             let outage = Duration::from_millis(rng.random_range(200..800));
             match kind {
+                FaultKind::Partition | FaultKind::Loss => {
+                    let ms = outage.as_millis().to_string();
+                    let percent = rng.random_range(5..30).to_string();
+                    let targets: Vec<usize> =
+                        if kind == FaultKind::Loss { (0..config.members).collect() } else { vec![target] };
+                    for t in targets {
+                        let args: Vec<&str> = if kind == FaultKind::Loss {
+                            vec!["KAIROS.FAULT", "LOSS", &percent, &ms]
+                        } else {
+                            vec!["KAIROS.FAULT", "PARTITION", &ms]
+                        };
+                        // The cut member drops its side; the others drop theirs to it.
+                        request(cluster.members[t].client_port, &args, Duration::from_secs(1))?;
+                        if kind == FaultKind::Partition {
+                            let id = (t + 1).to_string();
+                            for other in (0..config.members).filter(|&o| o != t) {
+                                let args = ["KAIROS.FAULT", "PARTITION", &ms, &id];
+                                request(cluster.members[other].client_port, &args, Duration::from_secs(1))?;
+                            }
+                        }
+                    }
+                    std::thread::sleep(outage);
+                }
                 FaultKind::Pause => {
                     let child = cluster.members[target].child.as_ref().context("a member to pause")?;
                     child.signal(libc::SIGSTOP)?;

@@ -58,6 +58,35 @@ pub struct NodeConfig {
     /// Start knowing no membership, to be added to a running cluster (`KAIROS.MEMBER ADD`)
     /// rather than found it.
     pub join: bool,
+    /// Take `KAIROS.FAULT` commands (partitions and loss at this member's Raft transport, for
+    /// checks); off by default.
+    pub allow_faults: bool,
+}
+
+/// Faults made at this member's Raft transport on request (`KAIROS.FAULT`).
+#[derive(Debug, Default)]
+struct Faults {
+    /// Peers whose datagrams are dropped both ways, until when (monotonic ns).
+    cut: BTreeMap<u64, u64>,
+    /// Probability of dropping any datagram, and until when.
+    loss: (f64, u64),
+    /// A xorshift state for the loss draws.
+    rng: u64,
+}
+
+impl Faults {
+    fn drops(&mut self, peer: u64, now: u64) -> bool {
+        if self.cut.get(&peer).is_some_and(|&until| until > now) {
+            return true;
+        }
+        if self.loss.1 > now && self.loss.0 > 0.0 {
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            return (self.rng >> 11) as f64 / (1u64 << 53) as f64 <= self.loss.0;
+        }
+        false
+    }
 }
 
 /// Why a member could not start.
@@ -148,6 +177,7 @@ pub struct Node {
     started_ns: u64,
     /// Membership changes proposed here: (member, client, seq, deadline).
     membership_waiting: Vec<(u64, u64, u64, u64)>,
+    faults: Faults,
 }
 
 /// The file of members' addresses as this member last knew them (`id=addr` lines).
@@ -247,6 +277,7 @@ impl Node {
             stats: NodeStats::default(),
             started_ns: monotonic_ns(),
             membership_waiting: Vec::new(),
+            faults: Faults { rng: realtime_ns() | 1, ..Faults::default() },
         })
     }
 
@@ -309,6 +340,7 @@ impl Node {
                 Ok((n, _)) => {
                     self.stats.datagrams_in += 1;
                     match self.reassembler.push(&buf[..n]) {
+                        Ok(Some((from, _))) if self.faults.drops(from, monotonic_ns()) => {}
                         Ok(Some((_, bytes))) => match decode_message(&bytes) {
                             Ok(msg) => self.replica.step(msg)?,
                             Err(_) => self.stats.malformed += 1,
@@ -347,6 +379,13 @@ impl Node {
     }
 
     fn route(&mut self, client: u64, args: Vec<Vec<u8>>) {
+        if args[0].eq_ignore_ascii_case(b"kairos.fault") {
+            let reply = self.fault_command(&args[1..]);
+            if let Some(conn) = self.conns.get_mut(&client) {
+                conn.answer(&reply);
+            }
+            return;
+        }
         if args[0].eq_ignore_ascii_case(b"kairos.member") {
             let reply = self.member_command(client, &args[1..]);
             if let (Some(reply), Some(conn)) = (reply, self.conns.get_mut(&client)) {
@@ -444,6 +483,56 @@ impl Node {
         }
     }
 
+    /// `KAIROS.FAULT PARTITION ms [peer ...] | LOSS percent ms | HEAL`: drops this member's
+    /// Raft datagrams to and from the peers named (all others when none) for `ms`
+    /// milliseconds, or any of them with a probability; only with `allow_faults`.
+    fn fault_command(&mut self, args: &[Vec<u8>]) -> Reply {
+        if !self.config.allow_faults {
+            return Reply::Error(
+                "ERR faults are not allowed on this member (start it with --allow-faults)".into(),
+            );
+        }
+        let usage = || {
+            Reply::Error("ERR usage: KAIROS.FAULT PARTITION ms [peer ...] | LOSS percent ms | HEAL".into())
+        };
+        let number = |i: usize| {
+            args.get(i).and_then(|a| std::str::from_utf8(a).ok()).and_then(|s| s.parse::<u64>().ok())
+        };
+        let word = args.first().map(|a| a.to_ascii_lowercase());
+        let now = monotonic_ns();
+        match word.as_deref() {
+            Some(b"partition") => {
+                let Some(ms) = number(1).filter(|&ms| ms <= 3_600_000) else { return usage() };
+                let mut peers: Vec<u64> = (2..args.len()).filter_map(number).collect();
+                if peers.len() != args.len().saturating_sub(2) {
+                    return usage();
+                }
+                if peers.is_empty() {
+                    peers = self.config.peers.keys().copied().filter(|&p| p != self.config.id).collect();
+                }
+                for p in peers {
+                    self.faults.cut.insert(p, now + ms * 1_000_000);
+                }
+                Reply::Ok
+            }
+            Some(b"loss") if args.len() == 3 => {
+                let (Some(percent), Some(ms)) =
+                    (number(1).filter(|&p| p <= 100), number(2).filter(|&ms| ms <= 3_600_000))
+                else {
+                    return usage();
+                };
+                self.faults.loss = (percent as f64 / 100.0, now + ms * 1_000_000);
+                Reply::Ok
+            }
+            Some(b"heal") if args.len() == 1 => {
+                self.faults.cut.clear();
+                self.faults.loss = (0.0, 0);
+                Reply::Ok
+            }
+            _ => usage(),
+        }
+    }
+
     fn membership_applied(&mut self) -> io::Result<()> {
         use raft::eraftpb::ConfChangeType;
         let events = self.replica.take_membership_events();
@@ -508,8 +597,12 @@ impl Node {
 
     fn drain(&mut self) -> io::Result<()> {
         self.membership_applied()?;
+        let now = monotonic_ns();
         for msg in self.replica.take_messages() {
             let Some(addr) = self.config.peers.get(&msg.to) else { continue };
+            if self.faults.drops(msg.to, now) {
+                continue;
+            }
             let mut bytes = Vec::new();
             encode_message(&msg, &mut bytes);
             self.message_number += 1;
@@ -564,6 +657,7 @@ mod tests {
             election_ticks: 20,
             read_mode: ReadMode::ReadIndex,
             join: false,
+            allow_faults: false,
         }
     }
 
