@@ -137,6 +137,10 @@ struct ServeArgs {
     /// transport, for checks such as kv check (never on a member that serves real data).
     #[arg(long)]
     allow_faults: bool,
+    /// Mark Raft's datagrams as lane traffic (DSCP EF), which the lane's testbed and a host
+    /// set up by the lane's doctor serve first.
+    #[arg(long)]
+    lane: bool,
     #[command(flatten)]
     raft: RaftArgs,
 }
@@ -154,6 +158,12 @@ struct ClusterArgs {
     /// system's temporary directory, removed at the end).
     #[arg(long, value_name = "DIR")]
     data: Option<PathBuf>,
+    /// Put each member on a host of the lane's testbed (network namespaces on a bridge, a
+    /// strict-priority lane class at every egress; needs root) with Raft marked as lane traffic,
+    /// instead of loopback. Member i listens on 10.212.0.i:PORT; the command prints how to
+    /// reach it.
+    #[arg(long)]
+    testbed: bool,
     #[command(flatten)]
     raft: RaftArgs,
 }
@@ -202,6 +212,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         read_mode: if a.raft.stale_reads { ReadMode::Stale } else { ReadMode::ReadIndex },
         join: a.join,
         allow_faults: a.allow_faults,
+        raft_tos: a.lane.then_some(kairos_io::lane_testbed::LANE_TOS),
     };
     let mut node = Node::open(config).with_context(|| format!("member {}", a.id))?;
     eprintln!("kairos kv serve: member {} takes clients on {}", a.id, node.client_addr()?);
@@ -212,11 +223,10 @@ fn serve(a: &ServeArgs) -> Result<i32> {
 }
 
 /// Asks a member for INFO over RESP; returns the raft leader id it reports.
-fn leader_of(port: u16) -> Option<u64> {
+fn leader_of(host: &str, port: u16) -> Option<u64> {
     use std::io::{Read, Write};
-    let mut s =
-        TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), Duration::from_millis(200))
-            .ok()?;
+    let addr = SocketAddr::new(host.parse().ok()?, port);
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
     s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
     s.write_all(b"INFO replication\r\n").ok()?;
     let mut buf = vec![0u8; 4096];
@@ -254,35 +264,73 @@ fn cluster(a: &ClusterArgs) -> Result<i32> {
     };
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
     let exe = std::env::current_exe().context("cannot find the kairos executable")?;
-    let peers: Vec<String> =
-        (1..=a.nodes).map(|i| format!("{i}=127.0.0.1:{}", a.port as u64 + 1000 + i - 1)).collect();
+    // On the testbed every member has its own address and the same ports; on loopback one
+    // address and a port each.
+    let testbed = if a.testbed {
+        if !kairos_sys::user::is_root() {
+            return Err(exit::usage(
+                "--testbed makes network namespaces, which needs root: run as root or drop --testbed",
+            ));
+        }
+        if a.nodes < 2 {
+            return Err(exit::usage("--testbed needs at least 2 members"));
+        }
+        let config =
+            kairos_io::lane_testbed::LaneTestbedConfig { hosts: a.nodes as usize, ..Default::default() };
+        Some(kairos_io::lane_testbed::LaneTestbed::create(config).context("cannot make the lane testbed")?)
+    } else {
+        None
+    };
+    let address = |i: u64| match &testbed {
+        Some(bed) => (bed.hosts()[(i - 1) as usize].address.to_string(), a.port as u64, a.port as u64 + 1000),
+        None => ("127.0.0.1".to_string(), a.port as u64 + i - 1, a.port as u64 + 1000 + i - 1),
+    };
+    let peers: Vec<String> = (1..=a.nodes)
+        .map(|i| {
+            let (host, _, raft) = address(i);
+            format!("{i}={host}:{raft}")
+        })
+        .collect();
     let mut members = Vec::new();
     for i in 1..=a.nodes {
-        let mut command = Command::new(&exe);
+        let (host, client, _) = address(i);
+        let mut command = match &testbed {
+            Some(bed) => bed.host_command((i - 1) as usize, &exe.to_string_lossy())?,
+            None => Command::new(&exe),
+        };
         command
             .args(["kv", "serve", "--id", &i.to_string(), "--peers", &peers.join(",")])
-            .arg(format!("--listen=127.0.0.1:{}", a.port as u64 + i - 1))
+            .arg(format!("--listen={host}:{client}"))
             .arg(format!("--data={}", data.join(format!("member{i}")).display()))
             .args(a.raft.to_flags())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
+        if testbed.is_some() {
+            command.arg("--lane");
+        }
         members.push(
             OwnedChild::spawn_named(&mut command, format!("kv member {i}"))
                 .context("cannot start a member")?,
         );
     }
     let start = Instant::now();
+    let ask = |i: u64| {
+        let (host, client, _) = address(i);
+        match &testbed {
+            Some(bed) => bed.in_host(0, || leader_of(&host, client as u16)).ok().flatten(),
+            None => leader_of(&host, client as u16),
+        }
+    };
     let leader = loop {
-        if let Some(l) = (0..a.nodes).find_map(|i| leader_of(a.port + i as u16)) {
+        if let Some(l) = (1..=a.nodes).find_map(ask) {
             break l;
         }
         for (i, m) in members.iter_mut().enumerate() {
             if let Some(status) = m.try_wait()? {
+                let (_, client, raft) = address(i as u64 + 1);
                 anyhow::bail!(
-                    "member {} exited ({status}) before the cluster had a leader (is port {} or {} taken?)",
-                    i + 1,
-                    a.port as usize + i,
-                    a.port as usize + 1000 + i
+                    "member {} exited ({status}) before the cluster had a leader (is port {client} or {raft} taken?)",
+                    i + 1
                 );
             }
         }
@@ -291,13 +339,28 @@ fn cluster(a: &ClusterArgs) -> Result<i32> {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    println!("kairos kv cluster: {} members on 127.0.0.1, logs in {}", a.nodes, data.display());
-    for i in 1..=a.nodes {
-        println!(
-            "  member {i}: redis-cli -p {}   (raft on udp {})",
-            a.port as u64 + i - 1,
-            a.port as u64 + 1000 + i - 1
-        );
+    match &testbed {
+        Some(bed) => {
+            println!(
+                "kairos kv cluster: {} members on the lane testbed (Raft in the lane class), logs in {}",
+                a.nodes,
+                data.display()
+            );
+            for i in 1..=a.nodes {
+                let (host, client, raft) = address(i);
+                println!(
+                    "  member {i}: ip netns exec {} redis-cli -h {host} -p {client}   (raft on udp {host}:{raft})",
+                    bed.hosts()[0].namespace
+                );
+            }
+        }
+        None => {
+            println!("kairos kv cluster: {} members on 127.0.0.1, logs in {}", a.nodes, data.display());
+            for i in 1..=a.nodes {
+                let (_, client, raft) = address(i);
+                println!("  member {i}: redis-cli -p {client}   (raft on udp {raft})");
+            }
+        }
     }
     println!(
         "leader: member {leader} (after {} ms); any member takes any command. Ctrl-C stops the cluster.",

@@ -61,6 +61,9 @@ pub struct NodeConfig {
     /// Take `KAIROS.FAULT` commands (partitions and loss at this member's Raft transport, for
     /// checks); off by default.
     pub allow_faults: bool,
+    /// The type-of-service byte of the Raft socket's datagrams (the lane's testbed puts DSCP
+    /// EF in its strict-priority lane class), or `None` to leave the default.
+    pub raft_tos: Option<u8>,
 }
 
 /// Faults made at this member's Raft transport on request (`KAIROS.FAULT`).
@@ -229,6 +232,13 @@ impl Node {
             source,
         })?;
         let _ = kairos_sys::net::options::set_receive_buffer(&udp, 8 << 20);
+        if let Some(tos) = config.raft_tos {
+            kairos_sys::net::options::set_type_of_service(&udp, tos).map_err(|source| NodeError::Bind {
+                what: "raft",
+                addr: raft_addr,
+                source,
+            })?;
+        }
         let listener = TcpListener::bind(config.listen).map_err(|source| NodeError::Bind {
             what: "client",
             addr: config.listen,
@@ -658,6 +668,7 @@ mod tests {
             read_mode: ReadMode::ReadIndex,
             join: false,
             allow_faults: false,
+            raft_tos: None,
         }
     }
 
