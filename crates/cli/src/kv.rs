@@ -69,6 +69,19 @@ struct RaftArgs {
     /// Answer reads from local state at once (not linearizable; INFO says so).
     #[arg(long)]
     stale_reads: bool,
+    /// When requests are proposed: `pass` (after each pass of the loop over the clients that
+    /// spoke: a lone request waits for nothing, a busy pass's share one entry) or `period` (at
+    /// the next tick: a period's share one entry).
+    #[arg(long, value_enum, default_value_t = BatchingArg::Pass)]
+    batching: BatchingArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum BatchingArg {
+    /// After each pass of the loop.
+    Pass,
+    /// At each period's tick.
+    Period,
 }
 
 impl RaftArgs {
@@ -110,6 +123,13 @@ impl RaftArgs {
         if self.stale_reads {
             flags.push("--stale-reads".into());
         }
+        flags.push(format!(
+            "--batching={}",
+            match self.batching {
+                BatchingArg::Pass => "pass",
+                BatchingArg::Period => "period",
+            }
+        ));
         flags
     }
 }
@@ -212,6 +232,10 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         read_mode: if a.raft.stale_reads { ReadMode::Stale } else { ReadMode::ReadIndex },
         join: a.join,
         allow_faults: a.allow_faults,
+        batching: match a.raft.batching {
+            BatchingArg::Pass => kairos_services::node::Batching::Pass,
+            BatchingArg::Period => kairos_services::node::Batching::Period,
+        },
         raft_tos: a.lane.then_some(kairos_io::lane_testbed::LANE_TOS),
     };
     let mut node = Node::open(config).with_context(|| format!("member {}", a.id))?;

@@ -61,9 +61,21 @@ pub struct NodeConfig {
     /// Take `KAIROS.FAULT` commands (partitions and loss at this member's Raft transport, for
     /// checks); off by default.
     pub allow_faults: bool,
+    /// When a pass's requests are proposed.
+    pub batching: Batching,
     /// The type-of-service byte of the Raft socket's datagrams (the lane's testbed puts DSCP
     /// EF in its strict-priority lane class), or `None` to leave the default.
     pub raft_tos: Option<u8>,
+}
+
+/// When the requests a member takes are proposed (writes) or read-indexed (reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batching {
+    /// At the end of each pass of the loop over the ready clients: every request read in
+    /// that pass shares one entry (or one read index), and a lone request waits for nothing.
+    Pass,
+    /// At the next period's tick: every request of the period shares one entry.
+    Period,
 }
 
 /// Faults made at this member's Raft transport on request (`KAIROS.FAULT`).
@@ -309,8 +321,12 @@ impl Node {
             if listen_ready {
                 self.accept();
             }
+            let took_requests = !ready_conns.is_empty();
             for client in ready_conns {
                 self.serve(client);
+            }
+            if took_requests && self.config.batching == Batching::Pass {
+                self.replica.flush()?;
             }
             let now = monotonic_ns();
             if now >= next_tick {
@@ -668,6 +684,7 @@ mod tests {
             read_mode: ReadMode::ReadIndex,
             join: false,
             allow_faults: false,
+            batching: Batching::Pass,
             raft_tos: None,
         }
     }

@@ -360,6 +360,16 @@ impl<D: Disk> Replica<D> {
         self.handle_ready()
     }
 
+    /// Proposes the writes and asks the read index of the requests taken since the last tick
+    /// or flush, now rather than at the next tick: a shell that reads every ready client in
+    /// one pass calls this after the pass, so a lone request does not wait for the period
+    /// while the requests of a busy pass still share one entry and one read index.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.propose_waiting();
+        self.ask_read_index();
+        self.handle_ready()
+    }
+
     /// The failure detector suspects the leader: stand for election now rather than after
     /// Raft's own timeout (which stays as the backstop). With pre-vote, this only disrupts
     /// the cluster if a quorum also lost the leader.
