@@ -502,6 +502,13 @@ impl Sim {
             OpKind::Incr => replica.submit_write(ticket, seq, WriteOp::IncrBy { key, by: 1 }),
             OpKind::Append(value) => replica.submit_write(ticket, seq, WriteOp::Append { key, value }),
         }
+        // Half the requests are proposed at once (a member batching per pass of its loop), the
+        // rest at the next tick (per period): both paths run under the faults.
+        if self.rng.random_bool(0.5)
+            && let Some(replica) = self.replica(member)
+        {
+            replica.flush().expect("memory disk cannot fail");
+        }
         self.drain(member);
     }
 
