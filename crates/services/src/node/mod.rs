@@ -108,7 +108,7 @@ impl Faults {
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     /// A socket could not be bound.
-    #[error("cannot bind {what} {addr}: {source}")]
+    #[error("cannot bind the {what} socket to {addr}")]
     Bind {
         /// Which socket.
         what: &'static str,
@@ -118,7 +118,7 @@ pub enum NodeError {
         source: io::Error,
     },
     /// The log could not be opened or read.
-    #[error("log in {dir}: {source}")]
+    #[error("cannot use the log in {dir}")]
     Log {
         /// The directory.
         dir: PathBuf,
