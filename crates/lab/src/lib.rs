@@ -25,6 +25,8 @@
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
 //! - [`kv_check`]: the replicated key-value store's histories under faults, judged by the
 //!   linearizability checker, with the checker's self-test.
+//! - [`kv_bench`]: the replicated store's latency, throughput and failover beside Redis, Redis
+//!   with `WAIT`, and etcd, in one run.
 
 #![forbid(unsafe_code)]
 
@@ -32,6 +34,7 @@ pub mod aoi_model;
 pub mod background;
 pub mod forward;
 pub mod harness;
+pub mod kv_bench;
 pub mod kv_check;
 pub mod lane_latency;
 pub mod lane_police;

@@ -123,6 +123,15 @@ impl OwnedChild {
         reap(&mut lock(&self.tracked))
     }
 
+    /// Ends the child at once, as a crash would: SIGKILL to its group with no grace (no
+    /// SIGTERM first, so it gets no chance to finish anything), then reaps it and returns its
+    /// status. A child that had already exited is only reaped. Blocks for the kernel's delivery
+    /// of SIGKILL.
+    pub fn kill(&mut self) -> io::Result<ExitStatus> {
+        self.stdin = None;
+        reap(&mut lock(&self.tracked))
+    }
+
     /// Reads the child's piped standard output and error to their ends, then waits for it.
     pub fn wait_with_output(mut self) -> io::Result<Output> {
         self.stdin = None;
@@ -311,6 +320,20 @@ mod tests {
         assert_eq!(out.stderr, b"err\n");
         assert_eq!(out.status.code(), Some(2));
         assert!(output(&mut Command::new("/nonexistent/program")).is_err());
+    }
+
+    #[test]
+    fn kill_ends_a_child_at_once_even_if_it_ignores_sigterm() {
+        use std::os::unix::process::ExitStatusExt;
+        let (mut child, _) = shell("trap '' TERM; echo started; while :; do sleep 1; done");
+        let pid = child.id();
+        let started = Instant::now();
+        let status = child.kill().unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+        assert!(started.elapsed() < GRACE, "kill waited for a grace it does not give");
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "pid {pid} is still there");
+        assert_eq!(child.try_wait().unwrap().and_then(|s| s.signal()), Some(libc::SIGKILL));
+        drop(child);
     }
 
     #[test]

@@ -1,0 +1,117 @@
+//! `kairos kv bench`: the replicated store against Redis, Redis with `WAIT`, and etcd, in one
+//! run on this machine. The flags only parse here: they land in the experiment's configuration,
+//! whose `plan` checks each against its limits before anything starts (exit code 2).
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use kairos_lab::kv_bench::systems::{Fsync, SystemKind};
+use kairos_lab::kv_bench::{self, BenchConfig};
+
+use crate::exit;
+
+/// Latency, throughput and failover of the store beside what its users run today: redis,
+/// redis+wait (a replica and WAIT 1 0 after every SET), etcd (3 members) and kairos (3 and 5
+/// members, fsync on and off), all started and stopped by the bench on this machine, servers
+/// and load generator pinned to separate cores. Systems whose programs are missing are skipped
+/// (`skipped` says why). Full: 10 s a point, 20 failover trials, etcd on tmpfs and on the disk
+/// (about 12 minutes on two cores); --quick: 2 s, 5 trials, etcd on tmpfs (about 2-3 minutes).
+#[derive(clap::Args)]
+pub struct KvBenchArgs {
+    /// Short points and few trials (see above).
+    #[arg(long)]
+    quick: bool,
+    /// Print the summary as one JSON object on stdout; default: a table.
+    #[arg(long)]
+    json: bool,
+    /// Directory the runs are written under (a subdirectory per experiment and run; created
+    /// when missing). Servers' data that goes to the disk goes here too, while they run.
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    results: PathBuf,
+    /// The systems (comma-separated: redis, redis+wait, etcd, kairos); default: all.
+    #[arg(long, value_delimiter = ',')]
+    systems: Vec<String>,
+    /// Closed-loop clients per point, 1-1000 each (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 10, 50])]
+    clients: Vec<usize>,
+    /// Each point's counted window, seconds, 0.1-3600 (default: 2 with --quick, else 10).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Failover trials per kairos and etcd setup, 0-1000 (default: 5 with --quick, else 20).
+    #[arg(long, value_name = "N")]
+    failover_trials: Option<usize>,
+    /// redis-benchmark's -n, 100-10000000, 0 for no redis-benchmark run (default: 20000 with
+    /// --quick, else 100000).
+    #[arg(long, value_name = "N")]
+    benchmark_requests: Option<u64>,
+    /// Kairos cluster sizes, 1-7 each (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [3usize, 5])]
+    members: Vec<usize>,
+    /// Kairos fsync settings (comma-separated: always, never).
+    #[arg(long, value_delimiter = ',', default_values = ["always", "never"])]
+    fsync: Vec<String>,
+    /// Also run etcd with its data on the disk (the full run does).
+    #[arg(long)]
+    etcd_disk: bool,
+    /// Cores the servers run on (comma-separated; default: the first half).
+    #[arg(long, value_delimiter = ',', value_name = "CORES")]
+    server_cores: Vec<usize>,
+    /// Cores the load generator runs on (comma-separated; default: the rest).
+    #[arg(long, value_delimiter = ',', value_name = "CORES")]
+    client_cores: Vec<usize>,
+    /// The kairos members' loop period, microseconds, 10-1000000.
+    #[arg(long, value_name = "US", default_value_t = 100)]
+    period_us: u64,
+    /// The kairos members' election timeout in ticks (drawn in [N, 2N)), 3-100000.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    election_ticks: usize,
+}
+
+/// The configuration the flags ask for.
+pub fn config(a: &KvBenchArgs) -> Result<BenchConfig> {
+    let exe = std::env::current_exe().context("cannot find the kairos executable")?;
+    let mut c = BenchConfig::preset(a.quick, exe);
+    if !a.systems.is_empty() {
+        c.systems = a
+            .systems
+            .iter()
+            .map(|s| SystemKind::from_name(s.trim()))
+            .collect::<Result<_, _>>()
+            .map_err(exit::usage)?;
+        c.systems.sort();
+        c.systems.dedup();
+    }
+    c.clients = a.clients.clone();
+    c.seconds = a.seconds.unwrap_or(c.seconds);
+    c.failover_trials = a.failover_trials.unwrap_or(c.failover_trials);
+    c.benchmark_requests = a.benchmark_requests.unwrap_or(c.benchmark_requests);
+    c.kairos_members = a.members.clone();
+    c.kairos_fsync = a
+        .fsync
+        .iter()
+        .map(|f| match f.trim() {
+            "always" => Ok(Fsync::Always),
+            "never" => Ok(Fsync::Never),
+            other => Err(exit::usage(format!("--fsync {other:?}: always or never"))),
+        })
+        .collect::<Result<_>>()?;
+    if a.etcd_disk && !c.etcd_storage.contains(&kv_bench::systems::Storage::Disk) {
+        c.etcd_storage.push(kv_bench::systems::Storage::Disk);
+    }
+    if !a.server_cores.is_empty() {
+        c.server_cores = a.server_cores.clone();
+    }
+    if !a.client_cores.is_empty() {
+        c.client_cores = a.client_cores.clone();
+    }
+    c.kairos_period_us = a.period_us;
+    c.kairos_election_ticks = a.election_ticks;
+    Ok(c)
+}
+
+/// Runs `kairos kv bench`.
+pub fn run(args: &KvBenchArgs) -> Result<i32> {
+    let config = config(args)?;
+    let common = crate::Common { quick: args.quick, json: args.json, results: args.results.clone() };
+    crate::experiment(&common, &config, kv_bench::report::table)
+}

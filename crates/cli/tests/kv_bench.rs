@@ -1,0 +1,97 @@
+//! `kairos kv bench` in miniature: the experiment run through the harness with this build's
+//! `kairos` as the members' program, a few tenths of a second a point. The kairos-only run
+//! needs nothing installed; the run of every system needs redis-server, redis-benchmark and
+//! etcd (Debian: redis-server, redis-tools, etcd-server), so it is ignored by default and
+//! `scripts/test` runs it where they are installed.
+
+use kairos_lab::harness;
+use kairos_lab::kv_bench::systems::{Fsync, SystemKind};
+use kairos_lab::kv_bench::{BenchConfig, BenchSummary, TOOL};
+
+fn tiny(systems: Vec<SystemKind>) -> BenchConfig {
+    let mut c = BenchConfig::preset(true, env!("CARGO_BIN_EXE_kairos").into());
+    c.systems = systems;
+    c.kairos_members = vec![3];
+    c.kairos_fsync = vec![Fsync::Never];
+    c.clients = vec![1, 4];
+    c.seconds = 0.3;
+    c.warmup_seconds = 0.1;
+    c.failover_trials = 2;
+    c.benchmark_requests = 1_000;
+    c
+}
+
+/// Processes whose parent is this test process (none may outlive a run).
+fn children() -> Vec<u32> {
+    let me = std::process::id();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| kairos_sys::proc::ProcStat::of_process(pid).and_then(|s| s.parent()) == Some(me))
+        .collect()
+}
+
+/// One bench at a time: each checks that no child of this process outlives it.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run(config: &BenchConfig) -> (BenchSummary, tempfile::TempDir) {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let results = tempfile::tempdir().unwrap();
+    let summary = harness::run(config, results.path(), &|line| eprintln!("{line}")).unwrap();
+    assert!(children().is_empty(), "processes left behind: {:?}", children());
+    assert!(!summary.run.results_dir.join("data").exists(), "the servers' data was not removed");
+    for plot in ["write_latency_1_client.png", "write_throughput.png", "read_throughput.png"] {
+        assert!(summary.run.plots.iter().any(|p| p.ends_with(plot) && p.exists()), "no {plot}");
+    }
+    (summary, results)
+}
+
+fn check_rows(summary: &BenchSummary, system: SystemKind, points: usize) {
+    let rows: Vec<_> = summary.rows.iter().filter(|r| r.system == system && r.tool == TOOL).collect();
+    assert_eq!(rows.len(), points, "{} rows of {}: {rows:?}", rows.len(), system.name());
+    for r in rows {
+        assert!(r.ops_per_s > 0.0 && r.latency_us.p50.is_some_and(|p| p > 0.0), "{r:?}");
+        assert_eq!(r.errors, 0, "{r:?}");
+    }
+}
+
+#[test]
+fn a_tiny_bench_of_kairos_measures_points_and_failover_and_leaves_nothing() {
+    let (summary, _results) = run(&tiny(vec![SystemKind::Kairos]));
+    check_rows(&summary, SystemKind::Kairos, 4);
+    let failover = &summary.failover_ms.rows;
+    assert_eq!(failover.len(), 1);
+    assert_eq!(failover[0].trials, 2, "{:?}", failover[0].notes);
+    assert!(failover[0].write.is_some_and(|w| w.p50 > 0.0 && w.max < 30_000.0));
+    assert!(summary.goals.iter().any(|g| g.name.contains("failover") && g.met.is_some()));
+    assert_eq!(summary.failover_ms.redis_sentinel_down_after, 30_000.0);
+    let json = serde_json::to_value(&summary).unwrap();
+    for field in ["rows", "failover_ms", "machine", "noise", "placement", "skipped", "goals"] {
+        assert!(json.get(field).is_some(), "no {field} in the summary");
+    }
+    let row = &json["rows"][0];
+    for field in ["system", "members", "fsync", "clients", "op", "ops_per_s"] {
+        assert!(row.get(field).is_some(), "no {field} in a row: {row}");
+    }
+    for field in ["p50", "p99", "p999", "max"] {
+        assert!(row["latency_us"].get(field).is_some(), "no latency_us.{field}: {row}");
+    }
+    assert_eq!(row["system"], "kairos");
+}
+
+#[test]
+#[ignore = "needs redis-server, redis-benchmark and etcd installed"]
+fn a_tiny_bench_of_every_system() {
+    let (summary, _results) = run(&tiny(SystemKind::ALL.to_vec()));
+    assert!(summary.skipped.is_empty(), "skipped: {:?}", summary.skipped);
+    for system in SystemKind::ALL {
+        check_rows(&summary, system, 4);
+    }
+    let benchmark = summary.rows.iter().filter(|r| r.tool.starts_with("redis-benchmark")).count();
+    assert_eq!(benchmark, 4, "SET and GET against redis and kairos");
+    let etcd = summary.failover_ms.rows.iter().find(|f| f.system == SystemKind::Etcd).unwrap();
+    assert_eq!(etcd.trials, 2, "{:?}", etcd.notes);
+    let names: Vec<&str> = summary.goals.iter().map(|g| g.name.as_str()).collect();
+    assert!(names.iter().any(|n| n.contains("over redis+wait's")), "{names:?}");
+    assert!(names.iter().any(|n| n.contains("over etcd's")), "{names:?}");
+}
