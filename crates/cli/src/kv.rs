@@ -40,6 +40,8 @@ enum KvCommand {
     /// A cluster on this machine, the embedded default: starts N members on loopback, prints
     /// where to connect (redis-cli -p PORT), and stops them all on Ctrl-C.
     Cluster(ClusterArgs),
+    /// Latency, throughput and failover beside Redis, Redis with WAIT and etcd (see the flags).
+    Bench(crate::kv_bench::KvBenchArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -463,5 +465,6 @@ pub fn run(args: &KvArgs) -> Result<i32> {
         }
         KvCommand::Serve(a) => serve(a),
         KvCommand::Cluster(a) => cluster(a),
+        KvCommand::Bench(a) => crate::kv_bench::run(a),
     }
 }

@@ -22,6 +22,7 @@ mod doctor;
 mod exit;
 mod forward;
 mod kv;
+mod kv_bench;
 mod lane;
 mod lane_node;
 mod lane_service;
