@@ -10,15 +10,14 @@ use kairos_lab::kv_bench::{self, BenchConfig};
 
 use crate::exit;
 
-/// Latency, throughput and failover of the store beside what its users run today: redis,
-/// redis+wait (a replica and WAIT 1 0 after every SET), etcd (3 members) and kairos (3 and 5
-/// members, fsync on and off), all started and stopped by the bench on this machine, servers
-/// and load generator pinned to separate cores. Systems whose programs are missing are skipped
-/// (`skipped` says why). Full: 10 s a point, 20 failover trials, etcd on tmpfs and on the disk
-/// (about 12 minutes on two cores); --quick: 2 s, 5 trials, etcd on tmpfs (about 2-3 minutes).
+/// The flags of `kairos kv bench`: latency, throughput and failover of the store beside what
+/// its users run today (redis, redis+wait, etcd), every system started and stopped by the bench
+/// on this machine, servers and load generator pinned to separate cores. Systems whose programs
+/// are missing are skipped (`skipped` says why).
 #[derive(clap::Args)]
 pub struct KvBenchArgs {
-    /// Short points and few trials (see above).
+    /// 2 s a point, 5 failover trials, etcd on tmpfs only: about 2 minutes on two cores (the
+    /// full run: 10 s, 20 trials, etcd on tmpfs and on the disk, about 12 minutes).
     #[arg(long)]
     quick: bool,
     /// Print the summary as one JSON object on stdout; default: a table.
