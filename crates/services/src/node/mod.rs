@@ -193,6 +193,8 @@ pub struct Node {
     /// Membership changes proposed here: (member, client, seq, deadline).
     membership_waiting: Vec<(u64, u64, u64, u64)>,
     faults: Faults,
+    /// The receive buffer for Raft's datagrams, made once.
+    datagram: Vec<u8>,
 }
 
 /// The file of members' addresses as this member last knew them (`id=addr` lines).
@@ -300,6 +302,7 @@ impl Node {
             started_ns: monotonic_ns(),
             membership_waiting: Vec::new(),
             faults: Faults { rng: realtime_ns() | 1, ..Faults::default() },
+            datagram: vec![0; 65_536],
         })
     }
 
@@ -360,12 +363,11 @@ impl Node {
     }
 
     fn receive_raft(&mut self) -> io::Result<()> {
-        let mut buf = vec![0u8; 65_536];
         loop {
-            match self.udp.recv_from(&mut buf) {
+            match self.udp.recv_from(&mut self.datagram) {
                 Ok((n, _)) => {
                     self.stats.datagrams_in += 1;
-                    match self.reassembler.push(&buf[..n]) {
+                    match self.reassembler.push(&self.datagram[..n]) {
                         Ok(Some((from, _))) if self.faults.drops(from, monotonic_ns()) => {}
                         Ok(Some((_, bytes))) => match decode_message(&bytes) {
                             Ok(msg) => self.replica.step(msg)?,

@@ -349,7 +349,16 @@ impl<D: Disk> LogStore<D> {
                 encode_hard_state(hs, out);
             });
         }
-        let written = if record.is_empty() { Ok(()) } else { self.disk.append(&record, self.sync) };
+        // Only a snapshot, entries, or a new term or vote must be durable before the messages
+        // that promise them leave. A hard state that moves only the commit index needs no
+        // sync: a member that loses it learns the commit index again from the leader. So such
+        // a Ready is written without waiting for the disk, which halves the syncs per write.
+        let promises = snapshot.is_some()
+            || !entries.is_empty()
+            || hard_state
+                .is_some_and(|hs| hs.term != self.hard_state.term || hs.vote != self.hard_state.vote);
+        let sync = if promises { self.sync } else { Sync::Never };
+        let written = if record.is_empty() { Ok(()) } else { self.disk.append(&record, sync) };
         self.record = record;
         written?;
         if let Some(snap) = snapshot {
@@ -511,6 +520,19 @@ mod tests {
         assert_eq!((back.first_index().unwrap(), back.last_index().unwrap()), (1, 4));
         assert_eq!(back.term(3).unwrap(), 2);
         assert_eq!(back.entries(1, 5, None, GetEntriesContext::empty(false)).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn only_what_promises_is_synced() {
+        let mut store = LogStore::create(MemDisk::default(), Sync::Always, &[1]).unwrap();
+        store.persist(None, &[entry(1, 1)], Some(&hs(1, 1, 0))).unwrap();
+        let synced = store.disk().durable.len();
+        assert_eq!(synced, store.disk().cached.len(), "entries and a vote are synced");
+        store.persist(None, &[], Some(&hs(1, 1, 1))).unwrap();
+        assert_eq!(store.disk().durable.len(), synced, "a commit index alone is not synced");
+        assert!(store.disk().cached.len() > synced, "but it is written");
+        store.persist(None, &[], Some(&hs(2, 0, 1))).unwrap();
+        assert_eq!(store.disk().durable.len(), store.disk().cached.len(), "a new term is synced");
     }
 
     #[test]
