@@ -82,6 +82,18 @@ impl OwnedChild {
         &self.name
     }
 
+    /// Sends `signal` (`libc::SIGKILL`, `SIGSTOP`, ...) to the child's process group now,
+    /// without waiting or reaping (the owner still reaps it, on drop or a wait). Fails once the
+    /// child has been reaped, when its id may name another process.
+    pub fn signal(&self, signal: i32) -> io::Result<()> {
+        let tracked = lock(&self.tracked);
+        if tracked.reaped {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} was reaped", self.name)));
+        }
+        signal_group(self.pid, signal);
+        Ok(())
+    }
+
     /// The child's standard input, if piped and not taken yet.
     pub fn take_stdin(&mut self) -> Option<ChildStdin> {
         self.stdin.take()
@@ -281,6 +293,15 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(gone(grandchild), "the wrapper's child {grandchild} outlived the owner");
+    }
+
+    #[test]
+    fn a_signal_reaches_the_child_and_a_reaped_child_refuses_it() {
+        let (mut child, _) = shell("echo started; exec sleep 30");
+        child.signal(libc::SIGKILL).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+        assert!(child.signal(libc::SIGKILL).is_err());
     }
 
     #[test]
