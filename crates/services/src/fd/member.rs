@@ -6,8 +6,10 @@
 //!
 //! One thread, pinned and `SCHED_FIFO` where permitted (as the lane's node loop). It sleeps to
 //! an absolute deadline, the earliest of: its next period (when it sends its heartbeat, with the
-//! counter the application last wrote, to every other member), the core's next suspicion
-//! deadline (of every threshold it runs) and the SWIM peers' next timer. At each wake-up it
+//! counter the application last wrote, to every other member) and the table's detector's next
+//! suspicion deadline; SWIM's timers, and the deadlines of the detectors of other thresholds
+//! (the accuracy sweep, whose suspicions are stamped by their deadlines whenever noticed), are
+//! seen at the first wake-up after them, at most a period late. At each wake-up it
 //! first drains its socket (datagrams stamped by the kernel as they arrived, so a heartbeat
 //! read late keeps its arrival time), then asks every detector, then publishes the table. It
 //! does not wake when a datagram arrives: on two virtual cores a wake-up per heartbeat would
@@ -17,9 +19,12 @@
 //!
 //! # The demonstration application
 //!
-//! A second thread, on the same core at one priority below the loop, that bumps the counter
-//! every `app_bump_ns` (`T/3` by default) unless the table's pause word says to stop (how the
-//! experiments make an application hang while its host and node live).
+//! A second thread, on the same core, that bumps the counter every `app_bump_ns` (`T/3` by
+//! default) unless the table's pause word says to stop (how the experiments make an
+//! application hang while its host and node live). It runs one `SCHED_FIFO` priority above the
+//! loop: its work is one atomic add, and below the loops of other members sharing its core
+//! (two virtual cores carry three members in the experiments) it was starved while their
+//! sends ran, which made a healthy member look hung.
 //!
 //! # What it records
 //!
@@ -89,7 +94,7 @@ pub struct MemberConfig {
     pub type_of_service: Option<u8>,
     /// The core of the loop and the application.
     pub core: Option<usize>,
-    /// The loop's `SCHED_FIFO` priority (0: none); the application runs one below.
+    /// The loop's `SCHED_FIFO` priority (0: none); the application runs one above.
     pub fifo_priority: i32,
     /// The demonstration application's bump period, ns (`None`: no application thread).
     pub app_bump_ns: Option<u64>,
@@ -156,6 +161,21 @@ pub struct Suspicion {
     pub noticed_ns: u64,
     /// When it was trusted again, ns (`None`: still suspected at the end).
     pub until_ns: Option<u64>,
+    /// Kairos's detectors: the heartbeat that ended the suspicion (when one did).
+    pub ended_by: Option<Ending>,
+}
+
+/// The fresh heartbeat that ended a suspicion, to tell where a silence came from: a sender
+/// that sent late (`sent_ns` after the deadline), a heartbeat late on the way (sent before the
+/// deadline, received after), stale counters (the application), or heartbeats lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ending {
+    /// When it was sent, by the sender's clock (`CLOCK_MONOTONIC`, the same on one machine), ns.
+    pub sent_ns: u64,
+    /// Its sequence number less the last fresh heartbeat's (1: none missing between them).
+    pub seq_gap: u64,
+    /// Heartbeats with a stale counter received in between.
+    pub stale: u64,
 }
 
 /// What one detector did over a run.
@@ -250,17 +270,19 @@ impl Recorder {
                     since_ns,
                     noticed_ns,
                     until_ns: None,
+                    ended_by: None,
                 });
             }
         }
         self.open.insert(subject, Open { window_from_ns, since_ns, stored });
     }
 
-    fn trust(&mut self, subject: u64, at_ns: u64) {
+    fn trust(&mut self, subject: u64, at_ns: u64, ended_by: Option<Ending>) {
         let Some(open) = self.open.remove(&subject) else { return };
         self.count_time(open.since_ns, at_ns);
         if let Some(i) = open.stored {
             self.record.stored[i].until_ns = Some(at_ns);
+            self.record.stored[i].ended_by = ended_by;
         }
         let _ = open.window_from_ns;
     }
@@ -297,6 +319,9 @@ struct Loop<'a, M> {
     buffers: Box<[[u8; DATAGRAM_BYTES]; BURST]>,
     out: Vec<u8>,
     seq: u64,
+    /// Per member: the last fresh heartbeat's incarnation and sequence number, and the stale
+    /// heartbeats since.
+    freshness: BTreeMap<u64, (u64, u64, u64)>,
 }
 
 /// Runs member `config.id` until `stop` is set or `config.run_for_ns` has passed, with the
@@ -343,8 +368,8 @@ fn application<M: BridgeMemory>(
     if let Some(core) = config.core {
         let _ = pin_current_thread(core);
     }
-    if config.fifo_priority > 1 {
-        let _ = set_fifo(config.fifo_priority - 1);
+    if config.fifo_priority > 0 {
+        let _ = set_fifo((config.fifo_priority + 1).min(98));
     }
     let _ = set_timer_slack_ns(1);
     let mut next = monotonic_ns();
@@ -421,6 +446,7 @@ fn run_loop<M: BridgeMemory>(
         buffers: Box::new([[0; DATAGRAM_BYTES]; BURST]),
         out: Vec::with_capacity(64),
         seq: 0,
+        freshness: BTreeMap::new(),
     };
     // Members spread their sends over the period by id, so they do not all wake at once.
     let n = config.members.len().max(1) as u64;
@@ -451,10 +477,13 @@ fn run_loop<M: BridgeMemory>(
         if stop.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) {
             break;
         }
+        // SWIM's timers fire at the next wake-up after they are due (at most a period late):
+        // a wake-up of their own each would cost more than SWIM's millisecond probes need.
+        // The sweep's detectors do not wake the loop either: their suspicions are stamped with
+        // their deadlines and ended by the receive stamps of the heartbeats that end them (the
+        // core's output is a function of time), so only when they are noticed would change.
         deadline = [Some(next_tick), l.primary.next_deadline_ns(), end]
             .into_iter()
-            .chain(l.sweeps.iter().map(Detector::next_deadline_ns))
-            .chain(l.swims.iter().map(SwimPeer::next_deadline_ns))
             .flatten()
             .min()
             .unwrap_or(next_tick)
@@ -505,11 +534,35 @@ impl<M: BridgeMemory> Loop<'_, M> {
         self.report.heartbeats_received += 1;
         self.events.clear();
         let heard = self.primary.handle_heartbeat(hb, at, now, &mut self.events);
-        record_kairos(&mut self.recorders[0], &self.events);
+        let (incarnation, last_seq, stale) = self.freshness.get(&hb.member).copied().unwrap_or_default();
+        let ending = Some(Ending {
+            sent_ns: hb.sent_ns,
+            seq_gap: if incarnation == hb.incarnation { hb.seq.saturating_sub(last_seq) } else { 0 },
+            stale,
+        });
+        match heard {
+            Heard::Fresh { .. } => {
+                self.freshness.insert(hb.member, (hb.incarnation, hb.seq, 0));
+            }
+            Heard::Stale => {
+                if let Some(f) = self.freshness.get_mut(&hb.member) {
+                    f.2 += 1;
+                }
+            }
+            Heard::Unknown => {}
+        }
+        record_kairos(&mut self.recorders[0], &self.events, ending);
+        // A member back from a suspicion is introduced to SWIM again: after a cut link SWIM's
+        // own way back is its periodic announce to down members (65 s in the LAN defaults).
+        if self.events.iter().any(|e| matches!(e, Event::Trusted { .. })) {
+            for swim in &mut self.swims {
+                swim.announce(&[hb.member], now);
+            }
+        }
         for (i, d) in self.sweeps.iter_mut().enumerate() {
             self.events.clear();
             d.handle_heartbeat(hb, at, now, &mut self.events);
-            record_kairos(&mut self.recorders[1 + i], &self.events);
+            record_kairos(&mut self.recorders[1 + i], &self.events, ending);
         }
         match heard {
             Heard::Fresh { restarted } => {
@@ -558,11 +611,11 @@ impl<M: BridgeMemory> Loop<'_, M> {
     fn decide(&mut self, now: u64) {
         self.events.clear();
         self.primary.poll(now, &mut self.events);
-        record_kairos(&mut self.recorders[0], &self.events);
+        record_kairos(&mut self.recorders[0], &self.events, None);
         for (i, d) in self.sweeps.iter_mut().enumerate() {
             self.events.clear();
             d.poll(now, &mut self.events);
-            record_kairos(&mut self.recorders[1 + i], &self.events);
+            record_kairos(&mut self.recorders[1 + i], &self.events, None);
         }
         let first_peer = 1 + self.sweeps.len();
         for (i, phi) in self.phis.iter_mut().enumerate() {
@@ -574,7 +627,7 @@ impl<M: BridgeMemory> Loop<'_, M> {
                     PhiEvent::Suspected { member, at_ns, last_heartbeat_ns } => {
                         recorder.suspect(member, last_heartbeat_ns, at_ns, at_ns)
                     }
-                    PhiEvent::Trusted { member, at_ns } => recorder.trust(member, at_ns),
+                    PhiEvent::Trusted { member, at_ns } => recorder.trust(member, at_ns, None),
                 }
             }
         }
@@ -587,7 +640,7 @@ impl<M: BridgeMemory> Loop<'_, M> {
                         let last = self.primary.entry(member).map_or(at_ns, |e| e.last_heartbeat_ns);
                         recorder.suspect(member, last, at_ns, at_ns)
                     }
-                    SwimEvent::Up { member, at_ns } => recorder.trust(member, at_ns),
+                    SwimEvent::Up { member, at_ns } => recorder.trust(member, at_ns, None),
                 }
             }
         }
@@ -616,13 +669,13 @@ impl<M: BridgeMemory> Loop<'_, M> {
     }
 }
 
-fn record_kairos(recorder: &mut Recorder, events: &[Event]) {
+fn record_kairos(recorder: &mut Recorder, events: &[Event], ending: Option<Ending>) {
     for e in events {
         match *e {
             Event::Suspected { member, since_ns, noticed_ns, last_fresh_ns } => {
                 recorder.suspect(member, last_fresh_ns, since_ns, noticed_ns)
             }
-            Event::Trusted { member, at_ns, .. } => recorder.trust(member, at_ns),
+            Event::Trusted { member, at_ns, .. } => recorder.trust(member, at_ns, ending),
         }
     }
 }
@@ -638,10 +691,10 @@ mod tests {
     fn the_recorder_counts_inside_the_window_and_closes_at_the_end() {
         let mut r = Recorder::new(KAIROS, Some(5), 1_000);
         r.suspect(2, 0, 500, 600);
-        r.trust(2, 1_500);
+        r.trust(2, 1_500, None);
         r.suspect(2, 1_400, 2_000, 2_010);
         r.suspect(2, 1_400, 2_100, 2_110);
-        r.trust(2, 2_500);
+        r.trust(2, 2_500, None);
         r.suspect(3, 2_600, 3_000, 3_000);
         let record = r.finish(4_000);
         assert_eq!(record.suspicions, 2, "the one before the window is not counted");
