@@ -9,9 +9,10 @@
 //! counter the application last wrote, to every other member) and the table's detector's next
 //! suspicion deadline; SWIM's timers, and the deadlines of the detectors of other thresholds
 //! (the accuracy sweep, whose suspicions are stamped by their deadlines whenever noticed), are
-//! seen at the first wake-up after them, at most a period late. At each wake-up it
-//! first drains its socket (datagrams stamped by the kernel as they arrived, so a heartbeat
-//! read late keeps its arrival time), then asks every detector, then publishes the table. It
+//! seen at the first wake-up after them, at most a period late. At each wake-up it sends its
+//! heartbeat when its period has come (each copy stamped as it leaves), then drains its socket
+//! (datagrams stamped by the kernel as they arrived, so a heartbeat read late keeps its
+//! arrival time), then asks every detector, then publishes the table. It
 //! does not wake when a datagram arrives: on two virtual cores a wake-up per heartbeat would
 //! cost more than the detector; heartbeats wait for the next deadline, at most a period, with
 //! their time stamps. (A SWIM round trip is therefore up to two periods longer than the
@@ -464,13 +465,14 @@ fn run_loop<M: BridgeMemory>(
         if late > LATE_NS {
             l.report.late_wakeups += 1;
         }
-        l.receive(now)?;
+        // The heartbeat first, so its departure does not wait for what the socket holds.
         if now >= next_tick {
-            l.send_heartbeat(now);
+            l.send_heartbeat();
             while next_tick <= now {
                 next_tick += config.period_ns;
             }
         }
+        l.receive(now)?;
         l.decide(now);
         l.send_swim();
         l.publish(now);
@@ -575,18 +577,21 @@ impl<M: BridgeMemory> Loop<'_, M> {
         }
     }
 
-    fn send_heartbeat(&mut self, now: u64) {
-        let hb = Heartbeat {
+    /// Sends this period's heartbeat to every other member, each stamped as it leaves (so a
+    /// receiver can tell a late sender from a heartbeat late on the way).
+    fn send_heartbeat(&mut self) {
+        let mut hb = Heartbeat {
             member: self.config.id,
             incarnation: self.config.incarnation,
             seq: self.seq,
             counter: self.table.liveness(),
-            sent_ns: now,
+            sent_ns: 0,
         };
         self.seq += 1;
-        self.out.clear();
-        encode_heartbeat(&hb, &mut self.out);
         for (_, addr) in &self.others {
+            hb.sent_ns = monotonic_ns();
+            self.out.clear();
+            encode_heartbeat(&hb, &mut self.out);
             if self.socket.send_to(&self.out, addr).is_err() {
                 self.report.send_errors += 1;
             }
