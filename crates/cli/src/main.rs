@@ -20,6 +20,7 @@ macro_rules! outln {
 mod aoi_model;
 mod doctor;
 mod exit;
+mod fd;
 mod forward;
 mod kv;
 mod kv_bench;
@@ -75,6 +76,7 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// The replicated key-value store: Raft on the lane's members, and its checks.
     Kv(kv::KvArgs),
+    Fd(fd::FdArgs),
 }
 
 /// The flags every experiment takes.
@@ -260,6 +262,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Lane(args) => lane::run(&args),
         Command::Rtu(args) => rtu::run(&args),
         Command::Kv(args) => kv::run(&args),
+        Command::Fd(args) => fd::run(&args),
         Command::Doctor(args) => doctor::run(&args),
         Command::Lab(args) => {
             let c = &args.common;

@@ -5,7 +5,8 @@
 //! The ring (its layout, its protocol, what it trusts) is `kairos_ring::bridge`'s and the file
 //! (created exclusively, mode 0600, removed by its creator) is `kairos_sys::shm`'s; this module
 //! only joins them, which is the one step that needs `unsafe`: vouching that the mapping lives
-//! as long as the bridge that reads it. It does, because the bridge owns the region.
+//! as long as the bridge that reads it. It does, because the bridge owns the region. The same
+//! step maps plain words ([`create_words`], [`attach_words`]) for layouts that are not rings.
 //!
 //! A peer that can open the file can also shrink it; touching the lost pages would then end
 //! this process with `SIGBUS`. Both ends run as the same user (the file's mode), so that peer is
@@ -66,6 +67,24 @@ pub fn attach(path: &Path) -> Result<SharedBridge, BridgeFileError> {
     Bridge::attach(mapped(region)?).map_err(|source| BridgeFileError::Bridge { path: display, source })
 }
 
+/// Plain words in a shared file, for layouts other than a ring (the failure detector's alive
+/// table and liveness counter, `kairos_services::fd::table`): the region seen as atomic words,
+/// through the same vouching step as a bridge's.
+pub type SharedWords = Mapped<SharedRegion>;
+
+/// Creates the file `path` of `bytes` zeroed bytes and maps it as words; the file is removed
+/// when the returned words are dropped.
+pub fn create_words(path: &Path, bytes: usize) -> Result<SharedWords, BridgeFileError> {
+    mapped(SharedRegion::create(path, bytes)?)
+}
+
+/// Maps the existing file `path`, whose size must be within `bytes`, as words; the file stays
+/// when they are dropped (unless [`SharedRegion::set_unlink_on_drop`] is asked of the owner
+/// first, which this function does not).
+pub fn attach_words(path: &Path, bytes: RangeInclusive<usize>) -> Result<SharedWords, BridgeFileError> {
+    mapped(SharedRegion::open(path, bytes)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +106,21 @@ mod tests {
         assert!(!path.exists(), "the creator removes it");
         let e = attach(&path).unwrap_err().to_string();
         assert!(e.contains(&path.display().to_string()), "{e}");
+    }
+
+    #[test]
+    fn words_in_a_file_are_seen_by_both_sides() {
+        use kairos_ring::bridge::BridgeMemory;
+        use std::sync::atomic::Ordering;
+        let path = shm_path(&format!("kairos-io-words-test-{}", std::process::id())).unwrap();
+        let a = create_words(&path, 4096).unwrap();
+        let b = attach_words(&path, 1..=4096).unwrap();
+        a.words()[7].store(99, Ordering::Release);
+        assert_eq!(b.words()[7].load(Ordering::Acquire), 99);
+        assert_eq!(b.words().len(), 512);
+        drop(b);
+        drop(a);
+        assert!(!path.exists());
     }
 
     #[test]

@@ -27,11 +27,18 @@
 //!   linearizability checker, with the checker's self-test.
 //! - [`kv_bench`]: the replicated store's latency, throughput and failover beside Redis, Redis
 //!   with `WAIT`, and etcd, in one run.
+//! - [`fd_detect`]: the failure detector's detection time after a process is killed, a link
+//!   cut and an application hung, beside phi accrual and SWIM in the same run; [`fd_accuracy`]:
+//!   its mistakes against the threshold, idle and under load, each set against the stall
+//!   watch; [`fd_cluster`]: the group of member processes both run.
 
 #![forbid(unsafe_code)]
 
 pub mod aoi_model;
 pub mod background;
+pub mod fd_accuracy;
+pub mod fd_cluster;
+pub mod fd_detect;
 pub mod forward;
 pub mod harness;
 pub mod kv_bench;

@@ -82,6 +82,18 @@ impl OwnedChild {
         &self.name
     }
 
+    /// Sends `signal` (`libc::SIGKILL`, `SIGSTOP`, ...) to the child's process group now,
+    /// without waiting or reaping (the owner still reaps it, on drop or a wait). Fails once the
+    /// child has been reaped, when its id may name another process.
+    pub fn signal(&self, signal: i32) -> io::Result<()> {
+        let tracked = lock(&self.tracked);
+        if tracked.reaped {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{} was reaped", self.name)));
+        }
+        signal_group(self.pid, signal);
+        Ok(())
+    }
+
     /// The child's standard input, if piped and not taken yet.
     pub fn take_stdin(&mut self) -> Option<ChildStdin> {
         self.stdin.take()
@@ -102,18 +114,6 @@ impl OwnedChild {
     pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
         let mut tracked = lock(&self.tracked);
         if tracked.reaped || exited(self.pid)? { reap(&mut tracked).map(Some) } else { Ok(None) }
-    }
-
-    /// Sends `signal` to the child's process group (SIGKILL to crash it, SIGSTOP and SIGCONT
-    /// to pause and resume it); an error once the child has been reaped.
-    pub fn signal(&self, signal: i32) -> io::Result<()> {
-        let tracked = lock(&self.tracked);
-        if tracked.reaped {
-            return Err(io::Error::other(format!("{} (pid {}) has already exited", self.name, self.pid)));
-        }
-        // Under the lock, unreaped: the id still names the child's group.
-        signal_group(self.pid, signal);
-        Ok(())
     }
 
     /// Waits for the child to exit, then reaps it and kills what it left in its group.
@@ -302,6 +302,15 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert!(gone(grandchild), "the wrapper's child {grandchild} outlived the owner");
+    }
+
+    #[test]
+    fn a_signal_reaches_the_child_and_a_reaped_child_refuses_it() {
+        let (mut child, _) = shell("echo started; exec sleep 30");
+        child.signal(libc::SIGKILL).unwrap();
+        let status = child.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(libc::SIGKILL));
+        assert!(child.signal(libc::SIGKILL).is_err());
     }
 
     #[test]

@@ -1,0 +1,676 @@
+//! `kairos fd accuracy`: how often the detectors suspect a member that is alive, against the
+//! threshold, idle and under load, with every false suspicion set against the stall watch.
+//!
+//! A group of `kairos fd member` processes ([`crate::fd_cluster`]) runs for `seconds` per load
+//! with nothing failing. Each member runs Kairos's detector at every threshold of
+//! `thresholds_us` on the same heartbeats (one publishes the table, the others only record),
+//! and the peers (phi accrual, SWIM); every suspicion is a mistake. Per detector and threshold,
+//! over every ordered pair of members (Chen, Toueg and Aguilera's metrics):
+//!
+//! - `query_accuracy`: the probability that a query at a random time finds the member trusted
+//!   (1 less the time suspected over the time observed);
+//! - `mistake_rate_per_s`: mistakes per second of a pair (the inverse of the mistake
+//!   recurrence time);
+//! - `mistake_duration_us`: the mean time a mistake lasts.
+//!
+//! During each load a stall watch ([`kairos_metrics::stall`], `SCHED_FIFO` 99) runs on every
+//! core. A mistake is explained when a stall it saw overlaps the silence that caused it (from
+//! a period before the last fresh heartbeat to the suspicion); `mistakes_with_stall` counts
+//! those. The loads: `idle`; `stress` (`stress-ng`, a CPU worker per core and an I/O worker);
+//! `flood` (on the testbed only: an `iperf3` UDP flood between two hosts, in the bulk class the
+//! heartbeats' lane class has priority over).
+//!
+//! # Summary fields (stable)
+//! `rows` (`detector`, `threshold_us`, `load`, `query_accuracy`, `mistake_rate_per_s`,
+//! `mistake_duration_us`, `mistakes`, `mistakes_with_stall`, `unexplained`, `observed_s`),
+//! `recommended_threshold_us`, `goal` (no unexplained mistake at the recommended threshold),
+//! `loads` (per load: the stall watch's stalls, whether it was real-time, each member's loop
+//! figures, and `unexplained_causes`: where the silences of the unexplained mistakes at the
+//! recommended threshold came from, told by the heartbeat that ended each), `skipped`, `network`, `config`, `machine`, `noise`, `results_dir`. Files:
+//! `summary.json`, `stalls_<load>.csv` (every stall the watch saw), `mistakes_<load>.csv`
+//! (Kairos's mistakes at the recommended threshold, each with the nearest stall), and per load
+//! the members' reports and logs.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use kairos_metrics::{Stall, StallReport, StallWatch, StallWatchConfig};
+use kairos_services::fd::member::{DetectorRecord, KAIROS, MemberReport};
+use kairos_sys::child::OwnedChild;
+use serde::{Deserialize, Serialize};
+
+use crate::fd_cluster::{Cluster, ClusterSettings, Network};
+use crate::fd_detect::RECOMMENDED_THRESHOLD_US;
+use crate::harness::{Experiment, Plan, Run, RunInfo};
+
+/// A load the group runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Load {
+    /// Nothing else.
+    Idle,
+    /// `stress-ng` on every core.
+    Stress,
+    /// An `iperf3` UDP flood between two hosts of the testbed.
+    Flood,
+}
+
+/// What `fd accuracy` runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct AccuracyConfig {
+    /// The `kairos` executable the members run.
+    pub exe: PathBuf,
+    /// Members, 2 to 8.
+    pub members: usize,
+    /// Heartbeat period, us.
+    pub period_us: u64,
+    /// The thresholds Lambda, us.
+    pub thresholds_us: Vec<u64>,
+    /// The threshold the table is published with (and the README recommends), us.
+    pub recommended_us: u64,
+    /// Seconds measured per load.
+    pub seconds: f64,
+    /// Seconds run before measuring (the peers' warm-up).
+    pub warmup_seconds: f64,
+    /// The loads.
+    pub loads: Vec<Load>,
+    /// Where the members run.
+    pub network: Network,
+    /// The first member's UDP port.
+    pub base_port: u16,
+    /// The member loops' `SCHED_FIFO` priority (0: none; asked only as root).
+    pub fifo_priority: i32,
+    /// Pin each member to a core (member `i` to core `i` modulo the cores).
+    pub pin: bool,
+    /// The demonstration application's bump period, us (the contract: at most a third of the
+    /// period).
+    pub app_bump_us: u64,
+    /// The stall watch's period, us.
+    pub stall_period_us: u64,
+    /// Wake-ups later than this are stalls, us.
+    pub stall_threshold_us: u64,
+}
+
+impl AccuracyConfig {
+    /// A member per core (2 or 3), T = 100 us, Lambda from 5 us to 5 ms; 20 s per load with
+    /// `quick`, else 10 minutes.
+    pub fn preset(quick: bool, exe: PathBuf) -> Self {
+        let network = Network::best();
+        let mut loads = vec![Load::Idle, Load::Stress];
+        if network == Network::Namespaces {
+            loads.push(Load::Flood);
+        }
+        Self {
+            exe,
+            // One member per core: a member sharing a core with another's loop and application
+            // is late whenever they run (three members on two cores: 80 mistakes a second at
+            // 200 us against 5 for two).
+            members: kairos_sys::proc::online_cores().clamp(2, 3),
+            period_us: 100,
+            thresholds_us: vec![5, 10, 20, 50, 100, 150, 200, 300, 500, 1_000, 2_000, 5_000],
+            recommended_us: RECOMMENDED_THRESHOLD_US,
+            seconds: if quick { 20.0 } else { 600.0 },
+            warmup_seconds: 2.0,
+            loads,
+            network,
+            base_port: 17_500,
+            fifo_priority: 70,
+            pin: true,
+            app_bump_us: crate::fd_cluster::default_app_bump_us(network, 100),
+            stall_period_us: 200,
+            stall_threshold_us: 50,
+        }
+    }
+}
+
+/// One detector (and threshold) under one load.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AccuracyRow {
+    /// The detector.
+    pub detector: String,
+    /// Kairos's threshold Lambda, us (peers: none).
+    pub threshold_us: Option<u64>,
+    /// The load.
+    pub load: Load,
+    /// Probability that a query finds a live member trusted.
+    pub query_accuracy: f64,
+    /// Mistakes per second of a pair of members.
+    pub mistake_rate_per_s: f64,
+    /// Mean length of a mistake, us (none without mistakes).
+    pub mistake_duration_us: Option<f64>,
+    /// Mistakes.
+    pub mistakes: u64,
+    /// Mistakes a stall explains (of those kept whole).
+    pub mistakes_with_stall: u64,
+    /// Mistakes no stall explains (of those kept whole).
+    pub unexplained: u64,
+    /// Pair-seconds observed.
+    pub observed_s: f64,
+}
+
+/// One member's loop during one load.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberFigures {
+    /// The member.
+    pub member: u64,
+    /// Its loop ran at `SCHED_FIFO`.
+    pub realtime: bool,
+    /// Heartbeats sent and received.
+    pub heartbeats_sent: u64,
+    /// Heartbeats received.
+    pub heartbeats_received: u64,
+    /// Heartbeats with a counter not newer than the last.
+    pub stale_heartbeats: u64,
+    /// Sends refused.
+    pub send_errors: u64,
+    /// Wake-ups more than 50 us late.
+    pub late_wakeups: u64,
+    /// The latest wake-up, us.
+    pub worst_wake_late_us: f64,
+}
+
+/// Where the silences of unexplained mistakes came from, told by the heartbeat that ended each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Causes {
+    /// The ending heartbeat was sent after the deadline: the sender was late.
+    pub sender_late: u64,
+    /// It was sent before the deadline and received after: late on the way (the sender's
+    /// queueing discipline, the bridge, the kernel's receive work).
+    pub late_on_the_way: u64,
+    /// Heartbeats with an unchanged counter came in the silence: the application was late.
+    pub stale_counter: u64,
+    /// Heartbeats are missing from the silence (sequence numbers skipped): lost.
+    pub lost: u64,
+    /// No heartbeat ended it (still open at the end).
+    pub open: u64,
+}
+
+impl Causes {
+    fn of(mistakes: &[MistakeRecord]) -> Self {
+        let mut c = Self::default();
+        for m in mistakes.iter().filter(|m| !m.explained) {
+            match (m.end_seq_gap, m.stale_between, m.end_sent_after_deadline_us) {
+                (None, _, _) | (_, None, _) | (_, _, None) => c.open += 1,
+                (_, Some(stale), _) if stale > 0 => c.stale_counter += 1,
+                (Some(gap), _, _) if gap > 1 => c.lost += 1,
+                (_, _, Some(after)) if after > 0.0 => c.sender_late += 1,
+                _ => c.late_on_the_way += 1,
+            }
+        }
+        c
+    }
+}
+
+/// What one load saw.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LoadFigures {
+    /// The load.
+    pub load: Load,
+    /// The stall watch ran at `SCHED_FIFO` 99 on every core.
+    pub stall_watch_realtime: bool,
+    /// Stalls it saw, over every core.
+    pub stalls: usize,
+    /// The longest, us.
+    pub longest_stall_us: f64,
+    /// The members' loops.
+    pub members: Vec<MemberFigures>,
+    /// Where the silences of Kairos's unexplained mistakes at the recommended threshold came
+    /// from.
+    pub unexplained_causes: Causes,
+}
+
+/// The acceptance goal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Goal {
+    /// The recommended threshold, us.
+    pub threshold_us: u64,
+    /// Kairos's mistakes at it that no stall explains, over every load.
+    pub unexplained: u64,
+    /// Whether there were none.
+    pub met: bool,
+}
+
+/// A load not run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SkippedLoad {
+    /// The load.
+    pub load: Load,
+    /// Why.
+    pub reason: String,
+}
+
+/// What `fd accuracy` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct AccuracySummary {
+    /// Machine, noise, results directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
+    /// The configuration.
+    pub config: AccuracyConfig,
+    /// Where the members ran.
+    pub network: Network,
+    /// One row per detector, threshold and load.
+    pub rows: Vec<AccuracyRow>,
+    /// The threshold the README recommends, us.
+    pub recommended_threshold_us: u64,
+    /// No unexplained mistake at it.
+    pub goal: Goal,
+    /// Per load: stalls and loops.
+    pub loads: Vec<LoadFigures>,
+    /// Loads not run.
+    pub skipped: Vec<SkippedLoad>,
+}
+
+/// Whether a stall overlaps `[from_ns, to_ns]`.
+fn explained(stalls: &[Stall], from_ns: u64, to_ns: u64) -> bool {
+    let first = stalls.partition_point(|s| s.woke_ns < from_ns);
+    stalls[first..].iter().take_while(|s| s.due_ns <= to_ns).next().is_some()
+}
+
+/// One mistake of Kairos's detector at the recommended threshold, for `mistakes_<load>.csv`.
+#[derive(Debug, Clone, Serialize)]
+struct MistakeRecord {
+    observer: u64,
+    subject: u64,
+    /// The silence: from the last fresh heartbeat to the suspicion, us.
+    silence_us: f64,
+    /// How long the member stayed suspected, us (none: to the end).
+    duration_us: Option<f64>,
+    /// When the suspicion began, `CLOCK_MONOTONIC` ns.
+    since_ns: u64,
+    /// A stall overlaps the silence.
+    explained: bool,
+    /// The nearest stall's distance from the silence, us (0: it overlaps).
+    nearest_stall_us: Option<f64>,
+    /// The heartbeat that ended it: sent this long after the deadline, us (negative: before,
+    /// and late on the way).
+    end_sent_after_deadline_us: Option<f64>,
+    /// ... and on the way this long (its receive stamp less its send time), us.
+    end_one_way_us: Option<f64>,
+    /// ... its sequence number less the last fresh one's (1: nothing missing).
+    end_seq_gap: Option<u64>,
+    /// Stale heartbeats (the application's counter unchanged) during the silence.
+    stale_between: Option<u64>,
+}
+
+/// Kairos's mistakes at `threshold_ns`, each with the stall nearest its silence.
+fn mistakes_at(
+    reports: &[MemberReport],
+    threshold_ns: u64,
+    stalls: &[Stall],
+    period_ns: u64,
+) -> Vec<MistakeRecord> {
+    let mut out = Vec::new();
+    for r in reports {
+        let Some(d) =
+            r.detectors.iter().find(|d| d.detector == KAIROS && d.threshold_ns == Some(threshold_ns))
+        else {
+            continue;
+        };
+        for s in &d.stored {
+            let from = s.window_from_ns.saturating_sub(period_ns);
+            let gap = |st: &Stall| {
+                if st.woke_ns < from { from - st.woke_ns } else { st.due_ns.saturating_sub(s.since_ns) }
+            };
+            out.push(MistakeRecord {
+                observer: r.member,
+                subject: s.subject,
+                silence_us: (s.since_ns - s.window_from_ns) as f64 / 1e3,
+                duration_us: s.until_ns.map(|u| u.saturating_sub(s.since_ns) as f64 / 1e3),
+                since_ns: s.since_ns,
+                explained: explained(stalls, from, s.since_ns),
+                nearest_stall_us: stalls.iter().map(gap).min().map(|g| g as f64 / 1e3),
+                end_sent_after_deadline_us: s.ended_by.map(|e| (e.sent_ns as f64 - s.since_ns as f64) / 1e3),
+                end_one_way_us: s
+                    .ended_by
+                    .zip(s.until_ns)
+                    .map(|(e, until)| (until as f64 - e.sent_ns as f64) / 1e3),
+                end_seq_gap: s.ended_by.map(|e| e.seq_gap),
+                stale_between: s.ended_by.map(|e| e.stale),
+            });
+        }
+    }
+    out
+}
+
+/// The rows of one load from the members' reports.
+fn rows(load: Load, reports: &[MemberReport], stalls: &[Stall], period_ns: u64) -> Vec<AccuracyRow> {
+    let members = reports.len() as u64;
+    let observed_ns: u64 = reports
+        .iter()
+        .map(|r| r.ended_ns.saturating_sub(r.measure_from_ns) * members.saturating_sub(1))
+        .sum();
+    let observed_s = observed_ns as f64 / 1e9;
+    // Every member runs the same detectors in the same order.
+    let Some(first) = reports.first() else { return Vec::new() };
+    first
+        .detectors
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let records: Vec<&DetectorRecord> = reports.iter().filter_map(|r| r.detectors.get(i)).collect();
+            let mistakes: u64 = records.iter().map(|r| r.suspicions).sum();
+            let suspected_ns: u64 = records.iter().map(|r| r.suspected_ns).sum();
+            let stored = records.iter().flat_map(|r| r.stored.iter());
+            let (mut with_stall, mut checked) = (0, 0);
+            for s in stored {
+                checked += 1;
+                if explained(stalls, s.window_from_ns.saturating_sub(period_ns), s.since_ns) {
+                    with_stall += 1;
+                }
+            }
+            AccuracyRow {
+                detector: d.detector.clone(),
+                threshold_us: (d.detector == KAIROS).then(|| d.threshold_ns.unwrap_or(0) / 1_000),
+                load,
+                query_accuracy: if observed_ns == 0 {
+                    1.0
+                } else {
+                    1.0 - suspected_ns as f64 / observed_ns as f64
+                },
+                mistake_rate_per_s: if observed_s > 0.0 { mistakes as f64 / observed_s } else { 0.0 },
+                mistake_duration_us: (mistakes > 0).then(|| suspected_ns as f64 / mistakes as f64 / 1e3),
+                mistakes,
+                mistakes_with_stall: with_stall,
+                unexplained: checked - with_stall,
+                observed_s,
+            }
+        })
+        .collect()
+}
+
+/// The load's processes, ended when dropped.
+fn start_load(load: Load, cluster: &Cluster) -> Result<Vec<OwnedChild>, String> {
+    match load {
+        Load::Idle => Ok(Vec::new()),
+        Load::Stress => crate::background::stress_ng(kairos_sys::proc::online_cores(), None).map(|c| vec![c]),
+        Load::Flood => {
+            let (Some(mut server), Some(mut client)) =
+                (cluster.host_command(0, "iperf3"), cluster.host_command(1, "iperf3"))
+            else {
+                return Err("the flood runs between testbed hosts (root)".into());
+            };
+            server
+                .args(["-s", "-p", "5299"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let server = OwnedChild::spawn_named(&mut server, "iperf3 server").map_err(|e| {
+                format!("iperf3 could not start ({e}); install it (Debian: iperf3) for the flood")
+            })?;
+            std::thread::sleep(Duration::from_millis(200));
+            let to = kairos_io::lane_testbed::host_address(0).to_string();
+            client
+                .args(["-c", &to, "-p", "5299", "-u", "-b", "2G", "-t", "86400"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let client = OwnedChild::spawn_named(&mut client, "iperf3 client").map_err(|e| e.to_string())?;
+            Ok(vec![server, client])
+        }
+    }
+}
+
+impl Experiment for AccuracyConfig {
+    const NAME: &'static str = "fd-accuracy";
+    type Summary = AccuracySummary;
+
+    fn plan(&self) -> Result<Plan, String> {
+        if !(2..=8).contains(&self.members) {
+            return Err(format!("--members {} is out of range: 2 to 8", self.members));
+        }
+        if !(10..=1_000_000).contains(&self.period_us) {
+            return Err(format!("--period-us {} is out of range: 10 to 1000000", self.period_us));
+        }
+        if self.thresholds_us.is_empty()
+            || self.thresholds_us.len() > 32
+            || self.thresholds_us.iter().any(|&t| t > 10_000_000)
+        {
+            return Err("--thresholds-us takes 1 to 32 thresholds of at most 10000000 us".into());
+        }
+        crate::harness::check_seconds(
+            self.seconds,
+            1.0,
+            86_400.0,
+            "--seconds",
+            "a second holds 10,000 periods",
+        )?;
+        crate::harness::check_seconds(
+            self.warmup_seconds,
+            0.0,
+            600.0,
+            "the warm-up",
+            "the peers learn the period",
+        )?;
+        if self.loads.is_empty() {
+            return Err("give at least one load".into());
+        }
+        if self.network == Network::Namespaces && !kairos_sys::user::is_root() {
+            return Err("--network namespaces needs root (the testbed makes network namespaces)".into());
+        }
+        if !(10..=1_000_000).contains(&self.stall_period_us) {
+            return Err(format!("--stall-period-us {} is out of range: 10 to 1000000", self.stall_period_us));
+        }
+        Ok(Plan::new(self.loads.len(), self.seconds + self.warmup_seconds + 2.0))
+    }
+
+    fn run(&self, run: &mut Run<'_>) -> Result<AccuracySummary> {
+        let period_ns = self.period_us * 1_000;
+        let mut sweep: Vec<u64> =
+            self.thresholds_us.iter().copied().filter(|&t| t != self.recommended_us).collect();
+        sweep.sort_unstable();
+        sweep.dedup();
+        let (mut all_rows, mut loads, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
+        for (k, &load) in self.loads.iter().enumerate() {
+            run.doing(&format!("{load:?}: {} s", self.seconds));
+            let settings = ClusterSettings {
+                exe: self.exe.clone(),
+                members: self.members,
+                period_us: self.period_us,
+                threshold_us: self.recommended_us,
+                sweep_us: sweep.clone(),
+                network: self.network,
+                base_port: self.base_port,
+                fifo_priority: self.fifo_priority,
+                pin: self.pin,
+                app_bump_us: self.app_bump_us,
+                run_for_ms: Some(((self.warmup_seconds + self.seconds) * 1e3) as u64),
+                measure_after_ms: (self.warmup_seconds * 1e3) as u64,
+            };
+            let dir = run.dir().path().join(format!("{load:?}").to_lowercase());
+            // The watch first, so it sees the whole run.
+            let watches: Vec<StallWatch> = (0..kairos_sys::proc::online_cores())
+                .filter_map(|core| {
+                    StallWatch::start(StallWatchConfig {
+                        core,
+                        period: Duration::from_micros(self.stall_period_us),
+                        threshold_ns: self.stall_threshold_us * 1_000,
+                        fifo_priority: 99,
+                    })
+                    .ok()
+                })
+                .collect();
+            let mut cluster =
+                Cluster::start(settings, &dir).with_context(|| format!("the group for {load:?}"))?;
+            let background = match start_load(load, &cluster) {
+                Ok(b) => b,
+                Err(reason) => {
+                    skipped.push(SkippedLoad { load, reason });
+                    run.step("fd accuracy");
+                    continue;
+                }
+            };
+            let timeout = Duration::from_secs_f64(self.warmup_seconds + self.seconds + 30.0);
+            let reports = cluster.wait_reports(timeout)?;
+            drop(background);
+            drop(cluster);
+            let watched: Vec<StallReport> = watches.into_iter().filter_map(|w| w.finish().ok()).collect();
+            let mut stalls: Vec<Stall> = watched.iter().flat_map(|r| r.stalls.iter().copied()).collect();
+            stalls.sort_by_key(|s| s.due_ns);
+            let name = format!("{load:?}").to_lowercase();
+            run.dir().write_csv(&format!("stalls_{name}.csv"), &stalls)?;
+            let mistakes = mistakes_at(&reports, self.recommended_us * 1_000, &stalls, period_ns);
+            run.dir().write_csv(&format!("mistakes_{name}.csv"), &mistakes)?;
+            loads.push(LoadFigures {
+                load,
+                stall_watch_realtime: !watched.is_empty() && watched.iter().all(|r| r.realtime),
+                stalls: stalls.len(),
+                longest_stall_us: stalls.iter().map(Stall::length_ns).max().unwrap_or(0) as f64 / 1e3,
+                members: reports
+                    .iter()
+                    .map(|r| MemberFigures {
+                        member: r.member,
+                        realtime: r.realtime,
+                        heartbeats_sent: r.heartbeats_sent,
+                        heartbeats_received: r.heartbeats_received,
+                        stale_heartbeats: r.stale_heartbeats,
+                        send_errors: r.send_errors,
+                        late_wakeups: r.late_wakeups,
+                        worst_wake_late_us: r.worst_wake_late_ns as f64 / 1e3,
+                    })
+                    .collect(),
+                unexplained_causes: Causes::of(&mistakes),
+            });
+            let mut rows = rows(load, &reports, &stalls, period_ns);
+            rows.sort_by_key(|r| (r.detector != KAIROS, r.detector.clone(), r.threshold_us));
+            all_rows.extend(rows);
+            if k + 1 < self.loads.len() {
+                run.step("fd accuracy");
+            }
+        }
+        let unexplained: u64 = all_rows
+            .iter()
+            .filter(|r| r.detector == KAIROS && r.threshold_us == Some(self.recommended_us))
+            .map(|r| r.unexplained)
+            .sum();
+        let goal = Goal { threshold_us: self.recommended_us, unexplained, met: unexplained == 0 };
+        let info = run.finish();
+        Ok(AccuracySummary {
+            run: info,
+            config: self.clone(),
+            network: self.network,
+            rows: all_rows,
+            recommended_threshold_us: self.recommended_us,
+            goal,
+            loads,
+            skipped,
+        })
+    }
+}
+
+/// The table printed without `--json`.
+pub fn report(s: &AccuracySummary) -> String {
+    let mut out = format!("machine: {}\n", s.run.machine.one_line());
+    out.push_str(&format!(
+        "{} members on {:?}, T = {} us, {} s per load; mistakes per pair of members\n",
+        s.config.members, s.network, s.config.period_us, s.config.seconds
+    ));
+    out.push_str(&format!(
+        "{:<16} {:>9} {:<7} {:>12} {:>12} {:>12} {:>9} {:>11} {:>12}\n",
+        "detector",
+        "Lambda us",
+        "load",
+        "P_A",
+        "mistakes/s",
+        "duration us",
+        "mistakes",
+        "with stall",
+        "unexplained"
+    ));
+    for r in &s.rows {
+        out.push_str(&format!(
+            "{:<16} {:>9} {:<7} {:>12.9} {:>12.4} {:>12} {:>9} {:>11} {:>12}\n",
+            r.detector,
+            r.threshold_us.map_or("-".into(), |t| t.to_string()),
+            format!("{:?}", r.load).to_lowercase(),
+            r.query_accuracy,
+            r.mistake_rate_per_s,
+            r.mistake_duration_us.map_or("-".into(), |d| format!("{d:.0}")),
+            r.mistakes,
+            r.mistakes_with_stall,
+            r.unexplained
+        ));
+    }
+    for l in &s.loads {
+        let c = &l.unexplained_causes;
+        out.push_str(&format!(
+            "{:?}: stall watch{} saw {} stalls, longest {:.0} us; loops late > 50 us: {}; unexplained at {} us: sender late {}, late on the way {}, stale counter {}, lost {}, open {}\n",
+            l.load,
+            if l.stall_watch_realtime { "" } else { " (not real-time)" },
+            l.stalls,
+            l.longest_stall_us,
+            l.members.iter().map(|m| m.late_wakeups.to_string()).collect::<Vec<_>>().join(", "),
+            s.recommended_threshold_us,
+            c.sender_late,
+            c.late_on_the_way,
+            c.stale_counter,
+            c.lost,
+            c.open
+        ));
+    }
+    for k in &s.skipped {
+        out.push_str(&format!("skipped {:?}: {}\n", k.load, k.reason));
+    }
+    out.push_str(&format!(
+        "goal: no unexplained mistake at Lambda = {} us: {} ({} unexplained)\n",
+        s.goal.threshold_us,
+        if s.goal.met { "met" } else { "missed" },
+        s.goal.unexplained
+    ));
+    out.push_str(&format!("results: {}\n", s.run.results_dir.display()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kairos_services::fd::member::Suspicion;
+
+    #[test]
+    fn rows_count_mistakes_per_pair_and_set_them_against_stalls() {
+        let record = |suspicions, suspected_ns, stored: Vec<Suspicion>| DetectorRecord {
+            detector: KAIROS.into(),
+            threshold_ns: Some(200_000),
+            suspicions,
+            suspected_ns,
+            stored,
+        };
+        let s = |from, since| Suspicion {
+            subject: 2,
+            window_from_ns: from,
+            since_ns: since,
+            noticed_ns: since,
+            until_ns: None,
+            ended_by: None,
+        };
+        let report = |member, detectors| MemberReport {
+            member,
+            measure_from_ns: 1_000_000_000,
+            ended_ns: 11_000_000_000,
+            detectors,
+            ..MemberReport::default()
+        };
+        let reports = vec![
+            report(
+                1,
+                vec![record(
+                    2,
+                    400_000,
+                    vec![s(2_000_000_000, 2_000_300_000), s(5_000_000_000, 5_000_300_000)],
+                )],
+            ),
+            report(2, vec![record(0, 0, vec![])]),
+        ];
+        let stalls = [Stall { due_ns: 1_999_950_000, woke_ns: 2_000_200_000 }];
+        let rows = rows(Load::Idle, &reports, &stalls, 100_000);
+        assert_eq!(rows.len(), 1);
+        let r = &rows[0];
+        assert_eq!((r.threshold_us, r.mistakes, r.mistakes_with_stall, r.unexplained), (Some(200), 2, 1, 1));
+        assert!((r.observed_s - 20.0).abs() < 1e-9);
+        assert!((r.mistake_rate_per_s - 0.1).abs() < 1e-9);
+        assert!((r.query_accuracy - (1.0 - 400_000.0 / 20e9)).abs() < 1e-12);
+        assert_eq!(r.mistake_duration_us, Some(200.0));
+    }
+}

@@ -1,0 +1,443 @@
+//! A failure detector group for the `fd` experiments: `kairos fd member` processes, each with
+//! its alive table in a `/dev/shm` file this process made (so a member killed with SIGKILL
+//! leaves nothing behind), on loopback or, as root, one per host of the lane's testbed
+//! (network namespaces on a bridge, heartbeats in the lane class).
+//!
+//! It owns what it starts: the members ([`OwnedChild`], ended on drop and on signals), the
+//! tables' files (removed on drop), the testbed, and one `ip -batch` process per host that
+//! takes a link down or up with one line on its standard input (so a cut is microseconds after
+//! its time stamp, not an `ip` start later).
+//!
+//! While it runs, `/dev/cpu_dma_latency` is held at 0 (root; as the lane's tuned rows), so an
+//! idle core polls instead of halting and a loop's wake-up is not late by a halted vCPU.
+//!
+//! Failures it makes, each returning its time (`CLOCK_MONOTONIC` ns, taken just before the
+//! act): [`Cluster::kill`] (SIGKILL to the member's process), [`Cluster::link_down`] (its
+//! host's veth down), [`Cluster::pause_app`] (its application stops bumping the counter).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::{SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use kairos_io::bridge::{SharedWords, create_words};
+use kairos_io::lane_testbed::{HOST_DEVICE, LANE_TOS, LaneTestbed, LaneTestbedConfig, host_address};
+use kairos_services::fd::member::MemberReport;
+use kairos_services::fd::table::bytes_for;
+use kairos_services::fd::{AliveTable, Row};
+use kairos_sys::child::OwnedChild;
+use kairos_sys::clock::{monotonic_ns, realtime_ns};
+use kairos_sys::memory::NoIdleStates;
+use kairos_sys::shm::shm_path;
+use serde::{Deserialize, Serialize};
+
+/// Where the members run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// Processes on loopback (any user).
+    Loopback,
+    /// One network namespace per member on the lane's testbed (root).
+    Namespaces,
+}
+
+impl Network {
+    /// Namespaces as root, loopback otherwise.
+    pub fn best() -> Self {
+        if kairos_sys::user::is_root() { Network::Namespaces } else { Network::Loopback }
+    }
+}
+
+/// The demonstration application's bump period the experiments use, us: a third of the period
+/// (the contract) on loopback; the period itself on the testbed, where three members whose
+/// applications wake every third of a period, beside the testbed's sends through veth, HTB and
+/// the bridge, took 1.9 of the two cores of the machine Kairos is measured on, and a saturated
+/// machine measures itself, not the detector. A heartbeat still carries a new counter every
+/// period; a hang is then seen up to a period later.
+pub fn default_app_bump_us(network: Network, period_us: u64) -> u64 {
+    match network {
+        Network::Loopback => (period_us / 3).max(1),
+        Network::Namespaces => period_us.max(1),
+    }
+}
+
+/// How the group runs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterSettings {
+    /// The `kairos` executable the members run.
+    pub exe: PathBuf,
+    /// Members.
+    pub members: usize,
+    /// Heartbeat period, us.
+    pub period_us: u64,
+    /// The table's threshold Lambda, us.
+    pub threshold_us: u64,
+    /// More thresholds recorded, us.
+    pub sweep_us: Vec<u64>,
+    /// Where.
+    pub network: Network,
+    /// The first member's UDP port (member `i` on loopback: this plus `i`).
+    pub base_port: u16,
+    /// The loop's `SCHED_FIFO` priority, 0 for none (asked only as root).
+    pub fifo_priority: i32,
+    /// Pin member `i` to core `i` modulo the cores (else the scheduler places them).
+    pub pin: bool,
+    /// The application's bump period, us.
+    pub app_bump_us: u64,
+    /// How long members run, ms (`None`: until ended).
+    pub run_for_ms: Option<u64>,
+    /// When suspicions start to count, ms after the start.
+    pub measure_after_ms: u64,
+}
+
+/// A host's `ip -batch` process, with its standard input.
+struct LinkControl {
+    stdin: ChildStdin,
+    _process: OwnedChild,
+}
+
+/// The running group; see the module doc.
+pub struct Cluster {
+    settings: ClusterSettings,
+    dir: PathBuf,
+    addrs: BTreeMap<u64, SocketAddr>,
+    words: Vec<Arc<SharedWords>>,
+    members: Vec<Option<OwnedChild>>,
+    links: Vec<LinkControl>,
+    testbed: Option<LaneTestbed>,
+    started_ns: u64,
+    measure_from_ns: u64,
+    idle: Option<NoIdleStates>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("dir", &self.dir).field("addrs", &self.addrs).finish_non_exhaustive()
+    }
+}
+
+/// How long a member has to start and write its table.
+const START: Duration = Duration::from_secs(10);
+
+fn member_id(i: usize) -> u64 {
+    i as u64 + 1
+}
+
+impl Cluster {
+    /// Starts the group, its logs and reports in `dir`; returns once every member runs.
+    pub fn start(settings: ClusterSettings, dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let n = settings.members;
+        let testbed = match settings.network {
+            Network::Loopback => None,
+            Network::Namespaces => Some(
+                LaneTestbed::create(LaneTestbedConfig {
+                    hosts: n,
+                    prefix: "kairos-fd".into(),
+                    ..Default::default()
+                })
+                .context("the failure detector's testbed")?,
+            ),
+        };
+        let addrs: BTreeMap<u64, SocketAddr> = (0..n)
+            .map(|i| {
+                let addr = match settings.network {
+                    Network::Loopback => SocketAddr::from(([127, 0, 0, 1], settings.base_port + i as u16)),
+                    Network::Namespaces => {
+                        SocketAddr::V4(SocketAddrV4::new(host_address(i), settings.base_port))
+                    }
+                };
+                (member_id(i), addr)
+            })
+            .collect();
+        let words = (0..n)
+            .map(|i| {
+                let path = shm_path(&format!("kairos-fd-{}-{}", std::process::id(), member_id(i)))?;
+                Ok(Arc::new(create_words(&path, bytes_for(n - 1))?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut links = Vec::new();
+        if let Some(bed) = &testbed {
+            for i in 0..n {
+                // Above the members (chrt), so it acts on a line as soon as it is written.
+                let mut ip = Command::new("chrt");
+                ip.args(["-f", &(settings.fifo_priority + 10).clamp(1, 98).to_string(), "ip"]);
+                ip.args(["-n", &bed.host(i)?.namespace, "-batch", "-"]).stdin(Stdio::piped());
+                ip.stdout(Stdio::null()).stderr(Stdio::null());
+                let mut process = OwnedChild::spawn_named(&mut ip, format!("ip -batch of h{i}"))?;
+                let stdin = process.take_stdin().ok_or_else(|| anyhow!("ip -batch has no standard input"))?;
+                links.push(LinkControl { stdin, _process: process });
+            }
+        }
+        // As the lane's tuned rows: cores do not enter idle states while the group runs (a
+        // halted vCPU wakes a loop late).
+        let idle = NoIdleStates::request().ok();
+        let started_ns = monotonic_ns();
+        let measure_from_ns = started_ns + settings.measure_after_ms * 1_000_000;
+        let mut cluster = Self {
+            settings,
+            dir: dir.to_path_buf(),
+            addrs,
+            words,
+            members: (0..n).map(|_| None).collect(),
+            links,
+            testbed,
+            started_ns,
+            measure_from_ns,
+            idle,
+        };
+        for i in 0..n {
+            cluster.spawn(i)?;
+        }
+        for i in 0..n {
+            cluster.wait_running(i)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Members in the group.
+    pub fn len(&self) -> usize {
+        self.settings.members
+    }
+
+    /// Always false: a group has members.
+    pub fn is_empty(&self) -> bool {
+        self.settings.members == 0
+    }
+
+    /// Whether `/dev/cpu_dma_latency` is held at 0 while the group runs (root).
+    pub fn idle_states_held(&self) -> bool {
+        self.idle.is_some()
+    }
+
+    /// When the group started, ns.
+    pub fn started_ns(&self) -> u64 {
+        self.started_ns
+    }
+
+    /// When suspicions start to count, ns.
+    pub fn measure_from_ns(&self) -> u64 {
+        self.measure_from_ns
+    }
+
+    /// Member `i`'s id.
+    pub fn id(&self, i: usize) -> u64 {
+        member_id(i)
+    }
+
+    fn report_path(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("member-{}.json", member_id(i)))
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<()> {
+        let s = &self.settings;
+        let members: Vec<String> = self.addrs.iter().map(|(m, a)| format!("{m}={a}")).collect();
+        let mut command = match &self.testbed {
+            Some(bed) => {
+                let mut c = bed.host_command(i, &s.exe.display().to_string())?;
+                c.arg("fd");
+                c
+            }
+            None => {
+                let mut c = Command::new(&s.exe);
+                c.arg("fd");
+                c
+            }
+        };
+        command.args(["member", "--id", &member_id(i).to_string(), "--members", &members.join(",")]);
+        command.arg(format!("--period-us={}", s.period_us));
+        command.arg(format!("--threshold-us={}", s.threshold_us));
+        if !s.sweep_us.is_empty() {
+            let sweep: Vec<String> = s.sweep_us.iter().map(u64::to_string).collect();
+            command.arg(format!("--sweep-us={}", sweep.join(",")));
+        }
+        command.arg("--peers");
+        command.arg(format!("--app-bump-us={}", s.app_bump_us));
+        command.arg(format!("--table={}", self.words[i].owner().path().display()));
+        command.arg(format!("--incarnation={}", realtime_ns()));
+        command.arg(format!("--seed={}", i));
+        if s.pin {
+            command.arg(format!("--core={}", i % kairos_sys::proc::online_cores().max(1)));
+        }
+        if s.fifo_priority > 0 && kairos_sys::user::is_root() {
+            command.arg(format!("--fifo={}", s.fifo_priority));
+        }
+        if self.testbed.is_some() {
+            command.arg(format!("--tos={LANE_TOS}"));
+        }
+        if let Some(run_for) = s.run_for_ms {
+            command.arg(format!("--run-for-ms={run_for}"));
+            command.arg(format!("--measure-from-ns={}", self.measure_from_ns));
+            command.arg(format!("--report={}", self.report_path(i).display()));
+        }
+        let log = self.dir.join(format!("member-{}.log", member_id(i)));
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("create {}", log.display()))?;
+        command.stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+        let child = OwnedChild::spawn_named(&mut command, format!("fd member {}", member_id(i)))
+            .with_context(|| format!("start member {} ({})", member_id(i), s.exe.display()))?;
+        self.members[i] = Some(child);
+        Ok(())
+    }
+
+    /// Waits until member `i` has written its table and its loop runs.
+    fn wait_running(&mut self, i: usize) -> Result<()> {
+        let deadline = Instant::now() + START;
+        loop {
+            if let Ok(table) = AliveTable::attach(Arc::clone(&self.words[i]))
+                && table.node_beat_ns() > 0
+                && table.heartbeats_sent() > 0
+            {
+                return Ok(());
+            }
+            if let Some(child) = self.members[i].as_mut()
+                && let Some(status) = child.try_wait()?
+            {
+                let log = self.dir.join(format!("member-{}.log", member_id(i)));
+                let text = kairos_sys::fs::read_text(&log, 1 << 20).unwrap_or_default();
+                let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
+                bail!("member {} ended before it ran ({status}): {}", member_id(i), last.trim());
+            }
+            if Instant::now() > deadline {
+                bail!("member {} did not start within {} s", member_id(i), START.as_secs());
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// A command running `program` in member `i`'s host (`None` on loopback).
+    pub fn host_command(&self, i: usize, program: &str) -> Option<Command> {
+        self.testbed.as_ref()?.host_command(i, program).ok()
+    }
+
+    /// Member `observer`'s table (`None` while it is being rewritten).
+    pub fn table(&self, observer: usize) -> Option<AliveTable<Arc<SharedWords>>> {
+        AliveTable::attach(Arc::clone(&self.words[observer])).ok()
+    }
+
+    /// What member `observer`'s table says of member `subject`.
+    pub fn row(&self, observer: usize, subject: usize) -> Option<Row> {
+        self.table(observer)?.find(member_id(subject))
+    }
+
+    /// Kills member `i` with SIGKILL; returns the time just before.
+    pub fn kill(&mut self, i: usize) -> Result<u64> {
+        let child =
+            self.members[i].as_ref().ok_or_else(|| anyhow!("member {} is not running", member_id(i)))?;
+        self.urgently(|| {
+            let at = monotonic_ns();
+            child.signal(libc::SIGKILL).map(|()| at)
+        })
+        .map_err(Into::into)
+    }
+
+    /// Runs `act` on a thread above the members' priority (root), so that no member runs
+    /// between the failure's time stamp and the act (this process is otherwise a normal one,
+    /// and the members' loops and applications keep the cores busy).
+    fn urgently<T: Send>(&self, act: impl FnOnce() -> T + Send) -> T {
+        let priority = (self.settings.fifo_priority + 10).min(98);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                if self.settings.fifo_priority > 0 {
+                    let _ = kairos_sys::thread::set_fifo(priority);
+                }
+                act()
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+
+    /// Starts member `i` again after [`Self::kill`] (a new incarnation); returns once it runs.
+    pub fn restart(&mut self, i: usize) -> Result<()> {
+        if let Some(mut old) = self.members[i].take() {
+            old.wait()?;
+        }
+        // The new member rewrites the table: readers see no table until it has.
+        self.spawn(i)?;
+        self.wait_running(i)
+    }
+
+    fn link(&mut self, i: usize, state: &str) -> Result<u64> {
+        let mut links = std::mem::take(&mut self.links);
+        let result = match links.get_mut(i) {
+            None => Err(anyhow!("links are cut only on the testbed")),
+            Some(link) => {
+                let line = format!("link set dev {HOST_DEVICE} {state}\n");
+                self.urgently(|| {
+                    let at = monotonic_ns();
+                    link.stdin.write_all(line.as_bytes()).and_then(|()| link.stdin.flush()).map(|()| at)
+                })
+                .map_err(Into::into)
+            }
+        };
+        self.links = links;
+        result
+    }
+
+    /// Takes member `i`'s link down; returns the time just before.
+    pub fn link_down(&mut self, i: usize) -> Result<u64> {
+        self.link(i, "down")
+    }
+
+    /// Brings member `i`'s link back.
+    pub fn link_up(&mut self, i: usize) -> Result<u64> {
+        self.link(i, "up")
+    }
+
+    /// Makes member `i`'s application stop bumping (`true`) or go on; returns the time just
+    /// before.
+    pub fn pause_app(&mut self, i: usize, paused: bool) -> Result<u64> {
+        let table =
+            self.table(i).ok_or_else(|| anyhow!("member {}'s table is not readable", member_id(i)))?;
+        Ok(self.urgently(|| {
+            let at = monotonic_ns();
+            table.set_app_paused(paused);
+            at
+        }))
+    }
+
+    /// Whether every member still runs (the name of one that ended, otherwise).
+    pub fn check_running(&mut self) -> Result<()> {
+        for (i, m) in self.members.iter_mut().enumerate() {
+            if let Some(child) = m
+                && let Some(status) = child.try_wait()?
+            {
+                bail!("member {} ended ({status})", member_id(i));
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for every member to end its run (`run_for_ms`) and reads their reports.
+    pub fn wait_reports(&mut self, timeout: Duration) -> Result<Vec<MemberReport>> {
+        let deadline = Instant::now() + timeout;
+        let mut reports = Vec::new();
+        for i in 0..self.len() {
+            let Some(child) = self.members[i].as_mut() else { continue };
+            loop {
+                if let Some(status) = child.try_wait()? {
+                    if !status.success() {
+                        bail!("member {} failed ({status}); see {}", member_id(i), self.dir.display());
+                    }
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("member {} ran past its time", member_id(i));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let path = self.report_path(i);
+            let text = kairos_sys::fs::read_text(&path, 1 << 30)?;
+            reports.push(serde_json::from_str(&text).with_context(|| format!("read {}", path.display()))?);
+        }
+        Ok(reports)
+    }
+}

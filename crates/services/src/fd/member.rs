@@ -1,0 +1,768 @@
+//! A member as a process: the node loop around the [`Detector`], its UDP socket, the peers, the
+//! alive table in shared memory, and a demonstration application that bumps the liveness
+//! counter.
+//!
+//! # The loop
+//!
+//! One thread, pinned and `SCHED_FIFO` where permitted (as the lane's node loop). It sleeps to
+//! an absolute deadline, the earliest of: its next period (when it sends its heartbeat, with the
+//! counter the application last wrote, to every other member) and the table's detector's next
+//! suspicion deadline; SWIM's timers, and the deadlines of the detectors of other thresholds
+//! (the accuracy sweep, whose suspicions are stamped by their deadlines whenever noticed), are
+//! seen at the first wake-up after them, at most a period late. At each wake-up it sends its
+//! heartbeat when its period has come (each copy stamped as it leaves), then drains its socket
+//! (datagrams stamped by the kernel as they arrived, so a heartbeat read late keeps its
+//! arrival time), then asks every detector, then publishes the table. It
+//! does not wake when a datagram arrives: on two virtual cores a wake-up per heartbeat would
+//! cost more than the detector; heartbeats wait for the next deadline, at most a period, with
+//! their time stamps. (A SWIM round trip is therefore up to two periods longer than the
+//! network's.)
+//!
+//! # The demonstration application
+//!
+//! A second thread, on the same core, that bumps the counter every `app_bump_ns` (`T/3` by
+//! default) unless the table's pause word says to stop (how the experiments make an
+//! application hang while its host and node live). It runs one `SCHED_FIFO` priority above the
+//! loop: its work is one atomic add, and below the loops of other members sharing its core
+//! (two virtual cores carry three members in the experiments) it was starved while their
+//! sends ran, which made a healthy member look hung.
+//!
+//! # What it records
+//!
+//! Every suspicion of every detector: the window without a fresh heartbeat it ended, when the
+//! rule (or the peer) suspected, when the loop noticed, and when the member was trusted
+//! again. With a measurement window (`measure_from_ns`), counts and suspected time are kept
+//! exactly inside it and the first [`MAX_STORED`] suspicions of each detector are kept whole
+//! (for the accuracy experiment, which sets each against the stall watch).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kairos_ring::bridge::BridgeMemory;
+use kairos_sys::clock::{monotonic_ns, realtime_ns, sleep_until_ns};
+use kairos_sys::net::burst::MmsgBatch;
+use kairos_sys::net::options;
+use kairos_sys::thread::{pin_current_thread, set_fifo, set_timer_slack_ns};
+use serde::{Deserialize, Serialize};
+
+use super::detector::{Detector, DetectorConfig, Event, Heard};
+use super::phi::{PhiEvent, PhiSettings, PhiWatch};
+use super::swim::{SwimEvent, SwimId, SwimPeer, SwimSettings};
+use super::table::{AliveTable, PEER_SLOTS, Row};
+use super::wire::{Datagram, Heartbeat, decode, encode_heartbeat, encode_swim};
+
+/// The detectors a member runs, by name, in the order of the table's peer slots after the
+/// first (Kairos's own).
+pub const KAIROS: &str = "kairos";
+/// Phi accrual with Akka's defaults (peer slot 0).
+pub const PHI_AKKA: &str = "phi-akka";
+/// Phi accrual tuned to the period (peer slot 1).
+pub const PHI_TUNED: &str = "phi-tuned";
+/// SWIM with `foca`'s LAN defaults (peer slot 2).
+pub const SWIM_LAN: &str = "swim-lan";
+/// SWIM with every duration a thousandth of the LAN defaults (peer slot 3).
+pub const SWIM_AGGRESSIVE: &str = "swim-aggressive";
+/// The peers, in peer-slot order.
+pub const PEERS: [&str; PEER_SLOTS] = [PHI_AKKA, PHI_TUNED, SWIM_LAN, SWIM_AGGRESSIVE];
+
+/// The most suspicions kept whole per detector.
+pub const MAX_STORED: usize = 50_000;
+/// Datagrams taken per receive call.
+const BURST: usize = 16;
+/// The largest datagram read whole.
+const DATAGRAM_BYTES: usize = 1_500;
+/// A wake-up later than this after its deadline is counted as late, ns.
+const LATE_NS: u64 = 50_000;
+
+/// What a member runs with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct MemberConfig {
+    /// This member's id.
+    pub id: u64,
+    /// Every member's address, this one's included.
+    pub members: BTreeMap<u64, SocketAddr>,
+    /// The heartbeat period `T`, ns.
+    pub period_ns: u64,
+    /// The threshold Lambda of the table's detector, ns.
+    pub threshold_ns: u64,
+    /// More thresholds to run detectors with, recorded but not published, ns.
+    pub sweep_thresholds_ns: Vec<u64>,
+    /// Whether to run the peers (phi accrual, SWIM).
+    pub peers: bool,
+    /// The type-of-service byte of the socket (the lane's class on the testbed).
+    pub type_of_service: Option<u8>,
+    /// The core of the loop and the application.
+    pub core: Option<usize>,
+    /// The loop's `SCHED_FIFO` priority (0: none); the application runs one above.
+    pub fifo_priority: i32,
+    /// The demonstration application's bump period, ns (`None`: no application thread).
+    pub app_bump_ns: Option<u64>,
+    /// This start's incarnation (larger than any earlier start's).
+    pub incarnation: u64,
+    /// How long to run, ns (`None`: until stopped).
+    pub run_for_ns: Option<u64>,
+    /// Suspicions are counted from this time (`CLOCK_MONOTONIC` ns; 0: from the start).
+    pub measure_from_ns: u64,
+    /// Seeds SWIM's random choices.
+    pub seed: u64,
+}
+
+impl MemberConfig {
+    /// The other members, in id order: the rows of the table.
+    pub fn others(&self) -> Vec<u64> {
+        self.members.keys().copied().filter(|&m| m != self.id).collect()
+    }
+}
+
+/// Why a member could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    /// This member's id has no address.
+    #[error("member {0} is not among the members")]
+    NotAMember(u64),
+    /// The socket could not be made.
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The reason.
+        source: io::Error,
+    },
+    /// A socket call failed.
+    #[error("socket: {0}")]
+    Socket(#[from] io::Error),
+    /// A setting the phi crate refused.
+    #[error("phi settings: {0}")]
+    Phi(#[from] phi_accrual_failure_detector::Error),
+    /// The table has fewer rows than there are other members.
+    #[error("the alive table has {rows} rows for {members} other members")]
+    Table {
+        /// Rows.
+        rows: usize,
+        /// Other members.
+        members: usize,
+    },
+    /// The application thread could not start.
+    #[error("the application thread: {0}")]
+    App(io::Error),
+}
+
+/// One suspicion, whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Suspicion {
+    /// The member suspected.
+    pub subject: u64,
+    /// The receive time of its last fresh heartbeat (the start of the silence), ns.
+    pub window_from_ns: u64,
+    /// When the detector's rule suspected it, ns.
+    pub since_ns: u64,
+    /// When the loop noticed, ns.
+    pub noticed_ns: u64,
+    /// When it was trusted again, ns (`None`: still suspected at the end).
+    pub until_ns: Option<u64>,
+    /// Kairos's detectors: the heartbeat that ended the suspicion (when one did).
+    pub ended_by: Option<Ending>,
+}
+
+/// The fresh heartbeat that ended a suspicion, to tell where a silence came from: a sender
+/// that sent late (`sent_ns` after the deadline), a heartbeat late on the way (sent before the
+/// deadline, received after), stale counters (the application), or heartbeats lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ending {
+    /// When it was sent, by the sender's clock (`CLOCK_MONOTONIC`, the same on one machine), ns.
+    pub sent_ns: u64,
+    /// Its sequence number less the last fresh heartbeat's (1: none missing between them).
+    pub seq_gap: u64,
+    /// Heartbeats with a stale counter received in between.
+    pub stale: u64,
+}
+
+/// What one detector did over a run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DetectorRecord {
+    /// Its name ([`KAIROS`] or a peer's).
+    pub detector: String,
+    /// Its threshold, for Kairos's detectors, ns.
+    pub threshold_ns: Option<u64>,
+    /// Suspicions that began inside the measurement window.
+    pub suspicions: u64,
+    /// Time members spent suspected inside the window, summed over members, ns.
+    pub suspected_ns: u64,
+    /// The first [`MAX_STORED`] suspicions of the window.
+    pub stored: Vec<Suspicion>,
+}
+
+/// What a member did over its run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MemberReport {
+    /// The member.
+    pub member: u64,
+    /// Its incarnation.
+    pub incarnation: u64,
+    /// When its loop started and ended, ns.
+    pub started_ns: u64,
+    /// When its loop ended, ns.
+    pub ended_ns: u64,
+    /// When suspicions began to count, ns.
+    pub measure_from_ns: u64,
+    /// Whether the loop ran at `SCHED_FIFO`.
+    pub realtime: bool,
+    /// Whether the loop was pinned.
+    pub pinned: bool,
+    /// Whether datagrams carried the kernel's receive stamps.
+    pub kernel_stamps: bool,
+    /// Heartbeats sent (to each member counted once).
+    pub heartbeats_sent: u64,
+    /// Heartbeats received.
+    pub heartbeats_received: u64,
+    /// Heartbeats with a counter not newer than the last (a hung application, or reordering).
+    pub stale_heartbeats: u64,
+    /// Datagrams that were not a heartbeat or a SWIM packet.
+    pub undecodable: u64,
+    /// Sends the kernel refused (a link down, a full buffer).
+    pub send_errors: u64,
+    /// SWIM packets and timers `foca` refused.
+    pub swim_errors: u64,
+    /// Loop wake-ups.
+    pub wakeups: u64,
+    /// Wake-ups more than 50 us after their deadline.
+    pub late_wakeups: u64,
+    /// The latest wake-up after its deadline, ns.
+    pub worst_wake_late_ns: u64,
+    /// Every detector's record.
+    pub detectors: Vec<DetectorRecord>,
+}
+
+#[derive(Debug)]
+struct Open {
+    window_from_ns: u64,
+    since_ns: u64,
+    stored: Option<usize>,
+}
+
+/// Keeps one detector's suspicions.
+#[derive(Debug)]
+struct Recorder {
+    record: DetectorRecord,
+    measure_from_ns: u64,
+    open: BTreeMap<u64, Open>,
+}
+
+impl Recorder {
+    fn new(detector: &str, threshold_ns: Option<u64>, measure_from_ns: u64) -> Self {
+        let record = DetectorRecord { detector: detector.into(), threshold_ns, ..DetectorRecord::default() };
+        Self { record, measure_from_ns, open: BTreeMap::new() }
+    }
+
+    fn suspect(&mut self, subject: u64, window_from_ns: u64, since_ns: u64, noticed_ns: u64) {
+        if self.open.contains_key(&subject) {
+            return;
+        }
+        let mut stored = None;
+        if since_ns >= self.measure_from_ns {
+            self.record.suspicions += 1;
+            if self.record.stored.len() < MAX_STORED {
+                stored = Some(self.record.stored.len());
+                self.record.stored.push(Suspicion {
+                    subject,
+                    window_from_ns,
+                    since_ns,
+                    noticed_ns,
+                    until_ns: None,
+                    ended_by: None,
+                });
+            }
+        }
+        self.open.insert(subject, Open { window_from_ns, since_ns, stored });
+    }
+
+    fn trust(&mut self, subject: u64, at_ns: u64, ended_by: Option<Ending>) {
+        let Some(open) = self.open.remove(&subject) else { return };
+        self.count_time(open.since_ns, at_ns);
+        if let Some(i) = open.stored {
+            self.record.stored[i].until_ns = Some(at_ns);
+            self.record.stored[i].ended_by = ended_by;
+        }
+        let _ = open.window_from_ns;
+    }
+
+    fn count_time(&mut self, since_ns: u64, until_ns: u64) {
+        let from = since_ns.max(self.measure_from_ns);
+        self.record.suspected_ns += until_ns.saturating_sub(from);
+    }
+
+    fn finish(mut self, end_ns: u64) -> DetectorRecord {
+        let open: Vec<u64> = self.open.values().map(|o| o.since_ns).collect();
+        for since in open {
+            self.count_time(since, end_ns);
+        }
+        self.record
+    }
+}
+
+/// The loop's state; see the module doc.
+struct Loop<'a, M> {
+    config: &'a MemberConfig,
+    table: &'a AliveTable<M>,
+    socket: UdpSocket,
+    others: Vec<(u64, SocketAddr)>,
+    primary: Detector,
+    sweeps: Vec<Detector>,
+    phis: Vec<PhiWatch>,
+    swims: Vec<SwimPeer>,
+    recorders: Vec<Recorder>,
+    report: MemberReport,
+    events: Vec<Event>,
+    phi_events: Vec<PhiEvent>,
+    batch: MmsgBatch,
+    buffers: Box<[[u8; DATAGRAM_BYTES]; BURST]>,
+    out: Vec<u8>,
+    seq: u64,
+    /// Per member: the last fresh heartbeat's incarnation and sequence number, and the stale
+    /// heartbeats since.
+    freshness: BTreeMap<u64, (u64, u64, u64)>,
+}
+
+/// Runs member `config.id` until `stop` is set or `config.run_for_ns` has passed, with the
+/// alive table `table` (initialised by the caller with [`MemberConfig::others`] as its rows).
+pub fn run<M: BridgeMemory + Sync>(
+    config: &MemberConfig,
+    table: &AliveTable<M>,
+    stop: &AtomicBool,
+) -> Result<MemberReport, MemberError> {
+    let addr = *config.members.get(&config.id).ok_or(MemberError::NotAMember(config.id))?;
+    let others: Vec<(u64, SocketAddr)> =
+        config.members.iter().filter(|(m, _)| **m != config.id).map(|(m, a)| (*m, *a)).collect();
+    if table.rows() < others.len() {
+        return Err(MemberError::Table { rows: table.rows(), members: others.len() });
+    }
+    let socket = UdpSocket::bind(addr).map_err(|source| MemberError::Bind { addr, source })?;
+    socket.set_nonblocking(true)?;
+    let kernel_stamps = options::enable_rx_timestamps(&socket).is_ok();
+    if let Some(tos) = config.type_of_service {
+        options::set_type_of_service(&socket, tos)?;
+    }
+    let app_stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        if let Some(bump_ns) = config.app_bump_ns {
+            let app_stop = &app_stop;
+            std::thread::Builder::new()
+                .name(format!("fd-app-{}", config.id))
+                .spawn_scoped(scope, move || application(config, table, bump_ns.max(1_000), app_stop))
+                .map_err(MemberError::App)?;
+        }
+        let result = run_loop(config, table, socket, others, kernel_stamps, stop);
+        app_stop.store(true, Ordering::Relaxed);
+        result
+    })
+}
+
+/// The demonstration application: bumps the counter every `bump_ns` unless paused.
+fn application<M: BridgeMemory>(
+    config: &MemberConfig,
+    table: &AliveTable<M>,
+    bump_ns: u64,
+    stop: &AtomicBool,
+) {
+    if let Some(core) = config.core {
+        let _ = pin_current_thread(core);
+    }
+    if config.fifo_priority > 0 {
+        let _ = set_fifo((config.fifo_priority + 1).min(98));
+    }
+    let _ = set_timer_slack_ns(1);
+    let mut next = monotonic_ns();
+    while !stop.load(Ordering::Relaxed) {
+        if !table.app_paused() {
+            table.bump();
+        }
+        next += bump_ns;
+        let now = monotonic_ns();
+        if next < now {
+            next = now + bump_ns;
+        }
+        sleep_until_ns(next);
+    }
+}
+
+fn run_loop<M: BridgeMemory>(
+    config: &MemberConfig,
+    table: &AliveTable<M>,
+    socket: UdpSocket,
+    others: Vec<(u64, SocketAddr)>,
+    kernel_stamps: bool,
+    stop: &AtomicBool,
+) -> Result<MemberReport, MemberError> {
+    let pinned = config.core.is_some_and(|c| pin_current_thread(c).is_ok());
+    let realtime = config.fifo_priority > 0 && set_fifo(config.fifo_priority).is_ok();
+    let _ = set_timer_slack_ns(1);
+    let start = monotonic_ns();
+    let ids: Vec<u64> = others.iter().map(|(m, _)| *m).collect();
+    let detector = |threshold_ns| {
+        Detector::new(DetectorConfig { period_ns: config.period_ns, threshold_ns }, ids.clone(), start)
+    };
+    let measure_from = config.measure_from_ns;
+    let mut recorders = vec![Recorder::new(KAIROS, Some(config.threshold_ns), measure_from)];
+    recorders
+        .extend(config.sweep_thresholds_ns.iter().map(|&t| Recorder::new(KAIROS, Some(t), measure_from)));
+    let (mut phis, mut swims) = (Vec::new(), Vec::new());
+    if config.peers {
+        phis.push(PhiWatch::new(PhiSettings::akka(), ids.clone())?);
+        phis.push(PhiWatch::new(PhiSettings::tuned(config.period_ns, config.threshold_ns), ids.clone())?);
+        let me = SwimId { member: config.id, generation: config.incarnation };
+        let n = config.members.len();
+        for (i, settings) in [SwimSettings::lan(n), SwimSettings::aggressive(n)].iter().enumerate() {
+            let mut peer =
+                SwimPeer::new(me, settings, config.seed ^ config.id.rotate_left(17) ^ i as u64, start);
+            peer.announce(&ids, start);
+            swims.push(peer);
+        }
+        recorders.extend(PEERS.iter().map(|p| Recorder::new(p, None, measure_from)));
+    }
+    let mut l = Loop {
+        config,
+        table,
+        socket,
+        others,
+        primary: detector(config.threshold_ns),
+        sweeps: config.sweep_thresholds_ns.iter().map(|&t| detector(t)).collect(),
+        phis,
+        swims,
+        recorders,
+        report: MemberReport {
+            member: config.id,
+            incarnation: config.incarnation,
+            started_ns: start,
+            measure_from_ns: measure_from,
+            realtime,
+            pinned,
+            kernel_stamps,
+            ..MemberReport::default()
+        },
+        events: Vec::new(),
+        phi_events: Vec::new(),
+        batch: MmsgBatch::new(),
+        buffers: Box::new([[0; DATAGRAM_BYTES]; BURST]),
+        out: Vec::with_capacity(64),
+        seq: 0,
+        freshness: BTreeMap::new(),
+    };
+    // Members spread their sends over the period by id, so they do not all wake at once.
+    let n = config.members.len().max(1) as u64;
+    let rank = config.members.keys().position(|&m| m == config.id).unwrap_or(0) as u64;
+    let mut next_tick = start + config.period_ns * rank / n;
+    let end = config.run_for_ns.map(|d| start.saturating_add(d));
+    l.send_swim();
+    l.publish(start);
+    let mut deadline = start;
+    loop {
+        let now = monotonic_ns();
+        l.report.wakeups += 1;
+        let late = now.saturating_sub(deadline);
+        l.report.worst_wake_late_ns = l.report.worst_wake_late_ns.max(late);
+        if late > LATE_NS {
+            l.report.late_wakeups += 1;
+        }
+        // The heartbeat first, so its departure does not wait for what the socket holds.
+        if now >= next_tick {
+            l.send_heartbeat();
+            while next_tick <= now {
+                next_tick += config.period_ns;
+            }
+        }
+        l.receive(now)?;
+        l.decide(now);
+        l.send_swim();
+        l.publish(now);
+        if stop.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) {
+            break;
+        }
+        // SWIM's timers fire at the next wake-up after they are due (at most a period late):
+        // a wake-up of their own each would cost more than SWIM's millisecond probes need.
+        // The sweep's detectors do not wake the loop either: their suspicions are stamped with
+        // their deadlines and ended by the receive stamps of the heartbeats that end them (the
+        // core's output is a function of time), so only when they are noticed would change.
+        deadline = [Some(next_tick), l.primary.next_deadline_ns(), end]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(next_tick)
+            .max(now);
+        if deadline > now {
+            sleep_until_ns(deadline);
+        }
+    }
+    Ok(l.finish(monotonic_ns()))
+}
+
+impl<M: BridgeMemory> Loop<'_, M> {
+    /// Takes every datagram waiting on the socket.
+    fn receive(&mut self, now: u64) -> Result<(), MemberError> {
+        let offset = realtime_ns() as i128 - now as i128;
+        loop {
+            let mut refs = self.buffers.each_mut().map(|b| &mut b[..]);
+            let got = match self.batch.recv_into(&self.socket, &mut refs, true) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // An ICMP error queued by an earlier send (a peer's port closed): not ours to act on.
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => return Err(e.into()),
+            };
+            for i in 0..got {
+                let len = self.batch.lengths()[i];
+                let stamp = self.batch.rx_timestamps_ns()[i];
+                let at = stamp.map_or(now, |s| (s as i128 - offset).clamp(0, now as i128) as u64);
+                let bytes = &self.buffers[i][..len];
+                match decode(bytes) {
+                    Ok(Datagram::Heartbeat(hb)) => self.heard(&hb, at, now),
+                    Ok(Datagram::Swim { instance, payload }) => {
+                        if let Some(peer) = self.swims.get_mut(instance as usize) {
+                            peer.handle_data(payload, now);
+                        }
+                    }
+                    Err(_) => self.report.undecodable += 1,
+                }
+            }
+            if got < BURST {
+                return Ok(());
+            }
+        }
+    }
+
+    fn heard(&mut self, hb: &Heartbeat, at: u64, now: u64) {
+        self.report.heartbeats_received += 1;
+        self.events.clear();
+        let heard = self.primary.handle_heartbeat(hb, at, now, &mut self.events);
+        let (incarnation, last_seq, stale) = self.freshness.get(&hb.member).copied().unwrap_or_default();
+        let ending = Some(Ending {
+            sent_ns: hb.sent_ns,
+            seq_gap: if incarnation == hb.incarnation { hb.seq.saturating_sub(last_seq) } else { 0 },
+            stale,
+        });
+        match heard {
+            Heard::Fresh { .. } => {
+                self.freshness.insert(hb.member, (hb.incarnation, hb.seq, 0));
+            }
+            Heard::Stale => {
+                if let Some(f) = self.freshness.get_mut(&hb.member) {
+                    f.2 += 1;
+                }
+            }
+            Heard::Unknown => {}
+        }
+        record_kairos(&mut self.recorders[0], &self.events, ending);
+        // A member back from a suspicion is introduced to SWIM again: after a cut link SWIM's
+        // own way back is its periodic announce to down members (65 s in the LAN defaults).
+        if self.events.iter().any(|e| matches!(e, Event::Trusted { .. })) {
+            for swim in &mut self.swims {
+                swim.announce(&[hb.member], now);
+            }
+        }
+        for (i, d) in self.sweeps.iter_mut().enumerate() {
+            self.events.clear();
+            d.handle_heartbeat(hb, at, now, &mut self.events);
+            record_kairos(&mut self.recorders[1 + i], &self.events, ending);
+        }
+        match heard {
+            Heard::Fresh { restarted } => {
+                for phi in &mut self.phis {
+                    phi.heartbeat(hb.member, at, restarted);
+                }
+            }
+            Heard::Stale => self.report.stale_heartbeats += 1,
+            Heard::Unknown => {}
+        }
+    }
+
+    /// Sends this period's heartbeat to every other member, each stamped as it leaves (so a
+    /// receiver can tell a late sender from a heartbeat late on the way).
+    fn send_heartbeat(&mut self) {
+        let mut hb = Heartbeat {
+            member: self.config.id,
+            incarnation: self.config.incarnation,
+            seq: self.seq,
+            counter: self.table.liveness(),
+            sent_ns: 0,
+        };
+        self.seq += 1;
+        for (_, addr) in &self.others {
+            hb.sent_ns = monotonic_ns();
+            self.out.clear();
+            encode_heartbeat(&hb, &mut self.out);
+            if self.socket.send_to(&self.out, addr).is_err() {
+                self.report.send_errors += 1;
+            }
+        }
+        self.report.heartbeats_sent += 1;
+    }
+
+    fn send_swim(&mut self) {
+        for (instance, peer) in self.swims.iter_mut().enumerate() {
+            for (member, bytes) in peer.take_outbox() {
+                let Some((_, addr)) = self.others.iter().find(|(m, _)| *m == member) else { continue };
+                self.out.clear();
+                encode_swim(instance as u8, &bytes, &mut self.out);
+                if self.socket.send_to(&self.out, addr).is_err() {
+                    self.report.send_errors += 1;
+                }
+            }
+        }
+    }
+
+    /// Asks every detector at `now`.
+    fn decide(&mut self, now: u64) {
+        self.events.clear();
+        self.primary.poll(now, &mut self.events);
+        record_kairos(&mut self.recorders[0], &self.events, None);
+        for (i, d) in self.sweeps.iter_mut().enumerate() {
+            self.events.clear();
+            d.poll(now, &mut self.events);
+            record_kairos(&mut self.recorders[1 + i], &self.events, None);
+        }
+        let first_peer = 1 + self.sweeps.len();
+        for (i, phi) in self.phis.iter_mut().enumerate() {
+            self.phi_events.clear();
+            phi.poll(now, &mut self.phi_events);
+            let recorder = &mut self.recorders[first_peer + i];
+            for e in &self.phi_events {
+                match *e {
+                    PhiEvent::Suspected { member, at_ns, last_heartbeat_ns } => {
+                        recorder.suspect(member, last_heartbeat_ns, at_ns, at_ns)
+                    }
+                    PhiEvent::Trusted { member, at_ns } => recorder.trust(member, at_ns, None),
+                }
+            }
+        }
+        for (i, swim) in self.swims.iter_mut().enumerate() {
+            swim.poll(now);
+            let recorder = &mut self.recorders[first_peer + 2 + i];
+            for e in swim.take_events() {
+                match e {
+                    SwimEvent::Down { member, at_ns } => {
+                        let last = self.primary.entry(member).map_or(at_ns, |e| e.last_heartbeat_ns);
+                        recorder.suspect(member, last, at_ns, at_ns)
+                    }
+                    SwimEvent::Up { member, at_ns } => recorder.trust(member, at_ns, None),
+                }
+            }
+        }
+    }
+
+    /// Writes every row of the table, and the loop's beat.
+    fn publish(&mut self, now: u64) {
+        for (i, entry) in self.primary.entries().iter().enumerate() {
+            let mut row = Row::from_entry(entry);
+            for (slot, phi) in self.phis.iter().enumerate() {
+                row.peers_noticed_ns[slot] = phi.suspected_since_ns(entry.member).unwrap_or(0);
+            }
+            for (slot, swim) in self.swims.iter().enumerate() {
+                row.peers_noticed_ns[2 + slot] = swim.down_since_ns(entry.member).unwrap_or(0);
+            }
+            self.table.publish(i, &row);
+        }
+        self.table.beat(now, self.report.heartbeats_sent);
+    }
+
+    fn finish(mut self, end: u64) -> MemberReport {
+        self.report.ended_ns = end;
+        self.report.swim_errors = self.swims.iter().map(SwimPeer::errors).sum();
+        self.report.detectors = self.recorders.into_iter().map(|r| r.finish(end)).collect();
+        self.report
+    }
+}
+
+fn record_kairos(recorder: &mut Recorder, events: &[Event], ending: Option<Ending>) {
+    for e in events {
+        match *e {
+            Event::Suspected { member, since_ns, noticed_ns, last_fresh_ns } => {
+                recorder.suspect(member, last_fresh_ns, since_ns, noticed_ns)
+            }
+            Event::Trusted { member, at_ns, .. } => recorder.trust(member, at_ns, ending),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fd::table::{TableHeader, bytes_for};
+    use kairos_ring::bridge::HeapMemory;
+    use std::sync::Arc;
+
+    #[test]
+    fn the_recorder_counts_inside_the_window_and_closes_at_the_end() {
+        let mut r = Recorder::new(KAIROS, Some(5), 1_000);
+        r.suspect(2, 0, 500, 600);
+        r.trust(2, 1_500, None);
+        r.suspect(2, 1_400, 2_000, 2_010);
+        r.suspect(2, 1_400, 2_100, 2_110);
+        r.trust(2, 2_500, None);
+        r.suspect(3, 2_600, 3_000, 3_000);
+        let record = r.finish(4_000);
+        assert_eq!(record.suspicions, 2, "the one before the window is not counted");
+        assert_eq!(record.suspected_ns, 500 + 500 + 1_000);
+        assert_eq!(record.stored.len(), 2);
+        assert_eq!(record.stored[0].until_ns, Some(2_500));
+        assert_eq!(record.stored[1].until_ns, None);
+    }
+
+    #[test]
+    fn three_members_on_loopback_see_each_other_and_then_a_silent_one() {
+        let ports: Vec<u16> =
+            (0..3).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
+        let members: BTreeMap<u64, SocketAddr> =
+            (1..=3).map(|m| (m, SocketAddr::from(([127, 0, 0, 1], ports[m as usize - 1])))).collect();
+        let config = |id: u64, run_ms: u64| MemberConfig {
+            id,
+            members: members.clone(),
+            period_ns: 200_000,
+            threshold_ns: 5_000_000,
+            sweep_thresholds_ns: vec![],
+            peers: true,
+            type_of_service: None,
+            core: None,
+            fifo_priority: 0,
+            app_bump_ns: Some(50_000),
+            incarnation: 1,
+            run_for_ns: Some(run_ms * 1_000_000),
+            measure_from_ns: 0,
+            seed: 7,
+        };
+        let tables: Vec<Arc<AliveTable<HeapMemory>>> = (1..=3)
+            .map(|id| {
+                let header =
+                    TableHeader { period_ns: 200_000, threshold_ns: 5_000_000, member: id, incarnation: 1 };
+                let others: Vec<u64> = (1..=3).filter(|&m| m != id).collect();
+                Arc::new(AliveTable::init(HeapMemory::new(bytes_for(2)), &header, &others).unwrap())
+            })
+            .collect();
+        let stop = AtomicBool::new(false);
+        let reports: Vec<MemberReport> = std::thread::scope(|s| {
+            let handles: Vec<_> = (1..=3u64)
+                .map(|id| {
+                    let (config, table, stop) =
+                        (config(id, if id == 3 { 300 } else { 600 }), &tables[id as usize - 1], &stop);
+                    s.spawn(move || run(&config, table, stop).unwrap())
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        // Member 3 stopped at 300 ms; 1 and 2 suspected it within T + Lambda (and the wake-up).
+        for (i, r) in reports.iter().take(2).enumerate() {
+            assert!(r.heartbeats_received > 100, "member {} heard {}", i + 1, r.heartbeats_received);
+            let row = tables[i].find(3).unwrap();
+            let since = row.suspected_since_ns.expect("member 3 suspected");
+            assert!(row.noticed_ns.unwrap() >= since);
+            assert!(row.noticed_ns.unwrap() - row.last_fresh_ns < 5_200_000 + 20_000_000, "{row:?}");
+            let other = tables[i].find(if i == 0 { 2 } else { 1 }).unwrap();
+            assert!(!other.is_suspected(), "a live member suspected: {other:?}");
+            assert!(other.counter > 0, "the application's counter travelled");
+            let kairos = &r.detectors[0];
+            assert_eq!(kairos.detector, KAIROS);
+            assert!(kairos.stored.iter().any(|s| s.subject == 3));
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! The failure detector's network input: heartbeats and SWIM packets on a member's socket.
+//! Any bytes decode or fail without a panic; a decoded heartbeat encodes back to the same
+//! heartbeat; a SWIM packet (header and members in the SWIM codec) that decodes encodes back
+//! to one that decodes the same.
+#![no_main]
+
+use kairos_services::fd::swim::{decode_packet, encode_packet};
+use kairos_services::fd::wire::{Datagram, decode, encode_heartbeat};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    match decode(data) {
+        Ok(Datagram::Heartbeat(hb)) => {
+            let mut again = Vec::new();
+            encode_heartbeat(&hb, &mut again);
+            assert_eq!(decode(&again), Ok(Datagram::Heartbeat(hb)));
+        }
+        Ok(Datagram::Swim { payload, .. }) => swim(payload),
+        Err(_) => swim(data),
+    }
+});
+
+fn swim(bytes: &[u8]) {
+    if let Ok((header, members)) = decode_packet(bytes) {
+        let mut again = Vec::new();
+        encode_packet(&header, &members, &mut again).expect("a decoded packet encodes");
+        let (h, m) = decode_packet(&again).expect("an encoded packet decodes");
+        assert_eq!((h, m), (header, members));
+    }
+}
