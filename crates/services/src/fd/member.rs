@@ -500,7 +500,10 @@ fn run_loop<M: BridgeMemory>(
 impl<M: BridgeMemory> Loop<'_, M> {
     /// Takes every datagram waiting on the socket.
     fn receive(&mut self, now: u64) -> Result<(), MemberError> {
-        let offset = realtime_ns() as i128 - now as i128;
+        // The kernel stamps on CLOCK_REALTIME; its distance from CLOCK_MONOTONIC is read now, as
+        // a pair (`now` is older: the heartbeat's sends came between, and a stale pair would put
+        // every stamp early by their time).
+        let offset = clock_offset_ns();
         loop {
             let mut refs = self.buffers.each_mut().map(|b| &mut b[..]);
             let got = match self.batch.recv_into(&self.socket, &mut refs, true) {
@@ -672,6 +675,15 @@ impl<M: BridgeMemory> Loop<'_, M> {
         self.report.detectors = self.recorders.into_iter().map(|r| r.finish(end)).collect();
         self.report
     }
+}
+
+/// `CLOCK_REALTIME` less `CLOCK_MONOTONIC`, ns, read as a pair (realtime between two monotonic
+/// reads, against their midpoint).
+fn clock_offset_ns() -> i128 {
+    let before = monotonic_ns();
+    let real = realtime_ns();
+    let after = monotonic_ns();
+    real as i128 - (before as i128 + after as i128) / 2
 }
 
 fn record_kairos(recorder: &mut Recorder, events: &[Event], ending: Option<Ending>) {
