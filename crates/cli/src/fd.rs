@@ -30,19 +30,26 @@ pub struct FdArgs {
 
 #[derive(Subcommand)]
 enum FdCommand {
-    /// One member of a group: heartbeats every period to every other member over UDP, the
-    /// alive table in shared memory (/dev/shm) for applications to read without a system call,
-    /// and a demonstration application that bumps the liveness counter. Runs until SIGINT or
-    /// SIGTERM, or --run-for-ms.
+    /// One member of a group: heartbeats over UDP, the alive table in shared memory.
+    ///
+    /// Every period the member sends a heartbeat, with its application's liveness counter, to
+    /// every other member; the alive table in /dev/shm lets applications read the verdicts
+    /// without a system call. A demonstration application bumps the counter. Runs until SIGINT
+    /// or SIGTERM, or for --run-for-ms.
     Member(MemberArgs),
-    /// Detection time after a member's process is killed (SIGKILL), its link cut (root: the
-    /// lane's testbed) and its application hung, for Kairos's detector beside phi accrual and
-    /// SWIM in the same run. --quick: 20 trials per failure (2 for the detectors that take
-    /// seconds), about 2 minutes.
+    /// Detection time after a kill, a cut link and a hung application, beside phi and SWIM.
+    ///
+    /// A group of members (on the lane's testbed as root, loopback otherwise) fails one member
+    /// per trial: SIGKILL of its process, its link down (testbed only), its application
+    /// stopping; detection is timed to the first and to every member for Kairos's detector,
+    /// phi accrual and SWIM in the same run. --quick: 20 trials per failure (2 for the
+    /// detectors that take seconds), about 4 minutes.
     Detect(DetectArgs),
-    /// Mistakes of a group where nothing fails, against the threshold, idle and under load
-    /// (stress-ng; an iperf3 flood on the testbed), each set against the stall watch.
-    /// --quick: 20 s per load, about a minute and a half.
+    /// Mistakes of a group where nothing fails, per threshold and load, against stalls.
+    ///
+    /// Query accuracy, mistake rate and mistake duration for thresholds from 5 us to 5 ms and
+    /// the peers, idle, under stress-ng and (on the testbed) an iperf3 flood; every mistake is
+    /// set against a stall watch. --quick: 20 s per load, about a minute and a half.
     Accuracy(AccuracyArgs),
 }
 

@@ -112,6 +112,7 @@ pub struct Cluster {
     started_ns: u64,
     measure_from_ns: u64,
     idle: Option<NoIdleStates>,
+    _removal: kairos_sys::cleanup::Registration,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -154,11 +155,23 @@ impl Cluster {
                 (member_id(i), addr)
             })
             .collect();
-        let words = (0..n)
-            .map(|i| {
-                let path = shm_path(&format!("kairos-fd-{}-{}", std::process::id(), member_id(i)))?;
-                Ok(Arc::new(create_words(&path, bytes_for(n - 1))?))
+        let paths = (0..n)
+            .map(|i| shm_path(&format!("kairos-fd-{}-{}", std::process::id(), member_id(i))))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The files are removed when their words drop, and on SIGINT/SIGTERM/SIGHUP by the
+        // handler (registered before the first exists).
+        let removal = {
+            let _hold = kairos_sys::cleanup::hold_off();
+            let undo = paths.clone();
+            kairos_sys::cleanup::register("the failure detector's alive tables", move || {
+                for p in &undo {
+                    let _ = std::fs::remove_file(p);
+                }
             })
+        };
+        let words = paths
+            .iter()
+            .map(|p| Ok(Arc::new(create_words(p, bytes_for(n - 1))?)))
             .collect::<Result<Vec<_>>>()?;
         let mut links = Vec::new();
         if let Some(bed) = &testbed {
@@ -189,6 +202,7 @@ impl Cluster {
             started_ns,
             measure_from_ns,
             idle,
+            _removal: removal,
         };
         for i in 0..n {
             cluster.spawn(i)?;

@@ -36,9 +36,10 @@
 //!
 //! The core decides from heartbeats' receive time stamps (the kernel's, where the socket gives
 //! them), so the loop may read its socket late without moving a verdict; a suspicion is
-//! *noticed* at the loop's first wake-up at or after the deadline, and the loop sleeps to the
-//! earliest deadline of any detector it runs. Detection time after a crash is therefore at
-//! most `T + Lambda` plus the loop's wake-up latency; after a hang, at most `T/3` more.
+//! *noticed* at the loop's first wake-up at or after the deadline, and the loop sleeps to its
+//! next period or the table's next deadline, whichever comes first. Detection time after a
+//! crash is therefore at most `T + Lambda` after the last heartbeat plus the loop's wake-up
+//! latency; after a hang, at most the application's bump period more.
 //!
 //! # Source
 //!

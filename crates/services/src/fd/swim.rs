@@ -12,7 +12,10 @@
 //! [`crate::codec`]), checked byte by byte: any input decodes or fails, never panics.
 //!
 //! SWIM probes the member's *process* (its loop answers pings): a hung application behind a
-//! live loop is invisible to it, by design of the protocol.
+//! live loop is invisible to it, by design of the protocol. Detection is SWIM's own; the loop
+//! only helps it back: when Kairos's detector sees a member return, the loop announces that
+//! member to SWIM again (SWIM's own way back after a cut link is its periodic announce to
+//! down members, 65 s in the LAN defaults).
 //!
 //! Settings: [`SwimSettings::lan`] is `foca`'s `Config::new_lan` (memberlist's LAN defaults:
 //! a probe every second, 500 ms round trip, suspicion for about `4 log10(n)` periods);
