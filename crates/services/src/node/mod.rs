@@ -422,16 +422,18 @@ impl Node {
             return;
         }
         let command = parse_command(&args);
-        let info = self.info();
+        // What INFO reports costs a pass over the keys: gathered only for a local command.
+        let facts = matches!(command, Ok(Command::Local(_))).then(|| self.info());
         let Some(conn) = self.conns.get_mut(&client) else { return };
-        match command {
-            Err(reply) => conn.answer(&reply),
-            Ok(Command::Local(LocalOp::Quit)) => conn.answer_and_close(&Reply::Ok),
-            Ok(Command::Local(op)) => {
-                let reply = info::local(&op, conn, &info);
+        match (command, facts) {
+            (Err(reply), _) => conn.answer(&reply),
+            (Ok(Command::Local(LocalOp::Quit)), _) => conn.answer_and_close(&Reply::Ok),
+            (Ok(Command::Local(op)), Some(facts)) => {
+                let reply = info::local(&op, conn, &facts);
                 conn.answer(&reply);
             }
-            Ok(command) => {
+            (Ok(Command::Local(_)), None) => {}
+            (Ok(command), _) => {
                 let seq = conn.await_answer();
                 conn.hold(seq, command);
                 self.release(client);
