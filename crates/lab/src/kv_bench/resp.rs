@@ -61,14 +61,9 @@ pub enum RespError {
     MissingCrlf,
 }
 
-/// Appends the command `args` as an array of bulk strings.
+/// Appends the command `args` as an array of bulk strings (the store's own client encoder).
 pub fn encode(args: &[&[u8]], out: &mut Vec<u8>) {
-    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
+    kairos_services::resp::client::write_request(out, args);
 }
 
 /// The reply at the start of `buf` and the bytes it took, or `None` when `buf` holds only part
