@@ -76,6 +76,14 @@ struct RaftArgs {
     /// the next tick: a period's share one entry).
     #[arg(long, value_enum, default_value_t = BatchingArg::Pass)]
     batching: BatchingArg,
+    /// The failure detector's threshold Lambda, microseconds: a member is suspected when no
+    /// heartbeat with news came for a period (--period-us) plus this; a suspected leader is
+    /// replaced at once. 0-10000000.
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    fd_lambda_us: u64,
+    /// No failure detector: a lost leader is noticed by Raft's election timeout alone.
+    #[arg(long)]
+    no_fd: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -98,6 +106,12 @@ impl RaftArgs {
             return Err(exit::usage(format!(
                 "--heartbeat-ticks {} is out of range: 1 to 1000",
                 self.heartbeat_ticks
+            )));
+        }
+        if self.fd_lambda_us > 10_000_000 {
+            return Err(exit::usage(format!(
+                "--fd-lambda-us {} is out of range: 0 to 10000000 (or --no-fd)",
+                self.fd_lambda_us
             )));
         }
         if self.election_ticks <= self.heartbeat_ticks || self.election_ticks > 100_000 {
@@ -124,6 +138,10 @@ impl RaftArgs {
         ];
         if self.stale_reads {
             flags.push("--stale-reads".into());
+        }
+        flags.push(format!("--fd-lambda-us={}", self.fd_lambda_us));
+        if self.no_fd {
+            flags.push("--no-fd".into());
         }
         flags.push(format!(
             "--batching={}",
@@ -239,6 +257,10 @@ fn serve(a: &ServeArgs) -> Result<i32> {
             BatchingArg::Period => kairos_services::node::Batching::Period,
         },
         raft_tos: a.lane.then_some(kairos_io::lane_testbed::LANE_TOS),
+        detector: (!a.raft.no_fd).then_some(kairos_services::node::watch::WatchConfig {
+            period_ns: a.raft.period_us * 1_000,
+            lambda_ns: a.raft.fd_lambda_us * 1_000,
+        }),
     };
     let mut node = Node::open(config).with_context(|| format!("member {}", a.id))?;
     eprintln!("kairos kv serve: member {} takes clients on {}", a.id, node.client_addr()?);

@@ -64,6 +64,13 @@ pub struct KvBenchArgs {
     /// The kairos members' election timeout in ticks (drawn in [N, 2N)), 3-100000.
     #[arg(long, value_name = "N", default_value_t = 100)]
     election_ticks: usize,
+    /// The kairos members' failure-detector threshold Lambda, microseconds (a suspected leader
+    /// is replaced at once), 0-10000000.
+    #[arg(long, value_name = "US", default_value_t = 200)]
+    fd_lambda_us: u64,
+    /// Run the kairos members without their failure detector (failover by Raft's timeout).
+    #[arg(long)]
+    no_fd: bool,
 }
 
 /// The configuration the flags ask for.
@@ -105,6 +112,7 @@ pub fn config(a: &KvBenchArgs) -> Result<BenchConfig> {
     }
     c.kairos_period_us = a.period_us;
     c.kairos_election_ticks = a.election_ticks;
+    c.kairos_fd_lambda_us = (!a.no_fd).then_some(a.fd_lambda_us);
     Ok(c)
 }
 

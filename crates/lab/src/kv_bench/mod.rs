@@ -89,6 +89,9 @@ pub struct BenchConfig {
     pub kairos_period_us: u64,
     /// The kairos members' election timeout, ticks (`--election-ticks`).
     pub kairos_election_ticks: usize,
+    /// The kairos members' failure-detector threshold, us (`--fd-lambda-us`; `None`:
+    /// `--no-fd`).
+    pub kairos_fd_lambda_us: Option<u64>,
     /// The `kairos` executable the members run.
     pub kairos_exe: PathBuf,
 }
@@ -114,6 +117,7 @@ impl BenchConfig {
             client_cores,
             kairos_period_us: 100,
             kairos_election_ticks: 100,
+            kairos_fd_lambda_us: Some(200),
             kairos_exe,
         }
     }
@@ -426,6 +430,12 @@ impl Experiment for BenchConfig {
                 self.kairos_election_ticks
             ));
         }
+        if self.kairos_fd_lambda_us.is_some_and(|us| us > 10_000_000) {
+            return Err(format!(
+                "--fd-lambda-us {} is out of range: 0 to 10000000 (or --no-fd)",
+                self.kairos_fd_lambda_us.unwrap_or_default()
+            ));
+        }
         for (cores, flag) in [(&self.server_cores, "--server-cores"), (&self.client_cores, "--client-cores")]
         {
             if cores.is_empty() {
@@ -530,6 +540,7 @@ fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSummary> {
         kairos_exe: config.kairos_exe.clone(),
         kairos_period_us: config.kairos_period_us,
         kairos_election_ticks: config.kairos_election_ticks,
+        kairos_fd_lambda_us: config.kairos_fd_lambda_us,
         server_cores: config.server_cores.clone(),
         logs,
         tmpfs: tmpfs.path().to_path_buf(),
@@ -793,7 +804,7 @@ fn election_timeout(config: &BenchConfig, system: SystemKind) -> String {
     match system {
         SystemKind::Kairos => {
             let lo = config.kairos_election_ticks as f64 * config.kairos_period_us as f64 / 1e3;
-            format!(
+            let raft = format!(
                 "{}-{} ticks of {} us: {lo}-{} ms (--election-ticks {}, --period-us {})",
                 config.kairos_election_ticks,
                 2 * config.kairos_election_ticks,
@@ -801,7 +812,14 @@ fn election_timeout(config: &BenchConfig, system: SystemKind) -> String {
                 2.0 * lo,
                 config.kairos_election_ticks,
                 config.kairos_period_us
-            )
+            );
+            match config.kairos_fd_lambda_us {
+                Some(lambda) => format!(
+                    "the failure detector's suspicion after T {} us + Lambda {lambda} us, then an election at once (--fd-lambda-us); Raft's timeout behind it: {raft}",
+                    config.kairos_period_us
+                ),
+                None => format!("{raft}; no failure detector (--no-fd)"),
+            }
         }
         SystemKind::Etcd => "1000 ms, heartbeat 100 ms (etcd's defaults)".into(),
         _ => "-".into(),
@@ -930,6 +948,7 @@ mod tests {
         assert!(refused(|c| c.benchmark_requests = 5).contains("--benchmark-requests"));
         assert!(refused(|c| c.kairos_members = vec![9]).contains("--members"));
         assert!(refused(|c| c.kairos_period_us = 1).contains("--period-us"));
+        assert!(refused(|c| c.kairos_fd_lambda_us = Some(20_000_000)).contains("--fd-lambda-us"));
         assert!(refused(|c| c.kairos_election_ticks = 2).contains("--election-ticks"));
         assert!(refused(|c| c.server_cores = vec![4096]).contains("--server-cores"));
         assert!(refused(|c| c.client_cores.clear()).contains("--client-cores"));

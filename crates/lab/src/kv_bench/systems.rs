@@ -188,6 +188,8 @@ pub struct Env {
     pub kairos_period_us: u64,
     /// The members' election timeout, ticks.
     pub kairos_election_ticks: usize,
+    /// The members' failure-detector threshold, us (`None`: no detector).
+    pub kairos_fd_lambda_us: Option<u64>,
     /// The servers' cores.
     pub server_cores: Vec<usize>,
     /// Where the servers' output goes.
@@ -426,6 +428,10 @@ impl Running {
                         args.push(dir);
                         args.push(format!("--period-us={}", env.kairos_period_us).into());
                         args.push(format!("--election-ticks={}", env.kairos_election_ticks).into());
+                        args.push(match env.kairos_fd_lambda_us {
+                            Some(us) => format!("--fd-lambda-us={us}").into(),
+                            None => "--no-fd".into(),
+                        });
                         args.push(format!("--fsync={}", setup.fsync.name()).into());
                         Ok(Member {
                             name: format!("kairos member {}", i + 1),

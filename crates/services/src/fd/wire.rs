@@ -6,7 +6,8 @@
 //! heartbeat is then five varints ([`crate::codec`]): the sender's member id, its incarnation
 //! (a number that grows with each start of the member, so a restarted member is told from a
 //! delayed packet of its previous life), its sequence number, its application's liveness
-//! counter and its send time. A SWIM packet is the instance byte (which of the peer
+//! counter and its send time; a replicated store member's heartbeat adds two: its Raft term and
+//! the commit index the receiver may take. A SWIM packet is the instance byte (which of the peer
 //! configurations it belongs to) and the rest of the datagram, which `foca` decodes.
 //!
 //! Contract: [`decode`] never panics and never allocates, whatever the bytes; what
@@ -21,8 +22,11 @@ pub const MAGIC: [u8; 2] = *b"FD";
 pub const KIND_HEARTBEAT: u8 = 1;
 /// The kind byte of a SWIM packet.
 pub const KIND_SWIM: u8 = 2;
-/// The longest heartbeat: magic, kind and five varints of at most 10 bytes.
-pub const MAX_HEARTBEAT_BYTES: usize = 3 + 5 * 10;
+/// The kind byte of a replicated store's heartbeat: a heartbeat with the sender's Raft term
+/// and the commit index the receiver may take (`kairos kv serve`'s members).
+pub const KIND_REPLICA_HEARTBEAT: u8 = 3;
+/// The longest heartbeat: magic, kind and seven varints (a replica's) of at most 10 bytes.
+pub const MAX_HEARTBEAT_BYTES: usize = 3 + 7 * 10;
 
 /// One member's heartbeat: who sends it, in which life, and its application's counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -44,6 +48,15 @@ pub struct Heartbeat {
 pub enum Datagram<'a> {
     /// A heartbeat.
     Heartbeat(Heartbeat),
+    /// A replicated store member's heartbeat, with the commit index it piggybacks.
+    Replica {
+        /// The heartbeat.
+        heartbeat: Heartbeat,
+        /// The sender's Raft term.
+        term: u64,
+        /// The commit index the receiver may take (0 from a member that is not the leader).
+        commit: u64,
+    },
     /// A packet of the SWIM instance `instance`, for `foca` to decode.
     Swim {
         /// Which SWIM configuration it belongs to.
@@ -60,6 +73,18 @@ pub fn encode_heartbeat(heartbeat: &Heartbeat, out: &mut Vec<u8>) {
     for v in [heartbeat.member, heartbeat.incarnation, heartbeat.seq, heartbeat.counter, heartbeat.sent_ns] {
         put_u64(out, v);
     }
+}
+
+/// Appends a replicated store member's heartbeat, with its term and the commit index for
+/// the receiver, to `out`.
+pub fn encode_replica_heartbeat(heartbeat: &Heartbeat, term: u64, commit: u64, out: &mut Vec<u8>) {
+    out.extend_from_slice(&MAGIC);
+    out.push(KIND_REPLICA_HEARTBEAT);
+    for v in [heartbeat.member, heartbeat.incarnation, heartbeat.seq, heartbeat.counter, heartbeat.sent_ns] {
+        put_u64(out, v);
+    }
+    put_u64(out, term);
+    put_u64(out, commit);
 }
 
 /// Appends a SWIM packet of `instance` to `out`.
@@ -81,15 +106,15 @@ pub fn decode(bytes: &[u8]) -> Result<Datagram<'_>, DecodeError> {
     }
     match r.u8("kind")? {
         KIND_HEARTBEAT => {
-            let heartbeat = Heartbeat {
-                member: r.u64("member")?,
-                incarnation: r.u64("incarnation")?,
-                seq: r.u64("seq")?,
-                counter: r.u64("counter")?,
-                sent_ns: r.u64("sent_ns")?,
-            };
+            let heartbeat = read_heartbeat(&mut r)?;
             r.finish()?;
             Ok(Datagram::Heartbeat(heartbeat))
+        }
+        KIND_REPLICA_HEARTBEAT => {
+            let heartbeat = read_heartbeat(&mut r)?;
+            let (term, commit) = (r.u64("term")?, r.u64("commit")?);
+            r.finish()?;
+            Ok(Datagram::Replica { heartbeat, term, commit })
         }
         KIND_SWIM => {
             let instance = r.u8("instance")?;
@@ -98,6 +123,16 @@ pub fn decode(bytes: &[u8]) -> Result<Datagram<'_>, DecodeError> {
         }
         other => Err(DecodeError::Invalid { field: "kind", value: u64::from(other) }),
     }
+}
+
+fn read_heartbeat(r: &mut Reader<'_>) -> Result<Heartbeat, DecodeError> {
+    Ok(Heartbeat {
+        member: r.u64("member")?,
+        incarnation: r.u64("incarnation")?,
+        seq: r.u64("seq")?,
+        counter: r.u64("counter")?,
+        sent_ns: r.u64("sent_ns")?,
+    })
 }
 
 #[cfg(test)]
@@ -113,6 +148,15 @@ mod tests {
             encode_heartbeat(&hb, &mut out);
             prop_assert!(out.len() <= MAX_HEARTBEAT_BYTES);
             prop_assert_eq!(decode(&out), Ok(Datagram::Heartbeat(hb)));
+        }
+
+        #[test]
+        fn replica_heartbeats_round_trip(member: u64, seq: u64, counter: u64, term: u64, commit: u64) {
+            let heartbeat = Heartbeat { member, incarnation: 7, seq, counter, sent_ns: u64::MAX };
+            let mut out = Vec::new();
+            encode_replica_heartbeat(&heartbeat, term, commit, &mut out);
+            prop_assert!(out.len() <= MAX_HEARTBEAT_BYTES);
+            prop_assert_eq!(decode(&out), Ok(Datagram::Replica { heartbeat, term, commit }));
         }
 
         #[test]
@@ -142,5 +186,10 @@ mod tests {
         out.push(0);
         assert_eq!(decode(&out), Err(DecodeError::Trailing(1)));
         assert_eq!(decode(b"FD\x02"), Err(DecodeError::Truncated("instance")));
+        let mut out = Vec::new();
+        encode_replica_heartbeat(&Heartbeat { member: 2, ..Heartbeat::default() }, 3, 1 << 33, &mut out);
+        for cut in 3..out.len() {
+            assert!(decode(&out[..cut]).is_err(), "a replica heartbeat cut at {cut} decoded");
+        }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::NodeStats;
 use super::conn::Conn;
+use super::watch::{WatchConfig, WatchStats};
 use crate::kv::{LocalOp, Reply};
 use crate::replica::{ReadMode, ReplicaStats, Sync};
 
@@ -45,6 +46,8 @@ pub struct Facts {
     pub replica: ReplicaStats,
     /// Where clients connect.
     pub listen: SocketAddr,
+    /// The failure detector's settings, counters and the members it suspects, when on.
+    pub watch: Option<(WatchConfig, WatchStats, Vec<u64>)>,
 }
 
 /// The text of INFO (all sections, or the one named).
@@ -87,6 +90,23 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
         );
         for (id, addr) in &f.peers {
             let _ = write!(out, "member{id}:raft={addr},voter={}\r\n", f.voters.contains(id));
+        }
+        match &f.watch {
+            Some((config, stats, suspected)) => {
+                let _ = write!(
+                    out,
+                    "fd_period_us:{}\r\nfd_lambda_us:{}\r\nfd_suspected:{}\r\nfd_heartbeats_in:{}\r\nfd_heartbeats_out:{}\r\nfd_suspicions:{}\r\nfd_leader_suspicions:{}\r\nfd_campaigns:{}\r\n",
+                    config.period_ns / 1_000,
+                    config.lambda_ns / 1_000,
+                    suspected.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(","),
+                    stats.heartbeats_in,
+                    stats.heartbeats_out,
+                    stats.suspicions,
+                    stats.leader_suspicions,
+                    stats.campaigns
+                );
+            }
+            None => out.push_str("fd:off\r\n"),
         }
         out.push_str("\r\n");
     }

@@ -9,6 +9,10 @@
 //! a follower's writes are forwarded to the leader by Raft and answered when applied here, its
 //! reads answered after a read index from the leader, so a client never hears "wrong member".
 //!
+//! A failure detector ([`watch`]) rides the same socket: heartbeats to every member each
+//! period, the leader's commit index on them, and an election as soon as the leader is
+//! suspected rather than after Raft's timeout.
+//!
 //! Contract: every answer to a write follows the write's commit by a majority and its apply
 //! here; answers on a connection come in request order; a client's id is unique across this
 //! member's restarts (its start time is in it), so the store's sessions never mistake a new
@@ -16,6 +20,7 @@
 
 pub mod conn;
 pub mod info;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -33,6 +38,7 @@ use crate::replica::frame::{Reassembler, fragments};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{FileDisk, LogStore, ReadMode, Replica, ReplicaConfig, ReplicaError, Sync, Ticket};
 use conn::Conn;
+use watch::{Act, Watch, WatchConfig};
 
 /// One member's settings.
 #[derive(Debug, Clone)]
@@ -66,6 +72,9 @@ pub struct NodeConfig {
     /// The type-of-service byte of the Raft socket's datagrams (the lane's testbed puts DSCP
     /// EF in its strict-priority lane class), or `None` to leave the default.
     pub raft_tos: Option<u8>,
+    /// The failure detector's period and threshold, or `None` to leave leader failures to
+    /// Raft's election timeout alone.
+    pub detector: Option<WatchConfig>,
 }
 
 /// When the requests a member takes are proposed (writes) or read-indexed (reads).
@@ -195,6 +204,10 @@ pub struct Node {
     faults: Faults,
     /// The receive buffer for Raft's datagrams, made once.
     datagram: Vec<u8>,
+    /// The failure detector, when on.
+    watch: Option<Watch>,
+    /// The send buffer for heartbeats, made once.
+    heartbeat: Vec<u8>,
 }
 
 /// The file of members' addresses as this member last knew them (`id=addr` lines).
@@ -288,6 +301,10 @@ impl Node {
         // Client ids: the start time in microseconds, shifted, plus a counter, so no id repeats
         // across this member's restarts.
         let client_base = (realtime_ns() / 1_000) << 16;
+        // The incarnation is the start time, so it grows with every start.
+        let watch = config
+            .detector
+            .map(|wc| Watch::new(wc, config.id, config.peers.keys().copied(), realtime_ns(), monotonic_ns()));
         Ok(Self {
             config,
             replica,
@@ -303,6 +320,8 @@ impl Node {
             membership_waiting: Vec::new(),
             faults: Faults { rng: realtime_ns() | 1, ..Faults::default() },
             datagram: vec![0; 65_536],
+            watch,
+            heartbeat: Vec::with_capacity(crate::fd::wire::MAX_HEARTBEAT_BYTES),
         })
     }
 
@@ -316,7 +335,8 @@ impl Node {
         let period_ns = self.config.period.as_nanos() as u64;
         let mut next_tick = monotonic_ns() + period_ns;
         while !stop.load(Ordering::Relaxed) {
-            let timeout = Duration::from_nanos(next_tick.saturating_sub(monotonic_ns()));
+            let wake = self.watch.as_ref().map_or(next_tick, |w| w.next_wake_ns().min(next_tick));
+            let timeout = Duration::from_nanos(wake.saturating_sub(monotonic_ns()));
             let (udp_ready, listen_ready, ready_conns) = self.wait(timeout)?;
             if udp_ready {
                 self.receive_raft()?;
@@ -340,6 +360,7 @@ impl Node {
                     next_tick = now + period_ns;
                 }
             }
+            self.watch_pass(now)?;
             self.drain()?;
         }
         Ok(())
@@ -365,6 +386,7 @@ impl Node {
     fn receive_raft(&mut self) -> io::Result<()> {
         loop {
             match self.udp.recv_from(&mut self.datagram) {
+                Ok((n, _)) if self.datagram[..n].starts_with(&crate::fd::wire::MAGIC) => self.heard(n)?,
                 Ok((n, _)) => {
                     self.stats.datagrams_in += 1;
                     match self.reassembler.push(&self.datagram[..n]) {
@@ -383,6 +405,54 @@ impl Node {
                 Err(_) => return Ok(()),
             }
         }
+    }
+
+    /// A failure-detector datagram of `n` bytes in the receive buffer.
+    fn heard(&mut self, n: usize) -> io::Result<()> {
+        use crate::fd::wire::{Datagram, decode};
+        let Some(watch) = self.watch.as_mut() else { return Ok(()) };
+        let now = monotonic_ns();
+        match decode(&self.datagram[..n]) {
+            Ok(Datagram::Replica { heartbeat, term, commit }) => {
+                if self.faults.drops(heartbeat.member, now) {
+                    return Ok(());
+                }
+                watch.heard(&heartbeat, now);
+                if term != 0 {
+                    self.replica.leader_commit(heartbeat.member, term, commit)?;
+                }
+            }
+            Ok(_) => {}
+            Err(_) => self.stats.malformed += 1,
+        }
+        Ok(())
+    }
+
+    /// The detector's part of a pass: the liveness counter, heartbeats when due, and what a
+    /// suspicion of the leader asks of the replica.
+    fn watch_pass(&mut self, now: u64) -> io::Result<()> {
+        let Some(watch) = self.watch.as_mut() else { return Ok(()) };
+        watch.bump();
+        let replica = &self.replica;
+        let (udp, peers, faults) = (&self.udp, &self.config.peers, &mut self.faults);
+        watch.send_due(
+            now,
+            peers.keys().copied(),
+            |peer| replica.commit_for(peer),
+            &mut self.heartbeat,
+            |peer, bytes| {
+                if faults.drops(peer, now) {
+                    return;
+                }
+                // A full buffer or a peer that is down loses one heartbeat; the next follows.
+                let _ = udp.send_to(bytes, peers[&peer]);
+            },
+        );
+        let voters = self.replica.voters();
+        if let Some(Act::Suspect { leader, campaign }) = watch.poll(now, self.replica.leader(), &voters) {
+            self.replica.leader_suspected(leader, campaign)?;
+        }
+        Ok(())
     }
 
     fn accept(&mut self) {
@@ -590,6 +660,9 @@ impl Node {
         }
         if !events.is_empty() {
             save_peers(&self.config.data_dir.join(PEERS_FILE), &self.config.peers)?;
+            if let Some(watch) = self.watch.as_mut() {
+                watch.set_peers(self.config.peers.keys().copied(), monotonic_ns());
+            }
         }
         let now = monotonic_ns();
         let (late, rest): (Vec<_>, Vec<_>) = self.membership_waiting.drain(..).partition(|w| w.3 <= now);
@@ -622,6 +695,7 @@ impl Node {
             stats: self.stats,
             replica: self.replica.stats(),
             listen: self.config.listen,
+            watch: self.watch.as_ref().map(|w| (w.config(), w.stats(), w.suspected().collect())),
         }
     }
 
@@ -690,6 +764,7 @@ mod tests {
             allow_faults: false,
             batching: Batching::Pass,
             raft_tos: None,
+            detector: None,
         }
     }
 

@@ -57,6 +57,10 @@ pub enum Broken {
     AckBeforeCommit,
 }
 
+/// The context of a heartbeat made from the failure detector's (see
+/// [`Replica::leader_commit`]), so that its answer is known and not sent.
+const PIGGYBACK_CONTEXT: &[u8] = b"fd";
+
 /// A replica's settings.
 #[derive(Debug, Clone)]
 pub struct ReplicaConfig {
@@ -370,13 +374,64 @@ impl<D: Disk> Replica<D> {
         self.handle_ready()
     }
 
-    /// The failure detector suspects the leader: stand for election now rather than after
-    /// Raft's own timeout (which stays as the backstop). With pre-vote, this only disrupts
-    /// the cluster if a quorum also lost the leader.
-    pub fn leader_suspected(&mut self, leader: u64) -> io::Result<()> {
-        if leader != 0 && leader == self.leader() && !self.is_leader() {
+    /// The failure detector suspects `leader`. This member stops honouring its lease at once
+    /// (with check-quorum, a follower ignores votes while it believes a leader alive, so
+    /// without this a candidate would wait for every follower's own timeout), and, when
+    /// `campaign`, stands for election now rather than after Raft's timeout (which stays as
+    /// the backstop). With pre-vote, a false suspicion disrupts nothing: the members still
+    /// hearing the leader refuse the pre-vote, and the leader's next message makes this member
+    /// its follower again. Does nothing unless `leader` is the leader this member follows, or
+    /// it has none (a campaign that has not won yet).
+    pub fn leader_suspected(&mut self, leader: u64, campaign: bool) -> io::Result<()> {
+        let known = self.leader();
+        if leader == 0 || leader == self.config.id || self.is_leader() || (known != 0 && known != leader) {
+            return Ok(());
+        }
+        let raft = &mut self.node.raft;
+        raft.election_elapsed = raft.election_elapsed.max(raft.election_timeout());
+        if campaign {
             let _ = self.node.campaign();
         }
+        self.handle_ready()
+    }
+
+    /// What the leader puts on its failure-detector heartbeat to `peer`: its term and the
+    /// commit index `peer` may take, the leader's capped by what `peer` is known to hold (as
+    /// Raft's own heartbeat does, so the follower never commits an index it lacks). `None` on
+    /// a member that is not the leader, or for a peer it does not replicate to.
+    pub fn commit_for(&self, peer: u64) -> Option<(u64, u64)> {
+        if !self.is_leader() || peer == self.config.id {
+            return None;
+        }
+        let raft = &self.node.raft;
+        let matched = raft.prs().get(peer)?.matched;
+        Some((raft.term, matched.min(raft.raft_log.committed)))
+    }
+
+    /// The term and commit index a failure-detector heartbeat from `from` carried (see
+    /// [`Replica::commit_for`]): taken as Raft's own heartbeat from the leader of that term
+    /// (the commit index advances, the election clock restarts), and its answer not sent:
+    /// the detector's heartbeats already say the follower is alive, and the leader learns what
+    /// the follower holds from its append answers. Ignored unless it is of this member's term
+    /// and names an index this member holds (bytes from the network never reach `raft`'s
+    /// out-of-range check).
+    pub fn leader_commit(&mut self, from: u64, term: u64, commit: u64) -> io::Result<()> {
+        let raft = &self.node.raft;
+        if from == self.config.id
+            || term != raft.term
+            || raft.state == raft::StateRole::Leader
+            || commit > raft.raft_log.last_index()
+        {
+            return Ok(());
+        }
+        let mut msg = Message::default();
+        msg.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
+        msg.from = from;
+        msg.to = self.config.id;
+        msg.term = term;
+        msg.commit = commit;
+        msg.context = PIGGYBACK_CONTEXT.to_vec().into();
+        let _ = self.node.step(msg);
         self.handle_ready()
     }
 
@@ -413,12 +468,19 @@ impl<D: Disk> Replica<D> {
     }
 
     fn send(&mut self, messages: Vec<Message>) {
-        for msg in &messages {
-            if msg.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot {
-                self.snapshots_sent.insert(msg.to, self.ticks);
+        for msg in messages {
+            match msg.get_msg_type() {
+                raft::eraftpb::MessageType::MsgSnapshot => {
+                    self.snapshots_sent.insert(msg.to, self.ticks);
+                }
+                // The answer to a heartbeat the failure detector carried: see `leader_commit`.
+                raft::eraftpb::MessageType::MsgHeartbeatResponse if msg.context[..] == *PIGGYBACK_CONTEXT => {
+                    continue;
+                }
+                _ => {}
             }
+            self.outbox.push(msg);
         }
-        self.outbox.extend(messages);
     }
 
     fn propose_waiting(&mut self) {
@@ -758,5 +820,87 @@ mod tests {
         c.settle(5);
         let answers = c.0.get_mut(&4).unwrap().take_completions();
         assert!(answers.contains(&(Ticket { client: 9, seq: 1 }, Reply::Ok)), "{answers:?}");
+    }
+
+    /// Delivers every message waiting, and those they cause, except those `drop` rejects.
+    fn deliver_unless(c: &mut Cluster, drop: impl Fn(&Message) -> bool) {
+        loop {
+            let mut messages = Vec::new();
+            for r in c.0.values_mut() {
+                messages.extend(r.take_messages());
+            }
+            if messages.is_empty() {
+                return;
+            }
+            for m in messages.into_iter().filter(|m| !drop(m)) {
+                if let Some(r) = c.0.get_mut(&m.to) {
+                    r.step(m).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_commit_index_on_a_heartbeat_commits_at_a_follower_capped_and_checked() {
+        use raft::eraftpb::MessageType;
+        let mut c = Cluster::new(&[1, 2, 3]);
+        c.settle(40);
+        let leader = c.leader();
+        let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+        c.0.get_mut(&leader).unwrap().submit_write(Ticket { client: 1, seq: 1 }, 1, set("k", "v"));
+        c.0.get_mut(&leader).unwrap().flush().unwrap();
+        // The entry reaches the followers and the leader commits it, but the appends that
+        // would carry the commit index on are lost.
+        let first_appends = std::cell::Cell::new(0);
+        deliver_unless(&mut c, |m| {
+            if m.get_msg_type() == MessageType::MsgAppend && m.from == leader {
+                first_appends.set(first_appends.get() + 1);
+                first_appends.get() > 2
+            } else {
+                false
+            }
+        });
+        let (term, commit) = c.0[&leader].commit_for(follower).expect("the leader's word for the follower");
+        assert_eq!(term, c.0[&leader].term());
+        assert!(commit > c.0[&follower].applied(), "the follower has not applied it yet");
+        assert_eq!(c.0[&follower].store().read(&ReadOp::Get { key: "k".into() }, 0), Reply::Nil);
+        assert_eq!(c.0[&follower].commit_for(leader), None, "only the leader speaks for commits");
+
+        // A wrong term, or an index the follower lacks, changes nothing and panics nowhere.
+        let f = c.0.get_mut(&follower).unwrap();
+        f.leader_commit(leader, term + 1, commit).unwrap();
+        f.leader_commit(leader, term, u64::MAX).unwrap();
+        assert!(f.applied() < commit);
+        f.leader_commit(leader, term, commit).unwrap();
+        assert_eq!(f.applied(), commit, "applied from the heartbeat's commit index");
+        assert_eq!(f.store().read(&ReadOp::Get { key: "k".into() }, 0), Reply::Bulk(b"v".to_vec()));
+        assert!(
+            f.take_messages().iter().all(|m| m.get_msg_type() != MessageType::MsgHeartbeatResponse),
+            "the detector's heartbeat is not answered"
+        );
+    }
+
+    #[test]
+    fn a_suspected_leader_is_replaced_within_ticks_and_a_false_suspicion_changes_nothing() {
+        let mut c = Cluster::new(&[1, 2, 3]);
+        c.settle(40);
+        let leader = c.leader();
+        let term = c.0[&leader].term();
+        let followers: Vec<u64> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+
+        // A false suspicion at one follower: pre-vote asks, the other follower still hears
+        // the leader and refuses, and the leader's next heartbeat brings the asker back.
+        c.0.get_mut(&followers[0]).unwrap().leader_suspected(leader, true).unwrap();
+        c.settle(3);
+        assert_eq!(c.leader(), leader);
+        assert!(c.0.values().all(|r| r.term() == term && r.leader() == leader), "no term was spent");
+
+        // The leader dies; both followers suspect it, the first in line campaigns at once.
+        c.0.remove(&leader);
+        c.0.get_mut(&followers[1]).unwrap().leader_suspected(leader, false).unwrap();
+        c.0.get_mut(&followers[0]).unwrap().leader_suspected(leader, true).unwrap();
+        c.settle(1);
+        assert_eq!(c.leader(), followers[0], "elected within a tick, not the 10-tick timeout");
+        assert_eq!(c.0[&followers[1]].leader(), followers[0]);
     }
 }

@@ -12,6 +12,12 @@
 //! - **loss**: every message is dropped with some probability for a while;
 //! - **pause**: a member stops (SIGSTOP) and resumes (SIGCONT): what was sent to it waits.
 //!
+//! Members run the failure detector of a real member ([`crate::node::watch`]) when
+//! [`SimConfig::detector`] says so (three seeds in four by default): its heartbeats travel the
+//! same network, suffer the same faults, carry the leader's commit index, and a suspicion of
+//! the leader starts an election at once. With delays up to 200 us against a 200 us threshold,
+//! false suspicions are common: the run checks that they cost nothing in correctness.
+//!
 //! Clients issue one request at a time to one member and time each from invocation to
 //! answer; a request unanswered after [`SimConfig::request_timeout_us`], or whose member
 //! crashed, has an unknown outcome and its client is replaced by a new one (as Jepsen
@@ -23,7 +29,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::network::Network;
+use crate::fd::wire::{Datagram, MAGIC, decode};
 use crate::kv::{ReadOp, Reply, SetCondition, WriteOp};
+use crate::node::watch::{Act, Watch, WatchConfig};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{Broken, LogStore, MemDisk, ReadMode, Replica, ReplicaConfig, Sync, Ticket};
 
@@ -88,6 +96,8 @@ pub struct SimConfig {
     pub broken: Option<Broken>,
     /// Log entries kept before compaction (small, to exercise snapshots).
     pub compact_after_entries: u64,
+    /// The members' failure detector (`None`: elections by Raft's timeout alone).
+    pub detector: Option<WatchConfig>,
 }
 
 impl SimConfig {
@@ -108,6 +118,10 @@ impl SimConfig {
             read_mode: ReadMode::ReadIndex,
             broken: None,
             compact_after_entries: 200,
+            // Three seeds in four run the detector; the rest keep Raft's timeout alone in the
+            // volume too.
+            detector: (!seed.is_multiple_of(4))
+                .then_some(WatchConfig { period_ns: 100_000, lambda_ns: 200_000 }),
         }
     }
 }
@@ -172,6 +186,8 @@ pub struct SimOutcome {
     pub messages: (u64, u64),
     /// Leader elections seen (distinct terms with a leader).
     pub terms: u64,
+    /// Simulated time, while clients ran, that no running member was leader, microseconds.
+    pub leaderless_us: u64,
 }
 
 enum MemberState {
@@ -194,6 +210,8 @@ struct Sim {
     now_us: u64,
     network: Network,
     members: Vec<MemberState>,
+    /// Each member's failure detector (when on), replaced at its restart.
+    watches: Vec<Option<Watch>>,
     phase_us: Vec<u64>,
     clients: Vec<Client>,
     client_slots: BTreeMap<u64, usize>,
@@ -202,6 +220,7 @@ struct Sim {
     faults: Vec<FaultEvent>,
     heal_at_us: Option<u64>,
     leader_terms: std::collections::BTreeSet<u64>,
+    leaderless_us: u64,
 }
 
 fn replica_config(config: &SimConfig, id: u64, rng: &mut StdRng) -> ReplicaConfig {
@@ -227,11 +246,13 @@ impl Sim {
             phase_us.push(rng.random_range(0..config.tick_us));
         }
         let network = Network::new(config.delay_us.0, config.delay_us.1);
+        let watches = voters.iter().map(|&id| Self::watch(&config, id, 0)).collect();
         let mut sim = Sim {
             rng,
             now_us: 0,
             network,
             members,
+            watches,
             phase_us,
             clients: Vec::new(),
             client_slots: BTreeMap::new(),
@@ -240,6 +261,7 @@ impl Sim {
             faults: Vec::new(),
             heal_at_us: None,
             leader_terms: Default::default(),
+            leaderless_us: 0,
             config,
         };
         for slot in 0..sim.config.clients {
@@ -248,6 +270,12 @@ impl Sim {
             sim.clients.push(Client { id, member, seq: 0, waiting: None, next_at_us: 10_000 });
         }
         sim
+    }
+
+    /// Member `id`'s detector, started at `now_us` (its start time is its incarnation).
+    fn watch(config: &SimConfig, id: u64, now_us: u64) -> Option<Watch> {
+        let peers = 1..=config.members as u64;
+        config.detector.map(|wc| Watch::new(wc, id, peers, now_us * 1_000 + 1, now_us * 1_000))
     }
 
     fn new_client_id(&mut self, slot: usize) -> u64 {
@@ -347,6 +375,9 @@ impl Sim {
                 self.now_us = self.now_us.max(msg.deliver_at_us);
                 self.deliver(msg.to, msg.bytes);
             }
+            if clients_active && self.leader().is_none() {
+                self.leaderless_us += next - self.now_us;
+            }
             self.now_us = next;
             if faults_active && !self.config.faults.is_empty() && self.now_us >= next_fault_us {
                 self.inject_fault();
@@ -366,6 +397,18 @@ impl Sim {
 
     fn deliver(&mut self, to: u64, bytes: Vec<u8>) {
         match &mut self.members[(to - 1) as usize] {
+            MemberState::Up(replica) if bytes.starts_with(&MAGIC) => {
+                let Ok(Datagram::Replica { heartbeat, term, commit }) = decode(&bytes) else {
+                    unreachable!("the simulator's own heartbeat decodes")
+                };
+                if let Some(watch) = self.watches[(to - 1) as usize].as_mut() {
+                    watch.heard(&heartbeat, self.now_us * 1_000);
+                }
+                if term != 0 {
+                    replica.leader_commit(heartbeat.member, term, commit).expect("memory disk cannot fail");
+                    self.drain(to);
+                }
+            }
             MemberState::Up(replica) => {
                 let msg = decode_message(&bytes).expect("the simulator's own encoding decodes");
                 replica.step(msg).expect("memory disk cannot fail");
@@ -395,6 +438,7 @@ impl Sim {
                 MemberState::Down { disk, until_us } if until_us <= now => {
                     let (log, _) = LogStore::load(disk, self.config.sync).expect("memory disk cannot fail");
                     let rc = replica_config(&self.config, id, &mut self.rng);
+                    self.watches[i] = Self::watch(&self.config, id, now);
                     MemberState::Up(Box::new(Replica::new(rc, log).expect("a logged replica restarts")))
                 }
                 other => other,
@@ -413,7 +457,33 @@ impl Sim {
             if let Some(replica) = self.replica(id) {
                 replica.tick(now_ms).expect("memory disk cannot fail");
                 self.drain(id);
+                self.watch_pass(id);
             }
+        }
+    }
+
+    /// Member `id`'s detector at its tick: the counter, the heartbeats, and a suspicion's act.
+    fn watch_pass(&mut self, id: u64) {
+        let i = (id - 1) as usize;
+        let now_ns = self.now_us * 1_000;
+        let (MemberState::Up(replica), Some(watch)) = (&mut self.members[i], self.watches[i].as_mut()) else {
+            return;
+        };
+        watch.bump();
+        let (network, rng, now_us) = (&mut self.network, &mut self.rng, self.now_us);
+        let mut out = Vec::new();
+        let peers = 1..=self.config.members as u64;
+        watch.send_due(
+            now_ns,
+            peers,
+            |peer| replica.commit_for(peer),
+            &mut out,
+            |peer, bytes| network.send(rng, now_us, id, peer, bytes.to_vec()),
+        );
+        let voters = replica.voters();
+        if let Some(Act::Suspect { leader, campaign }) = watch.poll(now_ns, replica.leader(), &voters) {
+            replica.leader_suspected(leader, campaign).expect("memory disk cannot fail");
+            self.drain(id);
         }
     }
 
@@ -669,6 +739,7 @@ pub fn run(config: SimConfig) -> SimOutcome {
         lost_acknowledged_writes: lost,
         messages: (sim.network.sent, sim.network.dropped),
         terms: sim.leader_terms.len() as u64,
+        leaderless_us: sim.leaderless_us,
     }
 }
 
@@ -711,6 +782,38 @@ mod tests {
         // A SET with an unknown outcome may take effect any time after its call.
         let pending = op(2, OpKind::Set(b"a;".to_vec()), None, 0, None);
         assert_eq!(lost_writes(&[pending, appended("b;", 10)], &finals), 0);
+    }
+
+    #[test]
+    fn the_detector_replaces_a_crashed_leader_sooner_than_raft_alone() {
+        // Leader crashes only, over the same seeds with the detector and without: the time
+        // with no leader shrinks from Raft's timeout (5-10 ms here) to the detector's
+        // suspicion and one election (here 0.66 ms a crash against 7.7 ms); the histories
+        // stay linearizable either way.
+        let (mut with, mut without, mut crashes) = (0, 0, 0);
+        for seed in 1..=6 {
+            let mut config = SimConfig::new(seed);
+            config.faults = vec![FaultKind::CrashLeader];
+            config.detector = Some(WatchConfig { period_ns: 100_000, lambda_ns: 200_000 });
+            let on = run(config.clone());
+            config.detector = None;
+            let off = run(config);
+            for outcome in [&on, &off] {
+                let (verdict, detail) =
+                    crate::sim::check::judge(&outcome.history, std::time::Duration::from_secs(10));
+                assert_eq!(verdict, "linearizable", "seed {seed}: {detail:?}");
+                assert_eq!(outcome.lost_acknowledged_writes, Some(0), "seed {seed}");
+            }
+            with += on.leaderless_us;
+            without += off.leaderless_us;
+            crashes += on.faults.len();
+        }
+        eprintln!("leaderless {with} us with the detector, {without} us without, {crashes} crashes");
+        assert!(crashes >= 12, "{crashes} crashes");
+        assert!(
+            with * 3 < without,
+            "leaderless {with} us with the detector, {without} us without, over {crashes} crashes"
+        );
     }
 
     #[test]

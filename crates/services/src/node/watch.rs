@@ -1,0 +1,375 @@
+//! A member's failure detector: heartbeats to and from the other members every period, the
+//! leader's commit index riding on them, and what a suspicion of the leader makes this member
+//! do.
+//!
+//! # Mechanism
+//!
+//! Every `period` (the loop's, 100 us by default) the member sends each other member a
+//! heartbeat ([`crate::fd::wire`]'s replica kind) on its Raft socket: its incarnation (the start
+//! time, so a restarted member is told from its previous life), a sequence number, its liveness
+//! counter (bumped by every pass of the member's loop, so a member whose loop hangs, stopped by
+//! SIGSTOP or stuck in a write, is suspected like a dead one) and, from the leader, its term and
+//! the commit index the receiver may take ([`Replica::commit_for`]). The receiver feeds the
+//! heartbeat to the detector ([`crate::fd::Detector`]: suspected after `period + lambda`
+//! without a fresh one) and the commit index to its replica ([`Replica::leader_commit`]), so
+//! followers learn commits without Raft messages of their own.
+//!
+//! # Policy: who campaigns when the leader is suspected
+//!
+//! Every member that suspects the leader stops honouring its lease at once, so that it grants
+//! the votes of whoever campaigns. Then the voters this member still trusts (the leader left
+//! out) are ranked by id; the first campaigns at once, the k-th after k times
+//! [`STAGGER_PERIODS`]: one candidate at a time rarely splits the vote, and if the first is
+//! behind (its log cannot win) or dead, the next one stands soon after. A member keeps trying
+//! every [`RETRY_PERIODS`] while it has no leader other than the suspected one; a heartbeat of
+//! the suspected leader ends it (a false suspicion: pre-vote kept the term). Raft's own
+//! election timeout stays the backstop.
+//!
+//! Work per call: O(members); nothing allocates after [`Watch::new`] but the events pushed to
+//! a reused vector.
+
+use crate::fd::wire::{Heartbeat, encode_replica_heartbeat};
+use crate::fd::{Detector, DetectorConfig, Event};
+
+/// Periods between the campaigns of two members next in line.
+pub const STAGGER_PERIODS: u64 = 10;
+/// Periods between a member's tries while no new leader has appeared.
+pub const RETRY_PERIODS: u64 = 10;
+
+/// The detector's settings in a member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchConfig {
+    /// The heartbeat period `T`, ns.
+    pub period_ns: u64,
+    /// The threshold Lambda, ns: a member is suspected after `T + Lambda` without a fresh
+    /// heartbeat.
+    pub lambda_ns: u64,
+}
+
+/// Counters for INFO.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchStats {
+    /// Heartbeats sent.
+    pub heartbeats_out: u64,
+    /// Heartbeats received from members of the table.
+    pub heartbeats_in: u64,
+    /// Times a member was suspected.
+    pub suspicions: u64,
+    /// Times the leader was suspected.
+    pub leader_suspicions: u64,
+    /// Campaigns started on a suspicion.
+    pub campaigns: u64,
+}
+
+/// What the replica is asked to do about a suspected leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    /// Stop honouring `leader`'s lease; campaign when `campaign`.
+    Suspect {
+        /// The suspected leader.
+        leader: u64,
+        /// Whether to stand for election now.
+        campaign: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Suspicion {
+    leader: u64,
+    /// When to campaign (again); `None` until the first poll after the suspicion.
+    next_campaign_ns: Option<u64>,
+}
+
+/// One member's detector, its heartbeats and its election policy; see the module doc.
+#[derive(Debug)]
+pub struct Watch {
+    config: WatchConfig,
+    id: u64,
+    detector: Detector,
+    incarnation: u64,
+    seq: u64,
+    counter: u64,
+    next_send_ns: u64,
+    suspicion: Option<Suspicion>,
+    events: Vec<Event>,
+    stats: WatchStats,
+}
+
+impl Watch {
+    /// A detector for member `id` watching `peers` (its own id is left out), started at
+    /// `now_ns`; `incarnation` must grow with each start of the member (its start time does).
+    pub fn new(
+        config: WatchConfig,
+        id: u64,
+        peers: impl IntoIterator<Item = u64>,
+        incarnation: u64,
+        now_ns: u64,
+    ) -> Self {
+        Self {
+            config,
+            id,
+            detector: Self::detector(config, id, peers, now_ns),
+            incarnation,
+            seq: 0,
+            counter: 0,
+            next_send_ns: now_ns,
+            suspicion: None,
+            events: Vec::new(),
+            stats: WatchStats::default(),
+        }
+    }
+
+    fn detector(config: WatchConfig, id: u64, peers: impl IntoIterator<Item = u64>, now_ns: u64) -> Detector {
+        let members = peers.into_iter().filter(move |&p| p != id);
+        Detector::new(
+            DetectorConfig { period_ns: config.period_ns, threshold_ns: config.lambda_ns },
+            members,
+            now_ns,
+        )
+    }
+
+    /// The members changed: watch these from now on, each given a full timeout's grace.
+    pub fn set_peers(&mut self, peers: impl IntoIterator<Item = u64>, now_ns: u64) {
+        self.detector = Self::detector(self.config, self.id, peers, now_ns);
+    }
+
+    /// The settings.
+    pub fn config(&self) -> WatchConfig {
+        self.config
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> WatchStats {
+        self.stats
+    }
+
+    /// The members suspected now.
+    pub fn suspected(&self) -> impl Iterator<Item = u64> + '_ {
+        self.detector.entries().iter().filter(|e| e.is_suspected()).map(|e| e.member)
+    }
+
+    /// One pass of the member's loop: the liveness counter moves.
+    pub fn bump(&mut self) {
+        self.counter += 1;
+    }
+
+    /// When the loop must next wake for the detector: a heartbeat due, a deadline, a campaign.
+    pub fn next_wake_ns(&self) -> u64 {
+        let mut at = self.next_send_ns;
+        if let Some(d) = self.detector.next_deadline_ns() {
+            at = at.min(d);
+        }
+        if let Some(at_campaign) = self.suspicion.and_then(|s| s.next_campaign_ns) {
+            at = at.min(at_campaign);
+        }
+        at
+    }
+
+    /// If a heartbeat round is due at `now_ns`, writes the heartbeat for each peer into `out`
+    /// (cleared first) and calls `send(peer, bytes)`; `commit_for(peer)` gives the term and
+    /// commit index to piggyback (the leader's; `None` elsewhere).
+    pub fn send_due(
+        &mut self,
+        now_ns: u64,
+        peers: impl IntoIterator<Item = u64>,
+        commit_for: impl Fn(u64) -> Option<(u64, u64)>,
+        out: &mut Vec<u8>,
+        mut send: impl FnMut(u64, &[u8]),
+    ) {
+        if now_ns < self.next_send_ns {
+            return;
+        }
+        // The next round one period after this one was due; after a stall, one period from now.
+        self.next_send_ns =
+            (self.next_send_ns + self.config.period_ns).max(now_ns + self.config.period_ns / 2);
+        let heartbeat = Heartbeat {
+            member: self.id,
+            incarnation: self.incarnation,
+            seq: self.seq,
+            counter: self.counter,
+            sent_ns: now_ns,
+        };
+        self.seq += 1;
+        for peer in peers {
+            if peer == self.id {
+                continue;
+            }
+            let (term, commit) = commit_for(peer).unwrap_or((0, 0));
+            out.clear();
+            encode_replica_heartbeat(&heartbeat, term, commit, out);
+            send(peer, out);
+            self.stats.heartbeats_out += 1;
+        }
+    }
+
+    /// A heartbeat received at `at_ns`.
+    pub fn heard(&mut self, heartbeat: &Heartbeat, at_ns: u64) {
+        let heard = self.detector.handle_heartbeat(heartbeat, at_ns, at_ns, &mut self.events);
+        if !matches!(heard, crate::fd::Heard::Unknown) {
+            self.stats.heartbeats_in += 1;
+        }
+    }
+
+    /// The detector's verdicts at `now_ns` and what they ask of this member, whose replica
+    /// follows `leader` (0: none known) among `voters`.
+    pub fn poll(&mut self, now_ns: u64, leader: u64, voters: &[u64]) -> Option<Act> {
+        self.detector.poll(now_ns, &mut self.events);
+        for event in self.events.drain(..) {
+            match event {
+                Event::Suspected { member, .. } => {
+                    self.stats.suspicions += 1;
+                    if member == leader && member != self.id {
+                        self.stats.leader_suspicions += 1;
+                        self.suspicion = Some(Suspicion { leader: member, next_campaign_ns: None });
+                    }
+                }
+                Event::Trusted { member, .. } => {
+                    if self.suspicion.is_some_and(|s| s.leader == member) {
+                        self.suspicion = None;
+                    }
+                }
+            }
+        }
+        let s = self.suspicion.as_mut()?;
+        // A new leader (or this member) took over: the suspicion has done its work.
+        if (leader != 0 && leader != s.leader) || !voters.contains(&self.id) {
+            self.suspicion = None;
+            return None;
+        }
+        let rank = campaign_rank(self.id, s.leader, voters, |m| {
+            self.detector.entry(m).is_some_and(|e| e.is_suspected())
+        });
+        let period = self.config.period_ns;
+        match s.next_campaign_ns {
+            // First notice: the lease goes now, the campaign after those ahead in line.
+            None if rank > 0 => {
+                s.next_campaign_ns = Some(now_ns + rank * STAGGER_PERIODS * period);
+                return Some(Act::Suspect { leader: s.leader, campaign: false });
+            }
+            Some(at) if now_ns < at => return None,
+            _ => {}
+        }
+        s.next_campaign_ns = Some(now_ns + RETRY_PERIODS * period);
+        self.stats.campaigns += 1;
+        Some(Act::Suspect { leader: s.leader, campaign: true })
+    }
+}
+
+/// This member's place in line to campaign after `leader` is suspected: among the voters it
+/// trusts, the leader left out, by id (0 first).
+pub fn campaign_rank(id: u64, leader: u64, voters: &[u64], suspected: impl Fn(u64) -> bool) -> u64 {
+    voters.iter().filter(|&&v| v != leader && v != id && v < id && !suspected(v)).count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: u64 = 100_000;
+
+    fn watch(id: u64) -> Watch {
+        Watch::new(WatchConfig { period_ns: T, lambda_ns: 2 * T }, id, [1, 2, 3], 1, 0)
+    }
+
+    fn heartbeat(member: u64, counter: u64) -> Heartbeat {
+        Heartbeat { member, incarnation: 1, seq: counter, counter, sent_ns: 0 }
+    }
+
+    #[test]
+    fn heartbeats_go_to_every_other_member_once_a_period_with_the_commit_for_each() {
+        let mut w = watch(1);
+        let mut sent = Vec::new();
+        let mut out = Vec::new();
+        for now in [0, T / 2, T, T + 1] {
+            w.send_due(
+                now,
+                [1, 2, 3],
+                |p| Some((5, 10 * p)),
+                &mut out,
+                |p, b| sent.push((now, p, b.to_vec())),
+            );
+        }
+        assert_eq!(
+            sent.iter().map(|(n, p, _)| (*n, *p)).collect::<Vec<_>>(),
+            [(0, 2), (0, 3), (T, 2), (T, 3)]
+        );
+        match crate::fd::wire::decode(&sent[1].2).unwrap() {
+            crate::fd::wire::Datagram::Replica { heartbeat, term, commit } => {
+                assert_eq!((heartbeat.member, term, commit), (1, 5, 30));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(w.stats().heartbeats_out, 4);
+    }
+
+    #[test]
+    fn the_first_in_line_campaigns_at_once_the_next_after_a_stagger_and_retries_until_a_leader() {
+        // Member 2 and member 3 both lose leader 1 at 3T (T + Lambda after its last word).
+        let (mut two, mut three) = (watch(2), watch(3));
+        let voters = [1, 2, 3];
+        for w in [&mut two, &mut three] {
+            w.heard(&heartbeat(2, 1), 0);
+            w.heard(&heartbeat(3, 1), 0);
+            assert_eq!(w.poll(2 * T, 1, &voters), None, "in time");
+        }
+        for w in [&mut two, &mut three] {
+            w.heard(&heartbeat(2, 2), 2 * T);
+            w.heard(&heartbeat(3, 2), 2 * T);
+        }
+        let at = 3 * T;
+        assert_eq!(two.poll(at, 1, &voters), Some(Act::Suspect { leader: 1, campaign: true }));
+        assert_eq!(three.poll(at, 1, &voters), Some(Act::Suspect { leader: 1, campaign: false }));
+        // The campaign made 2 a candidate with no leader; 3 waits its turn.
+        assert_eq!(three.poll(at + T, 0, &voters), None);
+        assert_eq!(two.poll(at + T, 0, &voters), None, "no retry before RETRY_PERIODS");
+        assert_eq!(
+            two.poll(at + RETRY_PERIODS * T, 0, &voters),
+            Some(Act::Suspect { leader: 1, campaign: true }),
+            "no leader yet: again"
+        );
+        assert_eq!(
+            three.poll(at + STAGGER_PERIODS * T, 0, &voters),
+            Some(Act::Suspect { leader: 1, campaign: true }),
+            "its turn came with no leader"
+        );
+        // 2 won: the suspicion is over at both.
+        assert_eq!(three.poll(at + 20 * T, 2, &voters), None);
+        assert_eq!(three.poll(at + 40 * T, 2, &voters), None);
+        assert_eq!(two.stats().campaigns, 2);
+        assert_eq!(two.stats().leader_suspicions, 1);
+    }
+
+    #[test]
+    fn a_heartbeat_of_the_suspected_leader_ends_the_suspicion() {
+        let mut two = watch(2);
+        let voters = [1, 2, 3];
+        two.heard(&heartbeat(3, 1), 0);
+        two.heard(&heartbeat(3, 2), 2 * T);
+        assert!(matches!(two.poll(3 * T, 1, &voters), Some(Act::Suspect { campaign: true, .. })));
+        two.heard(&heartbeat(1, 1), 3 * T + 10);
+        two.heard(&heartbeat(3, 3), 3 * T + 10);
+        assert_eq!(two.poll(3 * T + 20, 0, &voters), None);
+        assert_eq!(two.poll(3 * T + 20 + RETRY_PERIODS * T, 0, &voters), None, "no more tries");
+    }
+
+    #[test]
+    fn a_hung_member_is_suspected_though_its_heartbeats_still_come() {
+        let mut two = watch(2);
+        two.heard(&heartbeat(1, 7), 0);
+        for k in 1..=5 {
+            two.heard(&heartbeat(1, 7), k * T);
+        }
+        two.heard(&heartbeat(3, 1), 0);
+        assert!(two.poll(5 * T, 1, &[1, 2, 3]).is_some(), "the same counter is no news");
+        assert_eq!(two.suspected().collect::<Vec<_>>(), [1, 3]);
+    }
+
+    #[test]
+    fn rank_skips_the_leader_itself_and_the_suspected() {
+        assert_eq!(campaign_rank(2, 1, &[1, 2, 3], |_| false), 0);
+        assert_eq!(campaign_rank(3, 1, &[1, 2, 3], |_| false), 1);
+        assert_eq!(campaign_rank(3, 1, &[1, 2, 3], |m| m == 2), 0);
+        assert_eq!(campaign_rank(5, 3, &[1, 2, 3, 4, 5], |_| false), 3);
+        assert_eq!(campaign_rank(1, 3, &[1, 2, 3], |_| false), 0);
+    }
+}
