@@ -58,7 +58,8 @@ struct RaftArgs {
     /// The loop's period (one Raft tick), microseconds, 10-1000000.
     #[arg(long, value_name = "US", default_value_t = 100)]
     period_us: u64,
-    /// Ticks between the leader's heartbeats, 1-1000.
+    /// Ticks between the leader's Raft heartbeats, 1-1000 (with the failure detector on, at
+    /// least a quarter of --election-ticks: the detector's heartbeats do their work).
     #[arg(long, value_name = "N", default_value_t = 2)]
     heartbeat_ticks: usize,
     /// Ticks a follower waits for the leader before it campaigns (drawn in [N, 2N)), more than

@@ -294,7 +294,14 @@ impl Node {
             config.peers.entry(config.id).or_insert(raft_addr);
         }
         let mut rc = ReplicaConfig::new(config.id);
-        rc.heartbeat_ticks = config.heartbeat_ticks;
+        // With the detector on, its heartbeats carry the commit index and restart followers'
+        // election clocks every period, so Raft's own are only a backstop: a quarter of the
+        // election timeout apart rather than every few ticks (each costs a datagram to every
+        // follower and one back).
+        rc.heartbeat_ticks = match config.detector {
+            Some(_) => config.heartbeat_ticks.max(config.election_ticks / 4),
+            None => config.heartbeat_ticks,
+        };
         rc.election_ticks = config.election_ticks;
         rc.read_mode = config.read_mode;
         let replica = Replica::new(rc, log)?;
