@@ -79,9 +79,10 @@ struct RaftArgs {
     batching: BatchingArg,
     /// The failure detector's threshold Lambda, microseconds: a member is suspected when no
     /// heartbeat with news came for a period (--period-us) plus this; a suspected leader is
-    /// replaced at once. 0-10000000.
-    #[arg(long, value_name = "US", default_value_t = 200)]
-    fd_lambda_us: u64,
+    /// replaced at once. 0-10000000; default 200 with --fsync never, 2000 with always (a
+    /// member's loop waits in fdatasync, whose tail on a disk is milliseconds).
+    #[arg(long, value_name = "US")]
+    fd_lambda_us: Option<u64>,
     /// No failure detector: a lost leader is noticed by Raft's election timeout alone.
     #[arg(long)]
     no_fd: bool,
@@ -109,10 +110,9 @@ impl RaftArgs {
                 self.heartbeat_ticks
             )));
         }
-        if self.fd_lambda_us > 10_000_000 {
+        if let Some(us) = self.fd_lambda_us.filter(|&us| us > 10_000_000) {
             return Err(exit::usage(format!(
-                "--fd-lambda-us {} is out of range: 0 to 10000000 (or --no-fd)",
-                self.fd_lambda_us
+                "--fd-lambda-us {us} is out of range: 0 to 10000000 (or --no-fd)"
             )));
         }
         if self.election_ticks <= self.heartbeat_ticks || self.election_ticks > 100_000 {
@@ -140,7 +140,9 @@ impl RaftArgs {
         if self.stale_reads {
             flags.push("--stale-reads".into());
         }
-        flags.push(format!("--fd-lambda-us={}", self.fd_lambda_us));
+        if let Some(us) = self.fd_lambda_us {
+            flags.push(format!("--fd-lambda-us={us}"));
+        }
         if self.no_fd {
             flags.push("--no-fd".into());
         }
@@ -260,7 +262,10 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         raft_tos: a.lane.then_some(kairos_io::lane_testbed::LANE_TOS),
         detector: (!a.raft.no_fd).then_some(kairos_services::node::watch::WatchConfig {
             period_ns: a.raft.period_us * 1_000,
-            lambda_ns: a.raft.fd_lambda_us * 1_000,
+            lambda_ns: a.raft.fd_lambda_us.unwrap_or(match a.raft.fsync {
+                Fsync::Always => 2_000,
+                Fsync::Never => 200,
+            }) * 1_000,
         }),
     };
     let mut node = Node::open(config).with_context(|| format!("member {}", a.id))?;

@@ -65,9 +65,10 @@ pub struct KvBenchArgs {
     #[arg(long, value_name = "N", default_value_t = 100)]
     election_ticks: usize,
     /// The kairos members' failure-detector threshold Lambda, microseconds (a suspected leader
-    /// is replaced at once), 0-10000000.
-    #[arg(long, value_name = "US", default_value_t = 200)]
-    fd_lambda_us: u64,
+    /// is replaced at once), 0-10000000; default: the members' own (200 with fsync never, 2000
+    /// with always).
+    #[arg(long, value_name = "US")]
+    fd_lambda_us: Option<u64>,
     /// Run the kairos members without their failure detector (failover by Raft's timeout).
     #[arg(long)]
     no_fd: bool,
@@ -112,7 +113,8 @@ pub fn config(a: &KvBenchArgs) -> Result<BenchConfig> {
     }
     c.kairos_period_us = a.period_us;
     c.kairos_election_ticks = a.election_ticks;
-    c.kairos_fd_lambda_us = (!a.no_fd).then_some(a.fd_lambda_us);
+    c.kairos_fd_lambda_us = a.fd_lambda_us;
+    c.kairos_no_fd = a.no_fd;
     Ok(c)
 }
 

@@ -89,9 +89,11 @@ pub struct BenchConfig {
     pub kairos_period_us: u64,
     /// The kairos members' election timeout, ticks (`--election-ticks`).
     pub kairos_election_ticks: usize,
-    /// The kairos members' failure-detector threshold, us (`--fd-lambda-us`; `None`:
-    /// `--no-fd`).
+    /// The kairos members' failure-detector threshold, us (`--fd-lambda-us`; `None`: the
+    /// members' default for their fsync setting).
     pub kairos_fd_lambda_us: Option<u64>,
+    /// The kairos members run without their failure detector (`--no-fd`).
+    pub kairos_no_fd: bool,
     /// The `kairos` executable the members run.
     pub kairos_exe: PathBuf,
 }
@@ -117,7 +119,8 @@ impl BenchConfig {
             client_cores,
             kairos_period_us: 100,
             kairos_election_ticks: 100,
-            kairos_fd_lambda_us: Some(200),
+            kairos_fd_lambda_us: None,
+            kairos_no_fd: false,
             kairos_exe,
         }
     }
@@ -541,6 +544,7 @@ fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSummary> {
         kairos_period_us: config.kairos_period_us,
         kairos_election_ticks: config.kairos_election_ticks,
         kairos_fd_lambda_us: config.kairos_fd_lambda_us,
+        kairos_no_fd: config.kairos_no_fd,
         server_cores: config.server_cores.clone(),
         logs,
         tmpfs: tmpfs.path().to_path_buf(),
@@ -791,7 +795,7 @@ fn measure_setup(
             write: Quantiles::of(&writes),
             elected: Quantiles::of(&elected),
             samples,
-            election_timeout: election_timeout(config, setup.system),
+            election_timeout: election_timeout(config, setup.system, setup.fsync),
             notes,
         });
     }
@@ -800,7 +804,7 @@ fn measure_setup(
 }
 
 /// The election timeout a system was run with, in words.
-fn election_timeout(config: &BenchConfig, system: SystemKind) -> String {
+fn election_timeout(config: &BenchConfig, system: SystemKind, fsync: Fsync) -> String {
     match system {
         SystemKind::Kairos => {
             let lo = config.kairos_election_ticks as f64 * config.kairos_period_us as f64 / 1e3;
@@ -813,13 +817,17 @@ fn election_timeout(config: &BenchConfig, system: SystemKind) -> String {
                 config.kairos_election_ticks,
                 config.kairos_period_us
             );
-            match config.kairos_fd_lambda_us {
-                Some(lambda) => format!(
-                    "the failure detector's suspicion after T {} us + Lambda {lambda} us, then an election at once (--fd-lambda-us); Raft's timeout behind it: {raft}",
-                    config.kairos_period_us
-                ),
-                None => format!("{raft}; no failure detector (--no-fd)"),
+            if config.kairos_no_fd {
+                return format!("{raft}; no failure detector (--no-fd)");
             }
+            let lambda = config.kairos_fd_lambda_us.unwrap_or(match fsync {
+                Fsync::Always => 2_000,
+                Fsync::Never => 200,
+            });
+            format!(
+                "the failure detector's suspicion after T {} us + Lambda {lambda} us, then an election at once (--fd-lambda-us); Raft's timeout behind it: {raft}",
+                config.kairos_period_us
+            )
         }
         SystemKind::Etcd => "1000 ms, heartbeat 100 ms (etcd's defaults)".into(),
         _ => "-".into(),

@@ -188,8 +188,10 @@ pub struct Env {
     pub kairos_period_us: u64,
     /// The members' election timeout, ticks.
     pub kairos_election_ticks: usize,
-    /// The members' failure-detector threshold, us (`None`: no detector).
+    /// The members' failure-detector threshold, us (`None`: their default).
     pub kairos_fd_lambda_us: Option<u64>,
+    /// The members run without their failure detector.
+    pub kairos_no_fd: bool,
     /// The servers' cores.
     pub server_cores: Vec<usize>,
     /// Where the servers' output goes.
@@ -428,10 +430,11 @@ impl Running {
                         args.push(dir);
                         args.push(format!("--period-us={}", env.kairos_period_us).into());
                         args.push(format!("--election-ticks={}", env.kairos_election_ticks).into());
-                        args.push(match env.kairos_fd_lambda_us {
-                            Some(us) => format!("--fd-lambda-us={us}").into(),
-                            None => "--no-fd".into(),
-                        });
+                        if env.kairos_no_fd {
+                            args.push("--no-fd".into());
+                        } else if let Some(us) = env.kairos_fd_lambda_us {
+                            args.push(format!("--fd-lambda-us={us}").into());
+                        }
                         args.push(format!("--fsync={}", setup.fsync.name()).into());
                         Ok(Member {
                             name: format!("kairos member {}", i + 1),
