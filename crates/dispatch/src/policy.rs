@@ -1,0 +1,87 @@
+//! The steering trait every policy implements, and the names the command line uses.
+
+use serde::{Deserialize, Serialize};
+
+/// A worker's number, `0..MAX_WORKERS`.
+pub type WorkerId = u16;
+
+/// The most workers a policy steers to.
+pub const MAX_WORKERS: usize = 1024;
+
+/// Where each packet of a flow goes, as workers join and leave.
+///
+/// Contract: `pick` returns an active worker (one joined and not left since), or `None` when
+/// none is; `join` of an active worker and `leave` of an inactive one change nothing. Work per
+/// `pick` is O(1) in the number of flows and workers (the calisto table's bounded probe
+/// included); `join`, `leave` and `rebalance` may take time linear in the table.
+pub trait Steer {
+    /// The policy's name, as `--policy` spells it.
+    fn name(&self) -> &'static str;
+
+    /// The worker for a packet of the flow whose hash is `hash`, at `now_ns`.
+    fn pick(&mut self, hash: u64, now_ns: u64) -> Option<WorkerId>;
+
+    /// `worker` becomes active.
+    fn join(&mut self, worker: WorkerId);
+
+    /// `worker` parks: no packet goes to it until it joins again.
+    fn leave(&mut self, worker: WorkerId);
+
+    /// The active workers (in the policy's own order).
+    fn active(&self) -> &[WorkerId];
+
+    /// The load-aware step, called once an interval; policies that do not watch load ignore it.
+    fn rebalance(&mut self, _now_ns: u64) {}
+}
+
+/// The policies by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// [`crate::HashMod`].
+    HashMod,
+    /// [`crate::Calisto`].
+    Calisto,
+    /// [`crate::Caladan`].
+    Caladan,
+    /// [`crate::Buckets`].
+    Kairos,
+}
+
+impl PolicyKind {
+    /// Every policy, baselines first.
+    pub const ALL: [PolicyKind; 4] =
+        [PolicyKind::HashMod, PolicyKind::Calisto, PolicyKind::Caladan, PolicyKind::Kairos];
+
+    /// The name `--policy` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::HashMod => "hash-mod",
+            PolicyKind::Calisto => "calisto",
+            PolicyKind::Caladan => "caladan",
+            PolicyKind::Kairos => "kairos",
+        }
+    }
+
+    /// A fresh policy of this kind with `workers` active (`0..workers`), default settings.
+    pub fn build(self, workers: usize) -> Box<dyn Steer + Send> {
+        let mut policy: Box<dyn Steer + Send> = match self {
+            PolicyKind::HashMod => Box::new(crate::HashMod::new()),
+            PolicyKind::Calisto => Box::new(crate::Calisto::new(crate::calisto::DEFAULT_CAPACITY)),
+            PolicyKind::Caladan => Box::new(crate::Caladan::new(crate::caladan::SLOTS.max(workers + 1))),
+            PolicyKind::Kairos => Box::new(crate::Buckets::new(crate::buckets::DEFAULT_BUCKETS)),
+        };
+        for w in 0..workers {
+            policy.join(w as WorkerId);
+        }
+        policy
+    }
+}
+
+/// Spreads a flow hash's entropy over all 64 bits (a multiply by the golden ratio and a fold),
+/// so a policy may take any bits of it: a NIC's Toeplitz hash or a 5-tuple's FNV alike.
+#[inline]
+pub fn mix(hash: u64) -> u64 {
+    let m = hash.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    m ^ (m >> 29)
+}
