@@ -18,6 +18,7 @@ macro_rules! outln {
 }
 
 mod aoi_model;
+mod dispatch;
 mod doctor;
 mod exit;
 mod fd;
@@ -77,6 +78,7 @@ enum Command {
     /// The replicated key-value store: Raft on the lane's members, and its checks.
     Kv(kv::KvArgs),
     Fd(fd::FdArgs),
+    Dispatch(dispatch::DispatchArgs),
 }
 
 /// The flags every experiment takes.
@@ -263,6 +265,7 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Rtu(args) => rtu::run(&args),
         Command::Kv(args) => kv::run(&args),
         Command::Fd(args) => fd::run(&args),
+        Command::Dispatch(args) => dispatch::run(&args),
         Command::Doctor(args) => doctor::run(&args),
         Command::Lab(args) => {
             let c = &args.common;

@@ -27,6 +27,12 @@
 //! Every policy runs unchanged on real threads and on a virtual clock: time is passed in, and
 //! nothing here reads a clock, allocates per packet or takes a lock.
 //!
+//! # Keeping order when flows move
+//!
+//! [`Dispatcher`] puts the policy's answer into effect: it holds a moved group's packets until
+//! the old worker has finished the ones it already had (RFS's `last_qtail` rule, RSS++'s
+//! hand-off), so no packet overtakes an earlier one of its flow.
+//!
 //! # Measuring a change of workers
 //!
 //! [`remap`] counts the fraction of flows whose worker changes when a worker joins or leaves,
@@ -35,6 +41,7 @@
 pub mod buckets;
 pub mod caladan;
 pub mod calisto;
+pub mod dispatcher;
 pub mod hash_mod;
 pub mod policy;
 pub mod remap;
@@ -42,5 +49,6 @@ pub mod remap;
 pub use buckets::{BucketMove, Buckets};
 pub use caladan::Caladan;
 pub use calisto::Calisto;
+pub use dispatcher::{DispatchStats, Dispatcher, Workers};
 pub use hash_mod::HashMod;
 pub use policy::{MAX_WORKERS, PolicyKind, Steer, WorkerId, mix};

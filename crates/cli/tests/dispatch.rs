@@ -1,0 +1,46 @@
+//! `kairos dispatch remap`: its JSON rows (the names the issue fixes), every policy and both
+//! events, kairos within 1.1x of the ideal and hash-mod near 90% at ten workers, and one-line
+//! usage errors with exit 2 for flags out of range.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn kairos(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kairos")).args(args).output().expect("kairos runs")
+}
+
+#[test]
+fn remap_rows_name_every_policy_and_event_and_kairos_moves_the_ideal() {
+    let out = kairos(&["dispatch", "remap", "--workers", "10", "--flows", "200000", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 8, "four policies, join and leave");
+    let find = |policy: &str, event: &str| {
+        rows.iter()
+            .find(|r| r["policy"] == policy && r["event"] == event)
+            .unwrap_or_else(|| panic!("{policy} {event}"))
+    };
+    for event in ["join", "leave"] {
+        let k = find("kairos", event);
+        let (moved, ideal) =
+            (k["flows_moved_fraction"].as_f64().unwrap(), k["ideal_fraction"].as_f64().unwrap());
+        assert!(moved <= 1.1 * ideal, "kairos {event}: {moved} against {ideal}");
+        let h = find("hash-mod", event)["flows_moved_fraction"].as_f64().unwrap();
+        assert!(h > 0.85, "hash-mod {event}: {h}");
+    }
+    let join = find("kairos", "join");
+    assert_eq!((join["workers_before"].as_u64(), join["workers_after"].as_u64()), (Some(10), Some(11)));
+}
+
+#[test]
+fn flags_out_of_range_are_one_line_usage_errors() {
+    for args in [["--workers", "1"], ["--flows", "0"], ["--workers", "5000"]] {
+        let out = kairos(&["dispatch", "remap", args[0], args[1]]);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(args[0]), "{err}");
+    }
+}
