@@ -45,6 +45,7 @@ pub mod dispatcher;
 pub mod hash_mod;
 pub mod policy;
 pub mod remap;
+pub mod skew;
 
 pub use buckets::{BucketMove, Buckets};
 pub use caladan::Caladan;
