@@ -1,10 +1,12 @@
 //! `kairos dispatch`: flow-affinity dispatch to workers that come and go. `remap` counts the
-//! flows each steering policy moves when a worker joins or leaves, against the ideal.
+//! flows each steering policy moves when a worker joins or leaves, against the ideal; `skew`
+//! follows the busiest worker's load under Zipf-skewed flows on a virtual clock.
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use kairos_dispatch::PolicyKind;
 use kairos_dispatch::remap::{Event, RemapRow, flow_hashes, remap};
+use kairos_dispatch::skew::{self, SkewConfig, SkewReport};
 
 use crate::exit;
 
@@ -21,6 +23,40 @@ enum DispatchCommand {
     /// The fraction of flows each policy moves when a worker joins (N to N+1) and when the
     /// first leaves (N to N-1), beside the ideal (1/(N+1), 1/N). Deterministic, no timing.
     Remap(RemapArgs),
+    /// The busiest worker over the mean, window by window, under Zipf-skewed flows on a virtual
+    /// clock, each policy rebalancing as it does; with the floor the heaviest flow sets.
+    Skew(SkewArgs),
+}
+
+#[derive(Args)]
+struct SkewArgs {
+    /// Active workers, 2-1000.
+    #[arg(long, default_value_t = 14)]
+    workers: usize,
+    /// Flows, 1-10000000 (the source's 700,000 by default).
+    #[arg(long, default_value_t = 700_000)]
+    flows: usize,
+    /// The Zipf exponent, 0 (uniform) to 3.
+    #[arg(long, default_value_t = 1.1)]
+    zipf: f64,
+    /// Packets per millisecond of virtual time, 1-10000000.
+    #[arg(long, default_value_t = 50_000)]
+    packets_per_ms: u64,
+    /// Milliseconds between the load-aware policy's rebalances, 1-1000.
+    #[arg(long, default_value_t = 1)]
+    rebalance_ms: u64,
+    /// The measuring window, ms, 1-1000.
+    #[arg(long, default_value_t = 5)]
+    window_ms: u64,
+    /// Virtual time, ms, 1-60000.
+    #[arg(long, default_value_t = 100)]
+    duration_ms: u64,
+    /// The draws' seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print `{"rows": [...]}` as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -43,6 +79,7 @@ struct RemapArgs {
 pub fn run(args: &DispatchArgs) -> Result<i32> {
     match &args.command {
         DispatchCommand::Remap(a) => remap_command(a),
+        DispatchCommand::Skew(a) => skew_command(a),
     }
 }
 
@@ -89,6 +126,86 @@ fn remap_command(a: &RemapArgs) -> Result<i32> {
             r.flows_moved_fraction / r.ideal_fraction,
             r.max_over_mean_flows
         );
+    }
+    Ok(exit::OK)
+}
+
+fn skew_command(a: &SkewArgs) -> Result<i32> {
+    let checks: [(bool, String); 7] = [
+        ((2..=1000).contains(&a.workers), format!("--workers {} is out of range: 2 to 1000", a.workers)),
+        ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
+        ((0.0..=3.0).contains(&a.zipf), format!("--zipf {} is out of range: 0 to 3", a.zipf)),
+        (
+            (1..=10_000_000).contains(&a.packets_per_ms),
+            format!("--packets-per-ms {} is out of range: 1 to 10000000", a.packets_per_ms),
+        ),
+        (
+            (1..=1000).contains(&a.rebalance_ms),
+            format!("--rebalance-ms {} is out of range: 1 to 1000", a.rebalance_ms),
+        ),
+        (
+            (1..=1000).contains(&a.window_ms),
+            format!("--window-ms {} is out of range: 1 to 1000", a.window_ms),
+        ),
+        (
+            (1..=60_000).contains(&a.duration_ms),
+            format!("--duration-ms {} is out of range: 1 to 60000", a.duration_ms),
+        ),
+    ];
+    if let Some((_, why)) = checks.into_iter().find(|(ok, _)| !ok) {
+        return Err(exit::usage(why));
+    }
+    let config = SkewConfig {
+        workers: a.workers,
+        flows: a.flows,
+        exponent: a.zipf,
+        packets_per_ms: a.packets_per_ms,
+        rebalance_ms: a.rebalance_ms,
+        window_ms: a.window_ms,
+        duration_ms: a.duration_ms,
+        seed: a.seed,
+    };
+    let reports: Vec<SkewReport> = PolicyKind::ALL
+        .iter()
+        .map(|&kind| {
+            let mut policy = kind.build(a.workers);
+            skew::run(&config, policy.as_mut())
+        })
+        .collect();
+    if a.json {
+        let rows: Vec<serde_json::Value> = reports
+            .iter()
+            .map(|r| {
+                let last = r.windows.last().map_or(0.0, |w| w.max_over_mean);
+                serde_json::json!({
+                    "policy": r.policy,
+                    "max_over_mean_load": last,
+                    "balanced_from_ms": r.balanced_from_ms,
+                    "floor": r.floor,
+                    "windows": r.windows,
+                })
+            })
+            .collect();
+        outln!("{}", serde_json::json!({ "rows": rows, "config": config, "simulated": true }));
+        return Ok(exit::OK);
+    }
+    outln!(
+        "{} workers, {} flows, Zipf({}), {} packets/ms on a virtual clock; rebalance every {} ms, windows of {} ms",
+        a.workers,
+        a.flows,
+        a.zipf,
+        a.packets_per_ms,
+        a.rebalance_ms,
+        a.window_ms
+    );
+    let floor = reports.first().map_or(1.0, |r| r.floor);
+    outln!("floor (the heaviest flow's share x workers): {floor:.3}");
+    outln!("{:<10} {:>14} {:>14} {:>18}", "policy", "first window", "last window", "within 5% from");
+    for r in &reports {
+        let first = r.windows.first().map_or(0.0, |w| w.max_over_mean);
+        let last = r.windows.last().map_or(0.0, |w| w.max_over_mean);
+        let from = r.balanced_from_ms.map_or("never".to_string(), |ms| format!("{ms} ms"));
+        outln!("{:<10} {:>14.3} {:>14.3} {:>18}", r.policy, first, last, from);
     }
     Ok(exit::OK)
 }

@@ -44,3 +44,36 @@ fn flags_out_of_range_are_one_line_usage_errors() {
         assert!(err.contains(args[0]), "{err}");
     }
 }
+
+#[test]
+fn skew_rows_say_each_policy_s_balance_and_the_floor() {
+    let out = kairos(&[
+        "dispatch",
+        "skew",
+        "--workers",
+        "8",
+        "--flows",
+        "100000",
+        "--zipf",
+        "0.8",
+        "--packets-per-ms",
+        "20000",
+        "--duration-ms",
+        "30",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["simulated"], true);
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 4);
+    let ours = rows.iter().find(|r| r["policy"] == "kairos").expect("kairos");
+    let hash_mod = rows.iter().find(|r| r["policy"] == "hash-mod").expect("hash-mod");
+    let (k, h) =
+        (ours["max_over_mean_load"].as_f64().unwrap(), hash_mod["max_over_mean_load"].as_f64().unwrap());
+    assert!(k < h, "kairos {k} against hash-mod {h}");
+    assert!(ours["floor"].as_f64().unwrap() >= 1.0);
+    let out = kairos(&["dispatch", "skew", "--zipf", "9"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--zipf"));
+}
