@@ -5,6 +5,7 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use kairos_dispatch::PolicyKind;
+use kairos_dispatch::latency::{self, LatencyConfig, LatencyRow, Service};
 use kairos_dispatch::remap::{Event, RemapRow, flow_hashes, remap};
 use kairos_dispatch::skew::{self, SkewConfig, SkewReport};
 
@@ -26,6 +27,49 @@ enum DispatchCommand {
     /// The busiest worker over the mean, window by window, under Zipf-skewed flows on a virtual
     /// clock, each policy rebalancing as it does; with the floor the heaviest flow sets.
     Skew(SkewArgs),
+    /// Shenango's synthetic server on a virtual clock: open-loop Poisson requests over many
+    /// flows through the real dispatcher and policies to simulated workers; latency percentiles
+    /// per policy, service distribution and load. --quick: 4 loads, 2 distributions, 200,000
+    /// requests a point (seconds).
+    Latency(LatencyArgs),
+}
+
+#[derive(Args)]
+struct LatencyArgs {
+    /// Fewer points and requests.
+    #[arg(long)]
+    quick: bool,
+    /// Workers, 1-1000.
+    #[arg(long, default_value_t = 14)]
+    workers: usize,
+    /// Flows, 1-10000000 (the source's 700,000 by default).
+    #[arg(long, default_value_t = 700_000)]
+    flows: usize,
+    /// The flows' Zipf exponent, 0 (uniform) to 3.
+    #[arg(long, default_value_t = 0.0)]
+    zipf: f64,
+    /// Mean service time, microseconds, 0.1-100000.
+    #[arg(long, default_value_t = 10.0)]
+    mean_service_us: f64,
+    /// Offered loads, 0.01-0.99 each (default: 0.1,0.5,0.8,0.9 with --quick, else 0.05 to 0.95).
+    #[arg(long, value_delimiter = ',')]
+    loads: Vec<f64>,
+    /// Service distributions: constant, exponential, bimodal, heavy (default: exponential and
+    /// bimodal with --quick, else all four).
+    #[arg(long, value_delimiter = ',')]
+    services: Vec<String>,
+    /// Requests a point, 1000-100000000 (default: 200000 with --quick, else 1000000).
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Extra service time of a request whose flow's state is cold on its worker, ns, 0-1000000.
+    #[arg(long, default_value_t = 500.0)]
+    cold_ns: f64,
+    /// The draws' seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print `{"rows": [...], "simulated": true}` as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -80,6 +124,7 @@ pub fn run(args: &DispatchArgs) -> Result<i32> {
     match &args.command {
         DispatchCommand::Remap(a) => remap_command(a),
         DispatchCommand::Skew(a) => skew_command(a),
+        DispatchCommand::Latency(a) => latency_command(a),
     }
 }
 
@@ -206,6 +251,117 @@ fn skew_command(a: &SkewArgs) -> Result<i32> {
         let last = r.windows.last().map_or(0.0, |w| w.max_over_mean);
         let from = r.balanced_from_ms.map_or("never".to_string(), |ms| format!("{ms} ms"));
         outln!("{:<10} {:>14.3} {:>14.3} {:>18}", r.policy, first, last, from);
+    }
+    Ok(exit::OK)
+}
+
+fn latency_command(a: &LatencyArgs) -> Result<i32> {
+    let loads = if a.loads.is_empty() {
+        if a.quick { vec![0.1, 0.5, 0.8, 0.9] } else { (1..=19).map(|i| f64::from(i) * 0.05).collect() }
+    } else {
+        a.loads.clone()
+    };
+    let services: Vec<Service> = if a.services.is_empty() {
+        if a.quick { vec![Service::Exponential, Service::Bimodal] } else { Service::ALL.to_vec() }
+    } else {
+        let mut out = Vec::new();
+        for name in &a.services {
+            let Some(s) = Service::ALL.into_iter().find(|s| s.name() == name) else {
+                return Err(exit::usage(format!(
+                    "--services: unknown distribution {name:?}: give constant, exponential, bimodal or heavy"
+                )));
+            };
+            out.push(s);
+        }
+        out
+    };
+    let requests = a.requests.unwrap_or(if a.quick { 200_000 } else { 1_000_000 });
+    let checks: [(bool, String); 6] = [
+        ((1..=1000).contains(&a.workers), format!("--workers {} is out of range: 1 to 1000", a.workers)),
+        ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
+        ((0.0..=3.0).contains(&a.zipf), format!("--zipf {} is out of range: 0 to 3", a.zipf)),
+        (
+            (0.1..=100_000.0).contains(&a.mean_service_us),
+            format!("--mean-service-us {} is out of range: 0.1 to 100000", a.mean_service_us),
+        ),
+        (
+            (1_000..=100_000_000).contains(&requests),
+            format!("--requests {requests} is out of range: 1000 to 100000000"),
+        ),
+        (
+            (0.0..=1_000_000.0).contains(&a.cold_ns),
+            format!("--cold-ns {} is out of range: 0 to 1000000", a.cold_ns),
+        ),
+    ];
+    if let Some((_, why)) = checks.into_iter().find(|(ok, _)| !ok) {
+        return Err(exit::usage(why));
+    }
+    if let Some(bad) = loads.iter().find(|l| !(0.01..=0.99).contains(*l)) {
+        return Err(exit::usage(format!("--loads: {bad} is out of range: 0.01 to 0.99")));
+    }
+    let mut rows: Vec<LatencyRow> = Vec::new();
+    for &service in &services {
+        for &load in &loads {
+            let config = LatencyConfig {
+                workers: a.workers,
+                flows: a.flows,
+                zipf: a.zipf,
+                mean_service_ns: a.mean_service_us * 1_000.0,
+                service,
+                load,
+                requests,
+                cold_ns: a.cold_ns,
+                seed: a.seed,
+            };
+            for kind in PolicyKind::ALL {
+                rows.push(latency::run(&config, kind));
+            }
+        }
+    }
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::json!({ "rows": rows, "simulated": true, "workers": a.workers, "flows": a.flows, "zipf": a.zipf, "requests": requests })
+        );
+        return Ok(exit::OK);
+    }
+    outln!(
+        "simulated (virtual clock, the real dispatcher and policies): {} workers, {} flows, Zipf({}), mean service {} us, {} requests a point, {} ns for a cold flow",
+        a.workers,
+        a.flows,
+        a.zipf,
+        a.mean_service_us,
+        requests,
+        a.cold_ns
+    );
+    outln!(
+        "{:<12} {:>5} {:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "service",
+        "load",
+        "policy",
+        "p50 us",
+        "p90",
+        "p99",
+        "p99.9",
+        "p99.99",
+        "max/mean",
+        "reordered"
+    );
+    for r in &rows {
+        let l = &r.latency_us;
+        outln!(
+            "{:<12} {:>5.2} {:<9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.3} {:>9}",
+            r.service.name(),
+            r.load,
+            r.policy,
+            l.p50,
+            l.p90,
+            l.p99,
+            l.p999,
+            l.p9999,
+            r.max_over_mean_load,
+            r.reordered
+        );
     }
     Ok(exit::OK)
 }

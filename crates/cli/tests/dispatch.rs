@@ -77,3 +77,42 @@ fn skew_rows_say_each_policy_s_balance_and_the_floor() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--zipf"));
 }
+
+#[test]
+fn latency_rows_carry_the_issue_s_names_and_say_they_are_simulated() {
+    let out = kairos(&[
+        "dispatch",
+        "latency",
+        "--workers",
+        "4",
+        "--flows",
+        "1000",
+        "--zipf",
+        "0.9",
+        "--loads",
+        "0.1,0.8",
+        "--services",
+        "exponential",
+        "--requests",
+        "20000",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["simulated"], true);
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 8, "four policies at two loads");
+    for r in rows {
+        for key in ["policy", "service", "load", "reordered", "max_over_mean_load"] {
+            assert!(!r[key].is_null(), "{key} missing: {r}");
+        }
+        for p in ["p50", "p90", "p99", "p999", "p9999"] {
+            assert!(r["latency_us"][p].as_f64().is_some_and(|x| x > 0.0), "{p}: {r}");
+        }
+    }
+    let kairos_rows = rows.iter().filter(|r| r["policy"] == "kairos");
+    assert!(kairos_rows.into_iter().all(|r| r["reordered"] == 0), "the hand-off keeps order");
+    let out = kairos(&["dispatch", "latency", "--services", "uniform"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--services"));
+}

@@ -159,6 +159,10 @@ impl Steer for Buckets {
         Some(self.table[b])
     }
 
+    fn peek(&self, hash: u64) -> Option<WorkerId> {
+        (!self.active.is_empty()).then(|| self.table[self.bucket(hash) as usize])
+    }
+
     fn join(&mut self, worker: WorkerId) {
         if self.active.contains(&worker) {
             return;

@@ -53,6 +53,10 @@ impl Steer for Caladan {
         Some(self.slots[(hash % self.slots.len() as u64) as usize])
     }
 
+    fn peek(&self, hash: u64) -> Option<WorkerId> {
+        (!self.active.is_empty()).then(|| self.slots[(hash % self.slots.len() as u64) as usize])
+    }
+
     fn join(&mut self, worker: WorkerId) {
         if !self.active.contains(&worker) {
             self.active.push(worker);

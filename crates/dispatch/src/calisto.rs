@@ -137,6 +137,25 @@ impl Steer for Calisto {
         Some(self.active[(hash % self.active.len() as u64) as usize])
     }
 
+    fn peek(&self, hash: u64) -> Option<WorkerId> {
+        if self.active.is_empty() {
+            return None;
+        }
+        let key = mix(hash) | 1;
+        let home = (key >> 20) as usize & self.mask;
+        for i in 0..PROBE {
+            let e = self.table[(home + i) & self.mask];
+            if e.key == key && self.is_active[e.worker as usize] {
+                return Some(e.worker);
+            }
+            if e.key == key || e.key == 0 {
+                break;
+            }
+        }
+        // Not stored (or its worker parked): where a new flow would go next.
+        Some(self.active[self.next % self.active.len()])
+    }
+
     fn join(&mut self, worker: WorkerId) {
         if !self.is_active[worker as usize] {
             self.is_active[worker as usize] = true;

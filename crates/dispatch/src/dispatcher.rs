@@ -146,22 +146,28 @@ impl<S: Steer, P> Dispatcher<S, P> {
         self.stats.packets += 1;
         let g = self.group(hash);
         if self.order && !self.held[g as usize].is_empty() {
-            self.hold(g, hash, packet);
+            // Behind the group's held packets; picked all the same, so the policy counts
+            // every arrival once.
+            if self.policy.pick(hash, now_ns).is_some() {
+                self.hold(g, hash, packet);
+            } else {
+                self.stats.no_worker += 1;
+            }
             return;
         }
-        if let Err((hash, packet)) = self.route(g, hash, packet, now_ns, workers) {
+        if let Err((hash, packet)) = self.route(g, hash, packet, Some(now_ns), workers) {
             self.hold(g, hash, packet);
         }
     }
 
     /// Sends what waited for a hand-off whose old worker has now finished its tail.
-    pub fn poll(&mut self, now_ns: u64, workers: &mut impl Workers<P>) {
+    pub fn poll(&mut self, _now_ns: u64, workers: &mut impl Workers<P>) {
         let mut i = 0;
         while i < self.holding.len() {
             let g = self.holding[i];
             while let Some((hash, packet)) = self.held[g as usize].pop_front() {
                 self.held_now -= 1;
-                if let Err(back) = self.route(g, hash, packet, now_ns, workers) {
+                if let Err(back) = self.route(g, hash, packet, None, workers) {
                     // Its old worker still has the tail: it waits, first in line.
                     self.held[g as usize].push_front(back);
                     self.held_now += 1;
@@ -177,17 +183,23 @@ impl<S: Steer, P> Dispatcher<S, P> {
     }
 
     /// Sends one packet of group `g` to its worker, or gives it back when it must wait for a
-    /// hand-off (the caller holds it, or puts it back first in line). A packet that cannot be sent for another reason is
-    /// dropped and counted.
+    /// hand-off (the caller holds it, or puts it back first in line). A packet that cannot be
+    /// sent for another reason is dropped and counted. A packet arriving now is picked
+    /// (`arriving` is its time); a held one, picked once already, is only peeked at, so it is
+    /// counted once however long it waits.
     fn route(
         &mut self,
         g: u32,
         hash: u64,
         packet: P,
-        now_ns: u64,
+        arriving: Option<u64>,
         workers: &mut impl Workers<P>,
     ) -> Result<(), (u64, P)> {
-        let Some(worker) = self.policy.pick(hash, now_ns) else {
+        let worker = match arriving {
+            Some(now_ns) => self.policy.pick(hash, now_ns),
+            None => self.policy.peek(hash),
+        };
+        let Some(worker) = worker else {
             self.stats.no_worker += 1;
             return Ok(());
         };
@@ -313,7 +325,7 @@ mod tests {
         (late, d.stats())
     }
 
-    fn started(mut p: impl Steer, n: u16) -> impl Steer {
+    fn started<S: Steer>(mut p: S, n: u16) -> S {
         for w in 0..n {
             p.join(w);
         }
@@ -351,6 +363,13 @@ mod tests {
         }
         assert_eq!(d.held_now(), 3);
         assert_eq!(d.stats().hold_full, 2);
+        // Polled while the old worker still has the tail: held packets are looked at, not
+        // counted again (the load-aware policy would see phantom load).
+        for _ in 0..10 {
+            d.poll(0, &mut q);
+        }
+        assert_eq!(d.held_now(), 3);
+        assert_eq!(d.policy().loads().iter().map(|l| l.1).sum::<u64>(), 6, "each packet counted once");
         q.finish(0, 1);
         d.poll(0, &mut q);
         assert_eq!(d.held_now(), 0);

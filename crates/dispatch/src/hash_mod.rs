@@ -30,6 +30,11 @@ impl Steer for HashMod {
         (n > 0).then(|| self.active[(hash % n) as usize])
     }
 
+    fn peek(&self, hash: u64) -> Option<WorkerId> {
+        let n = self.active.len() as u64;
+        (n > 0).then(|| self.active[(hash % n) as usize])
+    }
+
     fn join(&mut self, worker: WorkerId) {
         if !self.active.contains(&worker) {
             self.active.push(worker);

@@ -43,6 +43,7 @@ pub mod caladan;
 pub mod calisto;
 pub mod dispatcher;
 pub mod hash_mod;
+pub mod latency;
 pub mod policy;
 pub mod remap;
 pub mod skew;

@@ -21,6 +21,10 @@ pub trait Steer {
     /// The worker for a packet of the flow whose hash is `hash`, at `now_ns`.
     fn pick(&mut self, hash: u64, now_ns: u64) -> Option<WorkerId>;
 
+    /// Where `pick` would send the flow now, with no side effect (no count, no table entry):
+    /// the dispatcher asks it again for a packet it held, which was picked, and counted, once.
+    fn peek(&self, hash: u64) -> Option<WorkerId>;
+
     /// `worker` becomes active.
     fn join(&mut self, worker: WorkerId);
 
@@ -32,6 +36,31 @@ pub trait Steer {
 
     /// The load-aware step, called once an interval; policies that do not watch load ignore it.
     fn rebalance(&mut self, _now_ns: u64) {}
+}
+
+/// A policy borrowed is a policy: a dispatcher can drive one it does not own (a boxed one).
+impl<S: Steer + ?Sized> Steer for &mut S {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn pick(&mut self, hash: u64, now_ns: u64) -> Option<WorkerId> {
+        (**self).pick(hash, now_ns)
+    }
+    fn peek(&self, hash: u64) -> Option<WorkerId> {
+        (**self).peek(hash)
+    }
+    fn join(&mut self, worker: WorkerId) {
+        (**self).join(worker)
+    }
+    fn leave(&mut self, worker: WorkerId) {
+        (**self).leave(worker)
+    }
+    fn active(&self) -> &[WorkerId] {
+        (**self).active()
+    }
+    fn rebalance(&mut self, now_ns: u64) {
+        (**self).rebalance(now_ns)
+    }
 }
 
 /// The policies by name.
@@ -63,12 +92,19 @@ impl PolicyKind {
         }
     }
 
-    /// A fresh policy of this kind with `workers` active (`0..workers`), default settings.
+    /// A fresh policy of this kind with `workers` active (`0..workers`), default settings, able
+    /// to take one more worker (Caladan's table has a slot for each possible worker: 16, or
+    /// `workers + 1` when more).
     pub fn build(self, workers: usize) -> Box<dyn Steer + Send> {
+        self.build_for(workers, crate::caladan::SLOTS.max(workers + 1))
+    }
+
+    /// As [`PolicyKind::build`], for a set of at most `most` workers (Caladan's slots).
+    pub fn build_for(self, workers: usize, most: usize) -> Box<dyn Steer + Send> {
         let mut policy: Box<dyn Steer + Send> = match self {
             PolicyKind::HashMod => Box::new(crate::HashMod::new()),
             PolicyKind::Calisto => Box::new(crate::Calisto::new(crate::calisto::DEFAULT_CAPACITY)),
-            PolicyKind::Caladan => Box::new(crate::Caladan::new(crate::caladan::SLOTS.max(workers + 1))),
+            PolicyKind::Caladan => Box::new(crate::Caladan::new(most.max(workers))),
             PolicyKind::Kairos => Box::new(crate::Buckets::new(crate::buckets::DEFAULT_BUCKETS)),
         };
         for w in 0..workers {

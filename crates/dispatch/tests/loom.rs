@@ -32,6 +32,9 @@ impl Steer for Pinned {
     fn pick(&mut self, _hash: u64, _now_ns: u64) -> Option<WorkerId> {
         Some(self.to)
     }
+    fn peek(&self, _hash: u64) -> Option<WorkerId> {
+        Some(self.to)
+    }
     fn join(&mut self, worker: WorkerId) {
         self.to = worker;
     }

@@ -1,0 +1,328 @@
+//! Shenango's synthetic server on a virtual clock: the real [`Dispatcher`] and policies, with
+//! simulated workers, so latency curves for many workers run on a machine with two cores.
+//!
+//! # The model
+//!
+//! - **Arrivals**: open-loop Poisson at `load x workers / mean service`; each request belongs to
+//!   a flow drawn from a Zipf law (exponent 0: uniform), carries its flow's sequence number and
+//!   a service time drawn from the distribution asked for ([`Service`]: Shenango's `constant`,
+//!   `exponential`, `bimodal1` and `bimodal2`).
+//! - **Steering**: each arrival goes through [`Dispatcher::dispatch`] at its arrival time, so the
+//!   policy, its rebalancing (every millisecond of virtual time) and the hand-off are the code
+//!   that runs on real threads.
+//! - **Workers**: one FIFO queue each, serving one request at a time. A request whose flow's
+//!   previous request was served by another worker finds its state cold there and costs
+//!   `cold_ns` more (the cache miss the source's affinity avoids; the figure is an input, the
+//!   default a measured order of magnitude for a few cache lines from memory on this kind of
+//!   machine).
+//! - **Latency**: from the arrival's *intended* time to its completion (an open loop has no
+//!   coordinated omission); the first 10% of requests are discarded, as Shenango's loadgen does.
+//!
+//! Reordering is counted as requests completed before an earlier request of their flow.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use crate::dispatcher::{Dispatcher, Workers};
+use crate::policy::{PolicyKind, WorkerId};
+use crate::skew::Zipf;
+
+/// A service-time distribution, by Shenango's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Service {
+    /// Every request takes the mean.
+    Constant,
+    /// Exponential with the mean.
+    Exponential,
+    /// 90% at 0.5x the mean, 10% at 5.5x (Shenango's `bimodal1`).
+    Bimodal,
+    /// 99.9% at 0.5x the mean, 0.1% at 500.5x (Shenango's `bimodal2`).
+    Heavy,
+}
+
+impl Service {
+    /// Every distribution.
+    pub const ALL: [Service; 4] = [Service::Constant, Service::Exponential, Service::Bimodal, Service::Heavy];
+
+    /// The name the command line takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Constant => "constant",
+            Service::Exponential => "exponential",
+            Service::Bimodal => "bimodal",
+            Service::Heavy => "heavy",
+        }
+    }
+
+    fn draw(self, mean_ns: f64, u: f64) -> f64 {
+        match self {
+            Service::Constant => mean_ns,
+            Service::Exponential => -mean_ns * (1.0 - u).ln(),
+            Service::Bimodal => mean_ns * if u < 0.9 { 0.5 } else { 5.5 },
+            Service::Heavy => mean_ns * if u < 0.999 { 0.5 } else { 500.5 },
+        }
+    }
+}
+
+/// One point's settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyConfig {
+    /// Workers.
+    pub workers: usize,
+    /// Flows.
+    pub flows: usize,
+    /// The flows' Zipf exponent (0: uniform).
+    pub zipf: f64,
+    /// Mean service time, ns.
+    pub mean_service_ns: f64,
+    /// The service distribution.
+    pub service: Service,
+    /// Offered load, 0-1 of the workers' capacity.
+    pub load: f64,
+    /// Requests simulated (the first 10% discarded).
+    pub requests: u64,
+    /// Extra service time of a request whose flow's state is cold on its worker, ns.
+    pub cold_ns: f64,
+    /// The draws' seed.
+    pub seed: u64,
+}
+
+/// One point's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyRow {
+    /// The policy.
+    pub policy: &'static str,
+    /// The service distribution.
+    pub service: Service,
+    /// Offered load.
+    pub load: f64,
+    /// Latency percentiles, us.
+    pub latency_us: Percentiles,
+    /// Requests completed before an earlier one of their flow.
+    pub reordered: u64,
+    /// The busiest worker's requests over the mean.
+    pub max_over_mean_load: f64,
+    /// Requests that found their flow's state cold, as a fraction.
+    pub cold_fraction: f64,
+}
+
+/// Latency percentiles, us.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Percentiles {
+    /// Median.
+    pub p50: f64,
+    /// 90th.
+    pub p90: f64,
+    /// 99th.
+    pub p99: f64,
+    /// 99.9th.
+    pub p999: f64,
+    /// 99.99th.
+    pub p9999: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Request {
+    flow: u32,
+    seq: u32,
+    arrival_ns: f64,
+    service_ns: f64,
+}
+
+struct SimWorkers {
+    queues: Vec<VecDeque<Request>>,
+    /// When the request in service ends (`None`: idle).
+    busy_until: Vec<Option<f64>>,
+    in_service: Vec<Request>,
+    done: Vec<u64>,
+    served: Vec<u64>,
+    now_ns: f64,
+    last_worker: Vec<u16>,
+    cold: u64,
+    cold_ns: f64,
+}
+
+impl SimWorkers {
+    fn start(&mut self, w: usize, r: Request) {
+        let cold = self.last_worker[r.flow as usize] != w as u16;
+        self.last_worker[r.flow as usize] = w as u16;
+        self.cold += u64::from(cold);
+        let cost = r.service_ns + if cold { self.cold_ns } else { 0.0 };
+        self.in_service[w] = r;
+        self.busy_until[w] = Some(self.now_ns + cost);
+    }
+}
+
+impl Workers<Request> for SimWorkers {
+    fn send(&mut self, worker: WorkerId, packet: Request) -> Result<(), Request> {
+        let w = worker as usize;
+        if self.busy_until[w].is_none() {
+            self.start(w, packet);
+        } else {
+            self.queues[w].push_back(packet);
+        }
+        Ok(())
+    }
+
+    fn done(&self, worker: WorkerId) -> u64 {
+        self.done[worker as usize]
+    }
+}
+
+/// Runs one point for `kind`.
+pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
+    let zipf = Zipf::new(config.flows, config.zipf);
+    let n = config.workers;
+    // A fixed set of workers: Caladan's table has exactly their slots.
+    let mut policy = kind.build_for(n, n);
+    let mut d = Dispatcher::new(&mut *policy, kind == PolicyKind::Kairos, crate::dispatcher::DEFAULT_GROUPS);
+    d.set_hold_limit(usize::MAX);
+    let mut sim = SimWorkers {
+        queues: vec![VecDeque::new(); n],
+        busy_until: vec![None; n],
+        in_service: vec![Request::default(); n],
+        done: vec![0; n],
+        served: vec![0; n],
+        now_ns: 0.0,
+        last_worker: vec![u16::MAX; config.flows.max(1)],
+        cold: 0,
+        cold_ns: config.cold_ns,
+    };
+    let rate_per_ns = config.load * n as f64 / config.mean_service_ns;
+    let mut rng = config.seed | 1;
+    let mut uniform = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut seq = vec![0u32; config.flows.max(1)];
+    let mut next_done = vec![0u32; config.flows.max(1)];
+    let mut latencies: Vec<f64> = Vec::with_capacity(config.requests as usize);
+    let discard = config.requests / 10;
+    let (mut arrived, mut completed, mut reordered) = (0u64, 0u64, 0u64);
+    let mut next_arrival = 0.0f64;
+    let mut next_rebalance = 1_000_000.0f64;
+    while completed < config.requests {
+        // The next event: an arrival, or the earliest completion.
+        let (w_next, t_done) = sim
+            .busy_until
+            .iter()
+            .enumerate()
+            .filter_map(|(w, t)| t.map(|t| (w, t)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((usize::MAX, f64::INFINITY));
+        let arrivals_left = arrived < config.requests;
+        if arrivals_left && next_arrival <= t_done {
+            sim.now_ns = next_arrival;
+            while sim.now_ns >= next_rebalance {
+                d.policy_mut().rebalance(next_rebalance as u64);
+                next_rebalance += 1_000_000.0;
+            }
+            let flow = zipf.sample(uniform()) as u32;
+            let r = Request {
+                flow,
+                seq: seq[flow as usize],
+                arrival_ns: next_arrival,
+                service_ns: config.service.draw(config.mean_service_ns, uniform()),
+            };
+            seq[flow as usize] += 1;
+            arrived += 1;
+            let hash = u64::from(flow).wrapping_mul(0xD6E8_FEB8_6659_FD93) ^ 0x5851_F42D;
+            d.dispatch(hash, r, sim.now_ns as u64, &mut sim);
+            next_arrival += -(1.0 - uniform()).ln() / rate_per_ns;
+            continue;
+        }
+        if w_next == usize::MAX {
+            // Nothing in service and no arrival left: held requests wait for nothing now.
+            d.poll(sim.now_ns as u64, &mut sim);
+            if sim.busy_until.iter().all(Option::is_none) {
+                break;
+            }
+            continue;
+        }
+        sim.now_ns = t_done;
+        let r = sim.in_service[w_next];
+        sim.busy_until[w_next] = None;
+        sim.done[w_next] += 1;
+        sim.served[w_next] += 1;
+        completed += 1;
+        if r.seq < next_done[r.flow as usize] {
+            reordered += 1;
+        }
+        next_done[r.flow as usize] = next_done[r.flow as usize].max(r.seq + 1);
+        if completed > discard {
+            latencies.push(t_done - r.arrival_ns);
+        }
+        if let Some(next) = sim.queues[w_next].pop_front() {
+            sim.start(w_next, next);
+        }
+        d.poll(sim.now_ns as u64, &mut sim);
+    }
+    latencies.sort_unstable_by(f64::total_cmp);
+    let at = |q: f64| {
+        if latencies.is_empty() {
+            0.0
+        } else {
+            latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)] / 1_000.0
+        }
+    };
+    let mean = sim.served.iter().sum::<u64>() as f64 / n as f64;
+    let max = sim.served.iter().copied().max().unwrap_or(0) as f64;
+    LatencyRow {
+        policy: kind.name(),
+        service: config.service,
+        load: config.load,
+        latency_us: Percentiles {
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            p999: at(0.999),
+            p9999: at(0.9999),
+        },
+        reordered,
+        max_over_mean_load: if mean > 0.0 { max / mean } else { 0.0 },
+        cold_fraction: sim.cold as f64 / completed.max(1) as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(load: f64, zipf: f64) -> LatencyConfig {
+        LatencyConfig {
+            workers: 8,
+            flows: 10_000,
+            zipf,
+            mean_service_ns: 10_000.0,
+            service: Service::Exponential,
+            load,
+            requests: 200_000,
+            cold_ns: 500.0,
+            seed: 5,
+        }
+    }
+
+    #[test]
+    fn a_light_load_waits_little_and_an_m_m_1_like_median_comes_out() {
+        // At 10% load a request rarely queues: its latency is about its service time.
+        let row = run(&config(0.1, 0.0), PolicyKind::HashMod);
+        assert!((6.0..9.0).contains(&row.latency_us.p50), "{row:?}");
+        assert_eq!(row.reordered, 0, "flows stay put with a fixed worker set");
+        // Only each flow's first request (10,000 of 200,000) finds its state cold.
+        assert!((0.049..0.051).contains(&row.cold_fraction), "{row:?}");
+    }
+
+    #[test]
+    fn under_skew_at_high_load_the_load_aware_table_keeps_the_tail_far_lower() {
+        let c = config(0.8, 0.9);
+        let kairos = run(&c, PolicyKind::Kairos);
+        let shenango = run(&c, PolicyKind::HashMod);
+        assert_eq!(kairos.reordered, 0, "the hand-off keeps order through rebalancing");
+        assert!(kairos.max_over_mean_load < shenango.max_over_mean_load, "{kairos:?} {shenango:?}");
+        assert!(kairos.latency_us.p99 * 2.0 < shenango.latency_us.p99, "{kairos:?} {shenango:?}");
+    }
+}
