@@ -172,20 +172,7 @@ fn dechunk(buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, HttpError> {
 
 /// Reads from `reader` into `buf` until a whole response is there, and takes it out of `buf`.
 pub fn read_response(reader: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<Response> {
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        if let Some((response, used)) =
-            parse_response(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
-        {
-            buf.drain(..used);
-            return Ok(response);
-        }
-        let n = reader.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the server closed the connection"));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
+    super::resp::read_message(reader, buf, parse_response)
 }
 
 /// One keep-alive connection to an HTTP server.

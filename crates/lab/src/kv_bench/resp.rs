@@ -139,11 +139,27 @@ fn number(line: &[u8]) -> Result<i64, RespError> {
 /// Reads from `reader` into `buf` until a whole reply is there, and takes it out of `buf`
 /// (bytes after it stay for the next call). End of stream before a whole reply is an error.
 pub fn read_reply(reader: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<Reply> {
+    read_message(reader, buf, parse)
+}
+
+/// Reads from `reader` into `buf` until `parse` finds a whole message at its start (it returns
+/// the message and the bytes it used), and takes those bytes out of `buf`: the framing loop of
+/// every protocol the bench's clients speak (RESP here, HTTP in [`super::http`]).
+pub(crate) fn read_message<T, E>(
+    reader: &mut impl Read,
+    buf: &mut Vec<u8>,
+    parse: impl Fn(&[u8]) -> Result<Option<(T, usize)>, E>,
+) -> io::Result<T>
+where
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut chunk = [0u8; 16 * 1024];
     loop {
-        if let Some((reply, used)) = parse(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))? {
+        if let Some((message, used)) =
+            parse(buf).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?
+        {
             buf.drain(..used);
-            return Ok(reply);
+            return Ok(message);
         }
         let n = reader.read(&mut chunk)?;
         if n == 0 {
