@@ -262,10 +262,9 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         raft_tos: a.lane.then_some(kairos_io::lane_testbed::LANE_TOS),
         detector: (!a.raft.no_fd).then_some(kairos_services::node::watch::WatchConfig {
             period_ns: a.raft.period_us * 1_000,
-            lambda_ns: a.raft.fd_lambda_us.unwrap_or(match a.raft.fsync {
-                Fsync::Always => 2_000,
-                Fsync::Never => 200,
-            }) * 1_000,
+            lambda_ns: a.raft.fd_lambda_us.unwrap_or(kairos_services::node::watch::default_lambda_us(
+                matches!(a.raft.fsync, Fsync::Always),
+            )) * 1_000,
         }),
     };
     let mut node = Node::open(config).with_context(|| format!("member {}", a.id))?;

@@ -820,10 +820,9 @@ fn election_timeout(config: &BenchConfig, system: SystemKind, fsync: Fsync) -> S
             if config.kairos_no_fd {
                 return format!("{raft}; no failure detector (--no-fd)");
             }
-            let lambda = config.kairos_fd_lambda_us.unwrap_or(match fsync {
-                Fsync::Always => 2_000,
-                Fsync::Never => 200,
-            });
+            let lambda = config
+                .kairos_fd_lambda_us
+                .unwrap_or(kairos_services::node::watch::default_lambda_us(fsync == Fsync::Always));
             format!(
                 "the failure detector's suspicion after T {} us + Lambda {lambda} us, then an election at once (--fd-lambda-us); Raft's timeout behind it: {raft}",
                 config.kairos_period_us

@@ -455,8 +455,10 @@ impl Node {
                 let _ = udp.send_to(bytes, peers[&peer]);
             },
         );
-        let voters = self.replica.voters();
-        if let Some(Act::Suspect { leader, campaign }) = watch.poll(now, self.replica.leader(), &voters) {
+        let replica = &self.replica;
+        if let Some(Act::Suspect { leader, campaign }) =
+            watch.poll(now, replica.leader(), || replica.voters())
+        {
             self.replica.leader_suspected(leader, campaign)?;
         }
         Ok(())

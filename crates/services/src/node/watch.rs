@@ -36,6 +36,13 @@ pub const STAGGER_PERIODS: u64 = 10;
 /// Periods between a member's tries while no new leader has appeared.
 pub const RETRY_PERIODS: u64 = 10;
 
+/// The threshold Lambda a member uses unless told otherwise, us: 200 when its log is not synced,
+/// 2,000 when it is (the loop waits in `fdatasync`, whose tail on a disk is milliseconds; at
+/// 200 us each slow sync of the leader started an election).
+pub fn default_lambda_us(synced: bool) -> u64 {
+    if synced { 2_000 } else { 200 }
+}
+
 /// The detector's settings in a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WatchConfig {
@@ -211,8 +218,9 @@ impl Watch {
     }
 
     /// The detector's verdicts at `now_ns` and what they ask of this member, whose replica
-    /// follows `leader` (0: none known) among `voters`.
-    pub fn poll(&mut self, now_ns: u64, leader: u64, voters: &[u64]) -> Option<Act> {
+    /// follows `leader` (0: none known) among the voters `voters` gives; it is asked only while
+    /// the leader is suspected, so a pass with nothing to decide builds no list.
+    pub fn poll(&mut self, now_ns: u64, leader: u64, voters: impl FnOnce() -> Vec<u64>) -> Option<Act> {
         self.detector.poll(now_ns, &mut self.events);
         for event in self.events.drain(..) {
             match event {
@@ -231,12 +239,13 @@ impl Watch {
             }
         }
         let s = self.suspicion.as_mut()?;
+        let voters = voters();
         // A new leader (or this member) took over: the suspicion has done its work.
         if (leader != 0 && leader != s.leader) || !voters.contains(&self.id) {
             self.suspicion = None;
             return None;
         }
-        let rank = campaign_rank(self.id, s.leader, voters, |m| {
+        let rank = campaign_rank(self.id, s.leader, &voters, |m| {
             self.detector.entry(m).is_some_and(|e| e.is_suspected())
         });
         let period = self.config.period_ns;
@@ -310,31 +319,31 @@ mod tests {
         for w in [&mut two, &mut three] {
             w.heard(&heartbeat(2, 1), 0);
             w.heard(&heartbeat(3, 1), 0);
-            assert_eq!(w.poll(2 * T, 1, &voters), None, "in time");
+            assert_eq!(w.poll(2 * T, 1, || voters.to_vec()), None, "in time");
         }
         for w in [&mut two, &mut three] {
             w.heard(&heartbeat(2, 2), 2 * T);
             w.heard(&heartbeat(3, 2), 2 * T);
         }
         let at = 3 * T;
-        assert_eq!(two.poll(at, 1, &voters), Some(Act::Suspect { leader: 1, campaign: true }));
-        assert_eq!(three.poll(at, 1, &voters), Some(Act::Suspect { leader: 1, campaign: false }));
+        assert_eq!(two.poll(at, 1, || voters.to_vec()), Some(Act::Suspect { leader: 1, campaign: true }));
+        assert_eq!(three.poll(at, 1, || voters.to_vec()), Some(Act::Suspect { leader: 1, campaign: false }));
         // The campaign made 2 a candidate with no leader; 3 waits its turn.
-        assert_eq!(three.poll(at + T, 0, &voters), None);
-        assert_eq!(two.poll(at + T, 0, &voters), None, "no retry before RETRY_PERIODS");
+        assert_eq!(three.poll(at + T, 0, || voters.to_vec()), None);
+        assert_eq!(two.poll(at + T, 0, || voters.to_vec()), None, "no retry before RETRY_PERIODS");
         assert_eq!(
-            two.poll(at + RETRY_PERIODS * T, 0, &voters),
+            two.poll(at + RETRY_PERIODS * T, 0, || voters.to_vec()),
             Some(Act::Suspect { leader: 1, campaign: true }),
             "no leader yet: again"
         );
         assert_eq!(
-            three.poll(at + STAGGER_PERIODS * T, 0, &voters),
+            three.poll(at + STAGGER_PERIODS * T, 0, || voters.to_vec()),
             Some(Act::Suspect { leader: 1, campaign: true }),
             "its turn came with no leader"
         );
         // 2 won: the suspicion is over at both.
-        assert_eq!(three.poll(at + 20 * T, 2, &voters), None);
-        assert_eq!(three.poll(at + 40 * T, 2, &voters), None);
+        assert_eq!(three.poll(at + 20 * T, 2, || voters.to_vec()), None);
+        assert_eq!(three.poll(at + 40 * T, 2, || voters.to_vec()), None);
         assert_eq!(two.stats().campaigns, 2);
         assert_eq!(two.stats().leader_suspicions, 1);
     }
@@ -345,11 +354,11 @@ mod tests {
         let voters = [1, 2, 3];
         two.heard(&heartbeat(3, 1), 0);
         two.heard(&heartbeat(3, 2), 2 * T);
-        assert!(matches!(two.poll(3 * T, 1, &voters), Some(Act::Suspect { campaign: true, .. })));
+        assert!(matches!(two.poll(3 * T, 1, || voters.to_vec()), Some(Act::Suspect { campaign: true, .. })));
         two.heard(&heartbeat(1, 1), 3 * T + 10);
         two.heard(&heartbeat(3, 3), 3 * T + 10);
-        assert_eq!(two.poll(3 * T + 20, 0, &voters), None);
-        assert_eq!(two.poll(3 * T + 20 + RETRY_PERIODS * T, 0, &voters), None, "no more tries");
+        assert_eq!(two.poll(3 * T + 20, 0, || voters.to_vec()), None);
+        assert_eq!(two.poll(3 * T + 20 + RETRY_PERIODS * T, 0, || voters.to_vec()), None, "no more tries");
     }
 
     #[test]
@@ -360,7 +369,7 @@ mod tests {
             two.heard(&heartbeat(1, 7), k * T);
         }
         two.heard(&heartbeat(3, 1), 0);
-        assert!(two.poll(5 * T, 1, &[1, 2, 3]).is_some(), "the same counter is no news");
+        assert!(two.poll(5 * T, 1, || vec![1, 2, 3]).is_some(), "the same counter is no news");
         assert_eq!(two.suspected().collect::<Vec<_>>(), [1, 3]);
     }
 

@@ -480,8 +480,8 @@ impl Sim {
             &mut out,
             |peer, bytes| network.send(rng, now_us, id, peer, bytes.to_vec()),
         );
-        let voters = replica.voters();
-        if let Some(Act::Suspect { leader, campaign }) = watch.poll(now_ns, replica.leader(), &voters) {
+        let leader = replica.leader();
+        if let Some(Act::Suspect { leader, campaign }) = watch.poll(now_ns, leader, || replica.voters()) {
             replica.leader_suspected(leader, campaign).expect("memory disk cannot fail");
             self.drain(id);
         }
