@@ -26,7 +26,7 @@ use serde::Serialize;
 
 use crate::dispatcher::{Dispatcher, Workers};
 use crate::policy::{PolicyKind, WorkerId};
-use crate::skew::Zipf;
+use crate::skew::{Uniform, Zipf, flow_hash};
 
 /// A service-time distribution, by Shenango's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -191,13 +191,8 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
         cold_ns: config.cold_ns,
     };
     let rate_per_ns = config.load * n as f64 / config.mean_service_ns;
-    let mut rng = config.seed | 1;
-    let mut uniform = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        (rng >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut draws = Uniform::new(config.seed);
+    let mut uniform = move || draws.next_f64();
     let mut seq = vec![0u32; config.flows.max(1)];
     let mut next_done = vec![0u32; config.flows.max(1)];
     let mut latencies: Vec<f64> = Vec::with_capacity(config.requests as usize);
@@ -230,7 +225,7 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
             };
             seq[flow as usize] += 1;
             arrived += 1;
-            let hash = u64::from(flow).wrapping_mul(0xD6E8_FEB8_6659_FD93) ^ 0x5851_F42D;
+            let hash = flow_hash(u64::from(flow));
             d.dispatch(hash, r, sim.now_ns as u64, &mut sim);
             next_arrival += -(1.0 - uniform()).ln() / rate_per_ns;
             continue;

@@ -17,6 +17,31 @@ use serde::Serialize;
 
 use crate::policy::{Steer, WorkerId};
 
+/// Uniform draws in [0, 1) from a seed (xorshift64: the virtual-clock runs' only randomness, so a
+/// seed replays a run).
+#[derive(Debug, Clone)]
+pub struct Uniform(u64);
+
+impl Uniform {
+    /// Draws from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed | 1)
+    }
+
+    /// The next draw.
+    pub fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Flow `index`'s hash in the virtual-clock runs: its index spread, as a NIC's hash would be.
+pub fn flow_hash(index: u64) -> u64 {
+    index.wrapping_mul(0xD6E8_FEB8_6659_FD93) ^ 0x5851_F42D
+}
+
 /// Zipf-distributed draws over `flows` flows, by inverse transform on the cumulative weights.
 #[derive(Debug, Clone)]
 pub struct Zipf {
@@ -96,18 +121,13 @@ pub fn run(config: &SkewConfig, policy: &mut dyn Steer) -> SkewReport {
     let zipf = Zipf::new(config.flows, config.exponent);
     let mut counts = vec![0u64; crate::MAX_WORKERS];
     let mut windows = Vec::new();
-    let mut rng = config.seed | 1;
+    let mut uniform = Uniform::new(config.seed);
     let active: Vec<WorkerId> = policy.active().to_vec();
     for ms in 1..=config.duration_ms {
         let now_ns = ms * 1_000_000;
         for _ in 0..config.packets_per_ms {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            let u = (rng >> 11) as f64 / (1u64 << 53) as f64;
-            let flow = zipf.sample(u) as u64;
-            // The flow's hash: its index spread, as a NIC's hash would be.
-            if let Some(w) = policy.pick(flow.wrapping_mul(0xD6E8_FEB8_6659_FD93) ^ 0x5851_F42D, now_ns) {
+            let flow = zipf.sample(uniform.next_f64()) as u64;
+            if let Some(w) = policy.pick(flow_hash(flow), now_ns) {
                 counts[w as usize] += 1;
             }
         }
