@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
 use kairos_sys::net::poll::PollSet;
+use kairos_sys::net::{MmsgBatch, split};
 
 use crate::kv::{Command, LocalOp, Reply, parse_command};
 use crate::replica::frame::{Reassembler, fragments};
@@ -159,6 +160,9 @@ pub struct NodeStats {
     pub late_periods: u64,
 }
 
+/// Heartbeats taken per receive call.
+const BEAT_BURST: usize = 16;
+
 /// The file that records which boot of the machine last wrote the log.
 const BOOT_FILE: &str = "boot_id";
 
@@ -191,6 +195,10 @@ pub struct Node {
     config: NodeConfig,
     replica: Replica<FileDisk>,
     udp: UdpSocket,
+    /// The detector's heartbeats, on the Raft address but not polled (see [`Node::open`]).
+    beats: Option<UdpSocket>,
+    beat_batch: MmsgBatch,
+    beat_buffers: [[u8; crate::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
     listener: TcpListener,
     conns: BTreeMap<u64, Conn>,
     client_base: u64,
@@ -248,16 +256,20 @@ impl Node {
             .peers
             .get(&config.id)
             .ok_or_else(|| NodeError::Config(format!("member {} is not among the peers", config.id)))?;
-        let udp = UdpSocket::bind(raft_addr).map_err(|source| NodeError::Bind {
-            what: "raft",
-            addr: raft_addr,
-            source,
-        })?;
-        udp.set_nonblocking(true).map_err(|source| NodeError::Bind {
-            what: "raft",
-            addr: raft_addr,
-            source,
-        })?;
+        let bind_err = |source| NodeError::Bind { what: "raft", addr: raft_addr, source };
+        // With the detector on, its heartbeats go to a second socket on the same address that
+        // the loop reads each pass without sleeping on it: they wake no member (three members
+        // would otherwise be woken 60,000 times a second), and their kernel receive stamps keep
+        // the detector's times exact. Where the kernel cannot split the address, one socket.
+        let (udp, beats) = match config.detector {
+            Some(_) => match split::bind_split(raft_addr, crate::fd::wire::MAGIC) {
+                Ok(s) => (s.main, Some(s.side)),
+                Err(_) => (UdpSocket::bind(raft_addr).map_err(bind_err)?, None),
+            },
+            None => (UdpSocket::bind(raft_addr).map_err(bind_err)?, None),
+        };
+        udp.set_nonblocking(true).map_err(bind_err)?;
+        let beats = beats.and_then(|b| kairos_sys::net::options::enable_rx_timestamps(&b).ok().map(|_| b));
         let _ = kairos_sys::net::options::set_receive_buffer(&udp, 8 << 20);
         if let Some(tos) = config.raft_tos {
             kairos_sys::net::options::set_type_of_service(&udp, tos).map_err(|source| NodeError::Bind {
@@ -302,6 +314,7 @@ impl Node {
             Some(_) => config.heartbeat_ticks.max(config.election_ticks / 4),
             None => config.heartbeat_ticks,
         };
+        rc.commit_by_heartbeats = config.detector.is_some();
         rc.election_ticks = config.election_ticks;
         rc.read_mode = config.read_mode;
         let replica = Replica::new(rc, log)?;
@@ -316,6 +329,9 @@ impl Node {
             config,
             replica,
             udp,
+            beats,
+            beat_batch: MmsgBatch::new(),
+            beat_buffers: [[0; crate::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
             listener,
             conns: BTreeMap::new(),
             client_base,
@@ -340,11 +356,14 @@ impl Node {
     /// Runs the loop until `stop` is set.
     pub fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
         let period_ns = self.config.period.as_nanos() as u64;
-        let mut next_tick = monotonic_ns() + period_ns;
+        // Ticks on the multiples of the period, as the detector's rounds are (see
+        // `watch::next_multiple`).
+        let mut next_tick = watch::next_multiple(monotonic_ns(), period_ns);
         while !stop.load(Ordering::Relaxed) {
             let wake = self.watch.as_ref().map_or(next_tick, |w| w.next_wake_ns().min(next_tick));
             let timeout = Duration::from_nanos(wake.saturating_sub(monotonic_ns()));
             let (udp_ready, listen_ready, ready_conns) = self.wait(timeout)?;
+            self.receive_beats()?;
             if udp_ready {
                 self.receive_raft()?;
             }
@@ -364,7 +383,7 @@ impl Node {
                 next_tick += period_ns;
                 if now > next_tick + period_ns {
                     self.stats.late_periods += 1;
-                    next_tick = now + period_ns;
+                    next_tick = watch::next_multiple(now, period_ns);
                 }
             }
             self.watch_pass(now)?;
@@ -393,7 +412,13 @@ impl Node {
     fn receive_raft(&mut self) -> io::Result<()> {
         loop {
             match self.udp.recv_from(&mut self.datagram) {
-                Ok((n, _)) if self.datagram[..n].starts_with(&crate::fd::wire::MAGIC) => self.heard(n)?,
+                Ok((n, _)) if self.datagram[..n].starts_with(&crate::fd::wire::MAGIC) => {
+                    let now = monotonic_ns();
+                    let bytes = std::mem::take(&mut self.datagram);
+                    let heard = self.heard(&bytes[..n], now, now);
+                    self.datagram = bytes;
+                    heard?
+                }
                 Ok((n, _)) => {
                     self.stats.datagrams_in += 1;
                     match self.reassembler.push(&self.datagram[..n]) {
@@ -414,17 +439,50 @@ impl Node {
         }
     }
 
-    /// A failure-detector datagram of `n` bytes in the receive buffer.
-    fn heard(&mut self, n: usize) -> io::Result<()> {
+    /// Every heartbeat waiting on the detector's own socket, each at its kernel receive stamp.
+    fn receive_beats(&mut self) -> io::Result<()> {
+        // Out of `self` while its heartbeats are handled, which borrows `self` whole.
+        let Some(beats) = self.beats.take() else { return Ok(()) };
+        let taken = self.take_beats(&beats);
+        self.beats = Some(beats);
+        taken
+    }
+
+    fn take_beats(&mut self, beats: &UdpSocket) -> io::Result<()> {
+        let now = monotonic_ns();
+        // The stamps are CLOCK_REALTIME; the two clocks' distance is read as a pair.
+        let offset = realtime_ns() as i128 - monotonic_ns() as i128;
+        loop {
+            let mut refs = self.beat_buffers.each_mut().map(|b| &mut b[..]);
+            let got = match self.beat_batch.recv_into(beats, &mut refs, true) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // Nothing waiting, or an ICMP error from a peer that is down: not ours to act on.
+                Err(_) => return Ok(()),
+            };
+            for i in 0..got {
+                let len = self.beat_batch.lengths()[i];
+                let at = self.beat_batch.rx_timestamps_ns()[i]
+                    .map_or(now, |s| (s as i128 - offset).clamp(0, now as i128) as u64);
+                let bytes = self.beat_buffers[i];
+                self.heard(&bytes[..len], at, now)?;
+            }
+            if got < BEAT_BURST {
+                return Ok(());
+            }
+        }
+    }
+
+    /// A failure-detector datagram, received at `at` and handled at `now` (monotonic ns).
+    fn heard(&mut self, bytes: &[u8], at: u64, now: u64) -> io::Result<()> {
         use crate::fd::wire::{Datagram, decode};
         let Some(watch) = self.watch.as_mut() else { return Ok(()) };
-        let now = monotonic_ns();
-        match decode(&self.datagram[..n]) {
+        match decode(bytes) {
             Ok(Datagram::Replica { heartbeat, term, commit }) => {
                 if self.faults.drops(heartbeat.member, now) {
                     return Ok(());
                 }
-                watch.heard(&heartbeat, now);
+                watch.heard(&heartbeat, at, now);
                 if term != 0 {
                     self.replica.leader_commit(heartbeat.member, term, commit)?;
                 }

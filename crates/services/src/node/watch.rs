@@ -102,6 +102,12 @@ pub struct Watch {
     stats: WatchStats,
 }
 
+/// The first multiple of `period_ns` after `now_ns`.
+pub fn next_multiple(now_ns: u64, period_ns: u64) -> u64 {
+    let period_ns = period_ns.max(1);
+    (now_ns / period_ns + 1).saturating_mul(period_ns)
+}
+
 impl Watch {
     /// A detector for member `id` watching `peers` (its own id is left out), started at
     /// `now_ns`; `incarnation` must grow with each start of the member (its start time does).
@@ -186,9 +192,11 @@ impl Watch {
         if now_ns < self.next_send_ns {
             return;
         }
-        // The next round one period after this one was due; after a stall, one period from now.
-        self.next_send_ns =
-            (self.next_send_ns + self.config.period_ns).max(now_ns + self.config.period_ns / 2);
+        // The next round at the next multiple of the period: every member's rounds, and its
+        // loop's ticks, fall on the same instants, so one timer wakes them all (a wake-up, not
+        // the work after it, is most of an idle member's cost on a virtual machine); after a
+        // stall, the missed rounds are skipped.
+        self.next_send_ns = next_multiple(now_ns, self.config.period_ns);
         let heartbeat = Heartbeat {
             member: self.id,
             incarnation: self.incarnation,
@@ -209,9 +217,9 @@ impl Watch {
         }
     }
 
-    /// A heartbeat received at `at_ns`.
-    pub fn heard(&mut self, heartbeat: &Heartbeat, at_ns: u64) {
-        let heard = self.detector.handle_heartbeat(heartbeat, at_ns, at_ns, &mut self.events);
+    /// A heartbeat received at `at_ns` (its kernel stamp), handled at `now_ns`.
+    pub fn heard(&mut self, heartbeat: &Heartbeat, at_ns: u64, now_ns: u64) {
+        let heard = self.detector.handle_heartbeat(heartbeat, at_ns, now_ns, &mut self.events);
         if !matches!(heard, crate::fd::Heard::Unknown) {
             self.stats.heartbeats_in += 1;
         }
@@ -317,13 +325,13 @@ mod tests {
         let (mut two, mut three) = (watch(2), watch(3));
         let voters = [1, 2, 3];
         for w in [&mut two, &mut three] {
-            w.heard(&heartbeat(2, 1), 0);
-            w.heard(&heartbeat(3, 1), 0);
+            w.heard(&heartbeat(2, 1), 0, 0);
+            w.heard(&heartbeat(3, 1), 0, 0);
             assert_eq!(w.poll(2 * T, 1, || voters.to_vec()), None, "in time");
         }
         for w in [&mut two, &mut three] {
-            w.heard(&heartbeat(2, 2), 2 * T);
-            w.heard(&heartbeat(3, 2), 2 * T);
+            w.heard(&heartbeat(2, 2), 2 * T, 2 * T);
+            w.heard(&heartbeat(3, 2), 2 * T, 2 * T);
         }
         let at = 3 * T;
         assert_eq!(two.poll(at, 1, || voters.to_vec()), Some(Act::Suspect { leader: 1, campaign: true }));
@@ -352,11 +360,11 @@ mod tests {
     fn a_heartbeat_of_the_suspected_leader_ends_the_suspicion() {
         let mut two = watch(2);
         let voters = [1, 2, 3];
-        two.heard(&heartbeat(3, 1), 0);
-        two.heard(&heartbeat(3, 2), 2 * T);
+        two.heard(&heartbeat(3, 1), 0, 0);
+        two.heard(&heartbeat(3, 2), 2 * T, 2 * T);
         assert!(matches!(two.poll(3 * T, 1, || voters.to_vec()), Some(Act::Suspect { campaign: true, .. })));
-        two.heard(&heartbeat(1, 1), 3 * T + 10);
-        two.heard(&heartbeat(3, 3), 3 * T + 10);
+        two.heard(&heartbeat(1, 1), 3 * T + 10, 3 * T + 10);
+        two.heard(&heartbeat(3, 3), 3 * T + 10, 3 * T + 10);
         assert_eq!(two.poll(3 * T + 20, 0, || voters.to_vec()), None);
         assert_eq!(two.poll(3 * T + 20 + RETRY_PERIODS * T, 0, || voters.to_vec()), None, "no more tries");
     }
@@ -364,11 +372,11 @@ mod tests {
     #[test]
     fn a_hung_member_is_suspected_though_its_heartbeats_still_come() {
         let mut two = watch(2);
-        two.heard(&heartbeat(1, 7), 0);
+        two.heard(&heartbeat(1, 7), 0, 0);
         for k in 1..=5 {
-            two.heard(&heartbeat(1, 7), k * T);
+            two.heard(&heartbeat(1, 7), k * T, k * T);
         }
-        two.heard(&heartbeat(3, 1), 0);
+        two.heard(&heartbeat(3, 1), 0, 0);
         assert!(two.poll(5 * T, 1, || vec![1, 2, 3]).is_some(), "the same counter is no news");
         assert_eq!(two.suspected().collect::<Vec<_>>(), [1, 3]);
     }

@@ -229,6 +229,7 @@ fn replica_config(config: &SimConfig, id: u64, rng: &mut StdRng) -> ReplicaConfi
     rc.broken = config.broken;
     rc.compact_after_entries = config.compact_after_entries;
     rc.fixed_election_ticks = Some(rng.random_range(rc.election_ticks..2 * rc.election_ticks));
+    rc.commit_by_heartbeats = config.detector.is_some();
     rc
 }
 
@@ -402,7 +403,7 @@ impl Sim {
                     unreachable!("the simulator's own heartbeat decodes")
                 };
                 if let Some(watch) = self.watches[(to - 1) as usize].as_mut() {
-                    watch.heard(&heartbeat, self.now_us * 1_000);
+                    watch.heard(&heartbeat, self.now_us * 1_000, self.now_us * 1_000);
                 }
                 if term != 0 {
                     replica.leader_commit(heartbeat.member, term, commit).expect("memory disk cannot fail");

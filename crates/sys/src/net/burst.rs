@@ -233,7 +233,10 @@ fn point_header(header: &mut libc::mmsghdr, iovec: &mut libc::iovec, name: Regio
 }
 
 /// Writes `addr` as a C socket address into `storage`; returns its length.
-fn write_socket_address(addr: SocketAddr, storage: &mut libc::sockaddr_storage) -> libc::socklen_t {
+pub(crate) fn write_socket_address(
+    addr: SocketAddr,
+    storage: &mut libc::sockaddr_storage,
+) -> libc::socklen_t {
     match addr {
         SocketAddr::V4(a) => {
             let sin = libc::sockaddr_in {

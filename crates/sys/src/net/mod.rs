@@ -7,6 +7,8 @@
 //! - [`options`]: receive time stamps on, receive-buffer size, sending without UDP checksums,
 //!   the type-of-service byte and the socket priority a queueing discipline classifies by.
 //! - [`poll`]: waiting until one socket, or any of a set, is readable.
+//! - [`split`]: one UDP address on two sockets, datagrams with a given prefix to the second
+//!   (a `SO_REUSEPORT` group steered by a classic BPF program).
 //! - [`drops`]: the kernel's per-socket drop counter from `/proc/net/udp`.
 //! - [`packet_ring`]: [`PacketRing`], an `AF_PACKET` socket on one interface with memory-mapped
 //!   receive and transmit rings (frames with kernel receive stamps, one kick per burst).
@@ -19,6 +21,7 @@ pub mod drops;
 pub mod options;
 pub mod packet_ring;
 pub mod poll;
+pub mod split;
 
 pub use burst::{MAX_BURST, MmsgBatch};
 pub use packet_ring::{PacketRing, PacketRingError, RingConfig, RingStats, RxLayout};
