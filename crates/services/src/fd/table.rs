@@ -442,6 +442,11 @@ mod tests {
                     v += 1;
                 }
             });
+            // The writer may not have run yet on a busy machine: wait for its first row, so
+            // every read below races a writer that is running (or was preempted mid-row).
+            while app.row(0).is_none_or(|r| r.incarnation == 0) {
+                std::thread::yield_now();
+            }
             let mut read = 0;
             for _ in 0..200_000 {
                 if let Some(r) = app.row(0)
