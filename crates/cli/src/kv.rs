@@ -474,6 +474,11 @@ struct CheckArgs {
     /// (none) or 3-3600; default: 10 with --quick, else 60.
     #[arg(long, value_name = "S")]
     real_seconds: Option<f64>,
+    /// Run the real processes each in a network namespace of the lane's testbed (needs root),
+    /// cut off by the kernel: their link down, or nftables dropping their Raft port (in turn;
+    /// the link alone where `nft` is missing). Default: on loopback, cut off at their transport.
+    #[arg(long)]
+    testbed: bool,
 }
 
 pub fn run(args: &KvArgs) -> Result<i32> {
@@ -486,6 +491,7 @@ pub fn run(args: &KvArgs) -> Result<i32> {
             config.members = a.members;
             config.duration_ms = a.duration_ms;
             config.real_seconds = a.real_seconds.unwrap_or(config.real_seconds);
+            config.testbed = a.testbed;
             config.kairos = Some(std::env::current_exe().context("cannot find the kairos executable")?);
             let common = crate::Common { quick: a.quick, json: a.json, results: a.results.clone() };
             crate::experiment(&common, &config, kv_check::report)

@@ -53,6 +53,8 @@ pub struct CheckConfig {
     pub real_seconds: f64,
     /// The `kairos` executable for the real-process run's members (none: no real run).
     pub kairos: Option<PathBuf>,
+    /// The real-process run's members on the lane's testbed (root): partitions by the kernel.
+    pub testbed: bool,
 }
 
 impl CheckConfig {
@@ -67,6 +69,7 @@ impl CheckConfig {
             budget_ms: 10_000,
             real_seconds: if quick { 10.0 } else { 60.0 },
             kairos: None,
+            testbed: false,
         }
     }
 
@@ -136,6 +139,11 @@ pub struct RealSummary {
     pub unknown_outcomes: usize,
     /// Faults made, by kind.
     pub faults: BTreeMap<FaultKind, u64>,
+    /// Where the members ran: `loopback` or `testbed` (network namespaces on a bridge).
+    pub network: &'static str,
+    /// How members were cut off: `transport` (dropped by the member, `KAIROS.FAULT`), `link`
+    /// (the bridge's port to it down) or `nftables` (its Raft port dropped both ways).
+    pub partitions: BTreeMap<&'static str, u64>,
     /// `linearizable`, `illegal` or `unknown`.
     pub verdict: &'static str,
     /// The checker's account when illegal.
@@ -230,6 +238,14 @@ impl Experiment for CheckConfig {
                 self.real_seconds
             ));
         }
+        if self.testbed && self.real_seconds == 0.0 {
+            return Err("--testbed places the real-process run, which --real-seconds 0 turns off: give it seconds or drop --testbed".into());
+        }
+        if self.testbed && !kairos_sys::user::is_root() {
+            return Err(
+                "--testbed makes network namespaces, which needs root: run as root or drop --testbed".into(),
+            );
+        }
         if !(50..=60_000).contains(&self.duration_ms) {
             return Err(format!("--duration-ms {} is out of range: 50 to 60000", self.duration_ms));
         }
@@ -296,6 +312,7 @@ impl Experiment for CheckConfig {
                     keys: 8,
                     seconds: self.real_seconds,
                     seed: self.first_seed,
+                    testbed: self.testbed,
                 };
                 let outcome = real::run(&config, &data);
                 let _ = std::fs::remove_dir_all(&data);
@@ -319,6 +336,8 @@ impl Experiment for CheckConfig {
                     operations: outcome.history.len(),
                     unknown_outcomes: outcome.history.iter().filter(|o| o.output.is_none()).count(),
                     faults,
+                    network: if self.testbed { "testbed" } else { "loopback" },
+                    partitions: outcome.partitions,
                     verdict,
                     detail,
                     lost_acknowledged_writes: outcome.lost_acknowledged_writes,
@@ -374,12 +393,14 @@ pub fn report(s: &CheckSummary) -> String {
     }
     match &s.real {
         Some(r) => out.push_str(&format!(
-            "real processes: {} members, {:.0} s, {} operations ({} unknown), faults {}: {}, acknowledged writes lost: {}{}\n",
+            "real processes: {} members on {}, {:.0} s, {} operations ({} unknown), faults {} (cut off by {}): {}, acknowledged writes lost: {}{}\n",
             r.members,
+            r.network,
             r.seconds,
             r.operations,
             r.unknown_outcomes,
             r.faults.iter().map(|(k, n)| format!("{k:?} {n}")).collect::<Vec<_>>().join(", "),
+            r.partitions.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", "),
             r.verdict,
             r.lost_acknowledged_writes.map_or("unknown (final reads failed)".to_string(), |n| n.to_string()),
             r.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default()

@@ -1,8 +1,12 @@
 //! The real-process half of `kv check`: a cluster of `kairos kv serve` processes on loopback,
-//! clients on threads speaking RESP over TCP, and faults: `kill -9` of the leader or a follower
-//! (restarted from its log after a while), SIGSTOP/SIGCONT of one, a member cut off, and
-//! message loss everywhere (the last two made at the members' Raft transport with
-//! `KAIROS.FAULT`, which `--allow-faults` enables).
+//! or each in a network namespace of the lane's testbed (`--testbed`, root), clients on threads
+//! speaking RESP over TCP, and faults: `kill -9` of the leader or a follower (restarted from its
+//! log after a while), SIGSTOP/SIGCONT of one, a member cut off, and message loss everywhere
+//! (made at the members' Raft transport with `KAIROS.FAULT`, which `--allow-faults` enables).
+//! On the testbed a member is cut off by the kernel instead, in turn: its link taken down (the
+//! bridge's port to it: clients lose it too), and nftables in its namespace dropping the Raft
+//! port both ways (clients still reach it: a cut-off leader keeps taking requests). The clients
+//! then run in a host of their own on the testbed.
 //! Every request's invocation and answer are timed on `CLOCK_MONOTONIC` at the client; a
 //! request with no answer within a second, or whose connection broke, has an unknown outcome
 //! and its client reconnects under a new id. The history goes to the same checker as the
@@ -21,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
+use kairos_io::lane_testbed::{LaneTestbed, LaneTestbedConfig, host_address};
 use kairos_services::kv::Reply;
 use kairos_services::resp::client::{parse_reply, write_request};
 use kairos_services::sim::{FaultKind, OpKind, SimOp, lost_writes};
@@ -43,6 +48,8 @@ pub struct RealConfig {
     pub seconds: f64,
     /// The seed of the clients' and the faults' choices.
     pub seed: u64,
+    /// Members in network namespaces of the lane's testbed (root), cut off by the kernel.
+    pub testbed: bool,
 }
 
 /// What it found (the history is checked by the caller).
@@ -54,11 +61,13 @@ pub struct RealRun {
     pub faults: Vec<FaultKind>,
     /// Acknowledged appends missing at the end (`None`: the final reads failed).
     pub lost_acknowledged_writes: Option<u64>,
+    /// How members were cut off: `transport` (`KAIROS.FAULT`), `link` or `nftables`, counted.
+    pub partitions: BTreeMap<&'static str, u64>,
 }
 
 struct Member {
     child: Option<OwnedChild>,
-    client_port: u16,
+    client: SocketAddr,
 }
 
 struct Cluster<'a> {
@@ -66,14 +75,19 @@ struct Cluster<'a> {
     data: PathBuf,
     peers: String,
     members: Vec<Member>,
+    /// The testbed the members run on, if any.
+    bed: Option<&'a LaneTestbed>,
 }
 
 impl Cluster<'_> {
     fn start(&mut self, i: usize) -> Result<()> {
-        let mut command = Command::new(&self.config.kairos);
+        let mut command = match self.bed {
+            Some(bed) => bed.host_command(i, &self.config.kairos.to_string_lossy())?,
+            None => Command::new(&self.config.kairos),
+        };
         command
             .args(["kv", "serve", "--id", &(i + 1).to_string(), "--peers", &self.peers])
-            .arg(format!("--listen=127.0.0.1:{}", self.members[i].client_port))
+            .arg(format!("--listen={}", self.members[i].client))
             .arg(format!("--data={}", self.data.join(format!("m{}", i + 1)).display()))
             .args(["--period-us", "200", "--election-ticks", "50", "--allow-faults"])
             .stdin(Stdio::null())
@@ -87,7 +101,7 @@ impl Cluster<'_> {
 
     fn leader(&self) -> Option<usize> {
         self.members.iter().filter(|m| m.child.is_some()).find_map(|m| {
-            let info = request(m.client_port, &["INFO", "replication"], Duration::from_millis(300)).ok()?;
+            let info = request(m.client, &["INFO", "replication"], Duration::from_millis(300)).ok()?;
             let Reply::Bulk(text) = info else { return None };
             let text = String::from_utf8_lossy(&text).into_owned();
             text.lines()
@@ -100,8 +114,8 @@ impl Cluster<'_> {
 }
 
 /// One request on a fresh connection (for INFO and the final reads).
-fn request(port: u16, args: &[&str], timeout: Duration) -> Result<Reply> {
-    let mut conn = Conn::open(port, timeout)?;
+fn request(addr: SocketAddr, args: &[&str], timeout: Duration) -> Result<Reply> {
+    let mut conn = Conn::open(addr, timeout)?;
     conn.call(args)
 }
 
@@ -111,8 +125,8 @@ struct Conn {
 }
 
 impl Conn {
-    fn open(port: u16, timeout: Duration) -> Result<Self> {
-        let stream = TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), timeout)?;
+    fn open(addr: SocketAddr, timeout: Duration) -> Result<Self> {
+        let stream = TcpStream::connect_timeout(&addr, timeout)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
         stream.set_nodelay(true)?;
@@ -155,16 +169,40 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
+/// The ports of every member on the testbed (each has an address of its own).
+const TESTBED_CLIENT_PORT: u16 = 6379;
+const TESTBED_RAFT_PORT: u16 = 7379;
+/// The nftables table a cut-off member's namespace holds while it is cut off.
+const NFT_TABLE: &str = "kairos_check";
+
 /// Runs the cluster under faults, then reads every key.
 pub fn run(config: &RealConfig, data: &Path) -> Result<RealRun> {
-    let client_ports: Vec<u16> = (0..config.members).map(|_| free_port()).collect();
-    let raft_ports: Vec<u16> = (0..config.members).map(|_| free_udp_port()).collect();
-    let peers = (0..config.members)
-        .map(|i| format!("{}=127.0.0.1:{}", i + 1, raft_ports[i]))
-        .collect::<Vec<_>>()
-        .join(",");
-    let members = client_ports.iter().map(|&client_port| Member { child: None, client_port }).collect();
-    let mut cluster = Cluster { config, data: data.to_path_buf(), peers, members };
+    if !config.testbed {
+        return run_on(config, data, None);
+    }
+    // A host per member and one for the clients; removed on every way out (drop, signal).
+    let bed = LaneTestbed::create(LaneTestbedConfig { hosts: config.members + 1, ..Default::default() })
+        .context("cannot make the lane testbed for the real-process run")?;
+    // The clients, and every request of this thread, from the last host; threads made there
+    // stay in its namespace.
+    bed.in_host(config.members, || run_on(config, data, Some(&bed)))?
+}
+
+fn run_on(config: &RealConfig, data: &Path, bed: Option<&LaneTestbed>) -> Result<RealRun> {
+    let (clients, rafts): (Vec<SocketAddr>, Vec<SocketAddr>) = match bed {
+        Some(_) => (0..config.members)
+            .map(|i| {
+                let ip = host_address(i);
+                (SocketAddr::from((ip, TESTBED_CLIENT_PORT)), SocketAddr::from((ip, TESTBED_RAFT_PORT)))
+            })
+            .unzip(),
+        None => (0..config.members).map(|_| (loopback(free_port()), loopback(free_udp_port()))).unzip(),
+    };
+    let peers = rafts.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
+    let members = clients.iter().map(|&client| Member { child: None, client }).collect();
+    let mut cluster = Cluster { config, data: data.to_path_buf(), peers, members, bed };
+    let nft = bed.is_some() && nft_available();
+    let mut partitions: BTreeMap<&'static str, u64> = BTreeMap::new();
     for i in 0..config.members {
         cluster.start(i)?;
     }
@@ -181,7 +219,7 @@ pub fn run(config: &RealConfig, data: &Path) -> Result<RealRun> {
     let stop = AtomicBool::new(false);
     let next_client = AtomicU64::new(1);
     let mut faults = Vec::new();
-    let ports = client_ports.clone();
+    let ports = clients.clone();
     std::thread::scope(|scope| -> Result<()> {
         let _stop = StopOnDrop(&stop);
         for c in 0..config.clients {
@@ -265,7 +303,19 @@ pub fn run(config: &RealConfig, data: &Path) -> Result<RealRun> {
             let target = if round < 3 { leader.unwrap_or(follower) } else { follower };
             let outage = Duration::from_millis(rng.random_range(200..800));
             match kind {
+                FaultKind::Partition if let Some(bed) = bed => {
+                    // Link and nftables in turn (the link alone where nft is missing).
+                    let means =
+                        if nft && partitions.values().sum::<u64>() % 2 == 1 { "nftables" } else { "link" };
+                    *partitions.entry(means).or_insert(0) += 1;
+                    cut_off(bed, target, means, true)?;
+                    std::thread::sleep(outage);
+                    cut_off(bed, target, means, false)?;
+                }
                 FaultKind::Partition | FaultKind::Loss => {
+                    if kind == FaultKind::Partition {
+                        *partitions.entry("transport").or_insert(0) += 1;
+                    }
                     let ms = outage.as_millis().to_string();
                     let percent = rng.random_range(5..30).to_string();
                     let targets: Vec<usize> =
@@ -277,12 +327,12 @@ pub fn run(config: &RealConfig, data: &Path) -> Result<RealRun> {
                             vec!["KAIROS.FAULT", "PARTITION", &ms]
                         };
                         // The cut member drops its side; the others drop theirs to it.
-                        request(cluster.members[t].client_port, &args, Duration::from_secs(1))?;
+                        request(cluster.members[t].client, &args, Duration::from_secs(1))?;
                         if kind == FaultKind::Partition {
                             let id = (t + 1).to_string();
                             for other in (0..config.members).filter(|&o| o != t) {
                                 let args = ["KAIROS.FAULT", "PARTITION", &ms, &id];
-                                request(cluster.members[other].client_port, &args, Duration::from_secs(1))?;
+                                request(cluster.members[other].client, &args, Duration::from_secs(1))?;
                             }
                         }
                     }
@@ -320,7 +370,7 @@ pub fn run(config: &RealConfig, data: &Path) -> Result<RealRun> {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let call_us = now_us();
-            match request(client_ports[0], &["GET", &key], Duration::from_secs(1)) {
+            match request(clients[0], &["GET", &key], Duration::from_secs(1)) {
                 Ok(reply @ (Reply::Bulk(_) | Reply::Nil)) => {
                     let value = match &reply {
                         Reply::Bulk(v) => Some(v.clone()),
@@ -347,5 +397,58 @@ pub fn run(config: &RealConfig, data: &Path) -> Result<RealRun> {
     }
     history.sort_by_key(|op| op.call_us);
     let lost = complete.then(|| lost_writes(&history, &finals));
-    Ok(RealRun { history, faults, lost_acknowledged_writes: lost })
+    Ok(RealRun { history, faults, lost_acknowledged_writes: lost, partitions })
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+fn nft_available() -> bool {
+    Command::new("nft")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Cuts member `i` off the testbed (`cut`) or restores it, by `means`: `link` takes the
+/// bridge's port to it down; `nftables` drops the Raft port both ways in its namespace.
+fn cut_off(bed: &LaneTestbed, i: usize, means: &str, cut: bool) -> Result<()> {
+    let host = bed.host(i)?;
+    let (mut command, input) = if means == "link" {
+        let mut ip = Command::new("ip");
+        ip.args(["-n", bed.switch_namespace(), "link", "set", "dev", &host.switch_port]);
+        ip.arg(if cut { "down" } else { "up" });
+        (ip, None)
+    } else {
+        let mut nft = Command::new("ip");
+        nft.args(["netns", "exec", &host.namespace, "nft", "-f", "-"]);
+        let rules = if cut {
+            format!(
+                "table inet {NFT_TABLE} {{\n\
+                 chain input {{ type filter hook input priority 0; policy accept; udp dport {TESTBED_RAFT_PORT} drop; }}\n\
+                 chain output {{ type filter hook output priority 0; policy accept; udp dport {TESTBED_RAFT_PORT} drop; }}\n}}\n"
+            )
+        } else {
+            format!("delete table inet {NFT_TABLE}\n")
+        };
+        (nft, Some(rules))
+    };
+    command.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() });
+    command.stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = command.spawn().with_context(|| format!("cannot run {:?}", command.get_program()))?;
+    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(text.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "cutting member {} off by {means} failed: {}",
+            i + 1,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }
