@@ -5,6 +5,7 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use kairos_dispatch::PolicyKind;
+use kairos_dispatch::elastic::{self, Phase, Signal, StepConfig, StepRow};
 use kairos_dispatch::latency::{self, LatencyConfig, LatencyRow, Service};
 use kairos_dispatch::remap::{Event, RemapRow, flow_hashes, remap};
 use kairos_dispatch::skew::{self, SkewConfig, SkewReport};
@@ -32,6 +33,51 @@ enum DispatchCommand {
     /// per policy, service distribution and load. --quick: 4 loads, 2 distributions, 200,000
     /// requests a point (seconds).
     Latency(LatencyArgs),
+    /// A load step (10% -> 80% -> 10% of the workers' capacity) with workers added on
+    /// Shenango's or Caladan's congestion signal and parked when idle, on the same virtual
+    /// clock; per policy and signal: latency, p99 per phase, workers in use and p99 per 10 ms
+    /// window, reordering. --quick: 50 ms a phase (seconds).
+    Step(StepArgs),
+}
+
+#[derive(Args)]
+struct StepArgs {
+    /// 50 ms a phase instead of 200.
+    #[arg(long)]
+    quick: bool,
+    /// Workers the allocator may use, 2-1000.
+    #[arg(long, default_value_t = 16)]
+    workers: usize,
+    /// The phases' loads, 0.01-0.99 each, of all the workers' capacity.
+    #[arg(long, value_delimiter = ',', default_value = "0.1,0.8,0.1")]
+    loads: Vec<f64>,
+    /// Each phase's length, ms, 1-10000 (default: 50 with --quick, else 200).
+    #[arg(long)]
+    phase_ms: Option<f64>,
+    /// Flows, 1-10000000 (the source's 700,000 by default).
+    #[arg(long, default_value_t = 700_000)]
+    flows: usize,
+    /// The flows' Zipf exponent, 0 (uniform) to 3.
+    #[arg(long, default_value_t = 0.0)]
+    zipf: f64,
+    /// Service distribution: constant, exponential, bimodal or heavy.
+    #[arg(long, default_value = "exponential")]
+    service: String,
+    /// Extra service time of a request whose flow's state is cold on its worker, ns, 0-1000000.
+    #[arg(long, default_value_t = 500.0)]
+    cold_ns: f64,
+    /// Idle time after which a worker parks, us, 0-1000000.
+    #[arg(long, default_value_t = 10.0)]
+    park_idle_us: f64,
+    /// From a worker's grant until it takes packets, us, 0-1000000.
+    #[arg(long, default_value_t = 5.0)]
+    wake_us: f64,
+    /// The draws' seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print `{"rows": [...], "simulated": true}` (each row with its windows) as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -125,6 +171,7 @@ pub fn run(args: &DispatchArgs) -> Result<i32> {
         DispatchCommand::Remap(a) => remap_command(a),
         DispatchCommand::Skew(a) => skew_command(a),
         DispatchCommand::Latency(a) => latency_command(a),
+        DispatchCommand::Step(a) => step_command(a),
     }
 }
 
@@ -176,8 +223,9 @@ fn remap_command(a: &RemapArgs) -> Result<i32> {
 }
 
 fn skew_command(a: &SkewArgs) -> Result<i32> {
-    let checks: [(bool, String); 7] = [
+    let checks: [(bool, String); 8] = [
         ((2..=1000).contains(&a.workers), format!("--workers {} is out of range: 2 to 1000", a.workers)),
+        ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
         ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
         ((0.0..=3.0).contains(&a.zipf), format!("--zipf {} is out of range: 0 to 3", a.zipf)),
         (
@@ -361,6 +409,109 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
             l.p9999,
             r.max_over_mean_load,
             r.reordered
+        );
+    }
+    Ok(exit::OK)
+}
+
+fn step_command(a: &StepArgs) -> Result<i32> {
+    let phase_ms = a.phase_ms.unwrap_or(if a.quick { 50.0 } else { 200.0 });
+    let Some(service) = Service::ALL.into_iter().find(|s| s.name() == a.service) else {
+        return Err(exit::usage(format!(
+            "--service: unknown distribution {:?}: give constant, exponential, bimodal or heavy",
+            a.service
+        )));
+    };
+    let checks: [(bool, String); 8] = [
+        ((2..=1000).contains(&a.workers), format!("--workers {} is out of range: 2 to 1000", a.workers)),
+        ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
+        (
+            (0.0..=1_000_000.0).contains(&a.park_idle_us),
+            format!("--park-idle-us {} is out of range: 0 to 1000000", a.park_idle_us),
+        ),
+        (
+            (0.0..=1_000_000.0).contains(&a.wake_us),
+            format!("--wake-us {} is out of range: 0 to 1000000", a.wake_us),
+        ),
+        ((1.0..=10_000.0).contains(&phase_ms), format!("--phase-ms {phase_ms} is out of range: 1 to 10000")),
+        ((0.0..=3.0).contains(&a.zipf), format!("--zipf {} is out of range: 0 to 3", a.zipf)),
+        (
+            (0.0..=1_000_000.0).contains(&a.cold_ns),
+            format!("--cold-ns {} is out of range: 0 to 1000000", a.cold_ns),
+        ),
+        (!a.loads.is_empty() && a.loads.len() <= 100, "--loads takes 1 to 100 phases".to_string()),
+    ];
+    if let Some((_, why)) = checks.into_iter().find(|(ok, _)| !ok) {
+        return Err(exit::usage(why));
+    }
+    if let Some(bad) = a.loads.iter().find(|l| !(0.01..=0.99).contains(*l)) {
+        return Err(exit::usage(format!("--loads: {bad} is out of range: 0.01 to 0.99")));
+    }
+    let mut rows: Vec<StepRow> = Vec::new();
+    for signal in Signal::ALL {
+        let mut config = StepConfig::default_step(phase_ms, signal);
+        config.max_workers = a.workers;
+        config.flows = a.flows;
+        config.phases = a.loads.iter().map(|&load| Phase { load, duration_ns: phase_ms * 1e6 }).collect();
+        config.zipf = a.zipf;
+        config.service = service;
+        config.cold_ns = a.cold_ns;
+        config.park_idle_ns = a.park_idle_us * 1e3;
+        config.wake_ns = a.wake_us * 1e3;
+        config.seed = a.seed;
+        for kind in PolicyKind::ALL {
+            rows.push(elastic::run(&config, kind));
+        }
+    }
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::json!({ "rows": rows, "simulated": true, "workers": a.workers, "loads": a.loads, "phase_ms": phase_ms })
+        );
+        return Ok(exit::OK);
+    }
+    let loads: Vec<String> = a.loads.iter().map(|l| format!("{:.0}%", l * 100.0)).collect();
+    outln!(
+        "simulated (virtual clock, the real dispatcher and policies): up to {} workers, {} flows, load {} for {} ms each, {} service of 10 us, Zipf({}), {} ns for a cold flow; a worker wakes {} us after its grant and parks after {} us idle",
+        a.workers,
+        a.flows,
+        loads.join(" -> "),
+        phase_ms,
+        service.name(),
+        a.zipf,
+        a.cold_ns,
+        a.wake_us,
+        a.park_idle_us
+    );
+    outln!(
+        "{:<9} {:<9} {:>8} {:>8} {:>9} {:>22} {:>8} {:>7} {:>7} {:>9} {:>6}",
+        "signal",
+        "policy",
+        "p50 us",
+        "p99",
+        "p99.9",
+        "p99 by phase",
+        "workers",
+        "joins",
+        "parks",
+        "reordered",
+        "cold"
+    );
+    for r in &rows {
+        let phases: Vec<String> = r.phase_p99_us.iter().map(|p| format!("{p:.0}")).collect();
+        outln!(
+            "{:<9} {:<9} {:>8.1} {:>8.1} {:>9.1} {:>22} {:>8.2} {:>7} {:>7} {:>9} {:>5.1}%",
+            r.signal,
+            r.policy,
+            r.latency_us.p50,
+            r.latency_us.p99,
+            r.latency_us.p999,
+            phases.join(" / "),
+            r.mean_workers,
+            r.joins,
+            r.leaves,
+            r.reordered,
+            100.0 * r.cold_fraction
         );
     }
     Ok(exit::OK)

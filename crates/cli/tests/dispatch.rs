@@ -116,3 +116,33 @@ fn latency_rows_carry_the_issue_s_names_and_say_they_are_simulated() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--services"));
 }
+
+#[test]
+fn a_load_step_follows_the_load_with_workers_and_kairos_keeps_order() {
+    let out =
+        kairos(&["dispatch", "step", "--phase-ms", "10", "--flows", "1000", "--cold-ns", "2000", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["simulated"], true);
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 8, "four policies, two signals");
+    for r in rows {
+        assert_eq!(r["phase_p99_us"].as_array().map(Vec::len), Some(3), "{r}");
+        let windows = r["windows"].as_array().expect("windows");
+        assert_eq!(windows.len(), 3, "10 ms windows over 30 ms: {r}");
+        // 80% of 16 workers' capacity needs more workers than 10% does (where the policy
+        // spreads flows over newcomers: calisto's table keeps 1,000 flows where it first put
+        // them, so only the workers that hold them are ever congested).
+        let workers = |i: usize| windows[i]["workers"].as_f64().unwrap();
+        if r["policy"] != "calisto" {
+            assert!(workers(1) > 2.0 * workers(0), "{r}");
+        }
+        if r["policy"] == "kairos" {
+            assert_eq!(r["reordered"], 0, "the hand-off keeps order: {r}");
+        }
+    }
+    let bad = kairos(&["dispatch", "step", "--loads", "0.1,1.5"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("--loads: 1.5 is out of range") && err.lines().count() == 1, "{err}");
+}

@@ -56,7 +56,7 @@ impl Service {
         }
     }
 
-    fn draw(self, mean_ns: f64, u: f64) -> f64 {
+    pub(crate) fn draw(self, mean_ns: f64, u: f64) -> f64 {
         match self {
             Service::Constant => mean_ns,
             Service::Exponential => -mean_ns * (1.0 - u).ln(),
@@ -108,6 +108,21 @@ pub struct LatencyRow {
     pub cold_fraction: f64,
 }
 
+impl Percentiles {
+    /// The percentiles of latencies in ns (sorted here), in us; zeros when there are none.
+    pub fn of_ns(latencies: &mut [f64]) -> Self {
+        latencies.sort_unstable_by(f64::total_cmp);
+        let at = |q: f64| {
+            if latencies.is_empty() {
+                0.0
+            } else {
+                latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)] / 1_000.0
+            }
+        };
+        Self { p50: at(0.5), p90: at(0.9), p99: at(0.99), p999: at(0.999), p9999: at(0.9999) }
+    }
+}
+
 /// Latency percentiles, us.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Percentiles {
@@ -124,27 +139,66 @@ pub struct Percentiles {
 }
 
 #[derive(Debug, Clone, Copy, Default)]
-struct Request {
-    flow: u32,
-    seq: u32,
-    arrival_ns: f64,
-    service_ns: f64,
+pub(crate) struct Request {
+    pub(crate) flow: u32,
+    pub(crate) seq: u32,
+    pub(crate) arrival_ns: f64,
+    pub(crate) service_ns: f64,
+    /// When it entered its worker's queue.
+    pub(crate) queued_ns: f64,
 }
 
-struct SimWorkers {
-    queues: Vec<VecDeque<Request>>,
+/// Simulated FIFO workers, one request in service each.
+pub(crate) struct SimWorkers {
+    pub(crate) queues: Vec<VecDeque<Request>>,
     /// When the request in service ends (`None`: idle).
-    busy_until: Vec<Option<f64>>,
-    in_service: Vec<Request>,
-    done: Vec<u64>,
-    served: Vec<u64>,
-    now_ns: f64,
+    pub(crate) busy_until: Vec<Option<f64>>,
+    pub(crate) in_service: Vec<Request>,
+    pub(crate) done: Vec<u64>,
+    pub(crate) served: Vec<u64>,
+    pub(crate) now_ns: f64,
     last_worker: Vec<u16>,
-    cold: u64,
+    pub(crate) cold: u64,
     cold_ns: f64,
 }
 
 impl SimWorkers {
+    pub(crate) fn new(workers: usize, flows: usize, cold_ns: f64) -> Self {
+        Self {
+            queues: vec![VecDeque::new(); workers],
+            busy_until: vec![None; workers],
+            in_service: vec![Request::default(); workers],
+            done: vec![0; workers],
+            served: vec![0; workers],
+            now_ns: 0.0,
+            last_worker: vec![u16::MAX; flows.max(1)],
+            cold: 0,
+            cold_ns,
+        }
+    }
+
+    /// The earliest completion: (worker, time), or `None` when every worker is idle.
+    pub(crate) fn next_completion(&self) -> Option<(usize, f64)> {
+        self.busy_until
+            .iter()
+            .enumerate()
+            .filter_map(|(w, t)| t.map(|t| (w, t)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// Ends worker `w`'s request at its completion time and starts its next; returns the one
+    /// that ended.
+    pub(crate) fn complete(&mut self, w: usize) -> Request {
+        let r = self.in_service[w];
+        self.now_ns = self.busy_until[w].take().unwrap_or(self.now_ns);
+        self.done[w] += 1;
+        self.served[w] += 1;
+        if let Some(next) = self.queues[w].pop_front() {
+            self.start(w, next);
+        }
+        r
+    }
+
     fn start(&mut self, w: usize, r: Request) {
         let cold = self.last_worker[r.flow as usize] != w as u16;
         self.last_worker[r.flow as usize] = w as u16;
@@ -161,6 +215,8 @@ impl Workers<Request> for SimWorkers {
         if self.busy_until[w].is_none() {
             self.start(w, packet);
         } else {
+            let mut packet = packet;
+            packet.queued_ns = self.now_ns;
             self.queues[w].push_back(packet);
         }
         Ok(())
@@ -179,17 +235,7 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
     let mut policy = kind.build_for(n, n);
     let mut d = Dispatcher::new(&mut *policy, kind == PolicyKind::Kairos, crate::dispatcher::DEFAULT_GROUPS);
     d.set_hold_limit(usize::MAX);
-    let mut sim = SimWorkers {
-        queues: vec![VecDeque::new(); n],
-        busy_until: vec![None; n],
-        in_service: vec![Request::default(); n],
-        done: vec![0; n],
-        served: vec![0; n],
-        now_ns: 0.0,
-        last_worker: vec![u16::MAX; config.flows.max(1)],
-        cold: 0,
-        cold_ns: config.cold_ns,
-    };
+    let mut sim = SimWorkers::new(n, config.flows, config.cold_ns);
     let rate_per_ns = config.load * n as f64 / config.mean_service_ns;
     let mut draws = Uniform::new(config.seed);
     let mut uniform = move || draws.next_f64();
@@ -202,13 +248,7 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
     let mut next_rebalance = 1_000_000.0f64;
     while completed < config.requests {
         // The next event: an arrival, or the earliest completion.
-        let (w_next, t_done) = sim
-            .busy_until
-            .iter()
-            .enumerate()
-            .filter_map(|(w, t)| t.map(|t| (w, t)))
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .unwrap_or((usize::MAX, f64::INFINITY));
+        let (w_next, t_done) = sim.next_completion().unwrap_or((usize::MAX, f64::INFINITY));
         let arrivals_left = arrived < config.requests;
         if arrivals_left && next_arrival <= t_done {
             sim.now_ns = next_arrival;
@@ -222,6 +262,7 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
                 seq: seq[flow as usize],
                 arrival_ns: next_arrival,
                 service_ns: config.service.draw(config.mean_service_ns, uniform()),
+                queued_ns: next_arrival,
             };
             seq[flow as usize] += 1;
             arrived += 1;
@@ -238,11 +279,7 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
             }
             continue;
         }
-        sim.now_ns = t_done;
-        let r = sim.in_service[w_next];
-        sim.busy_until[w_next] = None;
-        sim.done[w_next] += 1;
-        sim.served[w_next] += 1;
+        let r = sim.complete(w_next);
         completed += 1;
         if r.seq < next_done[r.flow as usize] {
             reordered += 1;
@@ -251,32 +288,15 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
         if completed > discard {
             latencies.push(t_done - r.arrival_ns);
         }
-        if let Some(next) = sim.queues[w_next].pop_front() {
-            sim.start(w_next, next);
-        }
         d.poll(sim.now_ns as u64, &mut sim);
     }
-    latencies.sort_unstable_by(f64::total_cmp);
-    let at = |q: f64| {
-        if latencies.is_empty() {
-            0.0
-        } else {
-            latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)] / 1_000.0
-        }
-    };
     let mean = sim.served.iter().sum::<u64>() as f64 / n as f64;
     let max = sim.served.iter().copied().max().unwrap_or(0) as f64;
     LatencyRow {
         policy: kind.name(),
         service: config.service,
         load: config.load,
-        latency_us: Percentiles {
-            p50: at(0.5),
-            p90: at(0.9),
-            p99: at(0.99),
-            p999: at(0.999),
-            p9999: at(0.9999),
-        },
+        latency_us: Percentiles::of_ns(&mut latencies),
         reordered,
         max_over_mean_load: if mean > 0.0 { max / mean } else { 0.0 },
         cold_fraction: sim.cold as f64 / completed.max(1) as f64,

@@ -42,6 +42,7 @@ pub mod buckets;
 pub mod caladan;
 pub mod calisto;
 pub mod dispatcher;
+pub mod elastic;
 pub mod hash_mod;
 pub mod latency;
 pub mod policy;
