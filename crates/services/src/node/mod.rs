@@ -363,7 +363,12 @@ impl Node {
             let wake = self.watch.as_ref().map_or(next_tick, |w| w.next_wake_ns().min(next_tick));
             let timeout = Duration::from_nanos(wake.saturating_sub(monotonic_ns()));
             let (udp_ready, listen_ready, ready_conns) = self.wait(timeout)?;
-            self.receive_beats()?;
+            // Heartbeats matter only when a tick, a round or a detector deadline is due (no
+            // suspicion can start before its deadline), so a pass woken by a client or a Raft
+            // message spends no system call on them.
+            if monotonic_ns() >= wake {
+                self.receive_beats()?;
+            }
             if udp_ready {
                 self.receive_raft()?;
             }
