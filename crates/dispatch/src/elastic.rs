@@ -24,9 +24,8 @@
 use serde::Serialize;
 
 use crate::dispatcher::{DEFAULT_GROUPS, Dispatcher};
-use crate::latency::{Percentiles, Request, Service, SimWorkers};
+use crate::latency::{Arrivals, Percentiles, Service, SimWorkers};
 use crate::policy::{PolicyKind, WorkerId};
-use crate::skew::{Uniform, Zipf, flow_hash};
 
 /// When a worker is added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -177,7 +176,6 @@ pub struct StepRow {
 /// Runs the step for `kind`.
 pub fn run(config: &StepConfig, kind: PolicyKind) -> StepRow {
     let n = config.max_workers.max(1);
-    let zipf = Zipf::new(config.flows, config.zipf);
     let mut policy = kind.build_for(1, n);
     let mut d = Dispatcher::new(&mut *policy, kind == PolicyKind::Kairos, DEFAULT_GROUPS);
     d.set_hold_limit(usize::MAX);
@@ -187,10 +185,9 @@ pub fn run(config: &StepConfig, kind: PolicyKind) -> StepRow {
     let mut waking: Vec<(f64, usize)> = Vec::new();
     let mut idle_since: Vec<Option<f64>> = vec![None; n];
     idle_since[0] = Some(0.0);
-    let mut draws = Uniform::new(config.seed);
-    let mut uniform = move || draws.next_f64();
-    let flows = config.flows.max(1);
-    let (mut seq, mut next_done) = (vec![0u32; flows], vec![0u32; flows]);
+    let mut arrivals =
+        Arrivals::new(config.flows, config.zipf, config.service, config.mean_service_ns, config.seed);
+    let mut next_done = vec![0u32; config.flows.max(1)];
     let total_ns: f64 = config.phases.iter().map(|p| p.duration_ns).sum();
     let windows = (total_ns / config.window_ns).ceil().max(1.0) as usize;
     let mut window_latencies: Vec<Vec<f64>> = vec![Vec::new(); windows];
@@ -207,7 +204,7 @@ pub fn run(config: &StepConfig, kind: PolicyKind) -> StepRow {
     let interval = config.signal.interval_ns();
     let (mut next_check, mut last_check) = (interval, 0.0f64);
     let mut next_rebalance = 1e6;
-    let mut next_arrival = -(1.0 - uniform()).ln() / rate(config, 0.0);
+    let mut next_arrival = arrivals.gap_ns(rate(config, 0.0));
     let mut all = Vec::new();
     loop {
         let arrival = if next_arrival < total_ns { next_arrival } else { f64::INFINITY };
@@ -251,17 +248,9 @@ pub fn run(config: &StepConfig, kind: PolicyKind) -> StepRow {
                 d.policy_mut().rebalance(next_rebalance as u64);
                 next_rebalance += 1e6;
             }
-            let flow = zipf.sample(uniform()) as u32;
-            let r = Request {
-                flow,
-                seq: seq[flow as usize],
-                arrival_ns: t,
-                service_ns: config.service.draw(config.mean_service_ns, uniform()),
-                queued_ns: t,
-            };
-            seq[flow as usize] += 1;
-            d.dispatch(flow_hash(u64::from(flow)), r, t as u64, &mut sim);
-            next_arrival = t + -(1.0 - uniform()).ln() / rate(config, t);
+            let (hash, r) = arrivals.request(t);
+            d.dispatch(hash, r, t as u64, &mut sim);
+            next_arrival = t + arrivals.gap_ns(rate(config, t));
         } else if t == wake {
             sim.now_ns = t;
             let i = waking.iter().position(|w| w.0 == t).unwrap_or(0);

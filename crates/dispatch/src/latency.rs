@@ -148,6 +148,54 @@ pub(crate) struct Request {
     pub(crate) queued_ns: f64,
 }
 
+/// Open-loop arrivals: each request's flow (Zipf, or uniform), the flow's next sequence number
+/// and a service time, and the gaps between arrivals, all from one seeded stream.
+pub(crate) struct Arrivals {
+    zipf: Zipf,
+    draws: Uniform,
+    seq: Vec<u32>,
+    service: Service,
+    mean_service_ns: f64,
+}
+
+impl Arrivals {
+    pub(crate) fn new(
+        flows: usize,
+        exponent: f64,
+        service: Service,
+        mean_service_ns: f64,
+        seed: u64,
+    ) -> Self {
+        Self {
+            zipf: Zipf::new(flows, exponent),
+            draws: Uniform::new(seed),
+            seq: vec![0; flows.max(1)],
+            service,
+            mean_service_ns,
+        }
+    }
+
+    /// The request arriving at `t_ns`, and its flow's hash.
+    pub(crate) fn request(&mut self, t_ns: f64) -> (u64, Request) {
+        let flow = self.zipf.sample(self.draws.next_f64()) as u32;
+        let seq = &mut self.seq[flow as usize];
+        let r = Request {
+            flow,
+            seq: *seq,
+            arrival_ns: t_ns,
+            service_ns: self.service.draw(self.mean_service_ns, self.draws.next_f64()),
+            queued_ns: t_ns,
+        };
+        *seq += 1;
+        (flow_hash(u64::from(flow)), r)
+    }
+
+    /// An exponential gap to the next arrival at `rate_per_ns`.
+    pub(crate) fn gap_ns(&mut self, rate_per_ns: f64) -> f64 {
+        -(1.0 - self.draws.next_f64()).ln() / rate_per_ns
+    }
+}
+
 /// Simulated FIFO workers, one request in service each.
 pub(crate) struct SimWorkers {
     pub(crate) queues: Vec<VecDeque<Request>>,
@@ -229,7 +277,6 @@ impl Workers<Request> for SimWorkers {
 
 /// Runs one point for `kind`.
 pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
-    let zipf = Zipf::new(config.flows, config.zipf);
     let n = config.workers;
     // A fixed set of workers: Caladan's table has exactly their slots.
     let mut policy = kind.build_for(n, n);
@@ -237,9 +284,8 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
     d.set_hold_limit(usize::MAX);
     let mut sim = SimWorkers::new(n, config.flows, config.cold_ns);
     let rate_per_ns = config.load * n as f64 / config.mean_service_ns;
-    let mut draws = Uniform::new(config.seed);
-    let mut uniform = move || draws.next_f64();
-    let mut seq = vec![0u32; config.flows.max(1)];
+    let mut arrivals =
+        Arrivals::new(config.flows, config.zipf, config.service, config.mean_service_ns, config.seed);
     let mut next_done = vec![0u32; config.flows.max(1)];
     let mut latencies: Vec<f64> = Vec::with_capacity(config.requests as usize);
     let discard = config.requests / 10;
@@ -256,19 +302,10 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
                 d.policy_mut().rebalance(next_rebalance as u64);
                 next_rebalance += 1_000_000.0;
             }
-            let flow = zipf.sample(uniform()) as u32;
-            let r = Request {
-                flow,
-                seq: seq[flow as usize],
-                arrival_ns: next_arrival,
-                service_ns: config.service.draw(config.mean_service_ns, uniform()),
-                queued_ns: next_arrival,
-            };
-            seq[flow as usize] += 1;
+            let (hash, r) = arrivals.request(next_arrival);
             arrived += 1;
-            let hash = flow_hash(u64::from(flow));
             d.dispatch(hash, r, sim.now_ns as u64, &mut sim);
-            next_arrival += -(1.0 - uniform()).ln() / rate_per_ns;
+            next_arrival += arrivals.gap_ns(rate_per_ns);
             continue;
         }
         if w_next == usize::MAX {
