@@ -38,6 +38,23 @@ enum DispatchCommand {
     /// clock; per policy and signal: latency, p99 per phase, workers in use and p99 per 10 ms
     /// window, reordering. --quick: 50 ms a phase (seconds).
     Step(StepArgs),
+    /// What a flow's state costs a worker, measured on real threads: warm (it touched the flow
+    /// last), written last by another core (a moved flow), or in memory; the simulations'
+    /// --cold-ns is the second less the first. --quick: 500 turns (well under a second).
+    Cold(ColdArgs),
+}
+
+#[derive(Args)]
+struct ColdArgs {
+    /// 500 turns instead of 2,000.
+    #[arg(long)]
+    quick: bool,
+    /// The two cores, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,1")]
+    cores: Vec<usize>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -63,8 +80,9 @@ struct StepArgs {
     /// Service distribution: constant, exponential, bimodal or heavy.
     #[arg(long, default_value = "exponential")]
     service: String,
-    /// Extra service time of a request whose flow's state is cold on its worker, ns, 0-1000000.
-    #[arg(long, default_value_t = 500.0)]
+    /// Extra service time of a request whose flow's state is cold on its worker, ns, 0-1000000
+    /// (default: what `kairos dispatch cold` measured on this kind of machine).
+    #[arg(long, default_value_t = kairos_dispatch::latency::CALIBRATED_COLD_NS)]
     cold_ns: f64,
     /// Idle time after which a worker parks, us, 0-1000000.
     #[arg(long, default_value_t = 10.0)]
@@ -107,8 +125,9 @@ struct LatencyArgs {
     /// Requests a point, 1000-100000000 (default: 200000 with --quick, else 1000000).
     #[arg(long)]
     requests: Option<u64>,
-    /// Extra service time of a request whose flow's state is cold on its worker, ns, 0-1000000.
-    #[arg(long, default_value_t = 500.0)]
+    /// Extra service time of a request whose flow's state is cold on its worker, ns, 0-1000000
+    /// (default: what `kairos dispatch cold` measured on this kind of machine).
+    #[arg(long, default_value_t = kairos_dispatch::latency::CALIBRATED_COLD_NS)]
     cold_ns: f64,
     /// The draws' seed.
     #[arg(long, default_value_t = 1)]
@@ -172,6 +191,7 @@ pub fn run(args: &DispatchArgs) -> Result<i32> {
         DispatchCommand::Skew(a) => skew_command(a),
         DispatchCommand::Latency(a) => latency_command(a),
         DispatchCommand::Step(a) => step_command(a),
+        DispatchCommand::Cold(a) => cold_command(a),
     }
 }
 
@@ -514,5 +534,44 @@ fn step_command(a: &StepArgs) -> Result<i32> {
             100.0 * r.cold_fraction
         );
     }
+    Ok(exit::OK)
+}
+
+fn cold_command(a: &ColdArgs) -> Result<i32> {
+    let online = kairos_sys::proc::online_cores();
+    let [first, second] = a.cores[..] else {
+        return Err(exit::usage(format!("--cores takes two cores, A,B; it was given {}", a.cores.len())));
+    };
+    if first == second || first >= online || second >= online {
+        return Err(exit::usage(format!(
+            "--cores {first},{second}: give two distinct cores below {online} (this machine's online cores)"
+        )));
+    }
+    let mut config = kairos_lab::dispatch_cold::ColdConfig::preset(a.quick);
+    config.cores = [first, second];
+    let r = kairos_lab::dispatch_cold::run(&config)?;
+    if a.json {
+        outln!("{}", serde_json::to_string(&r)?);
+        return Ok(exit::OK);
+    }
+    outln!(
+        "real threads on cores {first} and {second}: a 64-byte flow state read and written per packet, {} flows a batch, {} turns; {}",
+        config.batch,
+        config.turns,
+        r.machine.one_line()
+    );
+    outln!("{:<44} {:>8} {:>8} {:>8}   {:>8}", "ns per packet", "chained", "p10", "p90", "batched");
+    for (what, c, b) in [
+        ("warm (this worker touched the flow last)", r.chained.warm_ns, r.batched.warm_ns),
+        ("cross-core (another core wrote it last)", r.chained.cross_core_ns, r.batched.cross_core_ns),
+        ("memory (64 MiB table, random flows)", r.chained.memory_ns, r.batched.memory_ns),
+    ] {
+        outln!("{:<44} {:>8.1} {:>8.1} {:>8.1}   {:>8.1}", what, c.median, c.p10, c.p90, b.median);
+    }
+    outln!(
+        "a moved flow's state costs {:.0} ns more than a warm one, chained (the simulations' --cold-ns); batched {:.1} ns",
+        r.cold_ns,
+        r.batched.cross_core_ns.median - r.batched.warm_ns.median
+    );
     Ok(exit::OK)
 }

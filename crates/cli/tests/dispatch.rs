@@ -146,3 +146,22 @@ fn a_load_step_follows_the_load_with_workers_and_kairos_keeps_order() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("--loads: 1.5 is out of range") && err.lines().count() == 1, "{err}");
 }
+
+#[test]
+fn the_cold_state_cost_is_measured_on_real_threads() {
+    let out = kairos(&["dispatch", "cold", "--quick", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["simulated"], false);
+    for mode in ["chained", "batched"] {
+        for cost in ["warm_ns", "cross_core_ns", "memory_ns"] {
+            let median = v[mode][cost]["median"].as_f64().unwrap_or(0.0);
+            assert!(median > 0.0, "{mode} {cost}: {v}");
+        }
+    }
+    assert!(v["cold_ns"].as_f64().is_some_and(|c| c > 0.0), "{v}");
+    let bad = kairos(&["dispatch", "cold", "--cores", "0,0"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("two distinct cores") && err.lines().count() == 1, "{err}");
+}

@@ -100,7 +100,7 @@ pub struct StepConfig {
 
 impl StepConfig {
     /// The default step: 16 workers, 10% -> 80% -> 10% for `phase_ms` each, exponential
-    /// service of 10 us, uniform flows, a 500 ns cold miss, a 5 us wake-up, parking after 10 us
+    /// service of 10 us, uniform flows, the calibrated cold miss, a 5 us wake-up, parking after 10 us
     /// idle, 10 ms windows.
     pub fn default_step(phase_ms: f64, signal: Signal) -> Self {
         let phase = |load| Phase { load, duration_ns: phase_ms * 1e6 };
@@ -111,7 +111,7 @@ impl StepConfig {
             mean_service_ns: 10_000.0,
             service: Service::Exponential,
             phases: vec![phase(0.1), phase(0.8), phase(0.1)],
-            cold_ns: 500.0,
+            cold_ns: crate::latency::CALIBRATED_COLD_NS,
             signal,
             delay_threshold_ns: 10_000.0,
             wake_ns: 5_000.0,
@@ -351,7 +351,9 @@ mod tests {
 
     #[test]
     fn hash_mod_reorders_when_workers_come_and_go() {
-        let config = StepConfig::default_step(20.0, Signal::Caladan);
+        // Few flows, so a flow often has a request in flight when the workers change.
+        let mut config = StepConfig::default_step(20.0, Signal::Caladan);
+        config.flows = 1_000;
         let row = run(&config, PolicyKind::HashMod);
         assert!(row.reordered > 0, "every change moves most flows: {row:?}");
     }

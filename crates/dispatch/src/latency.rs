@@ -12,9 +12,8 @@
 //!   that runs on real threads.
 //! - **Workers**: one FIFO queue each, serving one request at a time. A request whose flow's
 //!   previous request was served by another worker finds its state cold there and costs
-//!   `cold_ns` more (the cache miss the source's affinity avoids; the figure is an input, the
-//!   default a measured order of magnitude for a few cache lines from memory on this kind of
-//!   machine).
+//!   `cold_ns` more (the cache miss the source's affinity avoids; the figure is an input, by
+//!   default [`CALIBRATED_COLD_NS`], what `kairos dispatch cold` measured on real threads).
 //! - **Latency**: from the arrival's *intended* time to its completion (an open loop has no
 //!   coordinated omission); the first 10% of requests are discarded, as Shenango's loadgen does.
 //!
@@ -27,6 +26,12 @@ use serde::Serialize;
 use crate::dispatcher::{Dispatcher, Workers};
 use crate::policy::{PolicyKind, WorkerId};
 use crate::skew::{Uniform, Zipf, flow_hash};
+
+/// The default extra cost of a request whose flow's state another worker wrote last, ns: what
+/// `kairos dispatch cold` measured on a 2-vCPU AMD EPYC KVM guest (a 64-byte state line fetched
+/// from the other core's cache, one miss at a time: 64-66 ns more than a warm one, in three
+/// runs). A flow's state that memory holds costs about 180 ns there.
+pub const CALIBRATED_COLD_NS: f64 = 65.0;
 
 /// A service-time distribution, by Shenango's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -23,6 +23,8 @@
 //!   with priority-inheritance locks.
 //! - [`rtu_throughput`]: a UDP receiver as an RTU against a plain loop, with and without load.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
+//! - [`dispatch_cold`]: what a flow's state costs a worker when another core wrote it last, or
+//!   memory holds it, against when it is warm: the dispatch simulations' `--cold-ns`.
 //! - [`kv_check`]: the replicated key-value store's histories under faults, judged by the
 //!   linearizability checker, with the checker's self-test.
 //! - [`kv_bench`]: the replicated store's latency, throughput and failover beside Redis, Redis
@@ -36,6 +38,7 @@
 
 pub mod aoi_model;
 pub mod background;
+pub mod dispatch_cold;
 pub mod fd_accuracy;
 pub mod fd_cluster;
 pub mod fd_detect;

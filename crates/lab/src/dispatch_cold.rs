@@ -1,0 +1,277 @@
+//! What a flow's state costs when it is not warm in the worker's cache: the figure the dispatch
+//! simulations take as `--cold-ns`, measured on this machine with real threads.
+//!
+//! Each flow's state is one 64-byte line of eight counters, read and written by every packet
+//! of the flow (a per-flow table as a worker keeps it). Three costs per packet:
+//! - **warm**: the worker touched the flow's state last (its own cache has it);
+//! - **cross-core**: the state was last written by another worker on another core, as after a
+//!   flow moves (the line comes from that core's cache);
+//! - **memory**: the state was not touched for a long while (a table far larger than the
+//!   caches, visited in random order).
+//!
+//! Two threads pinned to two cores take turns over one batch of flows (`batch` lines, in a
+//! shuffled order): in its turn a thread passes over the batch twice, timed apart, the first
+//! pass finding every line in the other core's cache, the second in its own. The memory pass
+//! runs on one thread. Each is done twice: chained (each flow's line names the next, so one
+//! packet's state is found only after the previous one's: the latency a packet sees when its
+//! state is on its critical path) and batched (independent flows, whose misses the core
+//! overlaps). Every figure is ns per packet, median and range over the turns.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use serde::Serialize;
+
+use crate::machine::MachineInfo;
+
+/// One flow's state: a cache line of counters; the first word names the flow the chained pass
+/// visits next.
+#[repr(align(64))]
+#[derive(Default)]
+struct FlowState([AtomicU64; 8]);
+
+impl FlowState {
+    /// A packet's work on its flow's state: read every counter, write each back moved; returns
+    /// the next flow of the chain.
+    #[inline]
+    fn touch(&self) -> usize {
+        for c in &self.0[1..] {
+            let v = c.load(Ordering::Relaxed);
+            c.store(v + 1, Ordering::Relaxed);
+        }
+        self.0[0].load(Ordering::Relaxed) as usize
+    }
+}
+
+/// Links `table`'s flows in `order` into one cycle through their first words.
+fn chain(table: &[FlowState], order: &[usize]) {
+    for (i, &f) in order.iter().enumerate() {
+        table[f].0[0].store(order[(i + 1) % order.len()] as u64, Ordering::Relaxed);
+    }
+}
+
+/// One pass over `order`'s flows: `chained`, each flow found from the previous one's state (a
+/// packet's state access on its critical path: one miss at a time), else in the listed order
+/// (independent accesses the core overlaps). Returns ns per packet.
+fn pass(table: &[FlowState], order: &[usize], chained: bool) -> f64 {
+    let start = Instant::now();
+    if chained {
+        let mut f = order[0];
+        for _ in 0..order.len() {
+            f = table[f].touch();
+        }
+        std::hint::black_box(f);
+    } else {
+        let mut sink = 0;
+        for &f in order {
+            sink ^= table[f].touch();
+        }
+        std::hint::black_box(sink);
+    }
+    start.elapsed().as_nanos() as f64 / order.len() as f64
+}
+
+/// The measurement's settings.
+#[derive(Debug, Clone, Serialize)]
+pub struct ColdConfig {
+    /// Flows in the batch the two cores pass back and forth.
+    pub batch: usize,
+    /// Turns (each thread has half).
+    pub turns: usize,
+    /// Flows in the table of the memory pass (64 bytes each).
+    pub memory_flows: usize,
+    /// Samples of the memory pass, each a visit of `batch` random flows.
+    pub memory_samples: usize,
+    /// The two cores.
+    pub cores: [usize; 2],
+}
+
+impl ColdConfig {
+    /// 512 flows a batch; 2,000 turns (500 with `quick`); a 64 MiB table for the memory pass.
+    pub fn preset(quick: bool) -> Self {
+        Self {
+            batch: 512,
+            turns: if quick { 500 } else { 2_000 },
+            memory_flows: 1 << 20,
+            memory_samples: if quick { 200 } else { 1_000 },
+            cores: [0, 1],
+        }
+    }
+}
+
+/// Median and range of a per-packet cost, ns.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Spread {
+    /// Median.
+    pub median: f64,
+    /// 10th percentile.
+    pub p10: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// Least.
+    pub min: f64,
+    /// Most.
+    pub max: f64,
+}
+
+impl Spread {
+    fn of(mut v: Vec<f64>) -> Self {
+        v.sort_unstable_by(f64::total_cmp);
+        let at = |q: f64| v.get(((v.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+        Self { median: at(0.5), p10: at(0.1), p90: at(0.9), min: at(0.0), max: at(1.0) }
+    }
+}
+
+/// The three costs, ns per packet.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Costs {
+    /// The worker touched the flow last.
+    pub warm_ns: Spread,
+    /// Another core wrote the flow's state last.
+    pub cross_core_ns: Spread,
+    /// The state comes from memory.
+    pub memory_ns: Spread,
+}
+
+/// What was measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct ColdReport {
+    /// Each packet's state found after the previous packet's (one miss at a time).
+    pub chained: Costs,
+    /// Independent packets, whose misses the core overlaps.
+    pub batched: Costs,
+    /// The cost of a moved flow's state: chained cross-core less chained warm, medians.
+    pub cold_ns: f64,
+    /// The settings.
+    pub config: ColdConfig,
+    /// The machine.
+    pub machine: MachineInfo,
+    /// Measured on real threads (not simulated).
+    pub simulated: bool,
+}
+
+/// Runs the measurement.
+pub fn run(config: &ColdConfig) -> Result<ColdReport> {
+    let cores = kairos_sys::proc::online_cores();
+    if config.cores.iter().any(|&c| c >= cores) || config.cores[0] == config.cores[1] {
+        bail!(
+            "the measurement needs two distinct cores among the {cores} online; it was given {:?}",
+            config.cores
+        );
+    }
+    let machine = MachineInfo::probe();
+    let chained = costs(config, true)?;
+    let batched = costs(config, false)?;
+    Ok(ColdReport {
+        cold_ns: (chained.cross_core_ns.median - chained.warm_ns.median).max(0.0),
+        chained,
+        batched,
+        config: config.clone(),
+        machine,
+        simulated: false,
+    })
+}
+
+fn costs(config: &ColdConfig, chained: bool) -> Result<Costs> {
+    let table: Vec<FlowState> = (0..config.batch).map(|_| FlowState::default()).collect();
+    let mut order: Vec<usize> = (0..config.batch).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(1));
+    chain(&table, &order);
+    let turn = AtomicU64::new(0);
+    let (table, order, turn) = (&table, &order, &turn);
+    let results: Vec<Result<(Vec<f64>, Vec<f64>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2)
+            .map(|me| {
+                s.spawn(move || -> Result<(Vec<f64>, Vec<f64>)> {
+                    kairos_sys::thread::pin_current_thread_to(&[config.cores[me]])?;
+                    let (mut cross, mut warm) = (Vec::new(), Vec::new());
+                    for t in (me..config.turns).step_by(2) {
+                        while turn.load(Ordering::Acquire) != t as u64 {
+                            std::hint::spin_loop();
+                        }
+                        let first = pass(table, order, chained);
+                        // The first turn finds the lines fresh from their allocation, not in
+                        // the other core's cache.
+                        if t > 0 {
+                            cross.push(first);
+                        }
+                        warm.push(pass(table, order, chained));
+                        turn.store(t as u64 + 1, Ordering::Release);
+                    }
+                    Ok((cross, warm))
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| bail!("a measuring thread panicked")))
+            .collect()
+    });
+    let (mut cross, mut warm) = (Vec::new(), Vec::new());
+    for r in results {
+        let (c, w) = r?;
+        cross.extend(c);
+        warm.extend(w);
+    }
+    // On a thread of its own, so the caller's affinity stays as it was.
+    let memory = std::thread::scope(|s| s.spawn(|| memory_pass(config, chained)).join())
+        .unwrap_or_else(|_| bail!("the memory pass panicked"))?;
+    Ok(Costs { warm_ns: Spread::of(warm), cross_core_ns: Spread::of(cross), memory_ns: Spread::of(memory) })
+}
+
+/// ns per packet over random flows of a table far past the caches, on the first core.
+fn memory_pass(config: &ColdConfig, chained: bool) -> Result<Vec<f64>> {
+    kairos_sys::thread::pin_current_thread_to(&[config.cores[0]])?;
+    let table: Vec<FlowState> = (0..config.memory_flows).map(|_| FlowState::default()).collect();
+    let mut order: Vec<usize> = (0..config.memory_flows).collect();
+    order.shuffle(&mut StdRng::seed_from_u64(2));
+    // Each sample a chain of its own through `batch` random flows; every line written here, so
+    // its page exists.
+    let samples: Vec<&[usize]> = order.chunks(config.batch).take(config.memory_samples).collect();
+    for chunk in &samples {
+        chain(&table, chunk);
+    }
+    // Evict what the chaining left in the caches: touch the whole table once in order.
+    for f in &table {
+        f.touch();
+    }
+    for chunk in &samples {
+        chain(&table, chunk);
+    }
+    Ok(samples.iter().map(|chunk| pass(&table, chunk, chained)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_from_the_other_core_costs_more_than_one_of_its_own() {
+        let cores = kairos_sys::proc::online_cores();
+        if cores < 2 {
+            eprintln!("one core: the cross-core cost cannot be measured here");
+            return;
+        }
+        let mut config = ColdConfig::preset(true);
+        config.turns = 200;
+        config.memory_flows = 1 << 16;
+        config.memory_samples = 20;
+        let r = run(&config).unwrap();
+        let c = r.chained;
+        assert!(c.warm_ns.median > 0.0 && c.cross_core_ns.median > 0.0, "{r:?}");
+        // Moving a line between cores is a coherence transaction; touching one's own is not.
+        assert!(c.cross_core_ns.median > c.warm_ns.median, "{r:?}");
+        assert!(r.cold_ns > 0.0, "{r:?}");
+    }
+
+    #[test]
+    fn two_cores_must_be_distinct() {
+        let mut config = ColdConfig::preset(true);
+        config.cores = [0, 0];
+        assert!(run(&config).unwrap_err().to_string().contains("two distinct cores"));
+    }
+}
