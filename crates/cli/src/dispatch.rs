@@ -11,6 +11,15 @@ use kairos_dispatch::remap::{Event, RemapRow, flow_hashes, remap};
 use kairos_dispatch::skew::{self, SkewConfig, SkewReport};
 
 use crate::exit;
+use kairos_lab::plot::{Scales, XySeries, measured_per_key, xy_chart};
+
+/// Creates the plots' directory, when asked for, before any work.
+fn plot_dir(dir: Option<&std::path::Path>) -> Result<Option<std::path::PathBuf>> {
+    let Some(dir) = dir else { return Ok(None) };
+    std::fs::create_dir_all(dir)
+        .map_err(|e| exit::usage(format!("--plots {}: cannot create it: {e}", dir.display())))?;
+    Ok(Some(dir.to_path_buf()))
+}
 
 /// `kairos dispatch`'s subcommands.
 #[derive(Args)]
@@ -96,6 +105,10 @@ struct StepArgs {
     /// Print `{"rows": [...], "simulated": true}` (each row with its windows) as JSON.
     #[arg(long)]
     json: bool,
+    /// Also draw, per signal, the workers in use and the p99 window by window for every policy,
+    /// as PNGs in this directory (created when missing).
+    #[arg(long, value_name = "DIR")]
+    plots: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -135,6 +148,10 @@ struct LatencyArgs {
     /// Print `{"rows": [...], "simulated": true}` as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also draw p99 against load for every policy, one chart per service distribution, as
+    /// PNGs in this directory (created when missing).
+    #[arg(long, value_name = "DIR")]
+    plots: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -367,6 +384,7 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
     if let Some(bad) = loads.iter().find(|l| !(0.01..=0.99).contains(*l)) {
         return Err(exit::usage(format!("--loads: {bad} is out of range: 0.01 to 0.99")));
     }
+    let plots = plot_dir(a.plots.as_deref())?;
     let mut rows: Vec<LatencyRow> = Vec::new();
     for &service in &services {
         for &load in &loads {
@@ -384,6 +402,28 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
             for kind in PolicyKind::ALL {
                 rows.push(latency::run(&config, kind));
             }
+        }
+    }
+    if let Some(dir) = &plots {
+        for &service in &services {
+            let series = measured_per_key(
+                PolicyKind::ALL,
+                &rows,
+                |kind| kind.name().to_string(),
+                |kind, r| r.policy == kind.name() && r.service == service,
+                |r| (r.load, r.latency_us.p99),
+            );
+            let path = dir.join(format!("latency_p99_{}.png", service.name()));
+            let title = format!("simulated p99 against load, {} service, Zipf({})", service.name(), a.zipf);
+            xy_chart(
+                &path,
+                &title,
+                "offered load",
+                "p99 latency, us",
+                Scales { log_x: false, log_y: true },
+                &series,
+            )?;
+            eprintln!("plot: {}", path.display());
         }
     }
     if a.json {
@@ -467,6 +507,7 @@ fn step_command(a: &StepArgs) -> Result<i32> {
     if let Some(bad) = a.loads.iter().find(|l| !(0.01..=0.99).contains(*l)) {
         return Err(exit::usage(format!("--loads: {bad} is out of range: 0.01 to 0.99")));
     }
+    let plots = plot_dir(a.plots.as_deref())?;
     let mut rows: Vec<StepRow> = Vec::new();
     for signal in Signal::ALL {
         let mut config = StepConfig::default_step(phase_ms, signal);
@@ -481,6 +522,36 @@ fn step_command(a: &StepArgs) -> Result<i32> {
         config.seed = a.seed;
         for kind in PolicyKind::ALL {
             rows.push(elastic::run(&config, kind));
+        }
+    }
+    if let Some(dir) = &plots {
+        for signal in Signal::ALL {
+            let of = |kind: &PolicyKind, r: &StepRow| r.policy == kind.name() && r.signal == signal.name();
+            let windows = |kind: &PolicyKind, pick: fn(&elastic::StepWindow) -> f64| {
+                rows.iter()
+                    .filter(|r| of(kind, r))
+                    .flat_map(|r| r.windows.iter().map(move |w| (w.start_ms, pick(w))))
+                    .collect::<Vec<_>>()
+            };
+            for (what, label, log_y, pick) in [
+                (
+                    "workers",
+                    "workers in use",
+                    false,
+                    (|w: &elastic::StepWindow| w.workers) as fn(&elastic::StepWindow) -> f64,
+                ),
+                ("p99", "p99 latency, us", true, |w: &elastic::StepWindow| w.p99_us),
+            ] {
+                let series: Vec<XySeries> = PolicyKind::ALL
+                    .iter()
+                    .enumerate()
+                    .map(|(color, kind)| XySeries::measured(kind.name(), windows(kind, pick), color))
+                    .collect();
+                let path = dir.join(format!("step_{what}_{}.png", signal.name()));
+                let title = format!("load step, {}'s signal: {label} per window", signal.name());
+                xy_chart(&path, &title, "window start, ms", label, Scales { log_x: false, log_y }, &series)?;
+                eprintln!("plot: {}", path.display());
+            }
         }
     }
     if a.json {

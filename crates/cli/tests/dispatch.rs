@@ -141,6 +141,14 @@ fn a_load_step_follows_the_load_with_workers_and_kairos_keeps_order() {
             assert_eq!(r["reordered"], 0, "the hand-off keeps order: {r}");
         }
     }
+    let dir = std::env::temp_dir().join(format!("kairos-step-plots-{}", std::process::id()));
+    let out = kairos(&["dispatch", "step", "--phase-ms", "10", "--plots", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for name in ["step_workers_shenango", "step_p99_shenango", "step_workers_caladan", "step_p99_caladan"] {
+        let png = std::fs::read(dir.join(format!("{name}.png"))).expect("the chart");
+        assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     let bad = kairos(&["dispatch", "step", "--loads", "0.1,1.5"]);
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
