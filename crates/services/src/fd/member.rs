@@ -345,25 +345,37 @@ pub fn run<M: BridgeMemory + Sync>(
         options::set_type_of_service(&socket, tos)?;
     }
     let app_stop = AtomicBool::new(false);
+    // The loop's heartbeat rounds: one a period from this instant, offset by the member's rank
+    // so the members do not all wake at once.
+    let n = config.members.len().max(1) as u64;
+    let rank = config.members.keys().position(|&m| m == config.id).unwrap_or(0) as u64;
+    let first_round = monotonic_ns() + config.period_ns * rank / n;
     std::thread::scope(|scope| {
         if let Some(bump_ns) = config.app_bump_ns {
             let app_stop = &app_stop;
+            // The application's bumps fall halfway between the rounds' instants, never on one:
+            // a bump due at a round's instant and a little late would leave that round's
+            // heartbeat with the last counter (a stale counter, half the time, from jitter alone).
+            let bump_ns = bump_ns.max(1_000);
+            let first_bump = first_round + bump_ns / 2;
             std::thread::Builder::new()
                 .name(format!("fd-app-{}", config.id))
-                .spawn_scoped(scope, move || application(config, table, bump_ns.max(1_000), app_stop))
+                .spawn_scoped(scope, move || application(config, table, bump_ns, first_bump, app_stop))
                 .map_err(MemberError::App)?;
         }
-        let result = run_loop(config, table, socket, others, kernel_stamps, stop);
+        let result = run_loop(config, table, socket, others, kernel_stamps, first_round, stop);
         app_stop.store(true, Ordering::Relaxed);
         result
     })
 }
 
-/// The demonstration application: bumps the counter every `bump_ns` unless paused.
+/// The demonstration application: bumps the counter every `bump_ns` from `first_ns` unless
+/// paused.
 fn application<M: BridgeMemory>(
     config: &MemberConfig,
     table: &AliveTable<M>,
     bump_ns: u64,
+    first_ns: u64,
     stop: &AtomicBool,
 ) {
     if let Some(core) = config.core {
@@ -373,17 +385,20 @@ fn application<M: BridgeMemory>(
         let _ = set_fifo((config.fifo_priority + 1).min(98));
     }
     let _ = set_timer_slack_ns(1);
-    let mut next = monotonic_ns();
+    // The first bump at once (the counter starts moving before the first round), then on the
+    // schedule; a late bump is followed by the next one on the schedule, not a period after it.
+    table.bump();
+    let mut next = first_ns;
     while !stop.load(Ordering::Relaxed) {
+        sleep_until_ns(next);
         if !table.app_paused() {
             table.bump();
         }
-        next += bump_ns;
         let now = monotonic_ns();
-        if next < now {
-            next = now + bump_ns;
+        next += bump_ns;
+        if next <= now {
+            next += (now - next) / bump_ns * bump_ns + bump_ns;
         }
-        sleep_until_ns(next);
     }
 }
 
@@ -393,6 +408,7 @@ fn run_loop<M: BridgeMemory>(
     socket: UdpSocket,
     others: Vec<(u64, SocketAddr)>,
     kernel_stamps: bool,
+    first_round: u64,
     stop: &AtomicBool,
 ) -> Result<MemberReport, MemberError> {
     let pinned = config.core.is_some_and(|c| pin_current_thread(c).is_ok());
@@ -449,10 +465,7 @@ fn run_loop<M: BridgeMemory>(
         seq: 0,
         freshness: BTreeMap::new(),
     };
-    // Members spread their sends over the period by id, so they do not all wake at once.
-    let n = config.members.len().max(1) as u64;
-    let rank = config.members.keys().position(|&m| m == config.id).unwrap_or(0) as u64;
-    let mut next_tick = start + config.period_ns * rank / n;
+    let mut next_tick = first_round;
     let end = config.run_for_ns.map(|d| start.saturating_add(d));
     l.send_swim();
     l.publish(start);
