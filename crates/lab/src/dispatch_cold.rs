@@ -250,6 +250,10 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(
+        debug_assertions,
+        ignore = "unoptimised code spends more per packet than the miss costs: scripts/test runs it in release"
+    )]
     fn a_line_from_the_other_core_costs_more_than_one_of_its_own() {
         let cores = kairos_sys::proc::online_cores();
         if cores < 2 {
