@@ -47,10 +47,7 @@ impl Steer for Caladan {
 
     #[inline]
     fn pick(&mut self, hash: u64, _now_ns: u64) -> Option<WorkerId> {
-        if self.active.is_empty() {
-            return None;
-        }
-        Some(self.slots[(hash % self.slots.len() as u64) as usize])
+        self.peek(hash)
     }
 
     fn peek(&self, hash: u64) -> Option<WorkerId> {

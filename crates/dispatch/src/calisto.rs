@@ -143,17 +143,21 @@ impl Steer for Calisto {
         }
         let key = mix(hash) | 1;
         let home = (key >> 20) as usize & self.mask;
+        let next_new = self.active[self.next % self.active.len()];
         for i in 0..PROBE {
             let e = self.table[(home + i) & self.mask];
-            if e.key == key && self.is_active[e.worker as usize] {
-                return Some(e.worker);
+            if e.key == key {
+                // Stored: its worker, or the next in turn if that worker parked.
+                return Some(if self.is_active[e.worker as usize] { e.worker } else { next_new });
             }
-            if e.key == key || e.key == 0 {
-                break;
+            if e.key == 0 {
+                // New, with room on its path: the next in turn.
+                return Some(next_new);
             }
         }
-        // Not stored (or its worker parked): where a new flow would go next.
-        Some(self.active[self.next % self.active.len()])
+        // Its path is full of other flows: `pick`'s overflow answer (entries gone idle, which
+        // `pick` would reuse, need a time this call does not have).
+        Some(self.active[(hash % self.active.len() as u64) as usize])
     }
 
     fn join(&mut self, worker: WorkerId) {
@@ -209,6 +213,8 @@ mod tests {
             p.pick(f, 0);
         }
         assert_eq!(p.stored(), PROBE);
+        // Where the next new flow would go is worker 0; an overflowing flow goes by its hash.
+        assert_eq!(p.peek(1_001), Some((1_001 % 2) as WorkerId), "peek says what pick will");
         assert_eq!(p.pick(1_000, 0), Some((1_000 % 2) as WorkerId));
         assert_eq!(p.overflows(), 1);
         // A second later every entry is idle: the new flow takes one.

@@ -26,8 +26,7 @@ impl Steer for HashMod {
 
     #[inline]
     fn pick(&mut self, hash: u64, _now_ns: u64) -> Option<WorkerId> {
-        let n = self.active.len() as u64;
-        (n > 0).then(|| self.active[(hash % n) as usize])
+        self.peek(hash)
     }
 
     fn peek(&self, hash: u64) -> Option<WorkerId> {
