@@ -121,15 +121,17 @@ impl StepConfig {
         }
     }
 
-    fn load_at(&self, t_ns: f64) -> Option<f64> {
+    /// The phase that time `t_ns` falls in (`None`: past the last).
+    fn phase_at(&self, t_ns: f64) -> Option<usize> {
         let mut end = 0.0;
-        for p in &self.phases {
+        self.phases.iter().position(|p| {
             end += p.duration_ns;
-            if t_ns < end {
-                return Some(p.load);
-            }
-        }
-        None
+            t_ns < end
+        })
+    }
+
+    fn load_at(&self, t_ns: f64) -> Option<f64> {
+        self.phase_at(t_ns).map(|i| self.phases[i].load)
     }
 }
 
@@ -161,7 +163,7 @@ pub struct StepRow {
     pub phase_p99_us: Vec<f64>,
     /// Workers in use, the mean over the run.
     pub mean_workers: f64,
-    /// Workers added and parked.
+    /// Workers granted (and taken on after their wake-up).
     pub joins: u64,
     /// Workers parked.
     pub leaves: u64,
@@ -187,20 +189,12 @@ pub fn run(config: &StepConfig, kind: PolicyKind) -> StepRow {
     idle_since[0] = Some(0.0);
     let mut arrivals =
         Arrivals::new(config.flows, config.zipf, config.service, config.mean_service_ns, config.seed);
-    let mut next_done = vec![0u32; config.flows.max(1)];
     let total_ns: f64 = config.phases.iter().map(|p| p.duration_ns).sum();
     let windows = (total_ns / config.window_ns).ceil().max(1.0) as usize;
     let mut window_latencies: Vec<Vec<f64>> = vec![Vec::new(); windows];
     let mut window_workers: Vec<(f64, u64)> = vec![(0.0, 0); windows];
     let mut phase_latencies: Vec<Vec<f64>> = vec![Vec::new(); config.phases.len()];
-    let phase_of = |t: f64| {
-        let mut end = 0.0;
-        config.phases.iter().position(|p| {
-            end += p.duration_ns;
-            t < end
-        })
-    };
-    let (mut joins, mut leaves, mut reordered) = (0u64, 0u64, 0u64);
+    let (mut joins, mut leaves) = (0u64, 0u64);
     let interval = config.signal.interval_ns();
     let (mut next_check, mut last_check) = (interval, 0.0f64);
     let mut next_rebalance = 1e6;
@@ -221,8 +215,7 @@ pub fn run(config: &StepConfig, kind: PolicyKind) -> StepRow {
             None
         };
         let t_park = park.map_or(f64::INFINITY, |p| p.0);
-        let check =
-            if next_check < total_ns || sim.next_completion().is_some() { next_check } else { f64::INFINITY };
+        let check = if next_check < total_ns || completion.is_some() { next_check } else { f64::INFINITY };
         let t = arrival.min(t_done).min(wake).min(t_park).min(check);
         if !t.is_finite() {
             break;
@@ -230,15 +223,11 @@ pub fn run(config: &StepConfig, kind: PolicyKind) -> StepRow {
         if t == t_done {
             let Some((w, _)) = completion else { break };
             let r = sim.complete(w);
-            if r.seq < next_done[r.flow as usize] {
-                reordered += 1;
-            }
-            next_done[r.flow as usize] = next_done[r.flow as usize].max(r.seq + 1);
             let latency = sim.now_ns - r.arrival_ns;
             all.push(latency);
             let wi = ((r.arrival_ns / config.window_ns) as usize).min(windows - 1);
             window_latencies[wi].push(latency);
-            if let Some(p) = phase_of(r.arrival_ns) {
+            if let Some(p) = config.phase_at(r.arrival_ns) {
                 phase_latencies[p].push(latency);
             }
             d.poll(sim.now_ns as u64, &mut sim);
@@ -280,7 +269,8 @@ pub fn run(config: &StepConfig, kind: PolicyKind) -> StepRow {
                 waking.push((t + config.wake_ns, w));
             }
             let wi = ((t / config.window_ns) as usize).min(windows - 1);
-            window_workers[wi].0 += active.iter().filter(|&&a| a).count() as f64;
+            // Only a wake or a park changes `active`, and this pass is neither.
+            window_workers[wi].0 += active_count as f64;
             window_workers[wi].1 += 1;
             last_check = t;
             next_check += interval;
@@ -321,7 +311,7 @@ pub fn run(config: &StepConfig, kind: PolicyKind) -> StepRow {
         mean_workers,
         joins,
         leaves,
-        reordered,
+        reordered: sim.reordered,
         cold_fraction: sim.cold as f64 / completed as f64,
         windows,
     }

@@ -208,11 +208,14 @@ pub(crate) struct SimWorkers {
     pub(crate) busy_until: Vec<Option<f64>>,
     pub(crate) in_service: Vec<Request>,
     pub(crate) done: Vec<u64>,
-    pub(crate) served: Vec<u64>,
     pub(crate) now_ns: f64,
     last_worker: Vec<u16>,
     pub(crate) cold: u64,
     cold_ns: f64,
+    /// Per flow, one past the highest sequence number completed.
+    next_done: Vec<u32>,
+    /// Requests completed before an earlier one of their flow.
+    pub(crate) reordered: u64,
 }
 
 impl SimWorkers {
@@ -222,11 +225,12 @@ impl SimWorkers {
             busy_until: vec![None; workers],
             in_service: vec![Request::default(); workers],
             done: vec![0; workers],
-            served: vec![0; workers],
             now_ns: 0.0,
             last_worker: vec![u16::MAX; flows.max(1)],
             cold: 0,
             cold_ns,
+            next_done: vec![0; flows.max(1)],
+            reordered: 0,
         }
     }
 
@@ -239,13 +243,15 @@ impl SimWorkers {
             .min_by(|a, b| a.1.total_cmp(&b.1))
     }
 
-    /// Ends worker `w`'s request at its completion time and starts its next; returns the one
-    /// that ended.
+    /// Ends worker `w`'s request at its completion time (counting it reordered if a later
+    /// request of its flow finished first) and starts its next; returns the one that ended.
     pub(crate) fn complete(&mut self, w: usize) -> Request {
         let r = self.in_service[w];
         self.now_ns = self.busy_until[w].take().unwrap_or(self.now_ns);
         self.done[w] += 1;
-        self.served[w] += 1;
+        let next = &mut self.next_done[r.flow as usize];
+        self.reordered += u64::from(r.seq < *next);
+        *next = (*next).max(r.seq + 1);
         if let Some(next) = self.queues[w].pop_front() {
             self.start(w, next);
         }
@@ -291,10 +297,9 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
     let rate_per_ns = config.load * n as f64 / config.mean_service_ns;
     let mut arrivals =
         Arrivals::new(config.flows, config.zipf, config.service, config.mean_service_ns, config.seed);
-    let mut next_done = vec![0u32; config.flows.max(1)];
     let mut latencies: Vec<f64> = Vec::with_capacity(config.requests as usize);
     let discard = config.requests / 10;
-    let (mut arrived, mut completed, mut reordered) = (0u64, 0u64, 0u64);
+    let (mut arrived, mut completed) = (0u64, 0u64);
     let mut next_arrival = 0.0f64;
     let mut next_rebalance = 1_000_000.0f64;
     while completed < config.requests {
@@ -323,23 +328,19 @@ pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
         }
         let r = sim.complete(w_next);
         completed += 1;
-        if r.seq < next_done[r.flow as usize] {
-            reordered += 1;
-        }
-        next_done[r.flow as usize] = next_done[r.flow as usize].max(r.seq + 1);
         if completed > discard {
             latencies.push(t_done - r.arrival_ns);
         }
         d.poll(sim.now_ns as u64, &mut sim);
     }
-    let mean = sim.served.iter().sum::<u64>() as f64 / n as f64;
-    let max = sim.served.iter().copied().max().unwrap_or(0) as f64;
+    let mean = sim.done.iter().sum::<u64>() as f64 / n as f64;
+    let max = sim.done.iter().copied().max().unwrap_or(0) as f64;
     LatencyRow {
         policy: kind.name(),
         service: config.service,
         load: config.load,
         latency_us: Percentiles::of_ns(&mut latencies),
-        reordered,
+        reordered: sim.reordered,
         max_over_mean_load: if mean > 0.0 { max / mean } else { 0.0 },
         cold_fraction: sim.cold as f64 / completed.max(1) as f64,
     }
