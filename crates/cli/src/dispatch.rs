@@ -13,6 +13,18 @@ use kairos_dispatch::skew::{self, SkewConfig, SkewReport};
 use crate::exit;
 use kairos_lab::plot::{Scales, XySeries, measured_per_key, xy_chart};
 
+/// One figure of a load step's window, as a chart draws it.
+type WindowFigure = fn(&elastic::StepWindow) -> f64;
+
+/// The service distribution `name` names, or a usage error for `flag`.
+fn service_named(flag: &str, name: &str) -> Result<Service> {
+    Service::ALL.into_iter().find(|s| s.name() == name).ok_or_else(|| {
+        exit::usage(format!(
+            "{flag}: unknown distribution {name:?}: give constant, exponential, bimodal or heavy"
+        ))
+    })
+}
+
 /// Creates the plots' directory, when asked for, before any work.
 fn plot_dir(dir: Option<&std::path::Path>) -> Result<Option<std::path::PathBuf>> {
     let Some(dir) = dir else { return Ok(None) };
@@ -260,9 +272,8 @@ fn remap_command(a: &RemapArgs) -> Result<i32> {
 }
 
 fn skew_command(a: &SkewArgs) -> Result<i32> {
-    let checks: [(bool, String); 8] = [
+    let checks: [(bool, String); 7] = [
         ((2..=1000).contains(&a.workers), format!("--workers {} is out of range: 2 to 1000", a.workers)),
-        ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
         ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
         ((0.0..=3.0).contains(&a.zipf), format!("--zipf {} is out of range: 0 to 3", a.zipf)),
         (
@@ -349,16 +360,7 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
     let services: Vec<Service> = if a.services.is_empty() {
         if a.quick { vec![Service::Exponential, Service::Bimodal] } else { Service::ALL.to_vec() }
     } else {
-        let mut out = Vec::new();
-        for name in &a.services {
-            let Some(s) = Service::ALL.into_iter().find(|s| s.name() == name) else {
-                return Err(exit::usage(format!(
-                    "--services: unknown distribution {name:?}: give constant, exponential, bimodal or heavy"
-                )));
-            };
-            out.push(s);
-        }
-        out
+        a.services.iter().map(|name| service_named("--services", name)).collect::<Result<_>>()?
     };
     let requests = a.requests.unwrap_or(if a.quick { 200_000 } else { 1_000_000 });
     let checks: [(bool, String); 6] = [
@@ -476,12 +478,7 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
 
 fn step_command(a: &StepArgs) -> Result<i32> {
     let phase_ms = a.phase_ms.unwrap_or(if a.quick { 50.0 } else { 200.0 });
-    let Some(service) = Service::ALL.into_iter().find(|s| s.name() == a.service) else {
-        return Err(exit::usage(format!(
-            "--service: unknown distribution {:?}: give constant, exponential, bimodal or heavy",
-            a.service
-        )));
-    };
+    let service = service_named("--service", &a.service)?;
     let checks: [(bool, String); 8] = [
         ((2..=1000).contains(&a.workers), format!("--workers {} is out of range: 2 to 1000", a.workers)),
         ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
@@ -526,26 +523,20 @@ fn step_command(a: &StepArgs) -> Result<i32> {
     }
     if let Some(dir) = &plots {
         for signal in Signal::ALL {
-            let of = |kind: &PolicyKind, r: &StepRow| r.policy == kind.name() && r.signal == signal.name();
-            let windows = |kind: &PolicyKind, pick: fn(&elastic::StepWindow) -> f64| {
-                rows.iter()
-                    .filter(|r| of(kind, r))
-                    .flat_map(|r| r.windows.iter().map(move |w| (w.start_ms, pick(w))))
-                    .collect::<Vec<_>>()
-            };
-            for (what, label, log_y, pick) in [
-                (
-                    "workers",
-                    "workers in use",
-                    false,
-                    (|w: &elastic::StepWindow| w.workers) as fn(&elastic::StepWindow) -> f64,
-                ),
-                ("p99", "p99 latency, us", true, |w: &elastic::StepWindow| w.p99_us),
-            ] {
-                let series: Vec<XySeries> = PolicyKind::ALL
+            let charts: [(&str, &str, bool, WindowFigure); 2] = [
+                ("workers", "workers in use", false, |w| w.workers),
+                ("p99", "p99 latency, us", true, |w| w.p99_us),
+            ];
+            for (what, label, log_y, pick) in charts {
+                // A series per policy: its windows of this signal, against time.
+                let series: Vec<XySeries> = rows
                     .iter()
+                    .filter(|r| r.signal == signal.name())
                     .enumerate()
-                    .map(|(color, kind)| XySeries::measured(kind.name(), windows(kind, pick), color))
+                    .map(|(color, r)| {
+                        let points = r.windows.iter().map(|w| (w.start_ms, pick(w))).collect();
+                        XySeries::measured(r.policy, points, color)
+                    })
                     .collect();
                 let path = dir.join(format!("step_{what}_{}.png", signal.name()));
                 let title = format!("load step, {}'s signal: {label} per window", signal.name());
@@ -609,17 +600,12 @@ fn step_command(a: &StepArgs) -> Result<i32> {
 }
 
 fn cold_command(a: &ColdArgs) -> Result<i32> {
-    let online = kairos_sys::proc::online_cores();
     let [first, second] = a.cores[..] else {
         return Err(exit::usage(format!("--cores takes two cores, A,B; it was given {}", a.cores.len())));
     };
-    if first == second || first >= online || second >= online {
-        return Err(exit::usage(format!(
-            "--cores {first},{second}: give two distinct cores below {online} (this machine's online cores)"
-        )));
-    }
     let mut config = kairos_lab::dispatch_cold::ColdConfig::preset(a.quick);
     config.cores = [first, second];
+    config.check().map_err(exit::usage)?;
     let r = kairos_lab::dispatch_cold::run(&config)?;
     if a.json {
         outln!("{}", serde_json::to_string(&r)?);

@@ -91,6 +91,18 @@ pub struct ColdConfig {
 }
 
 impl ColdConfig {
+    /// Refuses cores that are not two distinct online ones, saying which were given.
+    pub fn check(&self) -> Result<(), String> {
+        let online = kairos_sys::proc::online_cores();
+        let [a, b] = self.cores;
+        if a == b || a >= online || b >= online {
+            return Err(format!(
+                "--cores {a},{b}: the measurement needs two distinct cores below {online} (this machine's online cores)"
+            ));
+        }
+        Ok(())
+    }
+
     /// 512 flows a batch; 2,000 turns (500 with `quick`); a 64 MiB table for the memory pass.
     pub fn preset(quick: bool) -> Self {
         Self {
@@ -156,13 +168,7 @@ pub struct ColdReport {
 
 /// Runs the measurement.
 pub fn run(config: &ColdConfig) -> Result<ColdReport> {
-    let cores = kairos_sys::proc::online_cores();
-    if config.cores.iter().any(|&c| c >= cores) || config.cores[0] == config.cores[1] {
-        bail!(
-            "the measurement needs two distinct cores among the {cores} online; it was given {:?}",
-            config.cores
-        );
-    }
+    config.check().map_err(anyhow::Error::msg)?;
     let machine = MachineInfo::probe();
     let chained = costs(config, true)?;
     let batched = costs(config, false)?;
