@@ -13,7 +13,7 @@
 
 use std::net::{SocketAddr, UdpSocket};
 
-use kairos_sys::clock::{monotonic_ns, realtime_ns};
+use kairos_sys::clock::{realtime_offset, stamp_to_monotonic};
 use kairos_sys::net::{MmsgBatch, drops, options, poll};
 
 use crate::packet::{Packet, WIRE_LEN};
@@ -79,34 +79,6 @@ impl UdpPort {
     }
 }
 
-/// The monotonic time now and `CLOCK_REALTIME` minus `CLOCK_MONOTONIC`. The realtime clock is
-/// read between two monotonic reads and set against their midpoint; a pair far apart (the
-/// thread was preempted between the reads, which would shift every stamp of the burst by the
-/// preemption: a datagram seemed to arrive 33 us before it was sent) is read again, up to
-/// [`OFFSET_READS`] times, and the closest pair kept.
-fn clock_offset() -> (u64, u64) {
-    let mut best = (u64::MAX, 0, 0);
-    for _ in 0..OFFSET_READS {
-        let before = monotonic_ns();
-        let real = realtime_ns();
-        let after = monotonic_ns();
-        let gap = after.saturating_sub(before);
-        if gap < best.0 {
-            best = (gap, after, real.saturating_sub(before + gap / 2));
-        }
-        if gap <= OFFSET_GAP_NS {
-            break;
-        }
-    }
-    (best.1, best.2)
-}
-
-/// How many times [`clock_offset`] reads the clocks at most.
-const OFFSET_READS: usize = 4;
-/// A pair of monotonic reads closer than this had no preemption between them (three vDSO
-/// clock reads take well under a microsecond).
-const OFFSET_GAP_NS: u64 = 2_000;
-
 /// Whether a burst call's error only means "nothing moved this time".
 fn nothing_moved(err: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
@@ -126,14 +98,14 @@ impl Port for UdpPort {
             Err(err) if nothing_moved(&err) => return Ok(0),
             Err(source) => return Err(PortError::Io { what: "recvmmsg", source }),
         };
-        let (mono, offset) = clock_offset();
+        let (mono, offset) = realtime_offset();
         let mut got = 0;
         for (i, (&len, stamp)) in
             self.batch.lengths().iter().zip(self.batch.rx_timestamps_ns()).enumerate().take(n)
         {
             match Packet::decode(&self.rx_bufs[i][..len]) {
                 Ok(mut p) => {
-                    p.rx_ns = stamp.map_or(mono, |rt| rt.saturating_sub(offset).min(mono));
+                    p.rx_ns = stamp.map_or(mono, |rt| stamp_to_monotonic(rt, offset, mono));
                     out[got] = p;
                     got += 1;
                 }
@@ -179,20 +151,5 @@ impl Port for UdpPort {
     fn wait(&mut self, timeout: std::time::Duration) {
         // An error (a signal) only ends the wait early, as a timeout would.
         let _ = poll::wait_readable(&self.socket, timeout);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_clock_offset_converts_realtime_to_monotonic() {
-        let (mono, offset) = clock_offset();
-        let (real_now, mono_now) = (realtime_ns(), monotonic_ns());
-        assert!(mono <= mono_now);
-        // Now, converted with the offset, is the monotonic now give or take a preemption.
-        let converted = real_now.saturating_sub(offset) as i64;
-        assert!((converted - mono_now as i64).abs() < 5_000_000, "{converted} vs {mono_now}");
     }
 }

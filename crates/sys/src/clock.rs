@@ -31,6 +31,42 @@ pub fn realtime_ns() -> u64 {
     read_clock(libc::CLOCK_REALTIME)
 }
 
+/// The monotonic time now and `CLOCK_REALTIME` minus `CLOCK_MONOTONIC`, to convert the kernel's
+/// socket receive stamps ([`stamp_to_monotonic`]). The realtime clock is
+/// read between two monotonic reads and set against their midpoint; a pair far apart (the
+/// thread was preempted between the reads, which would shift every stamp of the burst by the
+/// preemption: a datagram seemed to arrive 33 us before it was sent) is read again, up to
+/// [`OFFSET_READS`] times, and the closest pair kept.
+pub fn realtime_offset() -> (u64, u64) {
+    let mut best = (u64::MAX, 0, 0);
+    for _ in 0..OFFSET_READS {
+        let before = monotonic_ns();
+        let real = realtime_ns();
+        let after = monotonic_ns();
+        let gap = after.saturating_sub(before);
+        if gap < best.0 {
+            best = (gap, after, real.saturating_sub(before + gap / 2));
+        }
+        if gap <= OFFSET_GAP_NS {
+            break;
+        }
+    }
+    (best.1, best.2)
+}
+
+/// How many times [`realtime_offset`] reads the clocks at most.
+const OFFSET_READS: usize = 4;
+/// A pair of monotonic reads closer than this had no preemption between them (three vDSO
+/// clock reads take well under a microsecond).
+const OFFSET_GAP_NS: u64 = 2_000;
+
+/// A `CLOCK_REALTIME` receive stamp as `CLOCK_MONOTONIC`, given the offset and monotonic time
+/// [`realtime_offset`] read after the datagram arrived (a stamp can be no later than that).
+#[inline]
+pub fn stamp_to_monotonic(stamp_ns: u64, offset_ns: u64, mono_now_ns: u64) -> u64 {
+    stamp_ns.saturating_sub(offset_ns).min(mono_now_ns)
+}
+
 /// Busy-waits until `CLOCK_MONOTONIC` reaches `deadline_ns`: the stand-in for a fixed amount of
 /// computation in experiments.
 pub fn spin_until_ns(deadline_ns: u64) {
@@ -73,6 +109,17 @@ mod tests {
         let deadline = monotonic_ns() + 1_000_000;
         spin_until_ns(deadline);
         assert!(monotonic_ns() >= deadline);
+    }
+
+    #[test]
+    fn the_offset_converts_realtime_to_monotonic() {
+        let (mono, offset) = realtime_offset();
+        let (real_now, mono_now) = (realtime_ns(), monotonic_ns());
+        assert!(mono <= mono_now);
+        // Now, converted with the offset, is the monotonic now give or take a preemption.
+        let converted = real_now.saturating_sub(offset) as i64;
+        assert!((converted - mono_now as i64).abs() < 5_000_000, "{converted} vs {mono_now}");
+        assert_eq!(stamp_to_monotonic(real_now, offset, mono), (real_now - offset).min(mono));
     }
 
     #[test]

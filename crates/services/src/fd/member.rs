@@ -41,7 +41,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kairos_ring::bridge::BridgeMemory;
-use kairos_sys::clock::{monotonic_ns, realtime_ns, sleep_until_ns};
+use kairos_sys::clock::{monotonic_ns, realtime_offset, sleep_until_ns, stamp_to_monotonic};
 use kairos_sys::net::burst::MmsgBatch;
 use kairos_sys::net::options;
 use kairos_sys::thread::{pin_current_thread, set_fifo, set_timer_slack_ns};
@@ -513,10 +513,10 @@ fn run_loop<M: BridgeMemory>(
 impl<M: BridgeMemory> Loop<'_, M> {
     /// Takes every datagram waiting on the socket.
     fn receive(&mut self, now: u64) -> Result<(), MemberError> {
-        // The kernel stamps on CLOCK_REALTIME; its distance from CLOCK_MONOTONIC is read now, as
-        // a pair (`now` is older: the heartbeat's sends came between, and a stale pair would put
-        // every stamp early by their time).
-        let offset = clock_offset_ns();
+        // The kernel stamps on CLOCK_REALTIME; its distance from CLOCK_MONOTONIC is read now
+        // (`now` is older: the heartbeat's sends came between, and a stale pair would put every
+        // stamp early by their time).
+        let (mono, offset) = realtime_offset();
         loop {
             let mut refs = self.buffers.each_mut().map(|b| &mut b[..]);
             let got = match self.batch.recv_into(&self.socket, &mut refs, true) {
@@ -530,7 +530,7 @@ impl<M: BridgeMemory> Loop<'_, M> {
             for i in 0..got {
                 let len = self.batch.lengths()[i];
                 let stamp = self.batch.rx_timestamps_ns()[i];
-                let at = stamp.map_or(now, |s| (s as i128 - offset).clamp(0, now as i128) as u64);
+                let at = stamp.map_or(now, |s| stamp_to_monotonic(s, offset, mono).min(now));
                 let bytes = &self.buffers[i][..len];
                 match decode(bytes) {
                     Ok(Datagram::Heartbeat(hb)) | Ok(Datagram::Replica { heartbeat: hb, .. }) => {
@@ -690,15 +690,6 @@ impl<M: BridgeMemory> Loop<'_, M> {
         self.report.detectors = self.recorders.into_iter().map(|r| r.finish(end)).collect();
         self.report
     }
-}
-
-/// `CLOCK_REALTIME` less `CLOCK_MONOTONIC`, ns, read as a pair (realtime between two monotonic
-/// reads, against their midpoint).
-fn clock_offset_ns() -> i128 {
-    let before = monotonic_ns();
-    let real = realtime_ns();
-    let after = monotonic_ns();
-    real as i128 - (before as i128 + after as i128) / 2
 }
 
 fn record_kairos(recorder: &mut Recorder, events: &[Event], ending: Option<Ending>) {

@@ -30,7 +30,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kairos_sys::clock::{monotonic_ns, realtime_ns};
+use kairos_sys::clock::{monotonic_ns, realtime_ns, realtime_offset, stamp_to_monotonic};
 use kairos_sys::net::poll::PollSet;
 use kairos_sys::net::{MmsgBatch, split};
 
@@ -162,6 +162,29 @@ pub struct NodeStats {
 
 /// Heartbeats taken per receive call.
 const BEAT_BURST: usize = 16;
+
+/// A member's heartbeat as a replica sends it: the leader's term and the commit index the
+/// receiver may take (0, 0 from a follower).
+#[derive(Debug, Clone, Copy)]
+struct ReplicaBeat {
+    heartbeat: crate::fd::wire::Heartbeat,
+    term: u64,
+    commit: u64,
+}
+
+/// The replica heartbeat in a detector datagram; other kinds are none of a member's business,
+/// and bytes that do not decode are counted.
+fn replica_beat(bytes: &[u8], stats: &mut NodeStats) -> Option<ReplicaBeat> {
+    use crate::fd::wire::{Datagram, decode};
+    match decode(bytes) {
+        Ok(Datagram::Replica { heartbeat, term, commit }) => Some(ReplicaBeat { heartbeat, term, commit }),
+        Ok(_) => None,
+        Err(_) => {
+            stats.malformed += 1;
+            None
+        }
+    }
+}
 
 /// The file that records which boot of the machine last wrote the log.
 const BOOT_FILE: &str = "boot_id";
@@ -366,8 +389,9 @@ impl Node {
             // Heartbeats matter only when a tick, a round or a detector deadline is due (no
             // suspicion can start before its deadline), so a pass woken by a client or a Raft
             // message spends no system call on them.
-            if monotonic_ns() >= wake {
-                self.receive_beats()?;
+            let woke = monotonic_ns();
+            if woke >= wake {
+                self.receive_beats(woke)?;
             }
             if udp_ready {
                 self.receive_raft()?;
@@ -418,11 +442,10 @@ impl Node {
         loop {
             match self.udp.recv_from(&mut self.datagram) {
                 Ok((n, _)) if self.datagram[..n].starts_with(&crate::fd::wire::MAGIC) => {
-                    let now = monotonic_ns();
-                    let bytes = std::mem::take(&mut self.datagram);
-                    let heard = self.heard(&bytes[..n], now, now);
-                    self.datagram = bytes;
-                    heard?
+                    if let Some(beat) = replica_beat(&self.datagram[..n], &mut self.stats) {
+                        let now = monotonic_ns();
+                        self.heard(beat, now, now)?;
+                    }
                 }
                 Ok((n, _)) => {
                     self.stats.datagrams_in += 1;
@@ -444,19 +467,19 @@ impl Node {
         }
     }
 
-    /// Every heartbeat waiting on the detector's own socket, each at its kernel receive stamp.
-    fn receive_beats(&mut self) -> io::Result<()> {
+    /// Every heartbeat waiting on the detector's own socket, each at its kernel receive stamp,
+    /// handled at `now`.
+    fn receive_beats(&mut self, now: u64) -> io::Result<()> {
         // Out of `self` while its heartbeats are handled, which borrows `self` whole.
         let Some(beats) = self.beats.take() else { return Ok(()) };
-        let taken = self.take_beats(&beats);
+        let taken = self.take_beats(&beats, now);
         self.beats = Some(beats);
         taken
     }
 
-    fn take_beats(&mut self, beats: &UdpSocket) -> io::Result<()> {
-        let now = monotonic_ns();
-        // The stamps are CLOCK_REALTIME; the two clocks' distance is read as a pair.
-        let offset = realtime_ns() as i128 - monotonic_ns() as i128;
+    fn take_beats(&mut self, beats: &UdpSocket, now: u64) -> io::Result<()> {
+        // The stamps are CLOCK_REALTIME.
+        let (mono, offset) = realtime_offset();
         loop {
             let mut refs = self.beat_buffers.each_mut().map(|b| &mut b[..]);
             let got = match self.beat_batch.recv_into(beats, &mut refs, true) {
@@ -468,9 +491,10 @@ impl Node {
             for i in 0..got {
                 let len = self.beat_batch.lengths()[i];
                 let at = self.beat_batch.rx_timestamps_ns()[i]
-                    .map_or(now, |s| (s as i128 - offset).clamp(0, now as i128) as u64);
-                let bytes = self.beat_buffers[i];
-                self.heard(&bytes[..len], at, now)?;
+                    .map_or(now, |s| stamp_to_monotonic(s, offset, mono).min(now));
+                if let Some(beat) = replica_beat(&self.beat_buffers[i][..len], &mut self.stats) {
+                    self.heard(beat, at, now)?;
+                }
             }
             if got < BEAT_BURST {
                 return Ok(());
@@ -478,22 +502,16 @@ impl Node {
         }
     }
 
-    /// A failure-detector datagram, received at `at` and handled at `now` (monotonic ns).
-    fn heard(&mut self, bytes: &[u8], at: u64, now: u64) -> io::Result<()> {
-        use crate::fd::wire::{Datagram, decode};
+    /// A member's heartbeat, received at `at` and handled at `now` (monotonic ns).
+    fn heard(&mut self, beat: ReplicaBeat, at: u64, now: u64) -> io::Result<()> {
         let Some(watch) = self.watch.as_mut() else { return Ok(()) };
-        match decode(bytes) {
-            Ok(Datagram::Replica { heartbeat, term, commit }) => {
-                if self.faults.drops(heartbeat.member, now) {
-                    return Ok(());
-                }
-                watch.heard(&heartbeat, at, now);
-                if term != 0 {
-                    self.replica.leader_commit(heartbeat.member, term, commit)?;
-                }
-            }
-            Ok(_) => {}
-            Err(_) => self.stats.malformed += 1,
+        let ReplicaBeat { heartbeat, term, commit } = beat;
+        if self.faults.drops(heartbeat.member, now) {
+            return Ok(());
+        }
+        watch.heard(&heartbeat, at, now);
+        if term != 0 {
+            self.replica.leader_commit(heartbeat.member, term, commit)?;
         }
         Ok(())
     }
