@@ -154,6 +154,14 @@ pub fn host_address(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 212, 0, (i + 1) as u8)
 }
 
+/// The nftables table a host's namespace holds while [`LaneTestbed::block_udp_port`] blocks.
+const NFT_TABLE: &str = "kairos_testbed";
+
+/// Whether `nft` (nftables), which [`LaneTestbed::block_udp_port`] runs, is installed.
+pub fn nftables_available() -> bool {
+    tool("nft", &["--version"]).is_ok()
+}
+
 /// Sets what lane sockets must set for their packets to take the lane class at every egress:
 /// `IP_TOS` = [`LANE_TOS`].
 pub fn mark_lane_socket(socket: &UdpSocket) -> std::io::Result<()> {
@@ -634,6 +642,31 @@ impl LaneTestbed {
     /// (sockets it makes stay there).
     pub fn in_host<T: Send>(&self, i: usize, work: impl FnOnce() -> T + Send) -> Result<T, LaneTestbedError> {
         Ok(run_in_namespace(&self.host(i)?.namespace, work)?)
+    }
+
+    /// Takes the bridge's port to host `i` down (`up: false`) or back up: the host is cut off
+    /// from every other, and they from it.
+    pub fn set_host_link(&self, i: usize, up: bool) -> Result<(), LaneTestbedError> {
+        let port = &self.host(i)?.switch_port;
+        let state = if up { "up" } else { "down" };
+        Ok(ip(&["-n", &self.switch_namespace, "link", "set", "dev", port, state])?)
+    }
+
+    /// Drops UDP to and from `port` in host `i`'s namespace (`blocked: true`; an nftables table
+    /// of the testbed's own, input and output) or lifts it: the host's other traffic flows on.
+    /// Needs `nft` ([`nftables_available`]).
+    pub fn block_udp_port(&self, i: usize, port: u16, blocked: bool) -> Result<(), LaneTestbedError> {
+        let ns = &self.host(i)?.namespace;
+        let rules = if blocked {
+            format!(
+                "table inet {NFT_TABLE} {{ \
+                 chain input {{ type filter hook input priority 0; policy accept; udp dport {port} drop; }}; \
+                 chain output {{ type filter hook output priority 0; policy accept; udp dport {port} drop; }}; }}"
+            )
+        } else {
+            format!("delete table inet {NFT_TABLE}")
+        };
+        Ok(ip(&["netns", "exec", ns, "nft", &rules])?)
     }
 
     /// A command that runs `program` inside host `i`'s namespace (`ip netns exec`, which execs

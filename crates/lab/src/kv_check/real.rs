@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use kairos_io::lane_testbed::{LaneTestbed, LaneTestbedConfig, host_address};
+use kairos_io::lane_testbed::{LaneTestbed, LaneTestbedConfig, host_address, nftables_available};
 use kairos_services::kv::Reply;
 use kairos_services::resp::client::{parse_reply, write_request};
 use kairos_services::sim::{FaultKind, OpKind, SimOp, lost_writes};
@@ -172,8 +172,32 @@ impl Drop for StopOnDrop<'_> {
 /// The ports of every member on the testbed (each has an address of its own).
 const TESTBED_CLIENT_PORT: u16 = 6379;
 const TESTBED_RAFT_PORT: u16 = 7379;
-/// The nftables table a cut-off member's namespace holds while it is cut off.
-const NFT_TABLE: &str = "kairos_check";
+/// How the kernel cuts a member off on the testbed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// The bridge's port to it down: clients lose it too.
+    Link,
+    /// nftables in its namespace drops its Raft port both ways: clients still reach it.
+    Nftables,
+}
+
+impl Cut {
+    fn name(self) -> &'static str {
+        match self {
+            Cut::Link => "link",
+            Cut::Nftables => "nftables",
+        }
+    }
+
+    /// Cuts member `i` off (`cut`) or restores it.
+    fn apply(self, bed: &LaneTestbed, i: usize, cut: bool) -> Result<()> {
+        let done = match self {
+            Cut::Link => bed.set_host_link(i, !cut),
+            Cut::Nftables => bed.block_udp_port(i, TESTBED_RAFT_PORT, cut),
+        };
+        done.with_context(|| format!("cutting member {} off by {}", i + 1, self.name()))
+    }
+}
 
 /// Runs the cluster under faults, then reads every key.
 pub fn run(config: &RealConfig, data: &Path) -> Result<RealRun> {
@@ -201,7 +225,7 @@ fn run_on(config: &RealConfig, data: &Path, bed: Option<&LaneTestbed>) -> Result
     let peers = rafts.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
     let members = clients.iter().map(|&client| Member { child: None, client }).collect();
     let mut cluster = Cluster { config, data: data.to_path_buf(), peers, members, bed };
-    let nft = bed.is_some() && nft_available();
+    let nft = bed.is_some() && nftables_available();
     let mut partitions: BTreeMap<&'static str, u64> = BTreeMap::new();
     for i in 0..config.members {
         cluster.start(i)?;
@@ -305,12 +329,15 @@ fn run_on(config: &RealConfig, data: &Path, bed: Option<&LaneTestbed>) -> Result
             match kind {
                 FaultKind::Partition if let Some(bed) = bed => {
                     // Link and nftables in turn (the link alone where nft is missing).
-                    let means =
-                        if nft && partitions.values().sum::<u64>() % 2 == 1 { "nftables" } else { "link" };
-                    *partitions.entry(means).or_insert(0) += 1;
-                    cut_off(bed, target, means, true)?;
+                    let cut = if nft && partitions.values().sum::<u64>() % 2 == 1 {
+                        Cut::Nftables
+                    } else {
+                        Cut::Link
+                    };
+                    *partitions.entry(cut.name()).or_insert(0) += 1;
+                    cut.apply(bed, target, true)?;
                     std::thread::sleep(outage);
-                    cut_off(bed, target, means, false)?;
+                    cut.apply(bed, target, false)?;
                 }
                 FaultKind::Partition | FaultKind::Loss => {
                     if kind == FaultKind::Partition {
@@ -402,53 +429,4 @@ fn run_on(config: &RealConfig, data: &Path, bed: Option<&LaneTestbed>) -> Result
 
 fn loopback(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
-}
-
-fn nft_available() -> bool {
-    Command::new("nft")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Cuts member `i` off the testbed (`cut`) or restores it, by `means`: `link` takes the
-/// bridge's port to it down; `nftables` drops the Raft port both ways in its namespace.
-fn cut_off(bed: &LaneTestbed, i: usize, means: &str, cut: bool) -> Result<()> {
-    let host = bed.host(i)?;
-    let (mut command, input) = if means == "link" {
-        let mut ip = Command::new("ip");
-        ip.args(["-n", bed.switch_namespace(), "link", "set", "dev", &host.switch_port]);
-        ip.arg(if cut { "down" } else { "up" });
-        (ip, None)
-    } else {
-        let mut nft = Command::new("ip");
-        nft.args(["netns", "exec", &host.namespace, "nft", "-f", "-"]);
-        let rules = if cut {
-            format!(
-                "table inet {NFT_TABLE} {{\n\
-                 chain input {{ type filter hook input priority 0; policy accept; udp dport {TESTBED_RAFT_PORT} drop; }}\n\
-                 chain output {{ type filter hook output priority 0; policy accept; udp dport {TESTBED_RAFT_PORT} drop; }}\n}}\n"
-            )
-        } else {
-            format!("delete table inet {NFT_TABLE}\n")
-        };
-        (nft, Some(rules))
-    };
-    command.stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() });
-    command.stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = command.spawn().with_context(|| format!("cannot run {:?}", command.get_program()))?;
-    if let (Some(text), Some(mut stdin)) = (input, child.stdin.take()) {
-        stdin.write_all(text.as_bytes())?;
-    }
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!(
-            "cutting member {} off by {means} failed: {}",
-            i + 1,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
 }
