@@ -19,15 +19,26 @@ fn set_int_at(
     name: libc::c_int,
     value: libc::c_int,
 ) -> io::Result<()> {
-    // SAFETY: `value` outlives the call and its size is passed; the socket is open while
-    // borrowed.
+    set_value(socket, level, name, &value)
+}
+
+/// `setsockopt` with `value` as the option's bytes: a C type the option takes (an `int`, a
+/// `sock_fprog`), which the kernel copies during the call.
+pub(crate) fn set_value<T>(
+    socket: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: `value` is a valid `T` that outlives the call and its size is passed; the socket
+    // is open while borrowed. What `T` must be is the option's contract, the caller's.
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
             level,
             name,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
+            (value as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
         )
     };
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }

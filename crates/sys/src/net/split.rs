@@ -15,11 +15,11 @@
 //! `SO_REUSEPORT` group is; a process that joins it could take a share of the traffic.
 
 use std::io;
-use std::mem::size_of;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::burst::write_socket_address;
+use super::options::set_value;
 
 /// The two sockets on one address: `main` takes every datagram but those starting with the
 /// prefix, which `side` takes. Both are non-blocking.
@@ -50,31 +50,18 @@ fn reuse_port_socket(addr: SocketAddr) -> io::Result<UdpSocket> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` was just returned by socket(2) and is owned by no one else.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let one: libc::c_int = 1;
-    // SAFETY: `one` outlives the call and its size is passed; the descriptor is open.
-    let rc = unsafe {
-        libc::setsockopt(
-            owned.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_REUSEPORT,
-            (&one as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let socket = UdpSocket::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    set_value(&socket, libc::SOL_SOCKET, libc::SO_REUSEPORT, &(1 as libc::c_int))?;
     // SAFETY: sockaddr_storage is a plain C struct for which all-zero is a valid value.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = write_socket_address(addr, &mut storage);
     // SAFETY: `storage` holds a socket address of `len` bytes and outlives the call.
     let rc =
-        unsafe { libc::bind(owned.as_raw_fd(), (&storage as *const libc::sockaddr_storage).cast(), len) };
+        unsafe { libc::bind(socket.as_raw_fd(), (&storage as *const libc::sockaddr_storage).cast(), len) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(UdpSocket::from(owned))
+    Ok(socket)
 }
 
 /// The group's program: 1 (the side socket) when the payload's first two bytes are `prefix`,
@@ -92,18 +79,8 @@ fn attach_prefix_program(socket: &UdpSocket, prefix: [u8; 2]) -> io::Result<()> 
         libc::sock_filter { code: RET_K, jt: 0, jf: 0, k: 0 },
     ];
     let fprog = libc::sock_fprog { len: program.len() as u16, filter: program.as_mut_ptr() };
-    // SAFETY: `fprog` points at `program`, both alive for the call, which copies the program
-    // into the kernel; the size passed is `fprog`'s; the socket is open while borrowed.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_ATTACH_REUSEPORT_CBPF,
-            (&fprog as *const libc::sock_fprog).cast(),
-            size_of::<libc::sock_fprog>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    // The kernel copies the program during the call; `program` outlives it.
+    set_value(socket, libc::SOL_SOCKET, libc::SO_ATTACH_REUSEPORT_CBPF, &fprog)
 }
 
 #[cfg(test)]
