@@ -92,28 +92,17 @@ struct StepArgs {
     /// Each phase's length, ms, 1-10000 (default: 50 with --quick, else 200).
     #[arg(long)]
     phase_ms: Option<f64>,
-    /// Flows, 1-10000000 (the source's 700,000 by default).
-    #[arg(long, default_value_t = 700_000)]
-    flows: usize,
-    /// The flows' Zipf exponent, 0 (uniform) to 3.
-    #[arg(long, default_value_t = 0.0)]
-    zipf: f64,
+    #[command(flatten)]
+    workload: Workload,
     /// Service distribution: constant, exponential, bimodal or heavy.
     #[arg(long, default_value = "exponential")]
     service: String,
-    /// Extra service time of a request whose flow's state is cold on its worker, ns, 0-1000000
-    /// (default: what `kairos dispatch cold` measured on this kind of machine).
-    #[arg(long, default_value_t = kairos_dispatch::latency::CALIBRATED_COLD_NS)]
-    cold_ns: f64,
     /// Idle time after which a worker parks, us, 0-1000000.
     #[arg(long, default_value_t = 10.0)]
     park_idle_us: f64,
     /// From a worker's grant until it takes packets, us, 0-1000000.
     #[arg(long, default_value_t = 5.0)]
     wake_us: f64,
-    /// The draws' seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
     /// Print `{"rows": [...], "simulated": true}` (each row with its windows) as JSON.
     #[arg(long)]
     json: bool,
@@ -131,12 +120,8 @@ struct LatencyArgs {
     /// Workers, 1-1000.
     #[arg(long, default_value_t = 14)]
     workers: usize,
-    /// Flows, 1-10000000 (the source's 700,000 by default).
-    #[arg(long, default_value_t = 700_000)]
-    flows: usize,
-    /// The flows' Zipf exponent, 0 (uniform) to 3.
-    #[arg(long, default_value_t = 0.0)]
-    zipf: f64,
+    #[command(flatten)]
+    workload: Workload,
     /// Mean service time, microseconds, 0.1-100000.
     #[arg(long, default_value_t = 10.0)]
     mean_service_us: f64,
@@ -150,13 +135,6 @@ struct LatencyArgs {
     /// Requests a point, 1000-100000000 (default: 200000 with --quick, else 1000000).
     #[arg(long)]
     requests: Option<u64>,
-    /// Extra service time of a request whose flow's state is cold on its worker, ns, 0-1000000
-    /// (default: what `kairos dispatch cold` measured on this kind of machine).
-    #[arg(long, default_value_t = kairos_dispatch::latency::CALIBRATED_COLD_NS)]
-    cold_ns: f64,
-    /// The draws' seed.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
     /// Print `{"rows": [...], "simulated": true}` as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -164,6 +142,42 @@ struct LatencyArgs {
     /// PNGs in this directory (created when missing).
     #[arg(long, value_name = "DIR")]
     plots: Option<std::path::PathBuf>,
+}
+
+/// The simulated flows and their state, as `latency` and `step` take them.
+#[derive(Args)]
+struct Workload {
+    /// Flows, 1-10000000 (the source's 700,000 by default).
+    #[arg(long, default_value_t = 700_000)]
+    flows: usize,
+    /// The flows' Zipf exponent, 0 (uniform) to 3.
+    #[arg(long, default_value_t = 0.0)]
+    zipf: f64,
+    /// Extra service time of a request whose flow's state is cold on its worker, ns, 0-1000000
+    /// (default: what `kairos dispatch cold` measured on this kind of machine).
+    #[arg(long, default_value_t = kairos_dispatch::latency::CALIBRATED_COLD_NS)]
+    cold_ns: f64,
+    /// The draws' seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+impl Workload {
+    /// The first flag out of range, as a usage error's text.
+    fn check(&self) -> Result<(), String> {
+        let checks = [
+            (
+                (1..=10_000_000).contains(&self.flows),
+                format!("--flows {} is out of range: 1 to 10000000", self.flows),
+            ),
+            ((0.0..=3.0).contains(&self.zipf), format!("--zipf {} is out of range: 0 to 3", self.zipf)),
+            (
+                (0.0..=1_000_000.0).contains(&self.cold_ns),
+                format!("--cold-ns {} is out of range: 0 to 1000000", self.cold_ns),
+            ),
+        ];
+        checks.into_iter().find(|(ok, _)| !ok).map_or(Ok(()), |(_, why)| Err(why))
+    }
 }
 
 #[derive(Args)]
@@ -363,10 +377,9 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
         a.services.iter().map(|name| service_named("--services", name)).collect::<Result<_>>()?
     };
     let requests = a.requests.unwrap_or(if a.quick { 200_000 } else { 1_000_000 });
-    let checks: [(bool, String); 6] = [
+    a.workload.check().map_err(exit::usage)?;
+    let checks: [(bool, String); 3] = [
         ((1..=1000).contains(&a.workers), format!("--workers {} is out of range: 1 to 1000", a.workers)),
-        ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
-        ((0.0..=3.0).contains(&a.zipf), format!("--zipf {} is out of range: 0 to 3", a.zipf)),
         (
             (0.1..=100_000.0).contains(&a.mean_service_us),
             format!("--mean-service-us {} is out of range: 0.1 to 100000", a.mean_service_us),
@@ -374,10 +387,6 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
         (
             (1_000..=100_000_000).contains(&requests),
             format!("--requests {requests} is out of range: 1000 to 100000000"),
-        ),
-        (
-            (0.0..=1_000_000.0).contains(&a.cold_ns),
-            format!("--cold-ns {} is out of range: 0 to 1000000", a.cold_ns),
         ),
     ];
     if let Some((_, why)) = checks.into_iter().find(|(ok, _)| !ok) {
@@ -390,16 +399,17 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
     let mut rows: Vec<LatencyRow> = Vec::new();
     for &service in &services {
         for &load in &loads {
+            let w = &a.workload;
             let config = LatencyConfig {
                 workers: a.workers,
-                flows: a.flows,
-                zipf: a.zipf,
+                flows: w.flows,
+                zipf: w.zipf,
                 mean_service_ns: a.mean_service_us * 1_000.0,
                 service,
                 load,
                 requests,
-                cold_ns: a.cold_ns,
-                seed: a.seed,
+                cold_ns: w.cold_ns,
+                seed: w.seed,
             };
             for kind in PolicyKind::ALL {
                 rows.push(latency::run(&config, kind));
@@ -416,7 +426,8 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
                 |r| (r.load, r.latency_us.p99),
             );
             let path = dir.join(format!("latency_p99_{}.png", service.name()));
-            let title = format!("simulated p99 against load, {} service, Zipf({})", service.name(), a.zipf);
+            let title =
+                format!("simulated p99 against load, {} service, Zipf({})", service.name(), a.workload.zipf);
             xy_chart(
                 &path,
                 &title,
@@ -431,18 +442,18 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
     if a.json {
         outln!(
             "{}",
-            serde_json::json!({ "rows": rows, "simulated": true, "workers": a.workers, "flows": a.flows, "zipf": a.zipf, "requests": requests })
+            serde_json::json!({ "rows": rows, "simulated": true, "workers": a.workers, "flows": a.workload.flows, "zipf": a.workload.zipf, "requests": requests })
         );
         return Ok(exit::OK);
     }
     outln!(
         "simulated (virtual clock, the real dispatcher and policies): {} workers, {} flows, Zipf({}), mean service {} us, {} requests a point, {} ns for a cold flow",
         a.workers,
-        a.flows,
-        a.zipf,
+        a.workload.flows,
+        a.workload.zipf,
         a.mean_service_us,
         requests,
-        a.cold_ns
+        a.workload.cold_ns
     );
     outln!(
         "{:<12} {:>5} {:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
@@ -479,9 +490,9 @@ fn latency_command(a: &LatencyArgs) -> Result<i32> {
 fn step_command(a: &StepArgs) -> Result<i32> {
     let phase_ms = a.phase_ms.unwrap_or(if a.quick { 50.0 } else { 200.0 });
     let service = service_named("--service", &a.service)?;
-    let checks: [(bool, String); 8] = [
+    a.workload.check().map_err(exit::usage)?;
+    let checks: [(bool, String); 5] = [
         ((2..=1000).contains(&a.workers), format!("--workers {} is out of range: 2 to 1000", a.workers)),
-        ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
         (
             (0.0..=1_000_000.0).contains(&a.park_idle_us),
             format!("--park-idle-us {} is out of range: 0 to 1000000", a.park_idle_us),
@@ -491,11 +502,6 @@ fn step_command(a: &StepArgs) -> Result<i32> {
             format!("--wake-us {} is out of range: 0 to 1000000", a.wake_us),
         ),
         ((1.0..=10_000.0).contains(&phase_ms), format!("--phase-ms {phase_ms} is out of range: 1 to 10000")),
-        ((0.0..=3.0).contains(&a.zipf), format!("--zipf {} is out of range: 0 to 3", a.zipf)),
-        (
-            (0.0..=1_000_000.0).contains(&a.cold_ns),
-            format!("--cold-ns {} is out of range: 0 to 1000000", a.cold_ns),
-        ),
         (!a.loads.is_empty() && a.loads.len() <= 100, "--loads takes 1 to 100 phases".to_string()),
     ];
     if let Some((_, why)) = checks.into_iter().find(|(ok, _)| !ok) {
@@ -509,14 +515,14 @@ fn step_command(a: &StepArgs) -> Result<i32> {
     for signal in Signal::ALL {
         let mut config = StepConfig::default_step(phase_ms, signal);
         config.max_workers = a.workers;
-        config.flows = a.flows;
+        config.flows = a.workload.flows;
         config.phases = a.loads.iter().map(|&load| Phase { load, duration_ns: phase_ms * 1e6 }).collect();
-        config.zipf = a.zipf;
+        config.zipf = a.workload.zipf;
         config.service = service;
-        config.cold_ns = a.cold_ns;
+        config.cold_ns = a.workload.cold_ns;
         config.park_idle_ns = a.park_idle_us * 1e3;
         config.wake_ns = a.wake_us * 1e3;
-        config.seed = a.seed;
+        config.seed = a.workload.seed;
         for kind in PolicyKind::ALL {
             rows.push(elastic::run(&config, kind));
         }
@@ -556,12 +562,12 @@ fn step_command(a: &StepArgs) -> Result<i32> {
     outln!(
         "simulated (virtual clock, the real dispatcher and policies): up to {} workers, {} flows, load {} for {} ms each, {} service of 10 us, Zipf({}), {} ns for a cold flow; a worker wakes {} us after its grant and parks after {} us idle",
         a.workers,
-        a.flows,
+        a.workload.flows,
         loads.join(" -> "),
         phase_ms,
         service.name(),
-        a.zipf,
-        a.cold_ns,
+        a.workload.zipf,
+        a.workload.cold_ns,
         a.wake_us,
         a.park_idle_us
     );

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kairos_dispatch::{Buckets, Dispatcher, HashMod, Steer, WorkerId, Workers};
+use kairos_dispatch::dispatcher::DEFAULT_GROUPS;
+use kairos_dispatch::{Dispatcher, PolicyKind, Steer, WorkerId, Workers};
 use kairos_ring::{Consumer, Overflow, Producer, spsc};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -97,7 +98,7 @@ fn run(policy: impl Steer, order: bool, packets: u64) -> (u64, u64, u64) {
         threads.push(std::thread::spawn(move || work(rx, id, &done, &last, &reordered, &stop)));
     }
     let mut rings = Rings { producers, done: done.clone(), evicted: Vec::new() };
-    let mut d = Dispatcher::new(policy, order, 4096);
+    let mut d = Dispatcher::new(policy, order, DEFAULT_GROUPS);
     let mut seq = vec![0u32; FLOWS];
     let mut x = 0x2545_F491_4F6C_DD1Du64;
     let mut next_change = Instant::now() + Duration::from_millis(1);
@@ -137,17 +138,10 @@ fn run(policy: impl Steer, order: bool, packets: u64) -> (u64, u64, u64) {
     (reordered.load(Ordering::Relaxed), stats.handoffs, changes)
 }
 
-fn started(mut p: impl Steer) -> impl Steer {
-    for w in 0..WORKERS as WorkerId {
-        p.join(w);
-    }
-    p
-}
-
 #[test]
 fn no_packet_is_reordered_through_a_change_of_workers_every_millisecond() {
     let packets = (2_000_000.0 * scale()) as u64;
-    let (reordered, handoffs, changes) = run(started(Buckets::new(4096)), true, packets);
+    let (reordered, handoffs, changes) = run(&mut *PolicyKind::Kairos.build(WORKERS), true, packets);
     eprintln!(
         "kairos with the hand-off: {packets} packets, {changes} changes, {handoffs} hand-offs, {reordered} reordered"
     );
@@ -159,7 +153,7 @@ fn no_packet_is_reordered_through_a_change_of_workers_every_millisecond() {
 #[test]
 fn without_the_hand_off_hash_mod_reorders() {
     let packets = (1_000_000.0 * scale()) as u64;
-    let (reordered, _, changes) = run(started(HashMod::new()), false, packets);
+    let (reordered, _, changes) = run(&mut *PolicyKind::HashMod.build(WORKERS), false, packets);
     eprintln!("hash-mod without it: {packets} packets, {changes} changes, {reordered} reordered");
     assert!(changes >= 5);
     assert!(reordered > 0, "moved flows overtook packets still queued");
