@@ -63,6 +63,50 @@ enum DispatchCommand {
     /// last), written last by another core (a moved flow), or in memory; the simulations'
     /// --cold-ns is the second less the first. --quick: 500 turns (well under a second).
     Cold(ColdArgs),
+    /// The dispatcher and its workers on real threads, a worker leaving or coming back every
+    /// millisecond: per policy, with the hand-off and (hash-mod, kairos) without, packets out of
+    /// sequence, state updates lost, flow states moved, a packet's cost to a worker, packets a
+    /// second. --quick: 1,000,000 packets a row (seconds); else 10,000,000 (a minute or two).
+    Threads(ThreadsArgs),
+}
+
+#[derive(Args)]
+struct ThreadsArgs {
+    /// 1,000,000 packets a row instead of 10,000,000.
+    #[arg(long)]
+    quick: bool,
+    /// Packets a row, 1000-10000000000 (overrides --quick's).
+    #[arg(long)]
+    packets: Option<u64>,
+    /// Worker threads, 2-64 (worker 0 stays; the others take turns leaving).
+    #[arg(long, default_value_t = 3)]
+    workers: usize,
+    /// Flows, each a 64-byte row of state, 1-10000000.
+    #[arg(long, default_value_t = 4_096)]
+    flows: usize,
+    /// The flows' Zipf exponent, 0 (uniform) to 3.
+    #[arg(long, default_value_t = 0.0)]
+    zipf: f64,
+    /// Wall-clock ms between two changes of workers, 0.01-10000.
+    #[arg(long, default_value_t = 1.0)]
+    change_ms: f64,
+    /// The policies, comma-separated: hash-mod, calisto, caladan, kairos (default: all).
+    #[arg(long, value_delimiter = ',', value_parser = policy_by_name)]
+    policies: Vec<PolicyKind>,
+    /// The dispatcher's core, then the workers' (dealt round-robin); default 0,1 where there
+    /// are two cores.
+    #[arg(long, value_delimiter = ',')]
+    cores: Vec<usize>,
+    /// Print `{"rows": [...], "simulated": false, ...}` as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A policy by the name `--policies` takes.
+fn policy_by_name(name: &str) -> Result<PolicyKind, String> {
+    PolicyKind::ALL.into_iter().find(|k| k.name() == name).ok_or_else(|| {
+        format!("unknown policy '{name}': the policies are hash-mod, calisto, caladan and kairos")
+    })
 }
 
 #[derive(Args)]
@@ -235,6 +279,7 @@ pub fn run(args: &DispatchArgs) -> Result<i32> {
         DispatchCommand::Latency(a) => latency_command(a),
         DispatchCommand::Step(a) => step_command(a),
         DispatchCommand::Cold(a) => cold_command(a),
+        DispatchCommand::Threads(a) => threads_command(a),
     }
 }
 
@@ -636,5 +681,76 @@ fn cold_command(a: &ColdArgs) -> Result<i32> {
         r.cold_ns,
         r.batched.cross_core_ns.median - r.batched.warm_ns.median
     );
+    Ok(exit::OK)
+}
+
+fn threads_command(a: &ThreadsArgs) -> Result<i32> {
+    use kairos_lab::dispatch_threads::{self, ThreadsConfig};
+    let mut config = ThreadsConfig::preset(a.quick);
+    config.packets = a.packets.unwrap_or(config.packets);
+    config.workers = a.workers;
+    config.flows = a.flows;
+    config.zipf = a.zipf;
+    config.change_ms = a.change_ms;
+    if !a.policies.is_empty() {
+        config.policies = a.policies.clone();
+    }
+    if !a.cores.is_empty() {
+        config.cores = a.cores.clone();
+    }
+    config.check().map_err(exit::usage)?;
+    let bar = kairos_lab::output::progress(0, "dispatch threads");
+    let r = dispatch_threads::run(&config, &|done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    })?;
+    bar.finish_and_clear();
+    if a.json {
+        outln!("{}", serde_json::to_string(&r)?);
+        return Ok(exit::OK);
+    }
+    outln!(
+        "real threads: the dispatcher on core {}, {} workers on {}; {} packets a row over {} flows (Zipf {}), a change of workers every {} ms; {}",
+        config.cores.first().map_or("any".to_string(), |c| c.to_string()),
+        config.workers,
+        if config.cores.len() > 1 {
+            format!("cores {:?}", &config.cores[1..])
+        } else {
+            "any core".to_string()
+        },
+        config.packets,
+        config.flows,
+        config.zipf,
+        config.change_ms,
+        r.machine.one_line()
+    );
+    outln!(
+        "{:<9} {:>8} {:>8} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10} {:>6}",
+        "policy",
+        "hand-off",
+        "changes",
+        "hand-offs",
+        "max held",
+        "out of seq",
+        "lost",
+        "state moves",
+        "worker ns",
+        "Mpps"
+    );
+    for row in &r.rows {
+        outln!(
+            "{:<9} {:>8} {:>8} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10.1} {:>6.2}",
+            row.policy,
+            if row.hand_off { "on" } else { "off" },
+            row.changes,
+            row.handoffs,
+            row.max_held,
+            row.out_of_sequence,
+            row.lost_updates,
+            row.state_moves,
+            row.worker_ns_per_packet,
+            row.mpps
+        );
+    }
     Ok(exit::OK)
 }

@@ -1,5 +1,6 @@
-//! `kairos dispatch remap`: its JSON rows (the names the issue fixes), every policy and both
-//! events, kairos within 1.1x of the ideal and hash-mod near 90% at ten workers, and one-line
+//! `kairos dispatch`: remap's JSON rows (the names the issue fixes), every policy and both
+//! events, kairos within 1.1x of the ideal and hash-mod near 90% at ten workers; the virtual-clock
+//! runs; the real-thread ones (cold state, and order through changes of workers); and one-line
 //! usage errors with exit 2 for flags out of range.
 
 use std::process::{Command, Output};
@@ -174,4 +175,43 @@ fn the_cold_state_cost_is_measured_on_real_threads() {
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("two distinct cores") && err.lines().count() == 1, "{err}");
+}
+
+#[test]
+fn on_real_threads_the_hand_off_keeps_every_flow_in_sequence_and_the_baselines_run_beside() {
+    let out = kairos(&["dispatch", "threads", "--packets", "30000", "--change-ms", "0.1", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(v["simulated"], false);
+    let rows = v["rows"].as_array().expect("rows");
+    let names: Vec<(String, bool)> =
+        rows.iter().map(|r| (r["policy"].as_str().unwrap().to_string(), r["hand_off"] == true)).collect();
+    let want = [
+        ("hash-mod", true),
+        ("calisto", true),
+        ("caladan", true),
+        ("kairos", true),
+        ("hash-mod", false),
+        ("kairos", false),
+    ];
+    assert_eq!(names, want.map(|(p, h)| (p.to_string(), h)));
+    for r in rows {
+        assert_eq!(r["packets"], 30_000, "{r}");
+        assert!(r["mpps"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+        if r["hand_off"] == true {
+            assert_eq!(
+                (r["out_of_sequence"].as_u64(), r["lost_updates"].as_u64()),
+                (Some(0), Some(0)),
+                "{r}"
+            );
+        }
+    }
+    let bad = kairos(&["dispatch", "threads", "--policies", "kairos,rss"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("unknown policy 'rss'"), "{err}");
+    let bad = kairos(&["dispatch", "threads", "--workers", "1"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("--workers 1 is out of range") && err.lines().count() == 1, "{err}");
 }

@@ -33,6 +33,12 @@
 //! the old worker has finished the ones it already had (RFS's `last_qtail` rule, RSS++'s
 //! hand-off), so no packet overtakes an earlier one of its flow.
 //!
+//! # On real threads
+//!
+//! [`WorkerPool`] is the workers behind a dispatcher on real cores: an SPSC ring each, and a
+//! flow table whose rows move with their flows, so a move's cost and any reordering are seen
+//! where they happen.
+//!
 //! # Measuring a change of workers
 //!
 //! [`remap`] counts the fraction of flows whose worker changes when a worker joins or leaves,
@@ -46,6 +52,7 @@ pub mod elastic;
 pub mod hash_mod;
 pub mod latency;
 pub mod policy;
+pub mod pool;
 pub mod remap;
 pub mod skew;
 
@@ -55,3 +62,4 @@ pub use calisto::Calisto;
 pub use dispatcher::{DispatchStats, Dispatcher, Workers};
 pub use hash_mod::HashMod;
 pub use policy::{MAX_WORKERS, PolicyKind, Steer, WorkerId, mix};
+pub use pool::{PoolConfig, PoolReport, WorkerPool};
