@@ -19,6 +19,12 @@
 //!   donor no lighter, and the receiver no heavier, than the mean was between them), so moves
 //!   never oscillate.
 //!
+//! - **idle steering** (between a flow's bursts, as flowlet switching does): when a packet
+//!   arrives for a bucket none of whose packets is queued or in service, and its worker has
+//!   more queued than a less loaded one the dispatcher found, the bucket moves there
+//!   ([`Steer::steer_idle`]): nothing of it is in flight, so nothing can be reordered or held,
+//!   and the queues stay short at high load where a static mapping lets them grow.
+//!
 //! Work per packet: one multiply, one table read, one counter add.
 
 use crate::policy::{Steer, WorkerId, mix};
@@ -48,6 +54,7 @@ pub struct Buckets {
     /// Buckets per worker, by number.
     owned: Vec<u32>,
     moves: Vec<BucketMove>,
+    recording: bool,
     tolerance: f64,
     max_moves: usize,
     moved_total: u64,
@@ -64,6 +71,7 @@ impl Buckets {
             active: Vec::new(),
             owned: vec![0; crate::MAX_WORKERS],
             moves: Vec::new(),
+            recording: false,
             tolerance: 0.02,
             max_moves: buckets / 20,
             moved_total: 0,
@@ -112,9 +120,25 @@ impl Buckets {
         self.table.is_empty()
     }
 
-    /// The moves made since the last call, in order.
+    /// Starts (or stops) keeping each move for [`Buckets::take_moves`]. Off by default: a
+    /// dispatcher needs no list (its hand-off works from each group's tail), and a list no one
+    /// takes would grow with every change for as long as the policy runs.
+    pub fn record_moves(&mut self, on: bool) {
+        self.recording = on;
+        if !on {
+            self.moves = Vec::new();
+        }
+    }
+
+    /// The moves made since the last call, in order (none unless [`Buckets::record_moves`]).
     pub fn take_moves(&mut self) -> Vec<BucketMove> {
         std::mem::take(&mut self.moves)
+    }
+
+    fn record(&mut self, m: BucketMove) {
+        if self.recording {
+            self.moves.push(m);
+        }
     }
 
     /// Buckets moved since creation.
@@ -139,7 +163,7 @@ impl Buckets {
         }
         self.table[bucket] = to;
         self.owned[to as usize] += 1;
-        self.moves.push(BucketMove { bucket: bucket as u32, from: was_active.then_some(from), to });
+        self.record(BucketMove { bucket: bucket as u32, from: was_active.then_some(from), to });
         self.moved_total += 1;
     }
 }
@@ -172,7 +196,7 @@ impl Steer for Buckets {
         if self.active.len() == 1 {
             for b in 0..self.table.len() {
                 self.table[b] = worker;
-                self.moves.push(BucketMove { bucket: b as u32, from: None, to: worker });
+                self.record(BucketMove { bucket: b as u32, from: None, to: worker });
             }
             self.owned[worker as usize] = self.table.len() as u32;
             return;
@@ -213,7 +237,7 @@ impl Steer for Buckets {
                     .expect("an active worker");
                 self.table[b] = poorest;
                 self.owned[poorest as usize] += 1;
-                self.moves.push(BucketMove { bucket: b as u32, from: Some(worker), to: poorest });
+                self.record(BucketMove { bucket: b as u32, from: Some(worker), to: poorest });
                 self.moved_total += 1;
             }
         }
@@ -222,6 +246,19 @@ impl Steer for Buckets {
 
     fn active(&self) -> &[WorkerId] {
         &self.active
+    }
+
+    /// Moves the flow's bucket to `worker`: the dispatcher offers one only when nothing of the
+    /// bucket's group is in flight, so the move costs no hold and reorders nothing.
+    fn steer_idle(&mut self, hash: u64, worker: WorkerId) -> bool {
+        if !self.active.contains(&worker) {
+            return false;
+        }
+        let b = self.bucket(hash) as usize;
+        if self.table[b] != worker {
+            self.give(b, worker);
+        }
+        true
     }
 
     fn rebalance(&mut self, _now_ns: u64) {
@@ -273,6 +310,7 @@ mod tests {
     #[test]
     fn joins_take_an_even_share_from_the_richest_and_leaves_deal_to_the_poorest() {
         let mut p = Buckets::new(64);
+        p.record_moves(true);
         p.join(0);
         p.take_moves();
         p.join(1);
@@ -291,6 +329,7 @@ mod tests {
     #[test]
     fn rebalancing_moves_load_from_the_hottest_to_the_coldest_and_stops_within_tolerance() {
         let mut p = Buckets::new(256);
+        p.record_moves(true);
         for w in 0..4 {
             p.join(w);
         }

@@ -68,6 +68,8 @@ pub struct DispatchStats {
     pub hold_full: u64,
     /// Most packets held at once.
     pub max_held: u64,
+    /// Idle groups moved to a shorter queue (policies that steer idle flows).
+    pub idle_moves: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -88,6 +90,11 @@ pub struct Dispatcher<S, P> {
     held_now: usize,
     hold_limit: usize,
     sent: Vec<u64>,
+    /// Each worker's `done` as last read by [`Dispatcher::poll`]: never above the true count.
+    done_seen: Vec<u64>,
+    /// Offer idle groups a shorter queue ([`Steer::steer_idle`]).
+    idle_steering: bool,
+    draws: u64,
     stats: DispatchStats,
 }
 
@@ -106,8 +113,17 @@ impl<S: Steer, P> Dispatcher<S, P> {
             held_now: 0,
             hold_limit: DEFAULT_HOLD_LIMIT,
             sent: vec![0; crate::MAX_WORKERS],
+            done_seen: vec![0; crate::MAX_WORKERS],
+            idle_steering: true,
+            draws: 0x9E37_79B9_7F4A_7C15,
             stats: DispatchStats::default(),
         }
+    }
+
+    /// Turns the offer of shorter queues to idle groups on (the default) or off. Policies that
+    /// do not steer idle flows decline it either way.
+    pub fn set_idle_steering(&mut self, on: bool) {
+        self.idle_steering = on;
     }
 
     /// Sets how many packets may be held at once.
@@ -160,8 +176,15 @@ impl<S: Steer, P> Dispatcher<S, P> {
         }
     }
 
-    /// Sends what waited for a hand-off whose old worker has now finished its tail.
+    /// Sends what waited for a hand-off whose old worker has now finished its tail, and reads
+    /// the active workers' `done` counts for the idle steering of the packets until the next
+    /// poll (one read per worker per poll, not per packet).
     pub fn poll(&mut self, _now_ns: u64, workers: &mut impl Workers<P>) {
+        if self.idle_steering {
+            for &w in self.policy.active() {
+                self.done_seen[w as usize] = workers.done(w);
+            }
+        }
         let mut i = 0;
         while i < self.holding.len() {
             let g = self.holding[i];
@@ -199,11 +222,14 @@ impl<S: Steer, P> Dispatcher<S, P> {
             Some(now_ns) => self.policy.pick(hash, now_ns),
             None => self.policy.peek(hash),
         };
-        let Some(worker) = worker else {
+        let Some(mut worker) = worker else {
             self.stats.no_worker += 1;
             return Ok(());
         };
         let tail = self.tails[g as usize];
+        if self.idle_steering && arriving.is_some() {
+            worker = self.steer_idle(hash, worker, tail);
+        }
         let moving = tail.is_some_and(|t| t.worker != worker);
         if self.order && tail.is_some_and(|t| t.worker != worker && workers.done(t.worker) < t.sent) {
             return Err((hash, packet));
@@ -219,6 +245,34 @@ impl<S: Steer, P> Dispatcher<S, P> {
             Err(_) => self.stats.queue_full += 1,
         }
         Ok(())
+    }
+
+    /// The worker for an arriving packet of a group whose packets are all finished (as last
+    /// seen), when its own worker has a longer queue than the shorter of two others drawn at
+    /// random and the policy takes the move; else `worker`. Queues are the dispatcher's sent
+    /// counts less the `done` counts [`Dispatcher::poll`] read, which can only overstate them.
+    fn steer_idle(&mut self, hash: u64, worker: WorkerId, tail: Option<Tail>) -> WorkerId {
+        if tail.is_some_and(|t| self.done_seen[t.worker as usize] < t.sent) {
+            return worker;
+        }
+        let queued =
+            |w: WorkerId| self.sent[w as usize] - self.done_seen[w as usize].min(self.sent[w as usize]);
+        let here = queued(worker);
+        if here == 0 {
+            return worker;
+        }
+        self.draws ^= self.draws << 13;
+        self.draws ^= self.draws >> 7;
+        self.draws ^= self.draws << 17;
+        let active = self.policy.active();
+        let n = active.len() as u64;
+        let (a, b) = (active[(self.draws % n) as usize], active[((self.draws >> 32) % n) as usize]);
+        let other = if queued(a) <= queued(b) { a } else { b };
+        if queued(other) < here && self.policy.steer_idle(hash, other) {
+            self.stats.idle_moves += 1;
+            return other;
+        }
+        worker
     }
 
     fn hold(&mut self, g: u32, hash: u64, packet: P) {
@@ -348,6 +402,50 @@ mod tests {
         assert!(late > 0, "{stats:?}");
         let (late, _) = reordered(false, started(Buckets::new(256), 3));
         assert!(late > 0);
+    }
+
+    #[test]
+    fn an_idle_group_moves_to_a_shorter_queue_and_a_busy_one_stays() {
+        let mut d = Dispatcher::new(started(Buckets::new(4), 2), true, 4);
+        let mut q = Queues::new(2, 64);
+        let owner = |d: &Dispatcher<Buckets, (u64, u32)>, h: u64| d.policy().peek(h).unwrap();
+        // Two flows of different groups on the same worker.
+        let a = (0..).find(|&h| d.group(h) == d.group(0) && owner(&d, h) == owner(&d, 0)).unwrap();
+        let c = (1..).find(|&h| d.group(h) != d.group(a) && owner(&d, h) == owner(&d, a)).unwrap();
+        let w = owner(&d, a);
+        // Set up without steering (else `c`, idle at first, would leave `w` at once).
+        d.set_idle_steering(false);
+        d.dispatch(a, (a, 0), 0, &mut q);
+        for s in 0..3 {
+            d.dispatch(c, (c, s), 0, &mut q);
+        }
+        q.finish(w as usize, 1);
+        d.set_idle_steering(true);
+        d.poll(0, &mut q);
+        // `c` has three packets queued: its next one stays behind them.
+        d.dispatch(c, (c, 3), 0, &mut q);
+        assert_eq!(q.queues[w as usize].len(), 4);
+        // `a` has none in flight and its worker has four queued; the other has none. Drawn
+        // pairs may both land on `w`, so offer a few packets: the first move is the last one.
+        let mut s = 1;
+        while d.stats().idle_moves == 0 && s < 64 {
+            d.dispatch(a, (a, s), 0, &mut q);
+            s += 1;
+        }
+        assert_eq!(d.stats().idle_moves, 1, "{:?}", d.stats());
+        assert_eq!(q.queues[1 - w as usize].back(), Some(&(a, s - 1)), "moved to the idle worker");
+        assert_ne!(owner(&d, a), w, "the bucket moved with it");
+        assert_eq!(d.stats().held, 0, "nothing of an idle group waits");
+        let mut off = Dispatcher::new(started(Buckets::new(4), 2), true, 4);
+        off.set_idle_steering(false);
+        let mut q = Queues::new(2, 64);
+        for s in 0..100 {
+            off.dispatch(a, (a, s), 0, &mut q);
+            q.finish(w as usize, 1);
+            off.dispatch(c, (c, s), 0, &mut q);
+            off.poll(0, &mut q);
+        }
+        assert_eq!(off.stats().idle_moves, 0);
     }
 
     #[test]

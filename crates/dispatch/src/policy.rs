@@ -36,6 +36,15 @@ pub trait Steer {
 
     /// The load-aware step, called once an interval; policies that do not watch load ignore it.
     fn rebalance(&mut self, _now_ns: u64) {}
+
+    /// The dispatcher offers `worker`, an active worker with less work queued than the flow's
+    /// own, for the flow `hash`, none of whose packets is queued or in service anywhere (so it
+    /// can move without reordering). A policy that steers idle flows to shorter queues takes it
+    /// (moving whatever shares the flow's entry) and returns true; the rest keep their mapping
+    /// and return false, as published.
+    fn steer_idle(&mut self, _hash: u64, _worker: WorkerId) -> bool {
+        false
+    }
 }
 
 /// A policy borrowed is a policy: a dispatcher can drive one it does not own (a boxed one).
@@ -60,6 +69,9 @@ impl<S: Steer + ?Sized> Steer for &mut S {
     }
     fn rebalance(&mut self, now_ns: u64) {
         (**self).rebalance(now_ns)
+    }
+    fn steer_idle(&mut self, hash: u64, worker: WorkerId) -> bool {
+        (**self).steer_idle(hash, worker)
     }
 }
 
