@@ -97,6 +97,10 @@ struct ThreadsArgs {
     /// are two cores.
     #[arg(long, value_delimiter = ',')]
     cores: Vec<usize>,
+    /// Do not offer idle groups a shorter queue (`kairos` then moves buckets only on a change
+    /// of workers and its rebalancing step).
+    #[arg(long)]
+    no_idle_steering: bool,
     /// Print `{"rows": [...], "simulated": false, ...}` as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -692,6 +696,7 @@ fn threads_command(a: &ThreadsArgs) -> Result<i32> {
     config.flows = a.flows;
     config.zipf = a.zipf;
     config.change_ms = a.change_ms;
+    config.idle_steering = !a.no_idle_steering;
     if !a.policies.is_empty() {
         config.policies = a.policies.clone();
     }
@@ -725,11 +730,12 @@ fn threads_command(a: &ThreadsArgs) -> Result<i32> {
         r.machine.one_line()
     );
     outln!(
-        "{:<9} {:>8} {:>8} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10} {:>6}",
+        "{:<9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10} {:>6}",
         "policy",
         "hand-off",
         "changes",
         "hand-offs",
+        "idle moves",
         "max held",
         "out of seq",
         "lost",
@@ -739,11 +745,12 @@ fn threads_command(a: &ThreadsArgs) -> Result<i32> {
     );
     for row in &r.rows {
         outln!(
-            "{:<9} {:>8} {:>8} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10.1} {:>6.2}",
+            "{:<9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10.1} {:>6.2}",
             row.policy,
             if row.hand_off { "on" } else { "off" },
             row.changes,
             row.handoffs,
+            row.idle_moves,
             row.max_held,
             row.out_of_sequence,
             row.lost_updates,

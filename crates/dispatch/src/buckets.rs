@@ -20,8 +20,9 @@
 //!   never oscillate.
 //!
 //! - **idle steering** (between a flow's bursts, as flowlet switching does): when a packet
-//!   arrives for a bucket none of whose packets is queued or in service, and its worker has
-//!   more queued than a less loaded one the dispatcher found, the bucket moves there
+//!   arrives for a bucket none of whose packets is queued or in service, and the dispatcher
+//!   found a worker with a shorter queue than the bucket's own, and a short one (see
+//!   [`crate::dispatcher::IDLE_TARGET_MAX_QUEUED`]), the bucket moves there
 //!   ([`Steer::steer_idle`]): nothing of it is in flight, so nothing can be reordered or held,
 //!   and the queues stay short at high load where a static mapping lets them grow.
 //!
@@ -51,6 +52,8 @@ pub struct Buckets {
     shift: u32,
     counts: Vec<u32>,
     active: Vec<WorkerId>,
+    /// Whether each worker is active, by number (`active` as a set, for O(1) questions).
+    is_active: Vec<bool>,
     /// Buckets per worker, by number.
     owned: Vec<u32>,
     moves: Vec<BucketMove>,
@@ -69,6 +72,7 @@ impl Buckets {
             shift: 64 - buckets.trailing_zeros(),
             counts: vec![0; buckets],
             active: Vec::new(),
+            is_active: vec![false; crate::MAX_WORKERS],
             owned: vec![0; crate::MAX_WORKERS],
             moves: Vec::new(),
             recording: false,
@@ -157,7 +161,7 @@ impl Buckets {
 
     fn give(&mut self, bucket: usize, to: WorkerId) {
         let from = self.table[bucket];
-        let was_active = self.active.contains(&from) && self.owned[from as usize] > 0;
+        let was_active = self.is_active[from as usize] && self.owned[from as usize] > 0;
         if was_active {
             self.owned[from as usize] -= 1;
         }
@@ -188,10 +192,11 @@ impl Steer for Buckets {
     }
 
     fn join(&mut self, worker: WorkerId) {
-        if self.active.contains(&worker) {
+        if self.is_active[worker as usize] {
             return;
         }
         self.active.push(worker);
+        self.is_active[worker as usize] = true;
         self.owned[worker as usize] = 0;
         if self.active.len() == 1 {
             for b in 0..self.table.len() {
@@ -224,6 +229,7 @@ impl Steer for Buckets {
     fn leave(&mut self, worker: WorkerId) {
         let Some(i) = self.active.iter().position(|&w| w == worker) else { return };
         self.active.remove(i);
+        self.is_active[worker as usize] = false;
         if self.active.is_empty() {
             self.owned[worker as usize] = 0;
             return;
@@ -251,7 +257,7 @@ impl Steer for Buckets {
     /// Moves the flow's bucket to `worker`: the dispatcher offers one only when nothing of the
     /// bucket's group is in flight, so the move costs no hold and reorders nothing.
     fn steer_idle(&mut self, hash: u64, worker: WorkerId) -> bool {
-        if !self.active.contains(&worker) {
+        if !self.is_active[worker as usize] {
             return false;
         }
         let b = self.bucket(hash) as usize;

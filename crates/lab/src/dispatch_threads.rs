@@ -54,6 +54,8 @@ pub struct ThreadsConfig {
     pub cores: Vec<usize>,
     /// The trace's seed.
     pub seed: u64,
+    /// Whether the dispatcher offers idle groups a shorter queue (`kairos` takes it).
+    pub idle_steering: bool,
 }
 
 impl ThreadsConfig {
@@ -71,6 +73,7 @@ impl ThreadsConfig {
             policies: PolicyKind::ALL.to_vec(),
             cores: if online >= 2 { vec![0, 1] } else { Vec::new() },
             seed: 1,
+            idle_steering: true,
         }
     }
 
@@ -131,6 +134,8 @@ pub struct ThreadsRow {
     pub handoffs: u64,
     /// Most packets held at the dispatcher at once.
     pub max_held: u64,
+    /// Groups with nothing in flight moved to a shorter queue (the `kairos` policy).
+    pub idle_moves: u64,
     /// Packets a worker saw out of sequence (overtaken, or two workers on one flow).
     pub out_of_sequence: u64,
     /// Updates of a flow's state lost to another worker's.
@@ -207,6 +212,7 @@ fn run_row(
             let mut pool = WorkerPool::start(&pool_config).map_err(anyhow::Error::msg)?;
             let mut policy = kind.build(config.workers);
             let mut d = Dispatcher::new(&mut *policy, hand_off, DEFAULT_GROUPS);
+            d.set_idle_steering(config.idle_steering);
             let mut seq = vec![0u32; config.flows];
             let period = Duration::from_secs_f64(config.change_ms / 1e3);
             let started = Instant::now();
@@ -262,6 +268,7 @@ fn run_row(
                 changes,
                 handoffs: stats.handoffs,
                 max_held: stats.max_held,
+                idle_moves: stats.idle_moves,
                 out_of_sequence: report.out_of_sequence,
                 lost_updates: report.lost_updates,
                 state_moves: report.state_moves,
@@ -288,6 +295,7 @@ mod tests {
             policies: vec![PolicyKind::Kairos, PolicyKind::HashMod],
             cores: Vec::new(),
             seed: 3,
+            idle_steering: true,
         }
     }
 
