@@ -26,6 +26,7 @@
 pub mod lane_row;
 pub mod load;
 pub mod peers;
+pub mod samples;
 pub mod sockperf;
 pub mod stats;
 
