@@ -6,18 +6,26 @@ use anyhow::Result;
 use clap::Args;
 use kairos_fib::FibKind;
 use kairos_lab::forward::trace::Trace;
-use kairos_lab::forward::{self, Backend, ControlMode, Flush, ForwardConfig, RingPolicy, sweep};
+use kairos_lab::forward::{self, Backend, ControlMode, Flush, ForwardConfig, RingPolicy, Threading, sweep};
 use kairos_lab::harness;
 
 use crate::exit::usage;
 
 #[derive(Args)]
 pub struct ForwardArgs {
-    /// memory (in-process rings, no root) or udp (two network namespaces, needs root).
+    /// memory (in-process rings, no root), udp (two network namespaces, needs root), or packet
+    /// (the same namespaces, the forwarder on memory-mapped AF_PACKET rings; needs root).
     #[arg(long, default_value = "memory")]
     backend: Backend,
+    /// The forwarder's threads: pipeline (the source's RX, control and data threads behind
+    /// rings) or run-to-completion (one thread takes each burst from receive to transmit).
+    #[arg(long, default_value = "pipeline")]
+    threading: Threading,
+    /// Pin the run-to-completion forwarder's thread to this core (default: not pinned).
+    #[arg(long)]
+    core: Option<usize>,
     /// rcu, rwlock, seqlock, papaya, none (the baseline: no FIB), or dpdk-testpmd (the peer
-    /// forwarder in place of Kairos's: --backend udp, root, Debian's dpdk-dev).
+    /// forwarder in place of Kairos's: --backend udp or packet, root, Debian's dpdk-dev).
     #[arg(long, default_value = "rcu")]
     fib: String,
     /// Reclamation of the RCU FIB: direct (the source's synchronous mode) or offload.
@@ -119,6 +127,8 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
             flush,
             fifo_priority: args.priority,
             data_work_ns: args.data_work_ns,
+            threading: args.threading,
+            pin_core: args.core,
         },
         source_burst: args.source_burst,
         rate_pps: args.rate,
@@ -156,7 +166,9 @@ pub struct SweepArgs {
     /// Print the summary as one JSON object on stdout instead of the report.
     #[arg(long)]
     json: bool,
-    /// Backends to run, comma-separated: memory, udp (udp needs root: two network namespaces).
+    /// Backends to run, comma-separated: memory, udp, packet (udp and packet need root: two
+    /// network namespaces; on packet, Kairos runs its run-to-completion forwarder on AF_PACKET
+    /// rings).
     #[arg(long, value_delimiter = ',', default_values_t = [Backend::Memory])]
     backend: Vec<Backend>,
     /// Trace rows per run, 1,000 to 50,000,000 (default: 200,000 with --quick, else 400,000).

@@ -16,6 +16,8 @@ const REFUSED: &[(&[&str], &str)] = &[
     (&["--users", "0", "--ring-policy", "keep-latest"], "got 0"),
     (&["--trace", "/dev/zero"], "/dev/zero"),
     (&["--trace", "/tmp"], "/tmp: is a directory"),
+    (&["--threading", "run-to-completion", "--core", "100000"], "core 100000 is not online"),
+    (&["--core", "0"], "only the run-to-completion forwarder is pinned"),
 ];
 
 #[test]

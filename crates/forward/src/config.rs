@@ -1,5 +1,5 @@
-//! The forwarder's configuration: its rings' sizes and admission policy, who applies control
-//! packets, when the data thread flushes, and its scheduling. Policy chosen by the caller, as
+//! The forwarder's configuration: its threads, its rings' sizes and admission policy, who
+//! applies control packets, when the data thread flushes, and its scheduling. Policy chosen by the caller, as
 //! data; the mechanism in [`crate::forwarder`] is the same for every choice.
 
 use std::str::FromStr;
@@ -63,6 +63,39 @@ pub enum Flush {
     Age { max_wait_ns: u64 },
 }
 
+/// How the forwarder's stages are laid over threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Threading {
+    /// The source's pipeline: an RX thread splits each burst into a control ring (or applies
+    /// control inline) and a data ring, and a data thread looks up, stamps and transmits.
+    Pipeline,
+    /// One thread takes each burst from receive to transmit: the burst's control applied
+    /// first, its data admitted by the data policy (see [`crate::rtc`]), looked up, stamped and
+    /// sent in one call. No ring, no hand-off, and no wake-up between stages.
+    RunToCompletion,
+}
+
+impl Threading {
+    pub fn name(self) -> &'static str {
+        match self {
+            Threading::Pipeline => "pipeline",
+            Threading::RunToCompletion => "run-to-completion",
+        }
+    }
+}
+
+impl FromStr for Threading {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "pipeline" => Ok(Threading::Pipeline),
+            "run-to-completion" | "rtc" => Ok(Threading::RunToCompletion),
+            other => Err(format!("unknown threading '{other}' (use pipeline or run-to-completion)")),
+        }
+    }
+}
+
 /// The forwarder's knobs; defaults are the source's (Table I and its code).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct ForwarderConfig {
@@ -77,6 +110,12 @@ pub struct ForwarderConfig {
     /// Extra work per data packet on the data thread, ns (0: none): makes the data thread the
     /// bottleneck, as a heavier lookup or a slower core would.
     pub data_work_ns: u64,
+    /// The stages' threads.
+    pub threading: Threading,
+    /// The core the run-to-completion thread is pinned to (`None`: not pinned). Where the
+    /// sender shares the machine, a forwarder on a core of its own (as `dpdk-testpmd`'s
+    /// forwarding lcore on the last one) does not take the sender's core when it wakes.
+    pub pin_core: Option<usize>,
 }
 
 /// The largest ring the forwarder makes, entries: every entry may hold a pool buffer (a 48-byte
@@ -134,6 +173,20 @@ impl ForwarderConfig {
                 self.data_work_ns
             ));
         }
+        if let Some(core) = self.pin_core {
+            let online = kairos_sys::proc::online_cores();
+            if core >= online {
+                return Err(format!(
+                    "the forwarder's core {core} is not online: this machine's cores are 0 to {}",
+                    online - 1
+                ));
+            }
+            if self.threading != Threading::RunToCompletion {
+                return Err(
+                    "only the run-to-completion forwarder is pinned to a core (its one thread)".into()
+                );
+            }
+        }
         let (Flush::Count { drain_ns: wait } | Flush::Age { max_wait_ns: wait }) = self.flush;
         if wait > MAX_FLUSH_WAIT_NS {
             return Err(format!("the flush wait must be at most {MAX_FLUSH_WAIT_NS} ns (1 s), got {wait}"));
@@ -155,6 +208,8 @@ impl Default for ForwarderConfig {
             flush: Flush::Count { drain_ns: 1_000 },
             fifo_priority: 0,
             data_work_ns: 0,
+            threading: Threading::Pipeline,
+            pin_core: None,
         }
     }
 }
@@ -185,5 +240,11 @@ mod tests {
         assert!(err(ForwarderConfig { data_work_ns: u64::MAX, ..ok }, 10).contains("extra work"));
         let slow = ForwarderConfig { flush: Flush::Age { max_wait_ns: u64::MAX }, ..ok };
         assert!(err(slow, 10).contains("flush wait"));
+        let rtc = ForwarderConfig { threading: Threading::RunToCompletion, ..ok };
+        assert!(
+            err(ForwarderConfig { pin_core: Some(100_000), ..rtc }, 10).contains("core 100000 is not online")
+        );
+        assert!(err(ForwarderConfig { pin_core: Some(0), ..ok }, 10).contains("only the run-to-completion"));
+        assert_eq!(ForwarderConfig { pin_core: Some(0), ..rtc }.check(10), Ok(()));
     }
 }

@@ -1,6 +1,8 @@
 //! The forwarder under test, as in the source's Fig. 2: an RX thread that splits control from
 //! data into two rings, a control thread that writes the FIB, and a data thread that reads it,
-//! stamps each data packet with the address tuple's time stamp and sends it back.
+//! stamps each data packet with the address tuple's time stamp and sends it back. With
+//! [`Threading::RunToCompletion`], [`run`] hands both ports to [`crate::rtc`] instead: one
+//! thread, no rings.
 //!
 //! Buffers are pool indices; every ring counts its drops per reason. The TX stage runs on the
 //! data thread (the source had a separate TX thread; on a 2-core machine one less spinning
@@ -26,7 +28,7 @@ use kairos_sys::clock::monotonic_ns;
 use kairos_sys::stoppable_thread::panic_message;
 use serde::Serialize;
 
-use crate::config::{ControlMode, Flush, ForwarderConfig, RingPolicy};
+use crate::config::{ControlMode, Flush, ForwarderConfig, RingPolicy, Threading};
 
 /// The next-hop MAC every user is reached through (one next hop, as in the source's testbed:
 /// the address tuple's time stamp is what tells addresses apart).
@@ -64,7 +66,7 @@ pub struct RingCounts {
 }
 
 impl RingCounts {
-    fn from(s: RingStats) -> Self {
+    pub(crate) fn from(s: RingStats) -> Self {
         Self {
             offered: s.offered,
             dropped_newest: s.dropped_newest,
@@ -80,17 +82,17 @@ impl RingCounts {
 }
 
 /// How long an idle thread sleeps at most before looking again (and at the stop flag).
-const NAP: Duration = Duration::from_millis(1);
+pub(crate) const NAP: Duration = Duration::from_millis(1);
 
 /// Counts empty polls: spin `SPINS` of them, then sleep.
-struct Idle(u32);
+pub(crate) struct Idle(pub(crate) u32);
 
 impl Idle {
     const SPINS: u32 = 64;
 
     /// Records an empty poll; true when the caller should sleep now.
     #[inline]
-    fn empty(&mut self) -> bool {
+    pub(crate) fn empty(&mut self) -> bool {
         self.0 += 1;
         if self.0 < Self::SPINS {
             std::hint::spin_loop();
@@ -101,7 +103,7 @@ impl Idle {
     }
 
     #[inline]
-    fn busy(&mut self) {
+    pub(crate) fn busy(&mut self) {
         self.0 = 0;
     }
 }
@@ -112,7 +114,7 @@ impl Idle {
 /// overloaded, and the kernel's real-time throttling bounds even that.
 /// A refusal is counted in `refused`, so the run reports it instead of claiming a priority it
 /// did not have.
-fn realtime(config: &ForwarderConfig, refused: &AtomicU64) {
+pub(crate) fn realtime(config: &ForwarderConfig, refused: &AtomicU64) {
     if config.fifo_priority > 0 && kairos_sys::thread::set_fifo(config.fifo_priority).is_err() {
         refused.fetch_add(1, Ordering::Relaxed);
     }
@@ -164,6 +166,18 @@ pub fn run<F: Fib, P: Port>(
     started: &AtomicBool,
 ) -> Result<ForwarderStats, ForwarderError> {
     config.check(users).map_err(ForwarderError::Config)?;
+    if config.threading == Threading::RunToCompletion {
+        if let Some(core) = config.pin_core {
+            kairos_sys::thread::pin_current_thread(core)
+                .map_err(|e| ForwarderError::Config(format!("pinning the forwarder to core {core}: {e}")))?;
+        }
+        let refused = AtomicU64::new(0);
+        realtime(config, &refused);
+        started.store(true, Ordering::Release);
+        let mut stats = crate::rtc::run(config, users, fib, &mut rx_port, &mut tx_port, stop);
+        stats.fifo_refused = refused.load(Ordering::Relaxed);
+        return Ok(stats);
+    }
     let pool_size = config.ctrl_ring + config.data_ring.max(users as usize) + 4 * config.burst + 1024;
     let (pool, mut alloc, freer) = pool(pool_size)?;
     let (ctrl_tx, ctrl_rx) = buf_ring(&pool, config.ctrl_ring, Overflow::DropNewest)?;
@@ -253,7 +267,7 @@ struct RxResult {
 
 /// Applies one location update and records the location age at the FIB.
 #[inline]
-fn apply_control<F: Fib>(
+pub(crate) fn apply_control<F: Fib>(
     fib: Option<&F>,
     p: &Packet,
     ages: &mut AgeTable,

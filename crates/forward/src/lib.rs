@@ -6,6 +6,7 @@
 //!   thread, over any [`kairos_io::Port`].
 //! - [`forwarder`]: the system under test: RX split into control and data rings, a control
 //!   thread (or inline control) writing the FIB, a data thread reading it, stamping and sending.
+//! - [`rtc`]: the same work run to completion, burst by burst, on one thread.
 //! - [`config`]: the forwarder's knobs, chosen by the caller.
 //!
 //! Layer 2, above `fib`, `io`, `ring` and `metrics`. The lab (`kairos-lab`'s `forward` and
@@ -15,7 +16,8 @@
 
 pub mod config;
 pub mod forwarder;
+pub mod rtc;
 pub mod source;
 pub mod trace;
 
-pub use config::{ControlMode, Flush, ForwarderConfig, RingPolicy};
+pub use config::{ControlMode, Flush, ForwarderConfig, RingPolicy, Threading};

@@ -5,7 +5,9 @@
 use kairos_fib::FibKind;
 use kairos_lab::forward::peer::find_testpmd;
 use kairos_lab::forward::trace::Trace;
-use kairos_lab::forward::{Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, run_once};
+use kairos_lab::forward::{
+    Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, Threading, run_once,
+};
 
 fn trace() -> Trace {
     Trace::generate(100, 0.1, 8_000, 3).unwrap()
@@ -89,6 +91,53 @@ fn udp_backend_runs_across_namespaces_or_says_it_needs_root() {
 }
 
 #[test]
+fn the_run_to_completion_forwarder_forwards_with_every_policy() {
+    let t = trace();
+    for (fib, policy) in [
+        (Some(FibKind::Rcu), RingPolicy::DropNewest),
+        (Some(FibKind::Seqlock), RingPolicy::KeepLatest),
+        (None, RingPolicy::DropOldest),
+    ] {
+        let mut c = config(fib);
+        c.forwarder.threading = Threading::RunToCompletion;
+        c.forwarder.data_policy = policy;
+        let row = run_once(&c, &t).unwrap();
+        assert_eq!(row.threading, Threading::RunToCompletion);
+        // One thread applies a burst's control before its data: nothing is forwarded with an
+        // address older than an update that came before it (without a FIB nothing is
+        // addressed at all).
+        if fib.is_some() {
+            assert_eq!(row.misaddressed, 0, "{row:?}");
+        }
+        check(&c, &t);
+    }
+}
+
+#[test]
+fn the_packet_backend_runs_on_rings_across_namespaces_or_says_it_needs_root() {
+    let t = trace();
+    let root = kairos_sys::user::is_root();
+    for threading in [Threading::RunToCompletion, Threading::Pipeline] {
+        let mut c = ForwardConfig { backend: Backend::Packet, ..config(Some(FibKind::Rcu)) };
+        c.forwarder.threading = threading;
+        match run_once(&c, &t) {
+            Ok(row) => {
+                assert!(root);
+                assert_eq!(row.backend, Backend::Packet);
+                assert!(row.received > t.data_rows() as u64 * 9 / 10, "{threading:?}: {row:?}");
+                if threading == Threading::RunToCompletion {
+                    assert_eq!(row.misaddressed, 0, "{row:?}");
+                }
+            }
+            Err(e) => {
+                assert!(!root, "as root the packet backend must run: {e:#}");
+                assert!(e.to_string().contains("root"), "{e}");
+            }
+        }
+    }
+}
+
+#[test]
 fn the_dpdk_testpmd_peer_forwards_the_baseline_when_installed() {
     let t = Trace::generate(1, 0.0, 5_000, 5).unwrap();
     let c = ForwardConfig { backend: Backend::Udp, peer: Some(Peer::DpdkTestpmd), ..config(None) };
@@ -102,9 +151,9 @@ fn the_dpdk_testpmd_peer_forwards_the_baseline_when_installed() {
     assert_eq!(row.fib, "dpdk-testpmd");
     assert!(row.received > t.data_rows() as u64 * 9 / 10, "testpmd forwards at 20 kpps: {row:?}");
     assert!(row.avg_age_ns > 0.0);
-    // The peer needs the UDP backend and no FIB.
+    // The peer needs the namespaces and no FIB.
     let memory = ForwardConfig { backend: Backend::Memory, ..c.clone() };
-    assert!(run_once(&memory, &t).unwrap_err().to_string().contains("udp backend"));
+    assert!(run_once(&memory, &t).unwrap_err().to_string().contains("--backend udp or packet"));
 }
 
 #[test]

@@ -28,14 +28,21 @@ use std::time::Duration;
 use anyhow::{Result, anyhow, bail};
 use kairos_fib::{Fib, FibKind, PapayaFib, RcuFib, RwLockFib, SeqlockFib};
 use kairos_io::memory::pair;
-use kairos_io::{ForwarderSide, Port, Testbed, UdpPort};
+use std::net::SocketAddrV4;
+
+use kairos_io::af_packet::AfPacketSocket;
+use kairos_io::testbed::{FORWARDER_IP, SOURCE_IP};
+use kairos_io::{AfPacketPort, ForwarderSide, Port, Testbed, UdpPort};
 use kairos_rcu::ReclaimPolicy;
+use kairos_sys::net::packet_ring::{ETH_P_IP, RingConfig};
 use serde::Serialize;
 
 use kairos_forward::forwarder::{ForwarderStats, RingCounts};
 use kairos_forward::source::{Pace, Progress, SourceResult};
 use kairos_forward::trace::Trace;
-pub use kairos_forward::{ControlMode, Flush, ForwarderConfig, RingPolicy, forwarder, source, trace};
+pub use kairos_forward::{
+    ControlMode, Flush, ForwarderConfig, RingPolicy, Threading, forwarder, source, trace,
+};
 use kairos_sys::stoppable_thread::panic_message;
 
 /// The transport between the source and the forwarder.
@@ -44,6 +51,9 @@ use kairos_sys::stoppable_thread::panic_message;
 pub enum Backend {
     Memory,
     Udp,
+    /// The forwarder on memory-mapped `AF_PACKET` rings on its bare veth end (the sender and
+    /// receiver on UDP sockets), as `dpdk-testpmd`'s `af_packet` PMD takes it.
+    Packet,
 }
 
 impl fmt::Display for Backend {
@@ -51,6 +61,7 @@ impl fmt::Display for Backend {
         f.write_str(match self {
             Backend::Memory => "memory",
             Backend::Udp => "udp",
+            Backend::Packet => "packet",
         })
     }
 }
@@ -61,7 +72,8 @@ impl FromStr for Backend {
         match s {
             "memory" => Ok(Backend::Memory),
             "udp" => Ok(Backend::Udp),
-            other => Err(format!("unknown backend '{other}' (use memory or udp)")),
+            "packet" => Ok(Backend::Packet),
+            other => Err(format!("unknown backend '{other}' (use memory, udp or packet)")),
         }
     }
 }
@@ -124,6 +136,7 @@ pub struct Row {
     pub ring_policy: &'static str,
     pub ring_size: usize,
     pub control: ControlMode,
+    pub threading: Threading,
     pub flush: &'static str,
     pub cdr: f64,
     pub users: u32,
@@ -160,6 +173,7 @@ fn row(config: &ForwardConfig, trace: &Trace, src: SourceResult, fwd: ForwarderS
         ring_policy: config.forwarder.data_policy.name(),
         ring_size: config.forwarder.data_ring,
         control: config.forwarder.control,
+        threading: config.forwarder.threading,
         flush: match config.forwarder.flush {
             Flush::Count { .. } => "count",
             Flush::Age { .. } => "age",
@@ -214,11 +228,13 @@ fn rcu_policy(name: &str) -> Result<ReclaimPolicy> {
 /// supervises: it reports the rows sent to `tick` about every 50 ms, and when either side ends
 /// early (an error or a panic) it ends the other and returns the error, so no thread is left
 /// waiting for one that is gone.
-fn run_with<F: Fib, P: Port>(
+/// Runs the source on its two ports (`ports.0` out, `ports.3` in) against the forwarder on its
+/// two (`ports.1` in, `ports.2` out).
+fn run_with<F: Fib, S: Port, P: Port>(
     config: &ForwardConfig,
     trace: &Trace,
     fib: Option<&F>,
-    ports: (P, P, P, P),
+    ports: (S, P, P, S),
     tick: &dyn Fn(usize),
 ) -> Result<Row> {
     let (mut src_out, fwd_in, fwd_out, mut src_in) = ports;
@@ -345,8 +361,36 @@ fn with_ports<F: Fib>(
             drop(bed);
             row
         }
+        Backend::Packet => {
+            let bed = Testbed::create_with(ForwarderSide::Bare)?;
+            let (a, b, c, d) = (7001, 7002, 7003, 7004);
+            let rcvbuf = 8 << 20;
+            let src_out = UdpPort::new(bed.source_socket(a)?, Testbed::forwarder_addr(b), rcvbuf)?;
+            let src_in = UdpPort::new(bed.source_socket(d)?, Testbed::forwarder_addr(c), rcvbuf)?;
+            let source_mac = bed.source_mac()?;
+            // The bare end has no address and so no ARP: the source's hardware address is
+            // pinned. The receiving ring takes IPv4 only; the sending one an ethertype nothing
+            // carries, so the kernel copies no frame into a ring no one reads.
+            let open = |port: u16, ethertype: u16| -> Result<AfPacketSocket> {
+                let local = SocketAddrV4::new(FORWARDER_IP, port);
+                let config = RingConfig { ethertype, ..RingConfig::default() };
+                let mut socket =
+                    bed.in_forwarder(|| AfPacketSocket::open(&bed.forwarder_dev, local, config))??;
+                socket.set_neighbour(SOURCE_IP, source_mac);
+                Ok(socket)
+            };
+            let fwd_in = AfPacketPort::new(open(b, ETH_P_IP)?, SocketAddrV4::new(SOURCE_IP, a))?;
+            let fwd_out = AfPacketPort::new(open(c, SEND_ONLY_ETHERTYPE)?, SocketAddrV4::new(SOURCE_IP, d))?;
+            let row = run_with(config, trace, fib, (src_out, fwd_in, fwd_out, src_in), tick);
+            drop(bed);
+            row
+        }
     }
 }
+
+/// The ethertype a send-only packet socket binds to: IEEE 802's first local experimental one,
+/// which no frame on the testbed carries.
+const SEND_ONLY_ETHERTYPE: u16 = 0x88b5;
 
 /// The most packets per second a run offers: more than any port here moves (the in-memory
 /// link peaks near 30 million), and a rate this high reads as "unlimited" anyway.
@@ -405,9 +449,12 @@ impl ForwardConfig {
             ));
         }
         if let Some(Peer::DpdkTestpmd) = self.peer
-            && (self.backend != Backend::Udp || self.fib.is_some())
+            && (self.backend == Backend::Memory || self.fib.is_some())
         {
-            return Err("the dpdk-testpmd peer runs on the udp backend without a FIB (--backend udp)".into());
+            return Err(
+                "the dpdk-testpmd peer runs across the namespaces without a FIB (--backend udp or packet)"
+                    .into(),
+            );
         }
         rcu_policy(self.rcu_policy).map_err(|e| e.to_string())?;
         Ok(())
@@ -517,6 +564,12 @@ impl crate::harness::Experiment for ForwardRun {
 
     fn plan(&self) -> Result<crate::harness::Plan, String> {
         self.config.check(&self.trace)?;
+        if self.config.backend != Backend::Memory && !kairos_sys::user::is_root() {
+            return Err(format!(
+                "--backend {} needs root (it makes two network namespaces); run as root or use --backend memory",
+                self.config.backend
+            ));
+        }
         if self.config.forwarder.fifo_priority > 0 && !kairos_sys::user::is_root() {
             return Err(format!(
                 "--priority {} needs SCHED_FIFO, which only root may set here (run as root, or leave --priority at 0)",

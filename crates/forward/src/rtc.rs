@@ -1,0 +1,223 @@
+//! The run-to-completion forwarder: one thread takes each burst from receive to transmit.
+//!
+//! The pipeline ([`crate::forwarder`]) hands every packet from the RX thread to the data thread
+//! through a ring, and a sleeping data thread must be woken for it: on a small machine each
+//! wake-up costs tens of microseconds of age. Here one thread does, per burst:
+//!
+//! 1. receive up to `burst` packets from the RX port (no system call on a packet ring);
+//! 2. apply the burst's control packets (FIB writes), all before any of its data, as the
+//!    all-Kairos pipeline's inline control does;
+//! 3. admit the burst's data by the data policy: `keep-latest` keeps only the newest packet of
+//!    each user in the burst (the others are counted as replaced), as the keyed ring does for
+//!    what waits in it; the FIFO policies have nothing to drop, as nothing waits here but the
+//!    port's own receive ring;
+//! 4. look up each admitted packet's address, stamp it, and send the whole batch in one call.
+//!
+//! The FIB reader is offline while the burst's control is applied (this thread is then a
+//! writer, and a writer waiting for a grace period must not wait for its own reader), and
+//! reports a quiescent state after every burst. When the port is empty the
+//! thread polls it a few more times (spinning, in case the next burst is close), then sleeps
+//! on the port ([`Port::wait`], at most [`NAP`]) with its FIB reader offline, so it never spins
+//! on an idle port and never holds back an RCU writer while asleep: the RT shell's discipline,
+//! and a `SCHED_FIFO` forwarder (`fifo_priority`) cannot starve the machine unless overloaded.
+//!
+//! The configuration's flush policy and ring sizes do not apply: a batch is sent at the end of
+//! the burst that made it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kairos_fib::{Fib, FibReader};
+use kairos_io::{Kind, Packet, Port};
+use kairos_metrics::AgeTable;
+use kairos_sys::clock::monotonic_ns;
+
+use crate::config::{ForwarderConfig, RingPolicy};
+use crate::forwarder::{ForwarderStats, Idle, NAP, RingCounts, apply_control};
+
+/// Runs until `stop`; the caller has checked `config`.
+pub(crate) fn run<F: Fib, P: Port>(
+    config: &ForwarderConfig,
+    users: u32,
+    fib: Option<&F>,
+    rx_port: &mut P,
+    tx_port: &mut P,
+    stop: &AtomicBool,
+) -> ForwarderStats {
+    let mut reader = fib.map(|f| f.reader().expect("a FIB reader"));
+    let mut burst = vec![Packet::default(); config.burst];
+    let mut batch: Vec<Packet> = Vec::with_capacity(config.burst);
+    // Keep-latest: the batch index of each user's packet in this burst, valid while its stamp
+    // is the burst's number (so nothing is cleared per burst).
+    let keep_latest = config.data_policy == RingPolicy::KeepLatest;
+    let mut slot: Vec<(u64, u32)> = if keep_latest { vec![(0, 0); users as usize] } else { Vec::new() };
+    let mut fib_ages = AgeTable::new(users as usize, monotonic_ns());
+    let (mut updates, mut errors) = (0u64, 0u64);
+    let mut stats = ForwarderStats::default();
+    let (mut ctrl, mut data) = (RingCounts::default(), RingCounts::default());
+    let (mut tx_calls, mut tx_sent) = (0u64, 0u64);
+    let mut bursts = 0u64;
+    let mut idle = Idle(0);
+    while !stop.load(Ordering::Relaxed) {
+        let n = rx_port.rx_burst(&mut burst).unwrap_or(0);
+        if n == 0 {
+            if let Some(reader) = reader.as_mut() {
+                reader.quiescent();
+            }
+            if idle.empty() {
+                let mut nap = || rx_port.wait(NAP);
+                match reader.as_mut() {
+                    Some(reader) => reader.offline_while(&mut nap),
+                    None => nap(),
+                }
+            }
+            continue;
+        }
+        idle.busy();
+        bursts += 1;
+        stats.rx_packets += n as u64;
+        // Control first: every location update of the burst is in the FIB before its data is
+        // looked up. The writer is this thread, so its reader is offline meanwhile: a writer
+        // that waits for a grace period (the RCU FIB's direct reclamation) must not wait for
+        // its own thread's reader.
+        let mut apply = || {
+            for p in burst[..n].iter().filter(|p| p.kind == Kind::Control) {
+                ctrl.offered += 1;
+                apply_control(fib, p, &mut fib_ages, &mut updates, &mut errors);
+            }
+        };
+        match reader.as_mut() {
+            Some(reader) if burst[..n].iter().any(|p| p.kind == Kind::Control) => {
+                reader.offline_while(&mut apply)
+            }
+            _ => apply(),
+        }
+        for p in burst[..n].iter().filter(|p| p.kind == Kind::Data && p.user < users) {
+            data.offered += 1;
+            if keep_latest {
+                let (stamp, at) = &mut slot[p.user as usize];
+                if *stamp == bursts {
+                    // A newer packet of the same user: it takes the older one's place.
+                    batch[*at as usize] = *p;
+                    data.replaced += 1;
+                    continue;
+                }
+                *stamp = bursts;
+                *at = batch.len() as u32;
+            }
+            batch.push(*p);
+        }
+        if let Some(reader) = reader.as_mut() {
+            for p in &mut batch {
+                if let Some(addr) = reader.lookup(p.user) {
+                    p.addr_stamp_ns = addr.stamp_ns;
+                    p.mac = addr.mac;
+                }
+                if config.data_work_ns > 0 {
+                    kairos_sys::clock::spin_until_ns(monotonic_ns() + config.data_work_ns);
+                }
+            }
+            reader.quiescent();
+        }
+        if !batch.is_empty() {
+            let sent = tx_port.tx_burst(&batch).unwrap_or(0);
+            stats.tx_drops += (batch.len() - sent) as u64;
+            if sent > 0 {
+                tx_calls += 1;
+                tx_sent += sent as u64;
+            }
+            batch.clear();
+        }
+    }
+    stats.ctrl_ring = ctrl;
+    stats.data_ring = data;
+    stats.fib_updates = updates;
+    stats.fib_errors = errors;
+    stats.fib_age_ns = fib_ages.summary(monotonic_ns()).avg_age_ns;
+    stats.tx_avg_batch = if tx_calls == 0 { 0.0 } else { tx_sent as f64 / tx_calls as f64 };
+    stats
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
+
+    use kairos_fib::{AddrTuple, SeqlockFib};
+
+    use super::*;
+    use crate::config::Threading;
+
+    fn packet(kind: Kind, user: u32, seq: u64, sent_ns: u64) -> Packet {
+        Packet { kind, user, seq, sent_ns, ..Packet::default() }
+    }
+
+    /// Runs the run-to-completion forwarder over memory ports on a thread, sends `input` in one
+    /// burst, and returns what came out and the forwarder's counts.
+    fn forward(policy: RingPolicy, input: &[Packet]) -> (Vec<Packet>, ForwarderStats) {
+        let (mut src_out, fwd_in) = kairos_io::memory::pair(1024, 64);
+        let (fwd_out, mut src_in) = kairos_io::memory::pair(1024, 64);
+        let fib = SeqlockFib::new(0..8, AddrTuple::new(crate::forwarder::NEXT_HOP, 0));
+        let config = ForwarderConfig {
+            threading: Threading::RunToCompletion,
+            data_policy: policy,
+            ..Default::default()
+        };
+        let stop = AtomicBool::new(false);
+        let started = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let fwd =
+                s.spawn(|| crate::forwarder::run(&config, 8, Some(&fib), fwd_in, fwd_out, &stop, &started));
+            assert_eq!(src_out.tx_burst(input).unwrap(), input.len());
+            let mut out = Vec::new();
+            let mut buf = vec![Packet::default(); 64];
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                let n = src_in.rx_burst(&mut buf).unwrap();
+                out.extend_from_slice(&buf[..n]);
+                if n == 0 && !out.is_empty() {
+                    std::thread::sleep(Duration::from_millis(20));
+                    let n = src_in.rx_burst(&mut buf).unwrap();
+                    out.extend_from_slice(&buf[..n]);
+                    if n == 0 {
+                        break;
+                    }
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+            (out, fwd.join().unwrap().unwrap())
+        })
+    }
+
+    #[test]
+    fn a_burst_is_forwarded_with_its_own_control_applied_first() {
+        let input = [
+            packet(Kind::Data, 1, 0, 10),
+            packet(Kind::Control, 1, 1, 500),
+            packet(Kind::Data, 2, 2, 20),
+            packet(Kind::Data, 1, 3, 30),
+        ];
+        let (out, stats) = forward(RingPolicy::DropNewest, &input);
+        assert_eq!(out.iter().map(|p| p.seq).collect::<Vec<_>>(), [0, 2, 3]);
+        // The update came after the first data packet but is applied before the burst's data.
+        assert_eq!(out[0].addr_stamp_ns, 500);
+        assert_eq!(out[2].addr_stamp_ns, 500);
+        assert_eq!(out[1].addr_stamp_ns, 0, "user 2 has no address yet");
+        assert_eq!((stats.rx_packets, stats.ctrl_ring.offered, stats.data_ring.offered), (4, 1, 3));
+        assert_eq!((stats.fib_updates, stats.tx_drops, stats.data_ring.drops()), (1, 0, 0));
+    }
+
+    #[test]
+    fn keep_latest_sends_only_each_users_newest_packet_of_a_burst() {
+        let input = [
+            packet(Kind::Data, 1, 0, 10),
+            packet(Kind::Data, 2, 1, 20),
+            packet(Kind::Data, 1, 2, 30),
+            packet(Kind::Data, 1, 3, 40),
+            packet(Kind::Data, 9, 4, 50),
+        ];
+        let (out, stats) = forward(RingPolicy::KeepLatest, &input);
+        // User 1's newest takes its first packet's place; user 9 is past the users served.
+        assert_eq!(out.iter().map(|p| p.seq).collect::<Vec<_>>(), [3, 1]);
+        assert_eq!((stats.data_ring.offered, stats.data_ring.replaced), (4, 2));
+    }
+}
