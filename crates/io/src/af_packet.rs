@@ -649,10 +649,14 @@ impl Port for AfPacketPort {
         let mut got = 0;
         let mut foreign = 0;
         // Stamps are CLOCK_REALTIME; the lab's clock is CLOCK_MONOTONIC (as for UdpPort, one
-        // offset per burst, read after the frames arrived).
-        let mono = monotonic_ns();
-        let offset = realtime_ns().saturating_sub(mono);
+        // offset per burst, read after the frames arrived). Read at the burst's first frame, so
+        // a poll of an empty ring (a spinning forwarder's most common call) reads no clock.
+        let mut clocks: Option<(u64, u64)> = None;
         self.socket.recv_burst(want, |src, payload, rx_ns| {
+            let (mono, offset) = *clocks.get_or_insert_with(|| {
+                let mono = monotonic_ns();
+                (mono, realtime_ns().saturating_sub(mono))
+            });
             if src != peer {
                 foreign += 1;
                 return;
