@@ -41,10 +41,8 @@ pub const DEFAULT_GROUPS: usize = crate::buckets::DEFAULT_BUCKETS;
 pub const DEFAULT_HOLD_LIMIT: usize = 65_536;
 /// The most packets a worker may have queued (as last seen) for the idle steering to send it
 /// a group. A short queue is a real gain; between two long ones the difference is mostly the
-/// staleness of the counts, and chasing it moves state for nothing. On real threads sharing a
-/// core (workers descheduled with full rings) unbounded steering moved 2 million groups in 10^7
-/// packets and cut throughput to a quarter; bounded at 4, 190,000 and 0.7x, while the virtual
-/// clock's p99 stayed within 2% of unbounded (`kairos dispatch threads`, `latency`).
+/// staleness of the counts (on real threads sharing a core, a descheduled worker's full ring),
+/// and chasing it moves state for nothing.
 pub const IDLE_TARGET_MAX_QUEUED: u64 = 4;
 
 /// The workers' queues, as the dispatcher sees them.

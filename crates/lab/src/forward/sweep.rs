@@ -414,7 +414,7 @@ fn grid(config: &SweepConfig, run: &Run<'_>) -> Result<Grid> {
             let data = trace.data_rows() as f64;
             let mut probe = |rate: f64| -> Result<bool> {
                 let row = go("max-rate", 0.0, make(rate), trace)?;
-                Ok((data - row.received as f64) / data < 0.02 && row.sent_pps >= 0.95 * rate)
+                Ok(sustained(&row, data))
             };
             let (mut good, mut bad) = (0.0, 50_000.0);
             while bad < 64e6 && probe(bad)? {
@@ -730,7 +730,8 @@ fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
         let probes = |label: &str| -> f64 {
             rows.iter()
                 .filter(|r| r.experiment == "max-rate" && r.row.backend == backend && r.row.label == label)
-                .filter(|r| sustained(&r.row))
+                // A baseline trace is all data: what was sent is the data.
+                .filter(|r| sustained(&r.row, r.row.sent as f64))
                 .map(|r| r.row.rate_pps)
                 .fold(0.0, f64::max)
         };
@@ -763,7 +764,7 @@ fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
             else {
                 continue;
             };
-            if !(sustained(&k.row) && sustained(&p.row)) {
+            if !(sustained(&k.row, k.row.sent as f64) && sustained(&p.row, p.row.sent as f64)) {
                 continue;
             }
             let ratio = k.row.avg_age_ns / p.row.avg_age_ns.max(1.0);
@@ -788,11 +789,10 @@ fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
     out
 }
 
-/// Whether a baseline run (every packet data) kept up, by the maximum-rate search's rule: the
-/// sender within 5% of its rate and under 2% of the packets lost.
-fn sustained(row: &Row) -> bool {
-    let lost = 1.0 - row.received as f64 / row.sent.max(1) as f64;
-    row.sent_pps >= 0.95 * row.rate_pps && lost < 0.02
+/// Whether a run kept up, the maximum-rate search's rule: the sender within 5% of its rate and
+/// under 2% of the trace's `data` packets lost.
+fn sustained(row: &Row, data: f64) -> bool {
+    (data - row.received as f64) / data < 0.02 && row.sent_pps >= 0.95 * row.rate_pps
 }
 
 fn series_by(
