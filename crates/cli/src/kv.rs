@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use kairos_lab::kv_check;
-use kairos_services::node::{Node, NodeConfig};
+use kairos_services::node::{Node, NodeConfig, PeerAddr};
 use kairos_services::replica::{ReadMode, Sync};
 use kairos_sys::child::OwnedChild;
 
@@ -80,12 +80,54 @@ struct RaftArgs {
     /// The failure detector's threshold Lambda, microseconds: a member is suspected when no
     /// heartbeat with news came for a period (--period-us) plus this; a suspected leader is
     /// replaced at once. 0-10000000; default 200 with --fsync never, 2000 with always (a
-    /// member's loop waits in fdatasync, whose tail on a disk is milliseconds).
+    /// member's loop waits in fdatasync, whose tail on a disk is milliseconds) or on the lane
+    /// (a heartbeat waits for its tunnel's release and the receiver's look at its inbox).
     #[arg(long, value_name = "US")]
     fd_lambda_us: Option<u64>,
     /// No failure detector: a lost leader is noticed by Raft's election timeout alone.
     #[arg(long)]
     no_fd: bool,
+}
+
+/// The lane's tunnel, for members on the lane (shared by serve and cluster). Its period is the
+/// detector's (--period-us): each release carries the heartbeats and, in the rest of the
+/// packet, Raft's messages.
+#[derive(Args, Clone)]
+struct LaneArgs {
+    /// The tunnel's packet, bytes, up to 1472: with the period, the tunnel's rate (1472 bytes
+    /// every 100 us is 118 Mbit/s, to each other member).
+    #[arg(long, value_name = "BYTES", default_value_t = 1472)]
+    lane_packet_bytes: u64,
+    /// The longest the member's loop sleeps without looking at its inbox, microseconds,
+    /// 1-100000 (the node has no way to wake it).
+    #[arg(long, value_name = "US", default_value_t = 50)]
+    lane_poll_us: u64,
+}
+
+impl LaneArgs {
+    fn config(&self, node_dir: PathBuf, members: usize) -> Result<kairos_services::node::LaneConfig> {
+        if !(1..=100_000).contains(&self.lane_poll_us) {
+            return Err(exit::usage(format!(
+                "--lane-poll-us {} is out of range: 1 to 100000",
+                self.lane_poll_us
+            )));
+        }
+        let link = kairos_services::node::lane_link::LaneLinkConfig {
+            node_dir,
+            // The detector's, set by the member.
+            period: Duration::from_micros(100),
+            packet_bytes: self.lane_packet_bytes,
+        };
+        link.check(members).map_err(|e| exit::usage(format!("--lane-packet-bytes: {e}")))?;
+        Ok(kairos_services::node::LaneConfig { link, poll: Duration::from_micros(self.lane_poll_us) })
+    }
+
+    fn to_flags(&self) -> Vec<String> {
+        vec![
+            format!("--lane-packet-bytes={}", self.lane_packet_bytes),
+            format!("--lane-poll-us={}", self.lane_poll_us),
+        ]
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -162,7 +204,8 @@ struct ServeArgs {
     /// This member's id, one of --peers.
     #[arg(long)]
     id: u64,
-    /// Every member's Raft address, this one's included: ID=HOST:PORT, comma-separated.
+    /// Every member's Raft address, this one's included, comma-separated: ID=HOST:PORT for
+    /// Raft over UDP, or ID=LANE-HOST (e.g. 1=h0) with --lane-node.
     #[arg(long, value_delimiter = ',', required = true)]
     peers: Vec<String>,
     /// Where clients connect (RESP over TCP).
@@ -183,7 +226,14 @@ struct ServeArgs {
     /// Mark Raft's datagrams as lane traffic (DSCP EF), which the lane's testbed and a host
     /// set up by the lane's doctor serve first.
     #[arg(long)]
-    lane: bool,
+    lane_class: bool,
+    /// Run on the express lane: the directory of this host's lane node (`kairos lane node
+    /// --dir`). Raft and the detector's heartbeats then travel on tunnels this member asks
+    /// for, to the lane hosts --peers names.
+    #[arg(long, value_name = "DIR")]
+    lane_node: Option<PathBuf>,
+    #[command(flatten)]
+    lane: LaneArgs,
     #[command(flatten)]
     raft: RaftArgs,
 }
@@ -207,11 +257,17 @@ struct ClusterArgs {
     /// reach it.
     #[arg(long)]
     testbed: bool,
+    /// Run on the express lane (implies --testbed): a lane controller and a node in every host,
+    /// and each member's Raft messages and heartbeats on tunnels of its own.
+    #[arg(long)]
+    lane: bool,
+    #[command(flatten)]
+    lane_args: LaneArgs,
     #[command(flatten)]
     raft: RaftArgs,
 }
 
-fn parse_peers(peers: &[String]) -> Result<BTreeMap<u64, SocketAddr>> {
+fn parse_peers(peers: &[String]) -> Result<BTreeMap<u64, PeerAddr>> {
     let mut out = BTreeMap::new();
     for peer in peers {
         let (id, addr) = peer.split_once('=').ok_or_else(|| {
@@ -220,9 +276,7 @@ fn parse_peers(peers: &[String]) -> Result<BTreeMap<u64, SocketAddr>> {
         let id: u64 = id.parse().ok().filter(|&i| i > 0).ok_or_else(|| {
             exit::usage(format!("--peers entry '{peer}': the id must be a whole number from 1"))
         })?;
-        let addr: SocketAddr = addr.parse().map_err(|_| {
-            exit::usage(format!("--peers entry '{peer}': '{addr}' is not HOST:PORT with a numeric host"))
-        })?;
+        let addr: PeerAddr = addr.parse().map_err(|e| exit::usage(format!("--peers entry '{peer}': {e}")))?;
         if out.insert(id, addr).is_some() {
             return Err(exit::usage(format!("--peers names member {id} twice")));
         }
@@ -240,6 +294,24 @@ fn serve(a: &ServeArgs) -> Result<i32> {
             peers.keys().collect::<Vec<_>>()
         )));
     }
+    let lane = match &a.lane_node {
+        Some(dir) => {
+            if let Some((id, addr)) = peers.iter().find(|(_, p)| p.lane_host().is_none()) {
+                return Err(exit::usage(format!(
+                    "--lane-node needs every --peers entry to be a lane host (ID=h0), but member {id}'s is {addr}"
+                )));
+            }
+            Some(a.lane.config(dir.clone(), peers.len())?)
+        }
+        None => {
+            if let Some((id, addr)) = peers.iter().find(|(_, p)| p.udp().is_none()) {
+                return Err(exit::usage(format!(
+                    "member {id}'s address {addr} is a lane host: give --lane-node DIR (this host's lane node), or HOST:PORT"
+                )));
+            }
+            None
+        }
+    };
     let config = NodeConfig {
         id: a.id,
         peers,
@@ -259,16 +331,21 @@ fn serve(a: &ServeArgs) -> Result<i32> {
             BatchingArg::Pass => kairos_services::node::Batching::Pass,
             BatchingArg::Period => kairos_services::node::Batching::Period,
         },
-        raft_tos: a.lane.then_some(kairos_io::lane_testbed::LANE_TOS),
+        raft_tos: a.lane_class.then_some(kairos_io::lane_testbed::LANE_TOS),
         detector: (!a.raft.no_fd).then_some(kairos_services::node::watch::WatchConfig {
             period_ns: a.raft.period_us * 1_000,
             lambda_ns: a.raft.fd_lambda_us.unwrap_or(kairos_services::node::watch::default_lambda_us(
                 matches!(a.raft.fsync, Fsync::Always),
+                a.lane_node.is_some(),
             )) * 1_000,
         }),
+        lane,
     };
     let mut node = Node::open(config).with_context(|| format!("member {}", a.id))?;
     eprintln!("kairos kv serve: member {} takes clients on {}", a.id, node.client_addr()?);
+    if let Some(lane) = node.lane_description() {
+        eprintln!("kairos kv serve: member {} is {lane}", a.id);
+    }
     // SIGINT/SIGTERM end the process through the cleanup handler; the log is already on disk
     // as far as --fsync promises, so there is nothing to finish.
     node.run(&AtomicBool::new(false))?;
@@ -319,14 +396,19 @@ fn cluster(a: &ClusterArgs) -> Result<i32> {
     let exe = std::env::current_exe().context("cannot find the kairos executable")?;
     // On the testbed every member has its own address and the same ports; on loopback one
     // address and a port each.
-    let testbed = if a.testbed {
+    if a.lane {
+        // Checked before anything is made.
+        a.lane_args.config(PathBuf::new(), a.nodes as usize)?;
+    }
+    let testbed = if a.testbed || a.lane {
+        let flag = if a.lane { "--lane" } else { "--testbed" };
         if !kairos_sys::user::is_root() {
-            return Err(exit::usage(
-                "--testbed makes network namespaces, which needs root: run as root or drop --testbed",
-            ));
+            return Err(exit::usage(format!(
+                "{flag} makes network namespaces, which needs root: run as root or drop {flag}"
+            )));
         }
         if a.nodes < 2 {
-            return Err(exit::usage("--testbed needs at least 2 members"));
+            return Err(exit::usage(format!("{flag} needs at least 2 members")));
         }
         let config =
             kairos_io::lane_testbed::LaneTestbedConfig { hosts: a.nodes as usize, ..Default::default() };
@@ -338,10 +420,20 @@ fn cluster(a: &ClusterArgs) -> Result<i32> {
         Some(bed) => (bed.hosts()[(i - 1) as usize].address.to_string(), a.port as u64, a.port as u64 + 1000),
         None => ("127.0.0.1".to_string(), a.port as u64 + i - 1, a.port as u64 + 1000 + i - 1),
     };
+    // On the lane, a controller and a node in every host; member i is h(i-1)'s application.
+    let lane = match (&testbed, a.lane) {
+        (Some(bed), true) => {
+            Some(kairos_lab::lane_up::start(bed, &data.join("lane")).context("cannot bring the lane up")?)
+        }
+        _ => None,
+    };
     let peers: Vec<String> = (1..=a.nodes)
-        .map(|i| {
-            let (host, _, raft) = address(i);
-            format!("{i}={host}:{raft}")
+        .map(|i| match &lane {
+            Some(_) => format!("{i}={}", kairos_lab::lane_up::host_name((i - 1) as usize)),
+            None => {
+                let (host, _, raft) = address(i);
+                format!("{i}={host}:{raft}")
+            }
         })
         .collect();
     let mut members = Vec::new();
@@ -358,8 +450,15 @@ fn cluster(a: &ClusterArgs) -> Result<i32> {
             .args(a.raft.to_flags())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
-        if testbed.is_some() {
-            command.arg("--lane");
+        match &lane {
+            Some(up) => {
+                command.arg(format!("--lane-node={}", up.node_dir((i - 1) as usize).display()));
+                command.args(a.lane_args.to_flags());
+            }
+            None if testbed.is_some() => {
+                command.arg("--lane-class");
+            }
+            None => {}
         }
         members.push(
             OwnedChild::spawn_named(&mut command, format!("kv member {i}"))
@@ -394,15 +493,30 @@ fn cluster(a: &ClusterArgs) -> Result<i32> {
     };
     match &testbed {
         Some(bed) => {
-            println!(
-                "kairos kv cluster: {} members on the lane testbed (Raft in the lane class), logs in {}",
-                a.nodes,
-                data.display()
-            );
+            match &lane {
+                Some(_) => println!(
+                    "kairos kv cluster: {} members on the express lane (a lane node in each host; each member's heartbeats and Raft on a tunnel every {} us, {} bytes), logs in {}",
+                    a.nodes,
+                    a.raft.period_us,
+                    a.lane_args.lane_packet_bytes,
+                    data.display()
+                ),
+                None => println!(
+                    "kairos kv cluster: {} members on the lane testbed (Raft in the lane class), logs in {}",
+                    a.nodes,
+                    data.display()
+                ),
+            }
             for i in 1..=a.nodes {
                 let (host, client, raft) = address(i);
+                let how = match &lane {
+                    Some(_) => {
+                        format!("raft on the lane from {}", kairos_lab::lane_up::host_name((i - 1) as usize))
+                    }
+                    None => format!("raft on udp {host}:{raft}"),
+                };
                 println!(
-                    "  member {i}: ip netns exec {} redis-cli -h {host} -p {client}   (raft on udp {host}:{raft})",
+                    "  member {i}: ip netns exec {} redis-cli -h {host} -p {client}   ({how})",
                     bed.hosts()[0].namespace
                 );
             }

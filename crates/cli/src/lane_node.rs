@@ -24,8 +24,11 @@ use crate::exit::usage;
 enum Receive {
     /// Poll the lane socket without pause (lowest latency; give the node a core of its own).
     Spin,
-    /// Sleep in ppoll until a packet or the next release.
+    /// Sleep in ppoll until a packet or the next release, spinning the last 20 us before it.
     Sleep,
+    /// Sleep in ppoll until a packet or the next release, never spinning (cores shared with
+    /// the applications; a release is as late as a wake-up).
+    SleepOnly,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -145,7 +148,7 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
         let (ns, how) = kairos_metrics::core_probe::loop_loss(
             probed,
             a.fifo,
-            matches!(a.receive, Receive::Sleep),
+            matches!(a.receive, Receive::Sleep | Receive::SleepOnly),
             Duration::from_millis(a.probe_ms),
         )?;
         crate::log(&format!("lane core cpu{probed}: up to {:.1} us lost ({how})", ns as f64 / 1e3));
@@ -163,6 +166,7 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
         receive: match a.receive {
             Receive::Spin => ReceiveMode::Spin,
             Receive::Sleep => ReceiveMode::Sleep,
+            Receive::SleepOnly => ReceiveMode::SleepOnly,
         },
         schema: match a.schema {
             ChunkSchema::Hd6 => Schema::Hd6,

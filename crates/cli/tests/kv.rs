@@ -272,3 +272,28 @@ fn a_leader_cut_off_is_replaced_and_faults_need_their_flag() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn lane_hosts_and_udp_addresses_do_not_mix_and_a_lane_member_needs_its_node() {
+    let kv = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kairos"))
+            .args(["kv", "serve", "--data", "/nonexistent/kairos-kv-test"])
+            .args(args)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = kv(&["--id", "1", "--peers", "1=h0,2=h1,3=h2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("give --lane-node DIR"), "{err}");
+    let (code, err) = kv(&["--id", "1", "--peers", "1=127.0.0.1:1,2=h1", "--lane-node", "/tmp"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("member 1's is 127.0.0.1:1"), "{err}");
+    let (code, err) =
+        kv(&["--id", "1", "--peers", "1=h0,2=h1", "--lane-node", "/tmp", "--lane-packet-bytes", "64"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--lane-packet-bytes"), "{err}");
+    let (code, err) = kv(&["--id", "1", "--peers", "1=h0,2=1.2.3"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("'1.2.3' is neither"), "{err}");
+}

@@ -52,6 +52,7 @@ pub mod kv_check;
 pub mod lane_latency;
 pub mod lane_police;
 pub mod lane_tightness;
+pub mod lane_up;
 pub mod machine;
 pub mod output;
 pub mod plot;

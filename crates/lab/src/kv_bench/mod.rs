@@ -822,7 +822,7 @@ fn election_timeout(config: &BenchConfig, system: SystemKind, fsync: Fsync) -> S
             }
             let lambda = config
                 .kairos_fd_lambda_us
-                .unwrap_or(kairos_services::node::watch::default_lambda_us(fsync == Fsync::Always));
+                .unwrap_or(kairos_services::node::watch::default_lambda_us(fsync == Fsync::Always, false));
             format!(
                 "the failure detector's suspicion after T {} us + Lambda {lambda} us, then an election at once (--fd-lambda-us); Raft's timeout behind it: {raft}",
                 config.kairos_period_us

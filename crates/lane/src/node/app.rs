@@ -191,6 +191,12 @@ impl Tunnel {
     pub fn send(&mut self, message: &[u8], now_ns: u64) -> Result<(), SendError> {
         self.outbox.try_send(message, now_ns)
     }
+
+    /// Messages in the outbox that the node has not taken yet: it takes them all at each
+    /// release, so 0 means the last release came after the last send.
+    pub fn queued(&self) -> u64 {
+        self.outbox.stats().queued()
+    }
 }
 
 /// A message delivered to the application.

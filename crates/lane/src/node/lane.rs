@@ -50,8 +50,12 @@ pub type OutboxConsumer = Consumer<Mapped<SharedRegion>>;
 pub enum ReceiveMode {
     /// Poll the socket without pause: the lowest latency, a core of its own.
     Spin,
-    /// Sleep in `ppoll` until a packet or the next release.
+    /// Sleep in `ppoll` until a packet or the next release, spinning only the last `spin_ns`
+    /// before a release.
     Sleep,
+    /// Sleep in `ppoll` until a packet or the next release, never spinning: for a host whose
+    /// cores the lane shares with its applications (a release is then as late as a wake-up).
+    SleepOnly,
 }
 
 /// What the lane loop sends and receives on.
@@ -386,8 +390,10 @@ impl LaneLoop {
         }
         match self.settings.receive {
             ReceiveMode::Spin => std::hint::spin_loop(),
-            ReceiveMode::Sleep => {
-                let sleep = (next - now).saturating_sub(self.settings.spin_ns);
+            ReceiveMode::Sleep | ReceiveMode::SleepOnly => {
+                let spin =
+                    if self.settings.receive == ReceiveMode::Sleep { self.settings.spin_ns } else { 0 };
+                let sleep = (next - now).saturating_sub(spin);
                 if sleep > 0 {
                     self.socket.wait_readable(Duration::from_nanos(sleep));
                 }

@@ -27,7 +27,7 @@ pub struct Facts {
     /// The voters.
     pub voters: Vec<u64>,
     /// Every member's Raft address.
-    pub peers: BTreeMap<u64, SocketAddr>,
+    pub peers: BTreeMap<u64, super::PeerAddr>,
     /// How reads are served.
     pub read_mode: ReadMode,
     /// Whether the log is synced.
@@ -46,6 +46,8 @@ pub struct Facts {
     pub replica: ReplicaStats,
     /// Where clients connect.
     pub listen: SocketAddr,
+    /// The lane link's counts, on the lane.
+    pub lane: Option<super::lane_link::LaneLinkStats>,
     /// The failure detector's settings, counters and the members it suspects, when on.
     pub watch: Option<(WatchConfig, WatchStats, Vec<u64>)>,
 }
@@ -107,6 +109,26 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
                 );
             }
             None => out.push_str("fd:off\r\n"),
+        }
+        if let Some(l) = &f.lane {
+            let _ = write!(
+                out,
+                "lane_packets_out:{}\r\nlane_fragments_out:{}\r\nlane_fragments_in:{}\r\nlane_not_ours:{}\r\nlane_queue_dropped:{}\r\nlane_beats_replaced:{}\r\nlane_outbox_refused:{}\r\nlane_malformed:{}\r\nlane_grant_changes:{}\r\nlane_tunnels_lost:{}\r\nlane_timed_messages:{}\r\nlane_mean_release_wait_us:{:.1}\r\nlane_mean_wire_us:{:.1}\r\nlane_mean_inbox_wait_us:{:.1}\r\n",
+                l.packets_out,
+                l.fragments_out,
+                l.fragments_in,
+                l.not_ours,
+                l.queue_dropped,
+                l.beats_replaced,
+                l.outbox_refused,
+                l.malformed,
+                l.grant_changes,
+                l.tunnels_lost,
+                l.timed,
+                mean_us(l.release_wait_ns, l.timed),
+                mean_us(l.wire_ns, l.timed),
+                mean_us(l.inbox_wait_ns, l.timed)
+            );
         }
         out.push_str("\r\n");
     }
@@ -172,4 +194,9 @@ pub fn local(op: &LocalOp, conn: &mut Conn, facts: &Facts) -> Reply {
         LocalOp::Select => Reply::Ok,
         LocalOp::Quit => Reply::Ok,
     }
+}
+
+/// A sum of nanoseconds over `n`, in microseconds (0 for none).
+fn mean_us(sum_ns: u64, n: u64) -> f64 {
+    if n == 0 { 0.0 } else { sum_ns as f64 / n as f64 / 1e3 }
 }

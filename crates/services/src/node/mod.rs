@@ -13,6 +13,10 @@
 //! period, the leader's commit index on them, and an election as soon as the leader is
 //! suspected rather than after Raft's timeout.
 //!
+//! Or the member runs on the express lane ([`lane_link`]): its peers are lane hosts, and its
+//! Raft messages and heartbeats go through its host's lane node on tunnels of its own, read
+//! from the node's inbox each pass (no socket; the loop wakes at least every `lane_poll`).
+//!
 //! Contract: every answer to a write follows the write's commit by a majority and its apply
 //! here; answers on a connection come in request order; a client's id is unique across this
 //! member's restarts (its start time is in it), so the store's sessions never mistake a new
@@ -20,6 +24,8 @@
 
 pub mod conn;
 pub mod info;
+pub mod lane_link;
+pub mod peer;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -35,10 +41,12 @@ use kairos_sys::net::poll::PollSet;
 use kairos_sys::net::{MmsgBatch, split};
 
 use crate::kv::{Command, LocalOp, Reply, parse_command};
-use crate::replica::frame::{Reassembler, fragments};
+use crate::replica::frame::{Reassembler, fragments, fragments_of};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{FileDisk, LogStore, ReadMode, Replica, ReplicaConfig, ReplicaError, Sync, Ticket};
 use conn::Conn;
+use lane_link::{Incoming, LaneLink, LaneLinkConfig};
+pub use peer::PeerAddr;
 use watch::{Act, Watch, WatchConfig};
 
 /// One member's settings.
@@ -46,8 +54,9 @@ use watch::{Act, Watch, WatchConfig};
 pub struct NodeConfig {
     /// This member's id (one of `peers`).
     pub id: u64,
-    /// Every member's Raft (UDP) address, this one's included.
-    pub peers: BTreeMap<u64, SocketAddr>,
+    /// Every member's Raft address, this one's included: all UDP addresses, or all lane hosts
+    /// (then `lane` says how to reach this host's node).
+    pub peers: BTreeMap<u64, PeerAddr>,
     /// Where clients connect (RESP over TCP).
     pub listen: SocketAddr,
     /// The member's log directory.
@@ -76,6 +85,18 @@ pub struct NodeConfig {
     /// The failure detector's period and threshold, or `None` to leave leader failures to
     /// Raft's election timeout alone.
     pub detector: Option<WatchConfig>,
+    /// The lane node and tunnels, when the peers are lane hosts.
+    pub lane: Option<LaneConfig>,
+}
+
+/// A member on the lane.
+#[derive(Debug, Clone)]
+pub struct LaneConfig {
+    /// The tunnel (its period is replaced by the detector's, or the loop's when the detector
+    /// is off).
+    pub link: LaneLinkConfig,
+    /// The longest the loop sleeps without looking at the inbox.
+    pub poll: Duration,
 }
 
 /// When the requests a member takes are proposed (writes) or read-indexed (reads).
@@ -138,6 +159,9 @@ pub enum NodeError {
     /// Raft refused to start.
     #[error("{0}")]
     Replica(#[from] ReplicaError),
+    /// The lane's node or tunnels could not be had.
+    #[error(transparent)]
+    Lane(Box<lane_link::LaneLinkError>),
     /// The configuration is inconsistent.
     #[error("{0}")]
     Config(String),
@@ -217,9 +241,12 @@ fn check_boot(config: &NodeConfig, exists: bool) -> io::Result<Result<(), NodeEr
 pub struct Node {
     config: NodeConfig,
     replica: Replica<FileDisk>,
-    udp: UdpSocket,
+    /// Raft's socket; `None` on the lane.
+    udp: Option<UdpSocket>,
     /// The detector's heartbeats, on the Raft address but not polled (see [`Node::open`]).
     beats: Option<UdpSocket>,
+    /// The lane's tunnels, instead of the sockets.
+    lane: Option<LaneLink>,
     beat_batch: MmsgBatch,
     beat_buffers: [[u8; crate::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
     listener: TcpListener,
@@ -246,9 +273,9 @@ const PEERS_FILE: &str = "peers";
 /// How long a membership change may take before its client hears it did not happen.
 const MEMBERSHIP_TIMEOUT_NS: u64 = 5_000_000_000;
 
-fn load_peers(path: &std::path::Path) -> Option<BTreeMap<u64, SocketAddr>> {
+fn load_peers(path: &std::path::Path) -> Option<BTreeMap<u64, PeerAddr>> {
     let text = std::fs::read_to_string(path).ok()?;
-    let peers: BTreeMap<u64, SocketAddr> = text
+    let peers: BTreeMap<u64, PeerAddr> = text
         .lines()
         .filter_map(|l| l.split_once('='))
         .filter_map(|(id, addr)| Some((id.trim().parse().ok()?, addr.trim().parse().ok()?)))
@@ -256,7 +283,7 @@ fn load_peers(path: &std::path::Path) -> Option<BTreeMap<u64, SocketAddr>> {
     (!peers.is_empty()).then_some(peers)
 }
 
-fn save_peers(path: &std::path::Path, peers: &BTreeMap<u64, SocketAddr>) -> io::Result<()> {
+fn save_peers(path: &std::path::Path, peers: &BTreeMap<u64, PeerAddr>) -> io::Result<()> {
     let text: String = peers.iter().map(|(id, addr)| format!("{id}={addr}\n")).collect();
     let fresh = path.with_extension("new");
     std::fs::write(&fresh, text)?;
@@ -275,32 +302,48 @@ impl std::fmt::Debug for Node {
 impl Node {
     /// Binds the sockets and opens (or creates) the log.
     pub fn open(config: NodeConfig) -> Result<Self, NodeError> {
-        let raft_addr = *config
+        let own = config
             .peers
             .get(&config.id)
             .ok_or_else(|| NodeError::Config(format!("member {} is not among the peers", config.id)))?;
-        let bind_err = |source| NodeError::Bind { what: "raft", addr: raft_addr, source };
-        // With the detector on, its heartbeats go to a second socket on the same address that
-        // the loop reads each pass without sleeping on it: they wake no member (three members
-        // would otherwise be woken 60,000 times a second), and their kernel receive stamps keep
-        // the detector's times exact. Where the kernel cannot split the address, one socket.
-        let (udp, beats) = match config.detector {
-            Some(_) => match split::bind_split(raft_addr, crate::fd::wire::MAGIC) {
-                Ok(s) => (s.main, Some(s.side)),
-                Err(_) => (UdpSocket::bind(raft_addr).map_err(bind_err)?, None),
-            },
-            None => (UdpSocket::bind(raft_addr).map_err(bind_err)?, None),
+        let (udp, beats, lane) = match (own, &config.lane) {
+            (PeerAddr::Udp(addr), None) => {
+                if let Some((id, a)) = config.peers.iter().find(|(_, a)| a.udp().is_none()) {
+                    return Err(NodeError::Config(format!(
+                        "member {id}'s address {a} is a lane host, this member's a UDP address: a cluster is on the lane or off it"
+                    )));
+                }
+                let (udp, beats) = Self::bind_udp(&config, *addr)?;
+                (Some(udp), beats, None)
+            }
+            (PeerAddr::Lane(_), Some(lc)) => {
+                let others = lane_link::other_hosts(config.id, &config.peers).map_err(NodeError::Config)?;
+                let mut link = lc.link.clone();
+                link.period = config.detector.map_or(config.period, |d| Duration::from_nanos(d.period_ns));
+                let joined =
+                    LaneLink::join(config.id, &others, &link).map_err(|e| NodeError::Lane(Box::new(e)))?;
+                if Some(joined.host()) != own.lane_host() {
+                    return Err(NodeError::Config(format!(
+                        "member {} is on lane host {own}, but the node in {} is on {}",
+                        config.id,
+                        lc.link.node_dir.display(),
+                        joined.host()
+                    )));
+                }
+                (None, None, Some(joined))
+            }
+            (PeerAddr::Udp(_), Some(_)) => {
+                return Err(NodeError::Config(
+                    "a lane node was given, but the peers are UDP addresses".into(),
+                ));
+            }
+            (PeerAddr::Lane(h), None) => {
+                return Err(NodeError::Config(format!(
+                    "member {} is on lane host {h}: give the directory of that host's lane node",
+                    config.id
+                )));
+            }
         };
-        udp.set_nonblocking(true).map_err(bind_err)?;
-        let beats = beats.and_then(|b| kairos_sys::net::options::enable_rx_timestamps(&b).ok().map(|_| b));
-        let _ = kairos_sys::net::options::set_receive_buffer(&udp, 8 << 20);
-        if let Some(tos) = config.raft_tos {
-            kairos_sys::net::options::set_type_of_service(&udp, tos).map_err(|source| NodeError::Bind {
-                what: "raft",
-                addr: raft_addr,
-                source,
-            })?;
-        }
         let listener = TcpListener::bind(config.listen).map_err(|source| NodeError::Bind {
             what: "client",
             addr: config.listen,
@@ -325,8 +368,9 @@ impl Node {
         let mut config = config;
         // The addresses of members added or removed since the command line was written.
         if let Some(peers) = load_peers(&config.data_dir.join(PEERS_FILE)) {
+            let own = config.peers[&config.id].clone();
             config.peers = peers;
-            config.peers.entry(config.id).or_insert(raft_addr);
+            config.peers.entry(config.id).or_insert(own);
         }
         let mut rc = ReplicaConfig::new(config.id);
         // With the detector on, its heartbeats carry the commit index and restart followers'
@@ -338,6 +382,15 @@ impl Node {
             None => config.heartbeat_ticks,
         };
         rc.commit_by_heartbeats = config.detector.is_some();
+        if let Some(lane) = &lane {
+            // A few packets an append, a few appends in flight: what the log tunnel carries
+            // in a few periods, so nothing waits long behind Raft's own backlog.
+            rc.max_append_bytes = 4 * lane.fragment_bytes() as u64;
+            rc.max_inflight_appends = 8;
+            // A write not committed in 2 ms is normal here, not lost: proposing it again
+            // only adds to the tunnel's load.
+            rc.retry_ticks = rc.retry_ticks.max(config.election_ticks as u64);
+        }
         rc.election_ticks = config.election_ticks;
         rc.read_mode = config.read_mode;
         let replica = Replica::new(rc, log)?;
@@ -353,6 +406,7 @@ impl Node {
             replica,
             udp,
             beats,
+            lane,
             beat_batch: MmsgBatch::new(),
             beat_buffers: [[0; crate::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
             listener,
@@ -371,6 +425,34 @@ impl Node {
         })
     }
 
+    /// Raft's socket (and the detector's, split from it where the kernel can) at `addr`.
+    fn bind_udp(config: &NodeConfig, addr: SocketAddr) -> Result<(UdpSocket, Option<UdpSocket>), NodeError> {
+        let bind_err = |source| NodeError::Bind { what: "raft", addr, source };
+        // With the detector on, its heartbeats go to a second socket on the same address that
+        // the loop reads each pass without sleeping on it: they wake no member (three members
+        // would otherwise be woken 60,000 times a second), and their kernel receive stamps keep
+        // the detector's times exact. Where the kernel cannot split the address, one socket.
+        let (udp, beats) = match config.detector {
+            Some(_) => match split::bind_split(addr, crate::fd::wire::MAGIC) {
+                Ok(s) => (s.main, Some(s.side)),
+                Err(_) => (UdpSocket::bind(addr).map_err(bind_err)?, None),
+            },
+            None => (UdpSocket::bind(addr).map_err(bind_err)?, None),
+        };
+        udp.set_nonblocking(true).map_err(bind_err)?;
+        let beats = beats.and_then(|b| kairos_sys::net::options::enable_rx_timestamps(&b).ok().map(|_| b));
+        let _ = kairos_sys::net::options::set_receive_buffer(&udp, 8 << 20);
+        if let Some(tos) = config.raft_tos {
+            kairos_sys::net::options::set_type_of_service(&udp, tos).map_err(bind_err)?;
+        }
+        Ok((udp, beats))
+    }
+
+    /// The lane's grants in words, when on the lane.
+    pub fn lane_description(&self) -> Option<String> {
+        self.lane.as_ref().map(LaneLink::describe)
+    }
+
     /// Where clients connect.
     pub fn client_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()
@@ -379,12 +461,26 @@ impl Node {
     /// Runs the loop until `stop` is set.
     pub fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
         let period_ns = self.config.period.as_nanos() as u64;
+        // Ticks, rounds and (on the lane) looks at the inbox on time: a normal thread's timed
+        // wake-ups are otherwise rounded up by 50 us, half a period.
+        let _ = kairos_sys::thread::set_timer_slack_ns(1);
         // Ticks on the multiples of the period, as the detector's rounds are (see
         // `watch::next_multiple`).
         let mut next_tick = watch::next_multiple(monotonic_ns(), period_ns);
+        let lane_poll_ns = self.config.lane.as_ref().map(|l| l.poll.as_nanos() as u64);
         while !stop.load(Ordering::Relaxed) {
             let wake = self.watch.as_ref().map_or(next_tick, |w| w.next_wake_ns().min(next_tick));
-            let timeout = Duration::from_nanos(wake.saturating_sub(monotonic_ns()));
+            let started = monotonic_ns();
+            // On the lane nothing wakes the loop when a message arrives: it looks at the inbox
+            // at least every `poll`, and when the log tunnel can take more of what waits.
+            let mut until = wake;
+            if let Some(poll) = lane_poll_ns {
+                until = until.min(started + poll);
+            }
+            if let Some(at) = self.lane.as_ref().and_then(LaneLink::next_flush_ns) {
+                until = until.min(at.saturating_sub(realtime_ns()) + started);
+            }
+            let timeout = Duration::from_nanos(until.saturating_sub(started));
             let (udp_ready, listen_ready, ready_conns) = self.wait(timeout)?;
             // Heartbeats matter only when a tick, a round or a detector deadline is due (no
             // suspicion can start before its deadline), so a pass woken by a client or a Raft
@@ -424,7 +520,10 @@ impl Node {
     fn wait(&mut self, timeout: Duration) -> io::Result<(bool, bool, Vec<u64>)> {
         let clients: Vec<u64> =
             self.conns.iter().filter(|(_, c)| c.wants_input()).map(|(id, _)| *id).collect();
-        let mut fds: Vec<BorrowedFd<'_>> = vec![self.udp.as_fd(), self.listener.as_fd()];
+        // On the lane there is no Raft socket: the inbox is looked at every pass.
+        let mut fds: Vec<BorrowedFd<'_>> = self.udp.iter().map(AsFd::as_fd).collect();
+        let first = fds.len();
+        fds.push(self.listener.as_fd());
         fds.extend(clients.iter().map(|id| self.conns[id].stream.as_fd()));
         let mut set = PollSet::readable(fds.iter());
         match set.wait(timeout) {
@@ -432,15 +531,31 @@ impl Node {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok((false, false, Vec::new())),
             Err(e) => return Err(e),
         }
-        let ready =
-            clients.iter().enumerate().filter(|(i, _)| set.is_readable(i + 2)).map(|(_, id)| *id).collect();
+        let ready = clients
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| set.is_readable(first + 1 + i))
+            .map(|(_, id)| *id)
+            .collect();
         // A connection with answers still to write is served again whether or not it spoke.
-        Ok((set.is_readable(0), set.is_readable(1), ready))
+        let raft_ready = if first == 1 { set.is_readable(0) } else { self.lane.is_some() };
+        Ok((raft_ready, set.is_readable(first), ready))
     }
 
     fn receive_raft(&mut self) -> io::Result<()> {
+        if self.lane.is_some() {
+            return self.receive_lane();
+        }
+        // Out of `self` while its datagrams are handled, which borrows `self` whole.
+        let Some(udp) = self.udp.take() else { return Ok(()) };
+        let received = self.receive_udp(&udp);
+        self.udp = Some(udp);
+        received
+    }
+
+    fn receive_udp(&mut self, udp: &UdpSocket) -> io::Result<()> {
         loop {
-            match self.udp.recv_from(&mut self.datagram) {
+            match udp.recv_from(&mut self.datagram) {
                 Ok((n, _)) if self.datagram[..n].starts_with(&crate::fd::wire::MAGIC) => {
                     if let Some(beat) = replica_beat(&self.datagram[..n], &mut self.stats) {
                         let now = monotonic_ns();
@@ -449,15 +564,10 @@ impl Node {
                 }
                 Ok((n, _)) => {
                     self.stats.datagrams_in += 1;
-                    match self.reassembler.push(&self.datagram[..n]) {
-                        Ok(Some((from, _))) if self.faults.drops(from, monotonic_ns()) => {}
-                        Ok(Some((_, bytes))) => match decode_message(&bytes) {
-                            Ok(msg) => self.replica.step(msg)?,
-                            Err(_) => self.stats.malformed += 1,
-                        },
-                        Ok(None) => {}
-                        Err(_) => self.stats.malformed += 1,
-                    }
+                    let datagram = std::mem::take(&mut self.datagram);
+                    let stepped = self.fragment(&datagram[..n]);
+                    self.datagram = datagram;
+                    stepped?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -465,6 +575,48 @@ impl Node {
                 Err(_) => return Ok(()),
             }
         }
+    }
+
+    /// One fragment of a Raft message; a message it completes is stepped.
+    fn fragment(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match self.reassembler.push(bytes) {
+            Ok(Some((from, _))) if self.faults.drops(from, monotonic_ns()) => {}
+            Ok(Some((_, bytes))) => match decode_message(&bytes) {
+                Ok(msg) => self.replica.step(msg)?,
+                Err(_) => self.stats.malformed += 1,
+            },
+            Ok(None) => {}
+            Err(_) => self.stats.malformed += 1,
+        }
+        Ok(())
+    }
+
+    /// Everything the lane node delivered: fragments stepped, heartbeats at their packets'
+    /// kernel receive stamps.
+    fn receive_lane(&mut self) -> io::Result<()> {
+        let Some(mut lane) = self.lane.take() else { return Ok(()) };
+        let (mono, offset) = realtime_offset();
+        let now = monotonic_ns();
+        let mut result = Ok(());
+        let me = self.config.id;
+        let received = lane.receive(me, |incoming| {
+            if result.is_err() {
+                return;
+            }
+            result = match incoming {
+                Incoming::Raft(bytes) => {
+                    self.stats.datagrams_in += 1;
+                    self.fragment(bytes)
+                }
+                Incoming::Beat(bytes, stamp) => match replica_beat(bytes, &mut self.stats) {
+                    Some(beat) => self.heard(beat, stamp_to_monotonic(stamp, offset, mono).min(now), now),
+                    None => Ok(()),
+                },
+            };
+        });
+        self.lane = Some(lane);
+        received.map_err(io::Error::other)?;
+        result
     }
 
     /// Every heartbeat waiting on the detector's own socket, each at its kernel receive stamp,
@@ -522,7 +674,7 @@ impl Node {
         let Some(watch) = self.watch.as_mut() else { return Ok(()) };
         watch.bump();
         let replica = &self.replica;
-        let (udp, peers, faults) = (&self.udp, &self.config.peers, &mut self.faults);
+        let (udp, lane, peers, faults) = (&self.udp, &mut self.lane, &self.config.peers, &mut self.faults);
         watch.send_due(
             now,
             peers.keys().copied(),
@@ -533,7 +685,13 @@ impl Node {
                     return;
                 }
                 // A full buffer or a peer that is down loses one heartbeat; the next follows.
-                let _ = udp.send_to(bytes, peers[&peer]);
+                match (udp, lane.as_mut(), peers[&peer].udp()) {
+                    (Some(udp), _, Some(addr)) => {
+                        let _ = udp.send_to(bytes, addr);
+                    }
+                    (_, Some(lane), _) => lane.send_beat(peer, bytes),
+                    _ => {}
+                }
             },
         );
         let replica = &self.replica;
@@ -643,6 +801,11 @@ impl Node {
             (Some("add"), 3 | 4) => {
                 let id = word(1).and_then(|w| w.parse::<u64>().ok()).filter(|&i| i > 0);
                 let addr = word(2).and_then(|w| w.parse::<SocketAddr>().ok());
+                if self.lane.is_some() {
+                    return Some(Reply::Error(
+                        "ERR membership changes on the lane are not supported yet: the tunnels' receivers are fixed when a member starts".into(),
+                    ));
+                }
                 let learner = match word(3).as_deref() {
                     None => false,
                     Some("learner") => true,
@@ -731,7 +894,7 @@ impl Node {
                 ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
                     if let Some(addr) = std::str::from_utf8(&event.context).ok().and_then(|a| a.parse().ok())
                     {
-                        self.config.peers.insert(event.node, addr);
+                        self.config.peers.insert(event.node, PeerAddr::Udp(addr));
                     }
                 }
                 ConfChangeType::RemoveNode if event.node != self.config.id => {
@@ -785,6 +948,7 @@ impl Node {
             stats: self.stats,
             replica: self.replica.stats(),
             listen: self.config.listen,
+            lane: self.lane.as_ref().map(LaneLink::stats),
             watch: self.watch.as_ref().map(|w| (w.config(), w.stats(), w.suspected().collect())),
         }
     }
@@ -800,12 +964,24 @@ impl Node {
             let mut bytes = Vec::new();
             encode_message(&msg, &mut bytes);
             self.message_number += 1;
+            if let Some(lane) = self.lane.as_mut() {
+                let parts = fragments_of(self.config.id, self.message_number, &bytes, lane.fragment_bytes());
+                for fragment in parts.unwrap_or_default() {
+                    lane.queue_raft(msg.to, &fragment);
+                    self.stats.datagrams_out += 1;
+                }
+                continue;
+            }
+            let (Some(udp), Some(addr)) = (self.udp.as_ref(), addr.udp()) else { continue };
             for datagram in fragments(self.config.id, self.message_number, &bytes).unwrap_or_default() {
                 // A full socket buffer or a peer that is down loses the message; Raft resends.
-                if self.udp.send_to(&datagram, addr).is_ok() {
+                if udp.send_to(&datagram, addr).is_ok() {
                     self.stats.datagrams_out += 1;
                 }
             }
+        }
+        if let Some(lane) = self.lane.as_mut() {
+            lane.flush(realtime_ns()).map_err(io::Error::other)?;
         }
         // Answers can release held requests, whose answers (stale reads) can come at once.
         loop {
@@ -855,6 +1031,7 @@ mod tests {
             batching: Batching::Pass,
             raft_tos: None,
             detector: None,
+            lane: None,
         }
     }
 

@@ -88,6 +88,13 @@ pub struct ReplicaConfig {
     /// append and its answer), and a follower applies up to a period later. Only with the
     /// detector on; Raft's safety does not depend on how the commit index travels.
     pub commit_by_heartbeats: bool,
+    /// The most entry bytes one append carries, and the most appends in flight to a follower:
+    /// Raft's own flow control, sized to the transport (a lane tunnel carries far less than a
+    /// socket takes; an append it cannot carry in time only waits in a queue and returns as a
+    /// retry).
+    pub max_append_bytes: u64,
+    /// See `max_append_bytes`.
+    pub max_inflight_appends: usize,
 }
 
 impl ReplicaConfig {
@@ -103,6 +110,8 @@ impl ReplicaConfig {
             broken: None,
             fixed_election_ticks: None,
             commit_by_heartbeats: false,
+            max_append_bytes: 1 << 20,
+            max_inflight_appends: 256,
         }
     }
 }
@@ -212,8 +221,8 @@ fn raft_config(config: &ReplicaConfig, applied: u64) -> raft::Config {
         election_tick: config.election_ticks,
         heartbeat_tick: config.heartbeat_ticks,
         applied,
-        max_size_per_msg: 1 << 20,
-        max_inflight_msgs: 256,
+        max_size_per_msg: config.max_append_bytes,
+        max_inflight_msgs: config.max_inflight_appends,
         check_quorum: true,
         pre_vote: true,
         read_only_option: ReadOnlyOption::Safe,

@@ -18,18 +18,29 @@ pub const FRAGMENT_BYTES: usize = 60_000;
 pub const MAX_FRAGMENTS: usize = 1_000;
 const MAGIC: [u8; 2] = *b"KR";
 const VERSION: u8 = 1;
-const HEADER_BYTES: usize = 2 + 1 + 8 + 8 + 2 + 2;
+/// A fragment's bytes before the message's own.
+pub const HEADER_BYTES: usize = 2 + 1 + 8 + 8 + 2 + 2;
 
 /// Cuts an encoded message into datagrams; returns `None` when it is too large to send.
 pub fn fragments(from: u64, number: u64, message: &[u8]) -> Option<Vec<Vec<u8>>> {
-    let count = message.len().div_ceil(FRAGMENT_BYTES).max(1);
+    fragments_of(from, number, message, FRAGMENT_BYTES)
+}
+
+/// Cuts an encoded message into fragments of at most `fragment_bytes` of it each (a lane
+/// tunnel's packet holds far less than a datagram); `None` when that takes more than
+/// [`MAX_FRAGMENTS`], or `fragment_bytes` is 0.
+pub fn fragments_of(from: u64, number: u64, message: &[u8], fragment_bytes: usize) -> Option<Vec<Vec<u8>>> {
+    if fragment_bytes == 0 {
+        return None;
+    }
+    let count = message.len().div_ceil(fragment_bytes).max(1);
     if count > MAX_FRAGMENTS {
         return None;
     }
     let mut out = Vec::with_capacity(count);
     for index in 0..count {
         let chunk = &message
-            [(index * FRAGMENT_BYTES).min(message.len())..((index + 1) * FRAGMENT_BYTES).min(message.len())];
+            [(index * fragment_bytes).min(message.len())..((index + 1) * fragment_bytes).min(message.len())];
         let mut d = Vec::with_capacity(HEADER_BYTES + chunk.len());
         d.extend_from_slice(&MAGIC);
         d.push(VERSION);
@@ -131,6 +142,9 @@ mod tests {
         assert_eq!(r.push(&first[1]).unwrap(), None, "the first message's other half waits alone");
         assert!(fragments(1, 3, &vec![0; FRAGMENT_BYTES * MAX_FRAGMENTS + 1]).is_none());
         assert_eq!(fragments(1, 4, b"").unwrap().len(), 1);
+        let small = fragments_of(1, 5, &[9u8; 25], 10).unwrap();
+        assert_eq!(small.iter().map(|f| f.len() - HEADER_BYTES).collect::<Vec<_>>(), [10, 10, 5]);
+        assert!(fragments_of(1, 6, b"x", 0).is_none());
     }
 
     #[test]

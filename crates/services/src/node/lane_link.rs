@@ -1,0 +1,550 @@
+//! A member's Raft messages and heartbeats on the express lane: the member is an application
+//! of its host's lane node ([`kairos_lane::node::app::LaneApp`]) with a tunnel of its own to
+//! every other member's host (`kv-lane`), and it listens to everyone else's.
+//!
+//! One tunnel, released once a detector period: each release carries this member's newest
+//! heartbeat to each other member (each with the commit index its receiver may take, so the
+//! commit rides the heartbeats) and, in the rest of the packet, Raft's messages, cut by
+//! [`crate::replica::frame`] into fragments a packet holds. A tunnel of its own for the log, at
+//! a shorter period, was tried first: on a machine whose cores the nodes share, every release
+//! is a timed wake-up of a node, and the short period's releases starved the members; and a
+//! log tunnel idle between bursts is re-planned by the controller to the period it used (its
+//! unused room given back), which a burst then cannot use. The heartbeats keep this tunnel
+//! busy every period, as the lane expects.
+//!
+//! A tunnel reaches every other member, so each message starts with its kind and the member it
+//! is for; the others drop it. Sending is no system call (an outbox bridge), nor is receiving
+//! (the inbox bridge), and a heartbeat's time is the kernel's receive stamp of its packet.
+//!
+//! Pacing: the node sends one packet a release and carries at most one more; what an
+//! application hands beyond that is excess, dropped, and reported to the controller, which
+//! ends a tunnel that keeps exceeding its grant. So nothing goes to the outbox until the node
+//! has emptied it, and then one packet's worth: the pending heartbeats first (only the newest
+//! for each member is kept: an older one is no news), then Raft's fragments in order. This is
+//! clocked by the node's real releases (a node that sleeps releases late, and a clock of our
+//! own would overrun it), so a burst (a snapshot, a follower catching up) drains at the
+//! tunnel's rate instead of being cut. Beyond [`MAX_QUEUED_BYTES`] the oldest Raft messages
+//! are dropped whole, as a lossy network would; Raft sends them again (the member sizes Raft's
+//! appends and their number in flight to the tunnel, so this is rare).
+//!
+//! Contract: nothing is sent before the grant takes effect; the outbox never holds more than
+//! one packet's worth, so the node never drops a message as excess; the queue is bounded; a
+//! change of the grant is followed, and a tunnel the controller ends is asked for again.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kairos_lane::node::app::{AppError, LaneApp, NodeToApp, Tunnel};
+use kairos_lane::node::chunk::Schema;
+use kairos_lane::service::wire::TunnelSpec;
+
+use crate::replica::frame;
+
+/// The tunnels' name.
+pub const LANE_TUNNEL: &str = "kv-lane";
+/// The most Raft bytes waiting for the tunnel before the oldest are dropped.
+pub const MAX_QUEUED_BYTES: usize = 8 << 20;
+/// A lane message's bytes before its payload: its kind, the member it is for, and when it was
+/// handed to the link (wall-clock ns: with the release and receive stamps the lane adds, where
+/// a message's time went).
+const LANE_HEADER_BYTES: usize = 1 + 8 + 8;
+const KIND_RAFT: u8 = 1;
+const KIND_BEAT: u8 = 2;
+/// The largest packet a tunnel asks for: a UDP datagram in a 1500-byte MTU.
+pub const MAX_PACKET_BYTES: u64 = 1_472;
+/// How long the node may take to answer a request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the node's events (a changed or ended grant) are looked for, ns.
+const EVENTS_EVERY_NS: u64 = 10_000_000;
+
+/// What the link asks of the lane.
+#[derive(Debug, Clone)]
+pub struct LaneLinkConfig {
+    /// The host's lane node (its directory, where its socket is).
+    pub node_dir: PathBuf,
+    /// The tunnel's period: the detector's (or the loop's, without one).
+    pub period: Duration,
+    /// The tunnel's packet, bytes (at most [`MAX_PACKET_BYTES`]).
+    pub packet_bytes: u64,
+}
+
+impl LaneLinkConfig {
+    /// Refuses what no lane grants, or what leaves no room for the heartbeats and a fragment.
+    pub fn check(&self, members: usize) -> Result<(), String> {
+        let least = Packing::least_packet_bytes(members);
+        if !(least..=MAX_PACKET_BYTES).contains(&self.packet_bytes) {
+            return Err(format!(
+                "the lane packet of {} bytes is out of range: {least} (heartbeats for {} other members and a \
+                 fragment) to {MAX_PACKET_BYTES}",
+                self.packet_bytes,
+                members.saturating_sub(1)
+            ));
+        }
+        if self.period.is_zero() {
+            return Err("a lane tunnel's period must be above zero".into());
+        }
+        Ok(())
+    }
+}
+
+/// Why the link could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum LaneLinkError {
+    /// The node refused, failed or did not answer.
+    #[error("the lane node in {dir}: {source}")]
+    App {
+        /// The node's directory.
+        dir: PathBuf,
+        /// What went wrong.
+        source: AppError,
+    },
+    /// The settings or the members do not make a link.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The link's counts, for INFO.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LaneLinkStats {
+    /// Packets' worth handed to the node (one per release at most).
+    pub packets_out: u64,
+    /// Raft fragments handed to the node.
+    pub fragments_out: u64,
+    /// Raft fragments received for this member.
+    pub fragments_in: u64,
+    /// Messages for other members, dropped on arrival.
+    pub not_ours: u64,
+    /// Raft messages dropped whole because the queue was full.
+    pub queue_dropped: u64,
+    /// Heartbeats replaced by a newer one before a release took them.
+    pub beats_replaced: u64,
+    /// Messages the outbox refused (never expected: only an empty outbox is given any).
+    pub outbox_refused: u64,
+    /// Lane messages that did not parse.
+    pub malformed: u64,
+    /// Changes of the grant followed.
+    pub grant_changes: u64,
+    /// Times the tunnel was lost (ended by the controller) and asked for again.
+    pub tunnels_lost: u64,
+    /// Raft messages received whose times are summed below.
+    pub timed: u64,
+    /// From being handed to the link at the sender to its packet's release, summed, ns.
+    pub release_wait_ns: u64,
+    /// From the release to the kernel's receive stamp at the receiving node, summed, ns.
+    pub wire_ns: u64,
+    /// From the receive stamp to this member's read of its inbox, summed, ns.
+    pub inbox_wait_ns: u64,
+}
+
+/// A lane message as it arrives: its kind, the member it is for, when its sender handed it
+/// over (wall-clock ns), and its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneMessage<'a> {
+    /// 1: a Raft fragment; 2: a detector datagram; anything else is not ours to read.
+    pub kind: u8,
+    /// The member it is for.
+    pub to: u64,
+    /// When its sender handed it to its link, wall-clock ns.
+    pub handed_ns: u64,
+    /// The fragment or datagram.
+    pub payload: &'a [u8],
+}
+
+/// Splits a message from the inbox (network input: any bytes give an answer, never a panic);
+/// `None` when it is shorter than its header.
+pub fn parse_lane_message(bytes: &[u8]) -> Option<LaneMessage<'_>> {
+    let (&kind, rest) = bytes.split_first()?;
+    let (to, rest) = rest.split_first_chunk::<8>()?;
+    let (handed, payload) = rest.split_first_chunk::<8>()?;
+    Some(LaneMessage { kind, to: u64::from_le_bytes(*to), handed_ns: u64::from_le_bytes(*handed), payload })
+}
+
+/// What arrived for this member.
+#[derive(Debug)]
+pub enum Incoming<'a> {
+    /// A Raft fragment ([`crate::replica::frame`]).
+    Raft(&'a [u8]),
+    /// A detector datagram and its packet's kernel receive stamp, wall-clock ns.
+    Beat(&'a [u8], u64),
+}
+
+/// The packing of messages into the node's packets, as the node packs them: messages in order,
+/// each in whole chunks, while they fit; checked for both chunk schemas, since the application
+/// does not know which one its node uses.
+#[derive(Debug, Clone, Copy)]
+struct Packing {
+    packet_bytes: usize,
+}
+
+impl Packing {
+    fn chunks(schema: Schema, len: usize) -> usize {
+        len.div_ceil(schema.message_bytes_per_chunk()).max(1)
+    }
+
+    /// The longest message a packet holds in either schema.
+    fn max_message(self) -> usize {
+        Schema::ALL.iter().map(|s| s.max_message_bytes(self.packet_bytes)).min().unwrap_or(0)
+    }
+
+    /// Whether messages of `lens` share one packet in either schema.
+    fn fits(self, lens: impl Iterator<Item = usize> + Clone) -> bool {
+        Schema::ALL.iter().all(|&s| {
+            lens.clone().map(|l| Self::chunks(s, l)).sum::<usize>() <= s.max_chunks(self.packet_bytes)
+        })
+    }
+
+    /// The smallest packet that holds a heartbeat for each of the other `members - 1` and a
+    /// 64-byte fragment, in either schema.
+    fn least_packet_bytes(members: usize) -> u64 {
+        let beat = LANE_HEADER_BYTES + crate::fd::wire::MAX_HEARTBEAT_BYTES;
+        let fragment = LANE_HEADER_BYTES + frame::HEADER_BYTES + 64;
+        Schema::ALL
+            .iter()
+            .map(|&s| {
+                let chunks = members.saturating_sub(1) * Self::chunks(s, beat) + Self::chunks(s, fragment);
+                s.packet_bytes(chunks) as u64
+            })
+            .max()
+            .unwrap_or(MAX_PACKET_BYTES)
+    }
+
+    /// The encoded message's bytes one fragment carries.
+    fn fragment_bytes(self) -> usize {
+        self.max_message().saturating_sub(LANE_HEADER_BYTES + frame::HEADER_BYTES)
+    }
+}
+
+/// A member's lane transport; see the module docs.
+#[derive(Debug)]
+pub struct LaneLink {
+    app: LaneApp,
+    tunnel: Tunnel,
+    spec: TunnelSpec,
+    packing: Packing,
+    period_ns: u64,
+    /// Lane messages (header and fragment) waiting for the tunnel, oldest first.
+    queue: VecDeque<Vec<u8>>,
+    queued_bytes: usize,
+    /// The newest heartbeat for each member not yet handed to the node.
+    beats: BTreeMap<u64, Vec<u8>>,
+    /// When to look at the outbox again while something waits, wall-clock ns.
+    next_look_ns: u64,
+    /// When to look for the node's events next, wall-clock ns.
+    next_events_ns: u64,
+    /// Whether the tunnel is to be asked for again (the controller ended it).
+    lost: bool,
+    /// A fragment's share of the encoded message, so a fragment and its headers fill a packet.
+    fragment_bytes: usize,
+    buf: Vec<u8>,
+    stats: LaneLinkStats,
+}
+
+impl LaneLink {
+    /// Joins the node as application `kv-ID`, asks for the tunnel to `others` (the other
+    /// members' lane hosts) and listens to everyone's. Blocks until the node answers (a few
+    /// milliseconds; at most 5 s).
+    pub fn join(me: u64, others: &[String], config: &LaneLinkConfig) -> Result<Self, LaneLinkError> {
+        config.check(others.len() + 1).map_err(LaneLinkError::Config)?;
+        if others.is_empty() {
+            return Err(LaneLinkError::Config("a member alone needs no lane: give it peers".into()));
+        }
+        let app_err = |source| LaneLinkError::App { dir: config.node_dir.clone(), source };
+        let mut app =
+            LaneApp::connect(&config.node_dir, &format!("kv-{me}"), REQUEST_TIMEOUT).map_err(app_err)?;
+        if others.iter().any(|h| h == app.host()) {
+            return Err(LaneLinkError::Config(format!(
+                "another member is on this member's lane host {}: the lane carries messages between hosts, so put \
+                 each member on a host of its own",
+                app.host()
+            )));
+        }
+        app.listen(LANE_TUNNEL).map_err(app_err)?;
+        let spec = TunnelSpec {
+            name: LANE_TUNNEL.into(),
+            receivers: others.to_vec(),
+            packet_bytes: config.packet_bytes,
+            period_ps: config.period.as_nanos() as u64 * 1_000,
+            sublane: 0,
+        };
+        let tunnel = app.request(spec.clone(), REQUEST_TIMEOUT).map_err(app_err)?;
+        let mut link = Self {
+            app,
+            packing: Packing { packet_bytes: 0 },
+            period_ns: 1,
+            next_look_ns: tunnel.send_from_ns,
+            tunnel,
+            spec,
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            beats: BTreeMap::new(),
+            next_events_ns: 0,
+            lost: false,
+            fragment_bytes: 0,
+            buf: vec![0; 1 << 16],
+            stats: LaneLinkStats::default(),
+        };
+        link.follow_grant().map_err(LaneLinkError::Config)?;
+        Ok(link)
+    }
+
+    /// Takes the tunnel's grant as it stands.
+    fn follow_grant(&mut self) -> Result<(), String> {
+        let g = self.tunnel.grant;
+        self.packing = Packing { packet_bytes: g.packet_bytes as usize };
+        self.fragment_bytes = self.packing.fragment_bytes();
+        self.period_ns = g.period_ps.div_ceil(1_000).max(1);
+        if g.packet_bytes < Packing::least_packet_bytes(self.spec.receivers.len() + 1) {
+            return Err(format!(
+                "the lane granted packets of {} bytes, too small for the heartbeats",
+                g.packet_bytes
+            ));
+        }
+        Ok(())
+    }
+
+    /// The encoded message's bytes one fragment carries.
+    pub fn fragment_bytes(&self) -> usize {
+        self.fragment_bytes
+    }
+
+    /// The node's host.
+    pub fn host(&self) -> &str {
+        self.app.host()
+    }
+
+    /// The tunnel's grant in words.
+    pub fn describe(&self) -> String {
+        let g = self.tunnel.grant;
+        format!(
+            "on the lane from {}: a tunnel to {} every {} us, {} bytes, latency {:.1}-{:.1} us",
+            self.app.host(),
+            self.spec.receivers.join(","),
+            g.period_ps as f64 / 1e6,
+            g.packet_bytes,
+            g.min_latency_ps as f64 / 1e6,
+            (g.min_latency_ps + g.max_jitter_ps) as f64 / 1e6
+        )
+    }
+
+    /// The counts so far.
+    pub fn stats(&self) -> LaneLinkStats {
+        self.stats
+    }
+
+    fn framed(kind: u8, to: u64, payload: &[u8]) -> Vec<u8> {
+        let mut m = Vec::with_capacity(LANE_HEADER_BYTES + payload.len());
+        m.push(kind);
+        m.extend_from_slice(&to.to_le_bytes());
+        m.extend_from_slice(&kairos_sys::clock::realtime_ns().to_le_bytes());
+        m.extend_from_slice(payload);
+        m
+    }
+
+    /// Queues one of Raft's fragments for member `to`; [`LaneLink::flush`] hands it on.
+    pub fn queue_raft(&mut self, to: u64, fragment: &[u8]) {
+        let m = Self::framed(KIND_RAFT, to, fragment);
+        self.queued_bytes += m.len();
+        self.queue.push_back(m);
+        while self.queued_bytes > MAX_QUEUED_BYTES {
+            let Some(old) = self.queue.pop_front() else { break };
+            self.queued_bytes -= old.len();
+            self.stats.queue_dropped += 1;
+        }
+    }
+
+    /// Keeps a detector datagram for member `to` for the next packet, in place of an older one.
+    pub fn send_beat(&mut self, to: u64, datagram: &[u8]) {
+        let m = Self::framed(KIND_BEAT, to, datagram);
+        if self.beats.insert(to, m).is_some() {
+            self.stats.beats_replaced += 1;
+        }
+    }
+
+    /// Hands the outbox the next packet's worth, if the node has taken everything handed
+    /// before (`now_ns` wall-clock); follows the node's events now and then.
+    pub fn flush(&mut self, now_ns: u64) -> Result<(), AppError> {
+        if now_ns >= self.next_events_ns {
+            self.next_events_ns = now_ns + EVENTS_EVERY_NS;
+            self.events()?;
+        }
+        if self.queue.is_empty() && self.beats.is_empty() {
+            return Ok(());
+        }
+        if self.lost || now_ns < self.tunnel.send_from_ns || self.tunnel.queued() > 0 {
+            // A quarter period: the release is seen at most that late.
+            self.next_look_ns = now_ns.max(self.tunnel.send_from_ns) + self.period_ns / 4;
+            return Ok(());
+        }
+        let beats: Vec<Vec<u8>> = std::mem::take(&mut self.beats).into_values().collect();
+        let mut n = 0;
+        while n < self.queue.len()
+            && self
+                .packing
+                .fits(beats.iter().map(Vec::len).chain(self.queue.iter().take(n + 1).map(Vec::len)))
+        {
+            n += 1;
+        }
+        for m in beats.iter().chain(self.queue.iter().take(n)) {
+            if self.tunnel.send(m, now_ns).is_err() {
+                self.stats.outbox_refused += 1;
+            }
+        }
+        for m in self.queue.drain(..n) {
+            self.queued_bytes -= m.len();
+        }
+        self.stats.fragments_out += n as u64;
+        self.stats.packets_out += 1;
+        self.next_look_ns = now_ns + self.period_ns / 4;
+        Ok(())
+    }
+
+    /// When [`LaneLink::flush`] should look again (wall-clock ns), if anything waits.
+    pub fn next_flush_ns(&self) -> Option<u64> {
+        (!self.queue.is_empty() || !self.beats.is_empty()).then_some(self.next_look_ns)
+    }
+
+    /// A changed grant is followed; an ended tunnel is asked for again (at most once per
+    /// events look: the node answers within milliseconds).
+    fn events(&mut self) -> Result<(), AppError> {
+        for event in self.app.events(Duration::ZERO)? {
+            match event {
+                NodeToApp::Changed { tunnel_id, grant, .. } if tunnel_id == self.tunnel.id => {
+                    // The node applies it at its effective time; packing for the smaller of
+                    // the two until then is not worth the bookkeeping: a fragment that no
+                    // longer fits is dropped as excess once, and Raft sends it again.
+                    self.tunnel.grant = grant;
+                    self.stats.grant_changes += 1;
+                    let _ = self.follow_grant();
+                }
+                NodeToApp::Ended { tunnel_id, .. } if tunnel_id == self.tunnel.id => {
+                    self.lost = true;
+                    self.stats.tunnels_lost += 1;
+                }
+                _ => {}
+            }
+        }
+        if self.lost {
+            let tunnel = self.app.request(self.spec.clone(), REQUEST_TIMEOUT)?;
+            self.tunnel = tunnel;
+            self.lost = false;
+            let _ = self.follow_grant();
+        }
+        Ok(())
+    }
+
+    /// Every message waiting in the inbox for this member, in arrival order.
+    pub fn receive(&mut self, me: u64, mut on: impl FnMut(Incoming<'_>)) -> Result<(), AppError> {
+        let mut read_ns = 0;
+        while let Some(d) = self.app.recv(&mut self.buf)? {
+            let Some(LaneMessage { kind, to, handed_ns: handed, payload }) =
+                parse_lane_message(&self.buf[..d.len])
+            else {
+                self.stats.malformed += 1;
+                continue;
+            };
+            if to != me {
+                self.stats.not_ours += 1;
+                continue;
+            }
+            match kind {
+                KIND_RAFT => {
+                    if read_ns == 0 {
+                        read_ns = kairos_sys::clock::realtime_ns();
+                    }
+                    // One clock for every host here; a stamp out of order is not counted.
+                    if handed <= d.sent_ns && d.sent_ns <= d.received_ns && d.received_ns <= read_ns {
+                        self.stats.timed += 1;
+                        self.stats.release_wait_ns += d.sent_ns - handed;
+                        self.stats.wire_ns += d.received_ns - d.sent_ns;
+                        self.stats.inbox_wait_ns += read_ns - d.received_ns;
+                    }
+                    self.stats.fragments_in += 1;
+                    on(Incoming::Raft(payload));
+                }
+                KIND_BEAT => on(Incoming::Beat(payload, d.received_ns)),
+                _ => self.stats.malformed += 1,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The other members' lane hosts, or why the peers do not make a lane cluster.
+pub fn other_hosts<'a>(
+    me: u64,
+    peers: impl IntoIterator<Item = (&'a u64, &'a super::PeerAddr)>,
+) -> Result<Vec<String>, String> {
+    let mut hosts = BTreeMap::new();
+    for (&id, addr) in peers {
+        let host = addr.lane_host().ok_or_else(|| {
+            format!("member {id}'s address {addr} is not a lane host: a cluster is on the lane or off it")
+        })?;
+        if let Some(other) = hosts.insert(host.to_string(), id) {
+            return Err(format!("members {other} and {id} are both on lane host {host}: one member a host"));
+        }
+    }
+    Ok(hosts.into_iter().filter(|&(_, id)| id != me).map(|(h, _)| h).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packing_follows_both_schemas() {
+        let p = Packing { packet_bytes: 1_472 };
+        // HD-6: 55 chunks of 22 bytes; HD-8: 40 chunks of 31.
+        assert_eq!(p.max_message(), 1_210);
+        assert!(p.fits([1_210].into_iter()));
+        assert!(!p.fits([1_211].into_iter()));
+        // 40 one-chunk messages fit HD-8 exactly; a 41st does not, though HD-6 takes 55.
+        assert!(p.fits(std::iter::repeat_n(20, 40)));
+        assert!(!p.fits(std::iter::repeat_n(20, 41)));
+        assert_eq!(p.fragment_bytes(), 1_210 - LANE_HEADER_BYTES - frame::HEADER_BYTES);
+        // The least packet holds the heartbeats and a fragment, and more members need more.
+        let least = Packing::least_packet_bytes(3);
+        let q = Packing { packet_bytes: least as usize };
+        let beat = LANE_HEADER_BYTES + crate::fd::wire::MAX_HEARTBEAT_BYTES;
+        assert!(q.fits([beat, beat, LANE_HEADER_BYTES + frame::HEADER_BYTES + 64].into_iter()));
+        assert!(Packing::least_packet_bytes(7) > least);
+    }
+
+    #[test]
+    fn a_framed_message_parses_back_and_short_ones_do_not() {
+        let m = LaneLink::framed(KIND_BEAT, 7, b"hello");
+        let p = parse_lane_message(&m).unwrap();
+        assert_eq!((p.kind, p.to, p.payload), (KIND_BEAT, 7, &b"hello"[..]));
+        assert!(p.handed_ns > 0);
+        assert!(parse_lane_message(&m[..LANE_HEADER_BYTES]).unwrap().payload.is_empty());
+        assert!(parse_lane_message(&m[..LANE_HEADER_BYTES - 1]).is_none());
+        assert!(parse_lane_message(&[]).is_none());
+    }
+
+    #[test]
+    fn the_peers_must_all_be_lane_hosts_one_a_host() {
+        use super::super::PeerAddr;
+        let lane = |h: &str| PeerAddr::Lane(h.into());
+        let peers: BTreeMap<u64, PeerAddr> = [(1, lane("h0")), (2, lane("h1")), (3, lane("h2"))].into();
+        assert_eq!(other_hosts(2, &peers).unwrap(), ["h0", "h2"]);
+        let mixed: BTreeMap<u64, PeerAddr> =
+            [(1, lane("h0")), (2, PeerAddr::Udp("127.0.0.1:1".parse().unwrap()))].into();
+        assert!(other_hosts(1, &mixed).unwrap_err().contains("on the lane or off it"));
+        let shared: BTreeMap<u64, PeerAddr> = [(1, lane("h0")), (2, lane("h0"))].into();
+        assert!(other_hosts(1, &shared).unwrap_err().contains("both on lane host h0"));
+    }
+
+    #[test]
+    fn the_settings_are_checked() {
+        let c = |packet_bytes, period_us| LaneLinkConfig {
+            node_dir: PathBuf::from("/nonexistent"),
+            period: Duration::from_micros(period_us),
+            packet_bytes,
+        };
+        assert!(c(1_472, 100).check(3).is_ok());
+        assert!(c(1_473, 100).check(3).is_err());
+        assert!(c(Packing::least_packet_bytes(3) - 1, 100).check(3).unwrap_err().contains("out of range"));
+        assert!(c(Packing::least_packet_bytes(3), 100).check(3).is_ok());
+        assert!(c(736, 0).check(3).is_err());
+    }
+}
