@@ -99,8 +99,8 @@ struct LaneArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 1472)]
     lane_packet_bytes: u64,
     /// The longest the member's loop sleeps without looking at its inbox, microseconds,
-    /// 1-100000 (the node has no way to wake it).
-    #[arg(long, value_name = "US", default_value_t = 50)]
+    /// 1-100000: the node rings a doorbell after each delivery, so this is only a safety net.
+    #[arg(long, value_name = "US", default_value_t = 1000)]
     lane_poll_us: u64,
 }
 

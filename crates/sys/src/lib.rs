@@ -37,6 +37,7 @@
 
 #![warn(missing_docs)]
 
+pub mod bell;
 pub mod child;
 pub mod cleanup;
 pub mod clock;

@@ -776,13 +776,21 @@ impl Control {
                 let inbox = path.map_err(|e| e.to_string()).and_then(|p| {
                     bridge::create(&p, layout).map(|b| (p, b.into_producer())).map_err(|e| e.to_string())
                 });
+                // The inbox's doorbell, beside it (removed with the node's bridges). Without
+                // one the application looks at its inbox on its own clock.
+                let bell_path = shm_path(&format!("{}{app}-{}-bell", self.bridge_prefix(), token.0)).ok();
+                let bell = bell_path.as_ref().and_then(|p| {
+                    kairos_sys::bell::create(p).and_then(|()| kairos_sys::bell::Bell::ringer(p)).ok()
+                });
+                let doorbell = bell.as_ref().and(bell_path);
                 match inbox {
                     Ok((path, inbox)) => {
-                        let _ = self.commands.send(LaneCommand::Inbox { app: token.0 as u64, inbox });
+                        let _ = self.commands.send(LaneCommand::Inbox { app: token.0 as u64, inbox, bell });
                         if let Some(a) = self.apps.get_mut(&token) {
                             a.name = Some(app);
                         }
-                        let welcome = NodeToApp::Welcome { host: self.config.host.clone(), inbox: path };
+                        let welcome =
+                            NodeToApp::Welcome { host: self.config.host.clone(), inbox: path, doorbell };
                         self.tell_app(token, &welcome);
                     }
                     Err(reason) => self.tell_app(token, &NodeToApp::Error { reason }),

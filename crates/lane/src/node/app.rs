@@ -26,8 +26,10 @@ use std::time::{Duration, Instant};
 
 use kairos_io::bridge::{self, BridgeFileError};
 use kairos_ring::bridge::{Consumer, Mapped, Producer, SendError};
+use kairos_sys::bell::Bell;
 use kairos_sys::shm::SharedRegion;
 use serde::{Deserialize, Serialize};
+use std::os::fd::{AsFd, BorrowedFd};
 
 use crate::controller::Reason;
 use crate::service::wire::{FrameError, FrameReader, Grant, TunnelSpec, put_frame};
@@ -86,6 +88,10 @@ pub enum NodeToApp {
         host: String,
         /// The application's inbox bridge file.
         inbox: PathBuf,
+        /// A named pipe the node rings after delivering to the inbox
+        /// ([`kairos_sys::bell`]), for an application that sleeps in `ppoll`.
+        #[serde(default)]
+        doorbell: Option<PathBuf>,
     },
     /// A request or change was granted.
     Granted {
@@ -220,6 +226,7 @@ pub struct LaneApp {
     reader: FrameReader,
     host: String,
     inbox: Consumer<Mapped<SharedRegion>>,
+    doorbell: Option<Bell>,
     next_ref: u64,
     /// Events read while waiting for an answer, handed out by [`LaneApp::events`].
     pending: Vec<NodeToApp>,
@@ -284,19 +291,24 @@ impl LaneApp {
         let mut reader = FrameReader::new();
         write_message(&stream, &path, &AppToNode::Hello { app: app.to_string() })?;
         let deadline = Instant::now() + timeout;
-        let (host, inbox) = match read_message(&stream, &mut reader, &path, deadline)? {
-            Some(NodeToApp::Welcome { host, inbox }) => (host, inbox),
+        let (host, inbox, doorbell) = match read_message(&stream, &mut reader, &path, deadline)? {
+            Some(NodeToApp::Welcome { host, inbox, doorbell }) => (host, inbox, doorbell),
             Some(NodeToApp::Error { reason }) => return Err(AppError::Node(reason)),
             Some(other) => return Err(AppError::Protocol(format!("{other:?} instead of a welcome"))),
             None => return Err(AppError::Timeout(timeout)),
         };
         let inbox = bridge::attach(&inbox)?.into_consumer();
+        let doorbell = match doorbell {
+            Some(p) => Some(Bell::listener(&p).map_err(|source| AppError::Io { path: p, source })?),
+            None => None,
+        };
         Ok(Self {
             path,
             stream,
             reader,
             host,
             inbox,
+            doorbell,
             next_ref: 1,
             pending: Vec::new(),
             scratch: vec![0; 1 << 16],
@@ -306,6 +318,20 @@ impl LaneApp {
     /// The node's host.
     pub fn host(&self) -> &str {
         &self.host
+    }
+
+    /// The doorbell the node rings after each delivery to the inbox (readable while rings are
+    /// unread), if it gave one: poll it beside your sockets, and [`LaneApp::clear_doorbell`]
+    /// before reading the inbox.
+    pub fn doorbell(&self) -> Option<BorrowedFd<'_>> {
+        self.doorbell.as_ref().map(AsFd::as_fd)
+    }
+
+    /// Reads the rings waiting on the doorbell: deliveries after this ring it again.
+    pub fn clear_doorbell(&self) {
+        if let Some(b) = &self.doorbell {
+            b.clear();
+        }
     }
 
     fn send(&mut self, message: &AppToNode) -> Result<(), AppError> {

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use kairos_io::af_packet::{AfPacketError, AfPacketSocket};
 use kairos_ring::bridge::{Consumer, Mapped, Producer};
+use kairos_sys::bell::Bell;
 use kairos_sys::clock::realtime_ns;
 use kairos_sys::net::MmsgBatch;
 use kairos_sys::shm::SharedRegion;
@@ -184,6 +185,8 @@ pub enum LaneCommand {
         app: u64,
         /// Its inbox.
         inbox: InboxProducer,
+        /// Its doorbell, rung after each receive pass that delivered to the inbox.
+        bell: Option<Bell>,
     },
     /// An application listens to the tunnels named `name`.
     Listen {
@@ -300,7 +303,9 @@ pub struct LaneLoop {
     batch: MmsgBatch,
     tunnels: NodeTunnels,
     outboxes: HashMap<TunnelId, Outbox>,
-    inboxes: HashMap<u64, InboxProducer>,
+    inboxes: HashMap<u64, (InboxProducer, Option<Bell>)>,
+    /// The applications delivered to in this receive pass, whose doorbells ring at its end.
+    delivered_to: Vec<u64>,
     /// Tunnel name -> the applications listening to it.
     listeners: HashMap<String, Vec<u64>>,
     /// Receiving tunnel -> its name.
@@ -346,6 +351,7 @@ impl LaneLoop {
             tunnels: NodeTunnels::new(host, report_every.as_nanos().min(u64::MAX as u128) as u64),
             outboxes: HashMap::new(),
             inboxes: HashMap::new(),
+            delivered_to: Vec::new(),
             listeners: HashMap::new(),
             names: HashMap::new(),
             commands,
@@ -433,8 +439,8 @@ impl LaneLoop {
                     self.outboxes
                         .insert(tunnel_id, Outbox { outbox, destinations, seq: 0, carry: Carry::new(0) });
                 }
-                LaneCommand::Inbox { app, inbox } => {
-                    self.inboxes.insert(app, inbox);
+                LaneCommand::Inbox { app, inbox, bell } => {
+                    self.inboxes.insert(app, (inbox, bell));
                 }
                 LaneCommand::Listen { app, name } => {
                     let apps = self.listeners.entry(name).or_default();
@@ -521,15 +527,18 @@ impl LaneLoop {
         let mut stamps = [0u64; RX_BURST];
         loop {
             let got = self.socket.receive(&mut self.batch, &mut self.rx, &mut lengths, &mut stamps);
-            if got == 0 {
-                return;
-            }
             self.counts.packets_received += got as u64;
             for i in 0..got {
                 self.deliver(i, lengths[i], stamps[i]);
             }
             if got < RX_BURST {
-                return;
+                break;
+            }
+        }
+        // One ring an application a pass, after everything of the pass is in its inbox.
+        for app in self.delivered_to.drain(..) {
+            if let Some((_, Some(bell))) = self.inboxes.get(&app) {
+                bell.ring();
             }
         }
     }
@@ -553,9 +562,14 @@ impl LaneLoop {
         for m in packet.messages() {
             let Ok(n) = m.copy_to(&mut self.message[INBOX_HEADER_BYTES..]) else { continue };
             for app in apps {
-                let Some(inbox) = self.inboxes.get_mut(app) else { continue };
+                let Some((inbox, _)) = self.inboxes.get_mut(app) else { continue };
                 match inbox.try_send(&self.message[..INBOX_HEADER_BYTES + n], rx_ns) {
-                    Ok(()) => self.counts.messages_delivered += 1,
+                    Ok(()) => {
+                        self.counts.messages_delivered += 1;
+                        if !self.delivered_to.contains(app) {
+                            self.delivered_to.push(*app);
+                        }
+                    }
                     Err(_) => self.counts.inbox_refused += 1,
                 }
             }

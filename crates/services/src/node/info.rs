@@ -113,12 +113,14 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
         if let Some(l) = &f.lane {
             let _ = write!(
                 out,
-                "lane_packets_out:{}\r\nlane_fragments_out:{}\r\nlane_fragments_in:{}\r\nlane_not_ours:{}\r\nlane_queue_dropped:{}\r\nlane_beats_replaced:{}\r\nlane_outbox_refused:{}\r\nlane_malformed:{}\r\nlane_grant_changes:{}\r\nlane_tunnels_lost:{}\r\nlane_timed_messages:{}\r\nlane_mean_release_wait_us:{:.1}\r\nlane_mean_wire_us:{:.1}\r\nlane_mean_inbox_wait_us:{:.1}\r\n",
+                "lane_packets_out:{}\r\nlane_fragments_out:{}\r\nlane_fragments_in:{}\r\nlane_not_ours:{}\r\nlane_queue_dropped:{}\r\nlane_too_large:{}\r\nlane_node_errors:{}\r\nlane_beats_replaced:{}\r\nlane_outbox_refused:{}\r\nlane_malformed:{}\r\nlane_grant_changes:{}\r\nlane_tunnels_lost:{}\r\nlane_timed_messages:{}\r\nlane_mean_release_wait_us:{:.1}\r\nlane_mean_wire_us:{:.1}\r\nlane_mean_inbox_wait_us:{:.1}\r\n",
                 l.packets_out,
                 l.fragments_out,
                 l.fragments_in,
                 l.not_ours,
                 l.queue_dropped,
+                l.too_large,
+                l.node_errors,
                 l.beats_replaced,
                 l.outbox_refused,
                 l.malformed,

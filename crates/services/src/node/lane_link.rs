@@ -1,6 +1,7 @@
 //! A member's Raft messages and heartbeats on the express lane: the member is an application
 //! of its host's lane node ([`kairos_lane::node::app::LaneApp`]) with a tunnel of its own to
-//! every other member's host (`kv-lane`), and it listens to everyone else's.
+//! every other member's host (`kv-lane-` and a mark of the cluster's membership), and it
+//! listens to the other members' tunnels of that name.
 //!
 //! One tunnel, released once a detector period: each release carries this member's newest
 //! heartbeat to each other member (each with the commit index its receiver may take, so the
@@ -14,7 +15,10 @@
 //!
 //! A tunnel reaches every other member, so each message starts with its kind and the member it
 //! is for; the others drop it. Sending is no system call (an outbox bridge), nor is receiving
-//! (the inbox bridge), and a heartbeat's time is the kernel's receive stamp of its packet.
+//! (the inbox bridge): the node rings the inbox's doorbell (a named pipe the member polls
+//! beside its clients) after each receive pass that delivered to it, so a sleeping member wakes
+//! when a message lands rather than on a timer. A heartbeat's time is the kernel's receive
+//! stamp of its packet.
 //!
 //! Pacing: the node sends one packet a release and carries at most one more; what an
 //! application hands beyond that is excess, dropped, and reported to the controller, which
@@ -41,7 +45,7 @@ use kairos_lane::service::wire::TunnelSpec;
 
 use crate::replica::frame;
 
-/// The tunnels' name.
+/// What every member's tunnel name starts with; [`tunnel_name`] adds the cluster's mark.
 pub const LANE_TUNNEL: &str = "kv-lane";
 /// The most Raft bytes waiting for the tunnel before the oldest are dropped.
 pub const MAX_QUEUED_BYTES: usize = 8 << 20;
@@ -57,6 +61,8 @@ pub const MAX_PACKET_BYTES: u64 = 1_472;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the node's events (a changed or ended grant) are looked for, ns.
 const EVENTS_EVERY_NS: u64 = 10_000_000;
+/// How long a request for a lost tunnel may wait for the node's answer.
+const RETRY_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// What the link asks of the lane.
 #[derive(Debug, Clone)]
@@ -115,8 +121,12 @@ pub struct LaneLinkStats {
     pub fragments_in: u64,
     /// Messages for other members, dropped on arrival.
     pub not_ours: u64,
-    /// Raft messages dropped whole because the queue was full.
+    /// Raft messages dropped whole because the queue was full (or no longer fit the grant).
     pub queue_dropped: u64,
+    /// Raft messages too large to send (see [`LaneLink::note_too_large`]).
+    pub too_large: u64,
+    /// Errors of the node's control socket, and requests for a lost tunnel that failed.
+    pub node_errors: u64,
     /// Heartbeats replaced by a newer one before a release took them.
     pub beats_replaced: u64,
     /// Messages the outbox refused (never expected: only an empty outbox is given any).
@@ -183,6 +193,7 @@ impl Packing {
     }
 
     /// The longest message a packet holds in either schema.
+    #[cfg(test)]
     fn max_message(self) -> usize {
         Schema::ALL.iter().map(|s| s.max_message_bytes(self.packet_bytes)).min().unwrap_or(0)
     }
@@ -209,9 +220,19 @@ impl Packing {
             .unwrap_or(MAX_PACKET_BYTES)
     }
 
-    /// The encoded message's bytes one fragment carries.
-    fn fragment_bytes(self) -> usize {
-        self.max_message().saturating_sub(LANE_HEADER_BYTES + frame::HEADER_BYTES)
+    /// The encoded message's bytes one fragment carries, so that it shares a packet with a
+    /// heartbeat for each of `others` members, in either schema (0: none fits).
+    fn fragment_bytes(self, others: usize) -> usize {
+        let beat = LANE_HEADER_BYTES + crate::fd::wire::MAX_HEARTBEAT_BYTES;
+        let message = Schema::ALL
+            .iter()
+            .map(|&s| {
+                let left = s.max_chunks(self.packet_bytes).saturating_sub(others * Self::chunks(s, beat));
+                left * s.message_bytes_per_chunk()
+            })
+            .min()
+            .unwrap_or(0);
+        message.saturating_sub(LANE_HEADER_BYTES + frame::HEADER_BYTES)
     }
 }
 
@@ -223,8 +244,9 @@ pub struct LaneLink {
     spec: TunnelSpec,
     packing: Packing,
     period_ns: u64,
-    /// Lane messages (header and fragment) waiting for the tunnel, oldest first.
-    queue: VecDeque<Vec<u8>>,
+    /// Lane messages (header and fragment) waiting for the tunnel, oldest first, each with the
+    /// number of the Raft message it is a fragment of.
+    queue: VecDeque<(u64, Vec<u8>)>,
     queued_bytes: usize,
     /// The newest heartbeat for each member not yet handed to the node.
     beats: BTreeMap<u64, Vec<u8>>,
@@ -234,6 +256,10 @@ pub struct LaneLink {
     next_events_ns: u64,
     /// Whether the tunnel is to be asked for again (the controller ended it).
     lost: bool,
+    /// A changed grant and when it takes effect, wall-clock ns.
+    pending_grant: Option<(kairos_lane::service::wire::Grant, u64)>,
+    /// When a lost tunnel may next be asked for, wall-clock ns.
+    next_request_ns: u64,
     /// A fragment's share of the encoded message, so a fragment and its headers fill a packet.
     fragment_bytes: usize,
     buf: Vec<u8>,
@@ -244,7 +270,12 @@ impl LaneLink {
     /// Joins the node as application `kv-ID`, asks for the tunnel to `others` (the other
     /// members' lane hosts) and listens to everyone's. Blocks until the node answers (a few
     /// milliseconds; at most 5 s).
-    pub fn join(me: u64, others: &[String], config: &LaneLinkConfig) -> Result<Self, LaneLinkError> {
+    pub fn join(
+        me: u64,
+        name: &str,
+        others: &[String],
+        config: &LaneLinkConfig,
+    ) -> Result<Self, LaneLinkError> {
         config.check(others.len() + 1).map_err(LaneLinkError::Config)?;
         if others.is_empty() {
             return Err(LaneLinkError::Config("a member alone needs no lane: give it peers".into()));
@@ -259,9 +290,9 @@ impl LaneLink {
                 app.host()
             )));
         }
-        app.listen(LANE_TUNNEL).map_err(app_err)?;
+        app.listen(name).map_err(app_err)?;
         let spec = TunnelSpec {
-            name: LANE_TUNNEL.into(),
+            name: name.into(),
             receivers: others.to_vec(),
             packet_bytes: config.packet_bytes,
             period_ps: config.period.as_nanos() as u64 * 1_000,
@@ -279,28 +310,30 @@ impl LaneLink {
             queued_bytes: 0,
             beats: BTreeMap::new(),
             next_events_ns: 0,
+            pending_grant: None,
+            next_request_ns: 0,
             lost: false,
             fragment_bytes: 0,
             buf: vec![0; 1 << 16],
             stats: LaneLinkStats::default(),
         };
-        link.follow_grant().map_err(LaneLinkError::Config)?;
+        link.follow_grant();
+        if link.fragment_bytes == 0 {
+            return Err(LaneLinkError::Config(format!(
+                "the lane granted packets of {} bytes: too small for the heartbeats and a fragment",
+                link.tunnel.grant.packet_bytes
+            )));
+        }
         Ok(link)
     }
 
-    /// Takes the tunnel's grant as it stands.
-    fn follow_grant(&mut self) -> Result<(), String> {
+    /// Takes the tunnel's grant as it stands: a fragment is cut to what a packet holds beside
+    /// a heartbeat for every other member.
+    fn follow_grant(&mut self) {
         let g = self.tunnel.grant;
         self.packing = Packing { packet_bytes: g.packet_bytes as usize };
-        self.fragment_bytes = self.packing.fragment_bytes();
+        self.fragment_bytes = self.packing.fragment_bytes(self.spec.receivers.len());
         self.period_ns = g.period_ps.div_ceil(1_000).max(1);
-        if g.packet_bytes < Packing::least_packet_bytes(self.spec.receivers.len() + 1) {
-            return Err(format!(
-                "the lane granted packets of {} bytes, too small for the heartbeats",
-                g.packet_bytes
-            ));
-        }
-        Ok(())
     }
 
     /// The encoded message's bytes one fragment carries.
@@ -341,16 +374,33 @@ impl LaneLink {
         m
     }
 
-    /// Queues one of Raft's fragments for member `to`; [`LaneLink::flush`] hands it on.
-    pub fn queue_raft(&mut self, to: u64, fragment: &[u8]) {
+    /// Queues one of Raft's fragments, of message `number`, for member `to`;
+    /// [`LaneLink::flush`] hands it on.
+    pub fn queue_raft(&mut self, number: u64, to: u64, fragment: &[u8]) {
         let m = Self::framed(KIND_RAFT, to, fragment);
         self.queued_bytes += m.len();
-        self.queue.push_back(m);
+        self.queue.push_back((number, m));
         while self.queued_bytes > MAX_QUEUED_BYTES {
-            let Some(old) = self.queue.pop_front() else { break };
-            self.queued_bytes -= old.len();
-            self.stats.queue_dropped += 1;
+            self.drop_front_message();
         }
+    }
+
+    /// Drops the oldest Raft message's fragments that wait (the rest of a message whose first
+    /// fragments went could never be put back together).
+    fn drop_front_message(&mut self) {
+        let Some(&(number, _)) = self.queue.front() else { return };
+        while self.queue.front().is_some_and(|(n, _)| *n == number) {
+            if let Some((_, m)) = self.queue.pop_front() {
+                self.queued_bytes -= m.len();
+            }
+        }
+        self.stats.queue_dropped += 1;
+    }
+
+    /// Counts a Raft message too large to cut into fragments (more than
+    /// [`frame::MAX_FRAGMENTS`] of them, or [`frame::MAX_MESSAGE_BYTES`]): not sent.
+    pub fn note_too_large(&mut self) {
+        self.stats.too_large += 1;
     }
 
     /// Keeps a detector datagram for member `to` for the next packet, in place of an older one.
@@ -362,41 +412,54 @@ impl LaneLink {
     }
 
     /// Hands the outbox the next packet's worth, if the node has taken everything handed
-    /// before (`now_ns` wall-clock); follows the node's events now and then.
-    pub fn flush(&mut self, now_ns: u64) -> Result<(), AppError> {
+    /// before (`now_ns` wall-clock); follows the node's events now and then. Never fails: the
+    /// node's errors are counted, and a lost tunnel is asked for again later.
+    pub fn flush(&mut self, now_ns: u64) {
         if now_ns >= self.next_events_ns {
             self.next_events_ns = now_ns + EVENTS_EVERY_NS;
-            self.events()?;
+            self.events(now_ns);
+        }
+        if let Some((grant, at)) = self.pending_grant
+            && now_ns >= at
+        {
+            self.pending_grant = None;
+            self.tunnel.grant = grant;
+            self.follow_grant();
         }
         if self.queue.is_empty() && self.beats.is_empty() {
-            return Ok(());
+            return;
         }
         if self.lost || now_ns < self.tunnel.send_from_ns || self.tunnel.queued() > 0 {
             // A quarter period: the release is seen at most that late.
             self.next_look_ns = now_ns.max(self.tunnel.send_from_ns) + self.period_ns / 4;
-            return Ok(());
+            return;
+        }
+        // A fragment cut for a larger grant than now holds would block the queue for good.
+        while let Some((_, m)) = self.queue.front()
+            && !self.packing.fits([m.len()].into_iter())
+        {
+            self.drop_front_message();
         }
         let beats: Vec<Vec<u8>> = std::mem::take(&mut self.beats).into_values().collect();
         let mut n = 0;
         while n < self.queue.len()
             && self
                 .packing
-                .fits(beats.iter().map(Vec::len).chain(self.queue.iter().take(n + 1).map(Vec::len)))
+                .fits(beats.iter().map(Vec::len).chain(self.queue.iter().take(n + 1).map(|(_, m)| m.len())))
         {
             n += 1;
         }
-        for m in beats.iter().chain(self.queue.iter().take(n)) {
+        for m in beats.iter().chain(self.queue.iter().take(n).map(|(_, m)| m)) {
             if self.tunnel.send(m, now_ns).is_err() {
                 self.stats.outbox_refused += 1;
             }
         }
-        for m in self.queue.drain(..n) {
+        for (_, m) in self.queue.drain(..n) {
             self.queued_bytes -= m.len();
         }
         self.stats.fragments_out += n as u64;
         self.stats.packets_out += 1;
         self.next_look_ns = now_ns + self.period_ns / 4;
-        Ok(())
     }
 
     /// When [`LaneLink::flush`] should look again (wall-clock ns), if anything waits.
@@ -404,37 +467,58 @@ impl LaneLink {
         (!self.queue.is_empty() || !self.beats.is_empty()).then_some(self.next_look_ns)
     }
 
-    /// A changed grant is followed; an ended tunnel is asked for again (at most once per
-    /// events look: the node answers within milliseconds).
-    fn events(&mut self) -> Result<(), AppError> {
-        for event in self.app.events(Duration::ZERO)? {
-            match event {
-                NodeToApp::Changed { tunnel_id, grant, .. } if tunnel_id == self.tunnel.id => {
-                    // The node applies it at its effective time; packing for the smaller of
-                    // the two until then is not worth the bookkeeping: a fragment that no
-                    // longer fits is dropped as excess once, and Raft sends it again.
-                    self.tunnel.grant = grant;
-                    self.stats.grant_changes += 1;
-                    let _ = self.follow_grant();
+    /// A changed grant is followed from its effective time (packing for the smaller of the two
+    /// until then); an ended tunnel is asked for again, at most once a second and waiting at
+    /// most [`RETRY_TIMEOUT`] for the answer (the loop's one blocking call, and a rare one).
+    fn events(&mut self, now_ns: u64) {
+        match self.app.events(Duration::ZERO) {
+            Ok(events) => {
+                for event in events {
+                    match event {
+                        NodeToApp::Changed { tunnel_id, grant, effective_at_ns, .. }
+                            if tunnel_id == self.tunnel.id =>
+                        {
+                            self.stats.grant_changes += 1;
+                            let old = self.tunnel.grant;
+                            self.pending_grant = Some((grant, effective_at_ns));
+                            // Until then, packets as small as the smaller of the two.
+                            self.tunnel.grant.packet_bytes = old.packet_bytes.min(grant.packet_bytes);
+                            self.follow_grant();
+                            self.tunnel.grant = old;
+                        }
+                        NodeToApp::Ended { tunnel_id, .. } if tunnel_id == self.tunnel.id => {
+                            self.lost = true;
+                            self.pending_grant = None;
+                            self.stats.tunnels_lost += 1;
+                        }
+                        _ => {}
+                    }
                 }
-                NodeToApp::Ended { tunnel_id, .. } if tunnel_id == self.tunnel.id => {
-                    self.lost = true;
-                    self.stats.tunnels_lost += 1;
+            }
+            Err(_) => self.stats.node_errors += 1,
+        }
+        if self.lost && now_ns >= self.next_request_ns {
+            self.next_request_ns = now_ns + 1_000_000_000;
+            match self.app.request(self.spec.clone(), RETRY_TIMEOUT) {
+                Ok(tunnel) => {
+                    self.tunnel = tunnel;
+                    self.lost = false;
+                    self.follow_grant();
                 }
-                _ => {}
+                Err(_) => self.stats.node_errors += 1,
             }
         }
-        if self.lost {
-            let tunnel = self.app.request(self.spec.clone(), REQUEST_TIMEOUT)?;
-            self.tunnel = tunnel;
-            self.lost = false;
-            let _ = self.follow_grant();
-        }
-        Ok(())
+    }
+
+    /// The node's doorbell for the inbox, to poll beside the member's sockets.
+    pub fn doorbell(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.app.doorbell()
     }
 
     /// Every message waiting in the inbox for this member, in arrival order.
     pub fn receive(&mut self, me: u64, mut on: impl FnMut(Incoming<'_>)) -> Result<(), AppError> {
+        // Before the look: a delivery after it rings again.
+        self.app.clear_doorbell();
         let mut read_ns = 0;
         while let Some(d) = self.app.recv(&mut self.buf)? {
             let Some(LaneMessage { kind, to, handed_ns: handed, payload }) =
@@ -470,6 +554,20 @@ impl LaneLink {
     }
 }
 
+/// The tunnels' name for a cluster of `peers`: [`LANE_TUNNEL`] and a mark of the membership
+/// (FNV-1a of `id=host` in order), so two clusters on one lane never read each other's
+/// messages (a member reads the tunnels of its own name only).
+pub fn tunnel_name<'a>(peers: impl IntoIterator<Item = (&'a u64, &'a super::PeerAddr)>) -> String {
+    let mut hash: u32 = 0x811c_9dc5;
+    for (id, addr) in peers {
+        for b in format!("{id}={addr};").bytes() {
+            hash ^= u32::from(b);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+    }
+    format!("{LANE_TUNNEL}-{hash:08x}")
+}
+
 /// The other members' lane hosts, or why the peers do not make a lane cluster.
 pub fn other_hosts<'a>(
     me: u64,
@@ -501,7 +599,13 @@ mod tests {
         // 40 one-chunk messages fit HD-8 exactly; a 41st does not, though HD-6 takes 55.
         assert!(p.fits(std::iter::repeat_n(20, 40)));
         assert!(!p.fits(std::iter::repeat_n(20, 41)));
-        assert_eq!(p.fragment_bytes(), 1_210 - LANE_HEADER_BYTES - frame::HEADER_BYTES);
+        // With no heartbeats beside it, a fragment fills the packet; with two, it fits beside
+        // two of the largest heartbeats in both schemas.
+        assert_eq!(p.fragment_bytes(0), 1_210 - LANE_HEADER_BYTES - frame::HEADER_BYTES);
+        let beat = LANE_HEADER_BYTES + crate::fd::wire::MAX_HEARTBEAT_BYTES;
+        let fragment = LANE_HEADER_BYTES + frame::HEADER_BYTES + p.fragment_bytes(2);
+        assert!(p.fits([beat, beat, fragment].into_iter()));
+        assert!(!p.fits([beat, beat, fragment + 31].into_iter()));
         // The least packet holds the heartbeats and a fragment, and more members need more.
         let least = Packing::least_packet_bytes(3);
         let q = Packing { packet_bytes: least as usize };
@@ -531,6 +635,11 @@ mod tests {
             [(1, lane("h0")), (2, PeerAddr::Udp("127.0.0.1:1".parse().unwrap()))].into();
         assert!(other_hosts(1, &mixed).unwrap_err().contains("on the lane or off it"));
         let shared: BTreeMap<u64, PeerAddr> = [(1, lane("h0")), (2, lane("h0"))].into();
+        // Every member of a cluster names its tunnels alike; another cluster, otherwise.
+        let other: BTreeMap<u64, PeerAddr> = [(1, lane("h3")), (2, lane("h1")), (3, lane("h2"))].into();
+        assert_eq!(tunnel_name(&peers), tunnel_name(&peers.clone()));
+        assert_ne!(tunnel_name(&peers), tunnel_name(&other));
+        assert!(tunnel_name(&peers).starts_with("kv-lane-"));
         assert!(other_hosts(1, &shared).unwrap_err().contains("both on lane host h0"));
     }
 

@@ -14,8 +14,9 @@
 //! suspected rather than after Raft's timeout.
 //!
 //! Or the member runs on the express lane ([`lane_link`]): its peers are lane hosts, and its
-//! Raft messages and heartbeats go through its host's lane node on tunnels of its own, read
-//! from the node's inbox each pass (no socket; the loop wakes at least every `lane_poll`).
+//! Raft messages and heartbeats go through its host's lane node on a tunnel of its own, read
+//! from the node's inbox each pass (no socket: the node's doorbell wakes the loop, and the loop
+//! looks at least every `LaneConfig::poll` in case none was given).
 //!
 //! Contract: every answer to a write follows the write's commit by a majority and its apply
 //! here; answers on a connection come in request order; a client's id is unique across this
@@ -320,8 +321,9 @@ impl Node {
                 let others = lane_link::other_hosts(config.id, &config.peers).map_err(NodeError::Config)?;
                 let mut link = lc.link.clone();
                 link.period = config.detector.map_or(config.period, |d| Duration::from_nanos(d.period_ns));
-                let joined =
-                    LaneLink::join(config.id, &others, &link).map_err(|e| NodeError::Lane(Box::new(e)))?;
+                let name = lane_link::tunnel_name(&config.peers);
+                let joined = LaneLink::join(config.id, &name, &others, &link)
+                    .map_err(|e| NodeError::Lane(Box::new(e)))?;
                 if Some(joined.host()) != own.lane_host() {
                     return Err(NodeError::Config(format!(
                         "member {} is on lane host {own}, but the node in {} is on {}",
@@ -520,8 +522,10 @@ impl Node {
     fn wait(&mut self, timeout: Duration) -> io::Result<(bool, bool, Vec<u64>)> {
         let clients: Vec<u64> =
             self.conns.iter().filter(|(_, c)| c.wants_input()).map(|(id, _)| *id).collect();
-        // On the lane there is no Raft socket: the inbox is looked at every pass.
+        // On the lane there is no Raft socket: the node's doorbell wakes the loop, and the inbox
+        // is looked at every pass.
         let mut fds: Vec<BorrowedFd<'_>> = self.udp.iter().map(AsFd::as_fd).collect();
+        fds.extend(self.lane.as_ref().and_then(LaneLink::doorbell));
         let first = fds.len();
         fds.push(self.listener.as_fd());
         fds.extend(clients.iter().map(|id| self.conns[id].stream.as_fd()));
@@ -538,7 +542,7 @@ impl Node {
             .map(|(_, id)| *id)
             .collect();
         // A connection with answers still to write is served again whether or not it spoke.
-        let raft_ready = if first == 1 { set.is_readable(0) } else { self.lane.is_some() };
+        let raft_ready = self.lane.is_some() || (first == 1 && set.is_readable(0));
         Ok((raft_ready, set.is_readable(first), ready))
     }
 
@@ -965,9 +969,14 @@ impl Node {
             encode_message(&msg, &mut bytes);
             self.message_number += 1;
             if let Some(lane) = self.lane.as_mut() {
-                let parts = fragments_of(self.config.id, self.message_number, &bytes, lane.fragment_bytes());
-                for fragment in parts.unwrap_or_default() {
-                    lane.queue_raft(msg.to, &fragment);
+                let Some(parts) =
+                    fragments_of(self.config.id, self.message_number, &bytes, lane.fragment_bytes())
+                else {
+                    lane.note_too_large();
+                    continue;
+                };
+                for fragment in parts {
+                    lane.queue_raft(self.message_number, msg.to, &fragment);
                     self.stats.datagrams_out += 1;
                 }
                 continue;
@@ -981,7 +990,7 @@ impl Node {
             }
         }
         if let Some(lane) = self.lane.as_mut() {
-            lane.flush(realtime_ns()).map_err(io::Error::other)?;
+            lane.flush(realtime_ns());
         }
         // Answers can release held requests, whose answers (stale reads) can come at once.
         loop {

@@ -6,7 +6,7 @@
 //! [`FRAGMENT_BYTES`] of the encoded message. A sender sends a message's fragments one after
 //! another, so a receiver keeps at most one message in assembly per sender: a fragment of a
 //! newer message drops the older one, whose loss Raft recovers from as from any lost
-//! message. Memory: at most [`MAX_FRAGMENTS`] fragments per sender in assembly.
+//! message. Memory: at most [`MAX_MESSAGE_BYTES`] per sender in assembly.
 
 use std::collections::BTreeMap;
 
@@ -14,8 +14,11 @@ use crate::codec::DecodeError;
 
 /// Payload bytes per datagram (fits a 64 KiB datagram with room to spare).
 pub const FRAGMENT_BYTES: usize = 60_000;
-/// Most fragments of one message (a 60 MB snapshot).
-pub const MAX_FRAGMENTS: usize = 1_000;
+/// Most fragments of one message (the header's count is 16 bits).
+pub const MAX_FRAGMENTS: usize = u16::MAX as usize;
+/// The largest message, bytes (a 60 MB snapshot): larger ones are not sent, and an assembly
+/// that grows past it is dropped.
+pub const MAX_MESSAGE_BYTES: usize = 60_000_000;
 const MAGIC: [u8; 2] = *b"KR";
 const VERSION: u8 = 1;
 /// A fragment's bytes before the message's own.
@@ -30,7 +33,7 @@ pub fn fragments(from: u64, number: u64, message: &[u8]) -> Option<Vec<Vec<u8>>>
 /// tunnel's packet holds far less than a datagram); `None` when that takes more than
 /// [`MAX_FRAGMENTS`], or `fragment_bytes` is 0.
 pub fn fragments_of(from: u64, number: u64, message: &[u8], fragment_bytes: usize) -> Option<Vec<Vec<u8>>> {
-    if fragment_bytes == 0 {
+    if fragment_bytes == 0 || message.len() > MAX_MESSAGE_BYTES {
         return None;
     }
     let count = message.len().div_ceil(fragment_bytes).max(1);
@@ -59,6 +62,7 @@ struct Assembly {
     number: u64,
     count: usize,
     parts: BTreeMap<usize, Vec<u8>>,
+    bytes: usize,
 }
 
 /// Puts fragments back together, per sender.
@@ -104,9 +108,16 @@ impl Reassembler {
         }
         let assembly = self.senders.entry(from).or_default();
         if assembly.number != number || assembly.count != count {
-            *assembly = Assembly { number, count, parts: BTreeMap::new() };
+            *assembly = Assembly { number, count, parts: BTreeMap::new(), bytes: 0 };
         }
-        assembly.parts.insert(index, chunk.to_vec());
+        assembly.bytes += chunk.len();
+        if let Some(old) = assembly.parts.insert(index, chunk.to_vec()) {
+            assembly.bytes -= old.len();
+        }
+        if assembly.bytes > MAX_MESSAGE_BYTES {
+            self.senders.remove(&from);
+            return Err(DecodeError::Invalid { field: "message length", value: MAX_MESSAGE_BYTES as u64 });
+        }
         if assembly.parts.len() < count {
             return Ok(None);
         }
@@ -140,7 +151,8 @@ mod tests {
         let small = fragments(1, 2, b"hi").unwrap();
         assert_eq!(r.push(&small[0]).unwrap(), Some((1, b"hi".to_vec())));
         assert_eq!(r.push(&first[1]).unwrap(), None, "the first message's other half waits alone");
-        assert!(fragments(1, 3, &vec![0; FRAGMENT_BYTES * MAX_FRAGMENTS + 1]).is_none());
+        assert!(fragments(1, 3, &vec![0; MAX_MESSAGE_BYTES + 1]).is_none());
+        assert!(fragments_of(1, 3, &vec![0; MAX_FRAGMENTS + 1], 1).is_none());
         assert_eq!(fragments(1, 4, b"").unwrap().len(), 1);
         let small = fragments_of(1, 5, &[9u8; 25], 10).unwrap();
         assert_eq!(small.iter().map(|f| f.len() - HEADER_BYTES).collect::<Vec<_>>(), [10, 10, 5]);
