@@ -20,6 +20,16 @@ use std::path::Path;
 #[derive(Debug)]
 pub struct Bell {
     file: File,
+    /// The pipe's path, removed on drop, when this end made it.
+    owned: Option<std::path::PathBuf>,
+}
+
+impl Drop for Bell {
+    fn drop(&mut self) {
+        if let Some(path) = &self.owned {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// Makes the named pipe at `path` (mode 0600).
@@ -36,16 +46,32 @@ pub fn create(path: &Path) -> io::Result<()> {
 }
 
 impl Bell {
+    /// Makes the pipe at `path` and returns its ringing end, which removes the pipe when
+    /// dropped (the listener's open end keeps working until it is closed).
+    pub fn create_ringer(path: &Path) -> io::Result<Self> {
+        create(path)?;
+        match Self::ringer(path) {
+            Ok(mut bell) => {
+                bell.owned = Some(path.to_path_buf());
+                Ok(bell)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                Err(e)
+            }
+        }
+    }
+
     /// The ringing end of the pipe at `path`.
     pub fn ringer(path: &Path) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open(path)?;
-        Ok(Self { file })
+        Ok(Self { file, owned: None })
     }
 
     /// The listening end of the pipe at `path`.
     pub fn listener(path: &Path) -> io::Result<Self> {
         let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path)?;
-        Ok(Self { file })
+        Ok(Self { file, owned: None })
     }
 
     /// Rings: one byte, or none when unread rings fill the pipe.
@@ -103,5 +129,11 @@ mod tests {
             ringer.ring();
         }
         assert!(listener.clear() >= 4_096, "a pipe holds at least a page");
+        // The end that made the pipe removes it when dropped.
+        let made = dir.path().join("made");
+        let owner = Bell::create_ringer(&made).unwrap();
+        assert!(made.exists());
+        drop(owner);
+        assert!(!made.exists());
     }
 }

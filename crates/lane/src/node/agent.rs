@@ -779,9 +779,7 @@ impl Control {
                 // The inbox's doorbell, beside it (removed with the node's bridges). Without
                 // one the application looks at its inbox on its own clock.
                 let bell_path = shm_path(&format!("{}{app}-{}-bell", self.bridge_prefix(), token.0)).ok();
-                let bell = bell_path.as_ref().and_then(|p| {
-                    kairos_sys::bell::create(p).and_then(|()| kairos_sys::bell::Bell::ringer(p)).ok()
-                });
+                let bell = bell_path.as_ref().and_then(|p| kairos_sys::bell::Bell::create_ringer(p).ok());
                 let doorbell = bell.as_ref().and(bell_path);
                 match inbox {
                     Ok((path, inbox)) => {
