@@ -199,10 +199,14 @@ impl Packing {
     }
 
     /// Whether messages of `lens` share one packet in either schema.
-    fn fits(self, lens: impl Iterator<Item = usize> + Clone) -> bool {
-        Schema::ALL.iter().all(|&s| {
-            lens.clone().map(|l| Self::chunks(s, l)).sum::<usize>() <= s.max_chunks(self.packet_bytes)
-        })
+    fn fits(self, lens: impl Iterator<Item = usize>) -> bool {
+        let mut room = self.room();
+        lens.into_iter().all(|len| room.take(len))
+    }
+
+    /// An empty packet's chunks, in each schema.
+    fn room(self) -> Room {
+        Room { left: Schema::ALL.map(|s| s.max_chunks(self.packet_bytes)) }
     }
 
     /// The smallest packet that holds a heartbeat for each of the other `members - 1` and a
@@ -233,6 +237,27 @@ impl Packing {
             .min()
             .unwrap_or(0);
         message.saturating_sub(LANE_HEADER_BYTES + frame::HEADER_BYTES)
+    }
+}
+
+/// The chunks a packet being filled has left, in each schema (as [`Schema::ALL`]).
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    left: [usize; Schema::ALL.len()],
+}
+
+impl Room {
+    /// Takes a message of `len` bytes if it fits in both schemas; whether it did (a message
+    /// that does not fit takes nothing).
+    fn take(&mut self, len: usize) -> bool {
+        let need = Schema::ALL.map(|s| Packing::chunks(s, len));
+        if need.iter().zip(&self.left).any(|(n, l)| n > l) {
+            return false;
+        }
+        for (l, n) in self.left.iter_mut().zip(need) {
+            *l -= n;
+        }
+        true
     }
 }
 
@@ -365,19 +390,19 @@ impl LaneLink {
         self.stats
     }
 
-    fn framed(kind: u8, to: u64, payload: &[u8]) -> Vec<u8> {
+    fn framed(kind: u8, to: u64, handed_ns: u64, payload: &[u8]) -> Vec<u8> {
         let mut m = Vec::with_capacity(LANE_HEADER_BYTES + payload.len());
         m.push(kind);
         m.extend_from_slice(&to.to_le_bytes());
-        m.extend_from_slice(&kairos_sys::clock::realtime_ns().to_le_bytes());
+        m.extend_from_slice(&handed_ns.to_le_bytes());
         m.extend_from_slice(payload);
         m
     }
 
-    /// Queues one of Raft's fragments, of message `number`, for member `to`;
-    /// [`LaneLink::flush`] hands it on.
-    pub fn queue_raft(&mut self, number: u64, to: u64, fragment: &[u8]) {
-        let m = Self::framed(KIND_RAFT, to, fragment);
+    /// Queues one of Raft's fragments, of message `number`, for member `to`, handed over at
+    /// `now_ns` (wall-clock); [`LaneLink::flush`] hands it on.
+    pub fn queue_raft(&mut self, number: u64, to: u64, fragment: &[u8], now_ns: u64) {
+        let m = Self::framed(KIND_RAFT, to, now_ns, fragment);
         self.queued_bytes += m.len();
         self.queue.push_back((number, m));
         while self.queued_bytes > MAX_QUEUED_BYTES {
@@ -403,9 +428,10 @@ impl LaneLink {
         self.stats.too_large += 1;
     }
 
-    /// Keeps a detector datagram for member `to` for the next packet, in place of an older one.
-    pub fn send_beat(&mut self, to: u64, datagram: &[u8]) {
-        let m = Self::framed(KIND_BEAT, to, datagram);
+    /// Keeps a detector datagram for member `to`, made at `now_ns` (wall-clock), for the next
+    /// packet, in place of an older one.
+    pub fn send_beat(&mut self, to: u64, datagram: &[u8], now_ns: u64) {
+        let m = Self::framed(KIND_BEAT, to, now_ns, datagram);
         if self.beats.insert(to, m).is_some() {
             self.stats.beats_replaced += 1;
         }
@@ -440,20 +466,18 @@ impl LaneLink {
         {
             self.drop_front_message();
         }
-        let beats: Vec<Vec<u8>> = std::mem::take(&mut self.beats).into_values().collect();
-        let mut n = 0;
-        while n < self.queue.len()
-            && self
-                .packing
-                .fits(beats.iter().map(Vec::len).chain(self.queue.iter().take(n + 1).map(|(_, m)| m.len())))
-        {
-            n += 1;
+        // The heartbeats, then the longest run of the queue that shares their packet.
+        let mut room = self.packing.room();
+        for m in self.beats.values() {
+            room.take(m.len());
         }
-        for m in beats.iter().chain(self.queue.iter().take(n).map(|(_, m)| m)) {
+        let n = self.queue.iter().take_while(|(_, m)| room.take(m.len())).count();
+        for m in self.beats.values().chain(self.queue.iter().take(n).map(|(_, m)| m)) {
             if self.tunnel.send(m, now_ns).is_err() {
                 self.stats.outbox_refused += 1;
             }
         }
+        self.beats.clear();
         for (_, m) in self.queue.drain(..n) {
             self.queued_bytes -= m.len();
         }
@@ -616,10 +640,9 @@ mod tests {
 
     #[test]
     fn a_framed_message_parses_back_and_short_ones_do_not() {
-        let m = LaneLink::framed(KIND_BEAT, 7, b"hello");
+        let m = LaneLink::framed(KIND_BEAT, 7, 42, b"hello");
         let p = parse_lane_message(&m).unwrap();
-        assert_eq!((p.kind, p.to, p.payload), (KIND_BEAT, 7, &b"hello"[..]));
-        assert!(p.handed_ns > 0);
+        assert_eq!((p.kind, p.to, p.handed_ns, p.payload), (KIND_BEAT, 7, 42, &b"hello"[..]));
         assert!(parse_lane_message(&m[..LANE_HEADER_BYTES]).unwrap().payload.is_empty());
         assert!(parse_lane_message(&m[..LANE_HEADER_BYTES - 1]).is_none());
         assert!(parse_lane_message(&[]).is_none());
@@ -637,7 +660,8 @@ mod tests {
         let shared: BTreeMap<u64, PeerAddr> = [(1, lane("h0")), (2, lane("h0"))].into();
         // Every member of a cluster names its tunnels alike; another cluster, otherwise.
         let other: BTreeMap<u64, PeerAddr> = [(1, lane("h3")), (2, lane("h1")), (3, lane("h2"))].into();
-        assert_eq!(tunnel_name(&peers), tunnel_name(&peers.clone()));
+        // Members built apart agree on it (FNV-1a of "1=lane:h0;2=lane:h1;3=lane:h2;").
+        assert_eq!(tunnel_name(&peers), "kv-lane-04ad0470");
         assert_ne!(tunnel_name(&peers), tunnel_name(&other));
         assert!(tunnel_name(&peers).starts_with("kv-lane-"));
         assert!(other_hosts(1, &shared).unwrap_err().contains("both on lane host h0"));

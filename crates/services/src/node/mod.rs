@@ -679,6 +679,8 @@ impl Node {
         watch.bump();
         let replica = &self.replica;
         let (udp, lane, peers, faults) = (&self.udp, &mut self.lane, &self.config.peers, &mut self.faults);
+        // One wall-clock read a round, for the lane's hand-over stamps.
+        let wall = if lane.is_some() { realtime_ns() } else { 0 };
         watch.send_due(
             now,
             peers.keys().copied(),
@@ -693,7 +695,7 @@ impl Node {
                     (Some(udp), _, Some(addr)) => {
                         let _ = udp.send_to(bytes, addr);
                     }
-                    (_, Some(lane), _) => lane.send_beat(peer, bytes),
+                    (_, Some(lane), _) => lane.send_beat(peer, bytes, wall),
                     _ => {}
                 }
             },
@@ -960,6 +962,8 @@ impl Node {
     fn drain(&mut self) -> io::Result<()> {
         self.membership_applied()?;
         let now = monotonic_ns();
+        // One wall-clock read a pass, for the lane's hand-over stamps.
+        let wall = if self.lane.is_some() { realtime_ns() } else { 0 };
         for msg in self.replica.take_messages() {
             let Some(addr) = self.config.peers.get(&msg.to) else { continue };
             if self.faults.drops(msg.to, now) {
@@ -976,7 +980,7 @@ impl Node {
                     continue;
                 };
                 for fragment in parts {
-                    lane.queue_raft(self.message_number, msg.to, &fragment);
+                    lane.queue_raft(self.message_number, msg.to, &fragment, wall);
                     self.stats.datagrams_out += 1;
                 }
                 continue;
