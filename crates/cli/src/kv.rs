@@ -87,6 +87,19 @@ struct RaftArgs {
     /// No failure detector: a lost leader is noticed by Raft's election timeout alone.
     #[arg(long)]
     no_fd: bool,
+    /// Who sends the detector's heartbeats: `leader` (the leader to each follower, which
+    /// watches only it: all a store needs to replace a lost leader) or `all` (every member to
+    /// every other, each watching all: three times the datagrams with three members).
+    #[arg(long, value_enum, default_value_t = FanoutArg::Leader)]
+    fd_fanout: FanoutArg,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FanoutArg {
+    /// The leader to its followers.
+    Leader,
+    /// Every member to every other.
+    All,
 }
 
 /// The lane's tunnel, for members on the lane (shared by serve and cluster). Its period is the
@@ -187,6 +200,9 @@ impl RaftArgs {
         }
         if self.no_fd {
             flags.push("--no-fd".into());
+        }
+        if let FanoutArg::All = self.fd_fanout {
+            flags.push("--fd-fanout=all".into());
         }
         flags.push(format!(
             "--batching={}",
@@ -338,6 +354,10 @@ fn serve(a: &ServeArgs) -> Result<i32> {
                 matches!(a.raft.fsync, Fsync::Always),
                 a.lane_node.is_some(),
             )) * 1_000,
+            fanout: match a.raft.fd_fanout {
+                FanoutArg::Leader => kairos_services::node::watch::Fanout::Leader,
+                FanoutArg::All => kairos_services::node::watch::Fanout::All,
+            },
         }),
         lane,
     };

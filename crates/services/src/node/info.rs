@@ -97,9 +97,10 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
             Some((config, stats, suspected)) => {
                 let _ = write!(
                     out,
-                    "fd_period_us:{}\r\nfd_lambda_us:{}\r\nfd_suspected:{}\r\nfd_heartbeats_in:{}\r\nfd_heartbeats_out:{}\r\nfd_suspicions:{}\r\nfd_leader_suspicions:{}\r\nfd_campaigns:{}\r\n",
+                    "fd_period_us:{}\r\nfd_lambda_us:{}\r\nfd_fanout:{}\r\nfd_suspected:{}\r\nfd_heartbeats_in:{}\r\nfd_heartbeats_out:{}\r\nfd_suspicions:{}\r\nfd_leader_suspicions:{}\r\nfd_campaigns:{}\r\n",
                     config.period_ns / 1_000,
                     config.lambda_ns / 1_000,
+                    config.fanout,
                     suspected.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(","),
                     stats.heartbeats_in,
                     stats.heartbeats_out,

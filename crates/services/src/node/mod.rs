@@ -263,6 +263,8 @@ pub struct Node {
     faults: Faults,
     /// The receive buffer for Raft's datagrams, made once.
     datagram: Vec<u8>,
+    /// The buffer clients' bytes are read through, made once.
+    client_input: Vec<u8>,
     /// The failure detector, when on.
     watch: Option<Watch>,
     /// The send buffer for heartbeats, made once.
@@ -422,6 +424,7 @@ impl Node {
             membership_waiting: Vec::new(),
             faults: Faults { rng: realtime_ns() | 1, ..Faults::default() },
             datagram: vec![0; 65_536],
+            client_input: vec![0; 64 * 1024],
             watch,
             heartbeat: Vec::with_capacity(crate::fd::wire::MAX_HEARTBEAT_BYTES),
         })
@@ -488,7 +491,8 @@ impl Node {
             // suspicion can start before its deadline), so a pass woken by a client or a Raft
             // message spends no system call on them.
             let woke = monotonic_ns();
-            if woke >= wake {
+            let beats_read = woke >= wake;
+            if beats_read {
                 self.receive_beats(woke)?;
             }
             if udp_ready {
@@ -512,6 +516,12 @@ impl Node {
                     self.stats.late_periods += 1;
                     next_tick = watch::next_multiple(now, period_ns);
                 }
+            }
+            // A pass woken before a deadline may end after it: the heartbeats that came
+            // meanwhile are read before the detector judges, or a follower would suspect a
+            // leader whose heartbeat sits unread in its socket.
+            if !beats_read && now >= wake {
+                self.receive_beats(now)?;
             }
             self.watch_pass(now)?;
             self.drain()?;
@@ -677,6 +687,7 @@ impl Node {
     fn watch_pass(&mut self, now: u64) -> io::Result<()> {
         let Some(watch) = self.watch.as_mut() else { return Ok(()) };
         watch.bump();
+        watch.follow(self.replica.leader(), now);
         let replica = &self.replica;
         let (udp, lane, peers, faults) = (&self.udp, &mut self.lane, &self.config.peers, &mut self.faults);
         // One wall-clock read a round, for the lane's hand-over stamps.
@@ -722,7 +733,7 @@ impl Node {
 
     fn serve(&mut self, client: u64) {
         let Some(conn) = self.conns.get_mut(&client) else { return };
-        conn.read();
+        conn.read(&mut self.client_input);
         while let Some(conn) = self.conns.get_mut(&client) {
             let Some(args) = conn.next_request() else { break };
             self.stats.commands += 1;

@@ -14,6 +14,16 @@
 //! without a fresh one) and the commit index to its replica ([`Replica::leader_commit`]), so
 //! followers learn commits without Raft messages of their own.
 //!
+//! # Policy: who sends heartbeats to whom ([`Fanout`])
+//!
+//! A store needs its detector for one verdict: whether the leader is gone. So by default only
+//! the leader sends (to each follower), and a follower watches only the leader it follows
+//! ([`Fanout::Leader`]): with three members, two datagrams a period instead of six, and no
+//! follower wakes to send. On a loopback each datagram costs its sender the receiver's packet
+//! work as well (about 6 us here), so all-to-all heartbeats took a third of a core from three
+//! idle members. [`Fanout::All`] keeps every member watching every other (what `kairos fd`
+//! measures), for INFO's view of the whole group.
+//!
 //! # Policy: who campaigns when the leader is suspected
 //!
 //! Every member that suspects the leader stops honouring its lease at once, so that it grants
@@ -46,6 +56,25 @@ pub fn default_lambda_us(synced: bool, on_lane: bool) -> u64 {
     if synced || on_lane { 2_000 } else { 200 }
 }
 
+/// Who sends heartbeats to whom; see the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fanout {
+    /// Every member to every other; each watches all.
+    All,
+    /// The leader to its followers; a follower watches its leader, the leader no one.
+    #[default]
+    Leader,
+}
+
+impl std::fmt::Display for Fanout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Fanout::All => "all",
+            Fanout::Leader => "leader",
+        })
+    }
+}
+
 /// The detector's settings in a member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WatchConfig {
@@ -54,6 +83,19 @@ pub struct WatchConfig {
     /// The threshold Lambda, ns: a member is suspected after `T + Lambda` without a fresh
     /// heartbeat.
     pub lambda_ns: u64,
+    /// Who sends heartbeats to whom.
+    pub fanout: Fanout,
+}
+
+/// Whom a member watches under [`Fanout::Leader`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// No leader known yet: no one watched, nothing sent.
+    Unknown,
+    /// Following this leader: watching it alone.
+    Following(u64),
+    /// Leading: sending to every follower, watching no one.
+    Leading,
 }
 
 /// Counters for INFO.
@@ -103,6 +145,8 @@ pub struct Watch {
     suspicion: Option<Suspicion>,
     events: Vec<Event>,
     stats: WatchStats,
+    /// Under [`Fanout::Leader`], whom this member watches now.
+    role: Role,
 }
 
 /// The first multiple of `period_ns` after `now_ns`.
@@ -121,10 +165,14 @@ impl Watch {
         incarnation: u64,
         now_ns: u64,
     ) -> Self {
+        let watched: Vec<u64> = match config.fanout {
+            Fanout::All => peers.into_iter().collect(),
+            Fanout::Leader => Vec::new(),
+        };
         Self {
             config,
             id,
-            detector: Self::detector(config, id, peers, now_ns),
+            detector: Self::detector(config, id, watched, now_ns),
             incarnation,
             seq: 0,
             counter: 0,
@@ -132,6 +180,7 @@ impl Watch {
             suspicion: None,
             events: Vec::new(),
             stats: WatchStats::default(),
+            role: Role::Unknown,
         }
     }
 
@@ -144,9 +193,41 @@ impl Watch {
         )
     }
 
-    /// The members changed: watch these from now on, each given a full timeout's grace.
+    /// The members changed: watch these from now on, each given a full timeout's grace
+    /// (under [`Fanout::Leader`], the leader again from the next [`Watch::follow`]).
     pub fn set_peers(&mut self, peers: impl IntoIterator<Item = u64>, now_ns: u64) {
-        self.detector = Self::detector(self.config, self.id, peers, now_ns);
+        match self.config.fanout {
+            Fanout::All => self.detector = Self::detector(self.config, self.id, peers, now_ns),
+            Fanout::Leader => {
+                self.role = Role::Unknown;
+                self.detector = Self::detector(self.config, self.id, [], now_ns);
+            }
+        }
+    }
+
+    /// The replica follows `leader` (0: none known, this member's id: it leads). Under
+    /// [`Fanout::Leader`] a new leader is watched from `now_ns` with a full timeout's grace, a
+    /// member that leads starts sending, and a member without a leader (a candidate) keeps
+    /// watching the one it had, so that leader's heartbeat still ends a false suspicion.
+    pub fn follow(&mut self, leader: u64, now_ns: u64) {
+        if self.config.fanout != Fanout::Leader || leader == 0 {
+            return;
+        }
+        let role = if leader == self.id { Role::Leading } else { Role::Following(leader) };
+        if role == self.role {
+            return;
+        }
+        self.role = role;
+        let watched = match role {
+            Role::Following(leader) => Some(leader),
+            Role::Leading | Role::Unknown => None,
+        };
+        self.detector = Self::detector(self.config, self.id, watched, now_ns);
+    }
+
+    /// Whether this member sends heartbeats now.
+    fn sends(&self) -> bool {
+        self.config.fanout == Fanout::All || self.role == Role::Leading
     }
 
     /// The settings.
@@ -171,7 +252,7 @@ impl Watch {
 
     /// When the loop must next wake for the detector: a heartbeat due, a deadline, a campaign.
     pub fn next_wake_ns(&self) -> u64 {
-        let mut at = self.next_send_ns;
+        let mut at = if self.sends() { self.next_send_ns } else { u64::MAX };
         if let Some(d) = self.detector.next_deadline_ns() {
             at = at.min(d);
         }
@@ -192,7 +273,7 @@ impl Watch {
         out: &mut Vec<u8>,
         mut send: impl FnMut(u64, &[u8]),
     ) {
-        if now_ns < self.next_send_ns {
+        if now_ns < self.next_send_ns || !self.sends() {
             return;
         }
         // The next round at the next multiple of the period: every member's rounds, and its
@@ -288,7 +369,7 @@ mod tests {
     const T: u64 = 100_000;
 
     fn watch(id: u64) -> Watch {
-        Watch::new(WatchConfig { period_ns: T, lambda_ns: 2 * T }, id, [1, 2, 3], 1, 0)
+        Watch::new(WatchConfig { period_ns: T, lambda_ns: 2 * T, fanout: Fanout::All }, id, [1, 2, 3], 1, 0)
     }
 
     fn heartbeat(member: u64, counter: u64) -> Heartbeat {
@@ -382,6 +463,55 @@ mod tests {
         two.heard(&heartbeat(3, 1), 0, 0);
         assert!(two.poll(5 * T, 1, || vec![1, 2, 3]).is_some(), "the same counter is no news");
         assert_eq!(two.suspected().collect::<Vec<_>>(), [1, 3]);
+    }
+
+    fn leader_watch(id: u64) -> Watch {
+        let config = WatchConfig { period_ns: T, lambda_ns: 2 * T, fanout: Fanout::Leader };
+        Watch::new(config, id, [1, 2, 3], 1, 0)
+    }
+
+    fn sent_at(w: &mut Watch, now: u64) -> Vec<u64> {
+        let mut sent = Vec::new();
+        w.send_due(now, [1, 2, 3], |_| None, &mut Vec::new(), |p, _| sent.push(p));
+        sent
+    }
+
+    #[test]
+    fn under_leader_fanout_only_the_leader_sends_and_a_follower_watches_only_its_leader() {
+        let mut w = leader_watch(2);
+        // No leader known: nothing sent, no one watched, no wake-up for either.
+        assert!(sent_at(&mut w, 0).is_empty());
+        assert_eq!(w.next_wake_ns(), u64::MAX);
+        w.heard(&heartbeat(1, 1), 0, 0);
+        assert_eq!(w.stats().heartbeats_in, 0, "no one watched yet");
+        // Following 1: still silent, and 1 alone is watched (3's silence is not news).
+        w.follow(1, T);
+        assert!(sent_at(&mut w, T).is_empty());
+        assert_eq!(w.next_wake_ns(), T + 3 * T, "the leader's deadline, a full timeout from now");
+        w.heard(&heartbeat(1, 2), 2 * T, 2 * T);
+        w.heard(&heartbeat(3, 1), 2 * T, 2 * T);
+        assert_eq!(w.stats().heartbeats_in, 1);
+        assert_eq!(w.poll(4 * T, 1, || vec![1, 2, 3]), None);
+        assert_eq!(w.suspected().count(), 0);
+        // Silent past T + Lambda: the leader, and only it, is suspected; 2 is first in line.
+        assert_eq!(w.poll(5 * T, 1, || vec![1, 2, 3]), Some(Act::Suspect { leader: 1, campaign: true }));
+        assert_eq!(w.suspected().collect::<Vec<_>>(), [1]);
+        // A candidate (no leader) keeps watching 1, whose heartbeat ends a false suspicion.
+        w.follow(0, 5 * T);
+        w.heard(&heartbeat(1, 3), 5 * T + 1, 5 * T + 1);
+        assert_eq!(w.suspected().count(), 0);
+        // Leading: heartbeats to both others every period, no one watched.
+        w.follow(2, 6 * T);
+        assert_eq!(sent_at(&mut w, 6 * T), [1, 3]);
+        assert_eq!(w.next_wake_ns(), 7 * T);
+        assert_eq!(sent_at(&mut w, 7 * T), [1, 3]);
+        assert_eq!(w.poll(100 * T, 2, || vec![1, 2, 3]), None);
+        assert_eq!(w.suspected().count(), 0);
+        // A follower again, of 3: watched from now, with its grace.
+        w.follow(3, 8 * T);
+        assert!(sent_at(&mut w, 8 * T).is_empty());
+        assert_eq!(w.poll(10 * T, 3, || vec![1, 2, 3]), None);
+        assert!(w.poll(11 * T, 3, || vec![1, 2, 3]).is_some());
     }
 
     #[test]

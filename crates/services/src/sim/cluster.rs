@@ -31,7 +31,7 @@ use rand::{Rng, SeedableRng};
 use super::network::Network;
 use crate::fd::wire::{Datagram, MAGIC, decode};
 use crate::kv::{ReadOp, Reply, SetCondition, WriteOp};
-use crate::node::watch::{Act, Watch, WatchConfig};
+use crate::node::watch::{Act, Fanout, Watch, WatchConfig};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{Broken, LogStore, MemDisk, ReadMode, Replica, ReplicaConfig, Sync, Ticket};
 
@@ -118,10 +118,14 @@ impl SimConfig {
             read_mode: ReadMode::ReadIndex,
             broken: None,
             compact_after_entries: 200,
-            // Three seeds in four run the detector; the rest keep Raft's timeout alone in the
-            // volume too.
-            detector: (!seed.is_multiple_of(4))
-                .then_some(WatchConfig { period_ns: 100_000, lambda_ns: 200_000 }),
+            // Three seeds in four run the detector (one of them with every member watching
+            // every other, two with the leader's heartbeats alone, the default); the rest keep
+            // Raft's timeout alone in the volume too.
+            detector: (!seed.is_multiple_of(4)).then_some(WatchConfig {
+                period_ns: 100_000,
+                lambda_ns: 200_000,
+                fanout: if seed % 4 == 1 { Fanout::All } else { Fanout::Leader },
+            }),
         }
     }
 }
@@ -471,6 +475,7 @@ impl Sim {
             return;
         };
         watch.bump();
+        watch.follow(replica.leader(), now_ns);
         let (network, rng, now_us) = (&mut self.network, &mut self.rng, self.now_us);
         let mut out = Vec::new();
         let peers = 1..=self.config.members as u64;
@@ -795,7 +800,8 @@ mod tests {
         for seed in 1..=6 {
             let mut config = SimConfig::new(seed);
             config.faults = vec![FaultKind::CrashLeader];
-            config.detector = Some(WatchConfig { period_ns: 100_000, lambda_ns: 200_000 });
+            config.detector =
+                Some(WatchConfig { period_ns: 100_000, lambda_ns: 200_000, fanout: Fanout::default() });
             let on = run(config.clone());
             config.detector = None;
             let off = run(config);
