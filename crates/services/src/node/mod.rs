@@ -711,6 +711,7 @@ impl Node {
                 }
             },
         );
+        watch.observe_term(self.replica.term());
         let replica = &self.replica;
         if let Some(Act::Suspect { leader, campaign }) =
             watch.poll(now, replica.leader(), || replica.voters())

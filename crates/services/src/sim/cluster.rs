@@ -487,6 +487,7 @@ impl Sim {
             |peer, bytes| network.send(rng, now_us, id, peer, bytes.to_vec()),
         );
         let leader = replica.leader();
+        watch.observe_term(replica.term());
         if let Some(Act::Suspect { leader, campaign }) = watch.poll(now_ns, leader, || replica.voters()) {
             replica.leader_suspected(leader, campaign).expect("memory disk cannot fail");
             self.drain(id);
