@@ -343,22 +343,24 @@ impl<D: Disk> LogStore<D> {
                 entries.iter().for_each(|e| encode_entry(e, out));
             });
         }
-        if let Some(hs) = hard_state {
+        // Only a snapshot, entries, or a new term or vote must be durable before the messages
+        // that promise them leave. A hard state that moves only the commit index is not
+        // written at all: Raft's commit index is volatile (a restarted member learns it again
+        // from the leader, and replays from its snapshot only what the disk says committed),
+        // and the next record with entries or a new term carries the newest along. That saves
+        // the leader a write between a write's commit and its answer, and each follower one
+        // for every heartbeat that moves its commit index.
+        let promises = snapshot.is_some()
+            || !entries.is_empty()
+            || hard_state
+                .is_some_and(|hs| hs.term != self.hard_state.term || hs.vote != self.hard_state.vote);
+        if let Some(hs) = hard_state.filter(|_| promises) {
             push_record(&mut record, |out| {
                 out.push(TAG_HARD_STATE);
                 encode_hard_state(hs, out);
             });
         }
-        // Only a snapshot, entries, or a new term or vote must be durable before the messages
-        // that promise them leave. A hard state that moves only the commit index needs no
-        // sync: a member that loses it learns the commit index again from the leader. So such
-        // a Ready is written without waiting for the disk, which halves the syncs per write.
-        let promises = snapshot.is_some()
-            || !entries.is_empty()
-            || hard_state
-                .is_some_and(|hs| hs.term != self.hard_state.term || hs.vote != self.hard_state.vote);
-        let sync = if promises { self.sync } else { Sync::Never };
-        let written = if record.is_empty() { Ok(()) } else { self.disk.append(&record, sync) };
+        let written = if record.is_empty() { Ok(()) } else { self.disk.append(&record, self.sync) };
         self.record = record;
         written?;
         if let Some(snap) = snapshot {
@@ -523,16 +525,19 @@ mod tests {
     }
 
     #[test]
-    fn only_what_promises_is_synced() {
+    fn only_what_promises_is_written_and_synced() {
         let mut store = LogStore::create(MemDisk::default(), Sync::Always, &[1]).unwrap();
         store.persist(None, &[entry(1, 1)], Some(&hs(1, 1, 0))).unwrap();
         let synced = store.disk().durable.len();
         assert_eq!(synced, store.disk().cached.len(), "entries and a vote are synced");
         store.persist(None, &[], Some(&hs(1, 1, 1))).unwrap();
-        assert_eq!(store.disk().durable.len(), synced, "a commit index alone is not synced");
-        assert!(store.disk().cached.len() > synced, "but it is written");
+        assert_eq!(store.disk().cached.len(), synced, "a commit index alone is not even written");
+        assert_eq!(store.hard_state().commit, 1, "but kept for raft");
         store.persist(None, &[], Some(&hs(2, 0, 1))).unwrap();
+        assert!(store.disk().durable.len() > synced);
         assert_eq!(store.disk().durable.len(), store.disk().cached.len(), "a new term is synced");
+        let (back, _) = LogStore::load(store.into_disk(), Sync::Always).unwrap();
+        assert_eq!(back.hard_state(), &hs(2, 0, 1), "the commit index rode with the new term");
     }
 
     #[test]
