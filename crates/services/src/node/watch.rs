@@ -212,13 +212,21 @@ impl Watch {
 
     /// The replica follows `leader` (0: none known, this member's id: it leads). Under
     /// [`Fanout::Leader`] a new leader is watched from `now_ns` with a full timeout's grace, a
-    /// member that leads starts sending, and a member without a leader (a candidate) keeps
-    /// watching the one it had, so that leader's heartbeat still ends a false suspicion.
+    /// member that leads starts sending (and stops when it no longer leads), and a member
+    /// without a leader (a candidate) keeps watching the one it had, so that leader's
+    /// heartbeat still ends a false suspicion.
     pub fn follow(&mut self, leader: u64, now_ns: u64) {
-        if self.config.fanout != Fanout::Leader || leader == 0 {
+        if self.config.fanout != Fanout::Leader {
             return;
         }
-        let role = if leader == self.id { Role::Leading } else { Role::Following(leader) };
+        let role = match leader {
+            // A leader that stepped down with no successor (check-quorum) stops sending, so
+            // its followers suspect it and elect one now rather than at Raft's timeout.
+            0 if self.role == Role::Leading => Role::Unknown,
+            0 => return,
+            _ if leader == self.id => Role::Leading,
+            _ => Role::Following(leader),
+        };
         if role == self.role {
             return;
         }
@@ -556,6 +564,10 @@ mod tests {
         assert_eq!(sent_at(&mut w, 7 * T), [1, 3]);
         assert_eq!(w.poll(100 * T, 2, || vec![1, 2, 3]), None);
         assert_eq!(w.suspected().count(), 0);
+        // Stepped down with no successor: silent, so its followers suspect it.
+        w.follow(0, 7 * T + 1);
+        assert!(sent_at(&mut w, 8 * T).is_empty());
+        assert_eq!(w.next_wake_ns(), u64::MAX);
         // A follower again, of 3: watched from now, with its grace.
         w.follow(3, 8 * T);
         assert!(sent_at(&mut w, 8 * T).is_empty());
