@@ -78,7 +78,7 @@ fn a_small_detect_run_on_loopback_finds_kill_and_hang_and_says_what_swim_cannot_
     // only by a false suspicion that happens to fall in the trial (aggressive SWIM, a 1 ms
     // probe, on a busy debug run: one CI run had one such in three trials), never in all.
     let swim = row(rows, "swim-aggressive", "app_hang");
-    assert!(swim["detected"].as_u64().is_some_and(|d| d < 3), "{swim}");
+    assert!(swim["detected"].as_u64() < swim["trials"].as_u64(), "{swim}");
     assert!(swim["note"].as_str().unwrap().contains("process"), "{swim}");
     assert_eq!(v["skipped"].as_array().map(Vec::len), Some(0), "link_down was not asked for");
     let run = PathBuf::from(v["results_dir"].as_str().unwrap());

@@ -75,9 +75,8 @@ impl Conn {
         !self.closing && !self.dead && self.slots.len() < MAX_PENDING
     }
 
-    /// Reads what the socket has through `buf` (the member's, made once: zeroing a fresh
-    /// 64 KiB buffer for every read was a tenth of a busy leader's user time); returns whether
-    /// anything arrived.
+    /// Reads what the socket has through `buf` (the member's, made once, rather than a fresh
+    /// 64 KiB buffer zeroed for every read); returns whether anything arrived.
     pub fn read(&mut self, buf: &mut [u8]) -> bool {
         let mut got = false;
         while self.wants_input() {

@@ -487,14 +487,6 @@ impl Node {
             }
             let timeout = Duration::from_nanos(until.saturating_sub(started));
             let (udp_ready, listen_ready, ready_conns) = self.wait(timeout)?;
-            // Heartbeats matter only when a tick, a round or a detector deadline is due (no
-            // suspicion can start before its deadline), so a pass woken by a client or a Raft
-            // message spends no system call on them.
-            let woke = monotonic_ns();
-            let beats_read = woke >= wake;
-            if beats_read {
-                self.receive_beats(woke)?;
-            }
             if udp_ready {
                 self.receive_raft()?;
             }
@@ -517,10 +509,11 @@ impl Node {
                     next_tick = watch::next_multiple(now, period_ns);
                 }
             }
-            // A pass woken before a deadline may end after it: the heartbeats that came
-            // meanwhile are read before the detector judges, or a follower would suspect a
-            // leader whose heartbeat sits unread in its socket.
-            if !beats_read && now >= wake {
+            // Heartbeats matter only when a tick, a round or a detector deadline is due (no
+            // suspicion can start before its deadline), so a pass that ends before one spends
+            // no system call on them; they are read just before the detector judges, so one
+            // that came during the pass is never left unread behind a suspicion.
+            if now >= wake {
                 self.receive_beats(now)?;
             }
             self.watch_pass(now)?;
@@ -690,8 +683,8 @@ impl Node {
         watch.follow(self.replica.leader(), now);
         let replica = &self.replica;
         let (udp, lane, peers, faults) = (&self.udp, &mut self.lane, &self.config.peers, &mut self.faults);
-        // One wall-clock read a round, for the lane's hand-over stamps.
-        let wall = if lane.is_some() { realtime_ns() } else { 0 };
+        // One wall-clock read a round that sends, for the lane's hand-over stamps.
+        let mut wall = None;
         watch.send_due(
             now,
             peers.keys().copied(),
@@ -706,7 +699,7 @@ impl Node {
                     (Some(udp), _, Some(addr)) => {
                         let _ = udp.send_to(bytes, addr);
                     }
-                    (_, Some(lane), _) => lane.send_beat(peer, bytes, wall),
+                    (_, Some(lane), _) => lane.send_beat(peer, bytes, *wall.get_or_insert_with(realtime_ns)),
                     _ => {}
                 }
             },
@@ -974,7 +967,7 @@ impl Node {
     fn drain(&mut self) -> io::Result<()> {
         self.membership_applied()?;
         let now = monotonic_ns();
-        // One wall-clock read a pass, for the lane's hand-over stamps.
+        // One wall-clock read a pass on the lane, for the hand-over stamps and the flush.
         let wall = if self.lane.is_some() { realtime_ns() } else { 0 };
         for msg in self.replica.take_messages() {
             let Some(addr) = self.config.peers.get(&msg.to) else { continue };
@@ -1006,7 +999,7 @@ impl Node {
             }
         }
         if let Some(lane) = self.lane.as_mut() {
-            lane.flush(realtime_ns());
+            lane.flush(wall);
         }
         // Answers can release held requests, whose answers (stale reads) can come at once.
         loop {

@@ -20,8 +20,8 @@
 //! the leader sends (to each follower), and a follower watches only the leader it follows
 //! ([`Fanout::Leader`]): with three members, two datagrams a period instead of six, and no
 //! follower wakes to send. On a loopback each datagram costs its sender the receiver's packet
-//! work as well (about 6 us here), so all-to-all heartbeats took a third of a core from three
-//! idle members. [`Fanout::All`] keeps every member watching every other (what `kairos fd`
+//! work as well, so all-to-all heartbeats cost three idle members 65-68% of a core against
+//! 51-52% (`scripts/kv-idle-cost`, with and without `-- --fd-fanout all`). [`Fanout::All`] keeps every member watching every other (what `kairos fd`
 //! measures), for INFO's view of the whole group.
 //!
 //! # Policy: who campaigns when the leader is suspected
@@ -169,10 +169,9 @@ impl Watch {
         incarnation: u64,
         now_ns: u64,
     ) -> Self {
-        let watched: Vec<u64> = match config.fanout {
-            Fanout::All => peers.into_iter().collect(),
-            Fanout::Leader => Vec::new(),
-        };
+        // Under `Fanout::Leader` no one is watched until a leader is known (`follow`).
+        let all = config.fanout == Fanout::All;
+        let watched = peers.into_iter().filter(move |_| all);
         Self {
             config,
             id,
