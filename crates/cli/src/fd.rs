@@ -3,7 +3,6 @@
 //! parse here: the experiments' `plan` checks each against its limits before anything starts.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -17,6 +16,8 @@ use kairos_lab::fd_detect::{self, DetectConfig, Failure, RECOMMENDED_THRESHOLD_U
 use kairos_services::fd::member::{self, MemberConfig};
 use kairos_services::fd::table::bytes_for;
 use kairos_services::fd::{AliveTable, TableHeader};
+use kairos_services::node::PeerAddr;
+use kairos_services::node::lane_link::LaneLinkConfig;
 
 use crate::exit;
 
@@ -30,10 +31,12 @@ pub struct FdArgs {
 
 #[derive(Subcommand)]
 enum FdCommand {
-    /// One member of a group: heartbeats over UDP, the alive table in shared memory.
+    /// One member of a group: heartbeats over UDP or the express lane, the alive table in
+    /// shared memory.
     ///
     /// Every period the member sends a heartbeat, with its application's liveness counter, to
-    /// every other member; the alive table in /dev/shm lets applications read the verdicts
+    /// every other member (on the lane, one packet to all through its host's lane node, with
+    /// --lane-node); the alive table in /dev/shm lets applications read the verdicts
     /// without a system call. A demonstration application bumps the counter. Runs until SIGINT
     /// or SIGTERM, or for --run-for-ms.
     Member(MemberArgs),
@@ -58,9 +61,19 @@ struct MemberArgs {
     /// This member's id, one of --members.
     #[arg(long)]
     id: u64,
-    /// Every member's address, this one's included: ID=HOST:PORT, comma-separated.
+    /// Every member's address, this one's included, comma-separated: ID=HOST:PORT (UDP), or
+    /// ID=LANE-HOST (e.g. 1=h0) with --lane-node.
     #[arg(long, value_delimiter = ',', required = true)]
     members: Vec<String>,
+    /// Run on the express lane: the directory of this host's lane node (`kairos lane node
+    /// --dir`); the member asks it for a tunnel to the other members' lane hosts, with the
+    /// heartbeat period as the tunnel's.
+    #[arg(long, value_name = "DIR")]
+    lane_node: Option<PathBuf>,
+    /// On the lane, the tunnel's packet, bytes, up to 1472: the heartbeats for every other
+    /// member, and SWIM's datagrams in the rest.
+    #[arg(long, value_name = "BYTES", default_value_t = 512)]
+    lane_packet_bytes: u64,
     /// The heartbeat period T, microseconds, 10-1000000.
     #[arg(long, value_name = "US", default_value_t = 100)]
     period_us: u64,
@@ -114,6 +127,9 @@ enum NetworkArg {
     Loopback,
     /// One network namespace per member on the lane's testbed (root).
     Namespaces,
+    /// The testbed with the lane up: heartbeats on each member's lane tunnel, through its
+    /// host's node, one packet a period to all (root).
+    Lane,
 }
 
 impl From<NetworkArg> for Network {
@@ -121,6 +137,7 @@ impl From<NetworkArg> for Network {
         match n {
             NetworkArg::Loopback => Network::Loopback,
             NetworkArg::Namespaces => Network::Namespaces,
+            NetworkArg::Lane => Network::Lane,
         }
     }
 }
@@ -284,18 +301,18 @@ pub fn run(args: &FdArgs) -> Result<i32> {
     }
 }
 
-fn parse_members(members: &[String]) -> Result<BTreeMap<u64, SocketAddr>> {
+fn parse_members(members: &[String]) -> Result<BTreeMap<u64, PeerAddr>> {
     let mut out = BTreeMap::new();
     for m in members {
         let (id, addr) = m.split_once('=').ok_or_else(|| {
-            exit::usage(format!("--members entry '{m}' is not ID=HOST:PORT (e.g. 1=127.0.0.1:17400)"))
+            exit::usage(format!(
+                "--members entry '{m}' is not ID=HOST:PORT or ID=LANE-HOST (e.g. 1=127.0.0.1:17400 or 1=h0)"
+            ))
         })?;
         let id: u64 = id.parse().ok().filter(|&i| i > 0).ok_or_else(|| {
             exit::usage(format!("--members entry '{m}': the id must be a whole number from 1"))
         })?;
-        let addr: SocketAddr = addr.parse().map_err(|_| {
-            exit::usage(format!("--members entry '{m}': '{addr}' is not HOST:PORT with a numeric host"))
-        })?;
+        let addr: PeerAddr = addr.parse().map_err(|e| exit::usage(format!("--members entry '{m}': {e}")))?;
         if out.insert(id, addr).is_some() {
             return Err(exit::usage(format!("--members names member {id} twice")));
         }
@@ -321,10 +338,35 @@ fn member(a: &MemberArgs) -> Result<i32> {
             a.period_us, a.threshold_us
         )));
     }
+    let lane_hosts = members.values().filter(|p| p.lane_host().is_some()).count();
+    let lane = match &a.lane_node {
+        Some(dir) => {
+            if lane_hosts != members.len() {
+                return Err(exit::usage(
+                    "--lane-node needs every --members entry to be a lane host (ID=h0)".to_string(),
+                ));
+            }
+            let link = LaneLinkConfig {
+                node_dir: dir.clone(),
+                period: std::time::Duration::from_micros(a.period_us),
+                packet_bytes: a.lane_packet_bytes,
+            };
+            link.check(members.len()).map_err(|e| exit::usage(format!("--lane-packet-bytes: {e}")))?;
+            Some(link)
+        }
+        None if lane_hosts > 0 => {
+            return Err(exit::usage(
+                "--members names lane hosts: give --lane-node DIR (this host's lane node), or HOST:PORT for each"
+                    .to_string(),
+            ));
+        }
+        None => None,
+    };
     let incarnation = a.incarnation.unwrap_or_else(kairos_sys::clock::realtime_ns);
     let config = MemberConfig {
         id: a.id,
         members,
+        lane,
         period_ns: a.period_us * 1_000,
         threshold_ns: a.threshold_us * 1_000,
         sweep_thresholds_ns: a.sweep_us.iter().map(|t| t * 1_000).collect(),
@@ -368,10 +410,11 @@ fn member(a: &MemberArgs) -> Result<i32> {
     };
     let table = AliveTable::init(Arc::new(words), &header, &others).context("the alive table")?;
     eprintln!(
-        "kairos fd member {}: heartbeats every {} us to {} members, Lambda {} us; alive table in {}",
+        "kairos fd member {}: heartbeats every {} us to {} members{}, Lambda {} us; alive table in {}",
         a.id,
         a.period_us,
         others.len(),
+        if config.lane.is_some() { " on the lane" } else { "" },
         a.threshold_us,
         path.display()
     );

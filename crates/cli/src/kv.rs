@@ -443,7 +443,7 @@ fn cluster(a: &ClusterArgs) -> Result<i32> {
     // On the lane, a controller and a node in every host; member i is h(i-1)'s application.
     let lane = match (&testbed, a.lane) {
         (Some(bed), true) => {
-            Some(kairos_lab::lane_up::start(bed, &data.join("lane")).context("cannot bring the lane up")?)
+            Some(kairos_lab::lane_up::start(bed, &data.join("lane"), 0).context("cannot bring the lane up")?)
         }
         _ => None,
     };

@@ -184,3 +184,41 @@ fn a_small_detect_run_on_the_testbed_cuts_a_link() {
     println!("{}", serde_json::to_string_pretty(&v["rows"]).unwrap());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// As root: the members on the express lane (a controller and a node per host of the testbed,
+/// the heartbeats on each member's tunnel through its host's node), every failure detected.
+#[test]
+#[ignore = "needs root: makes network namespaces and the lane; scripts/test runs it as root"]
+fn a_small_detect_run_on_the_lane_detects_every_failure() {
+    let dir = results("lane");
+    let out = kairos(&[
+        "fd",
+        "detect",
+        "--quick",
+        "--json",
+        "--network",
+        "lane",
+        "--trials",
+        "4",
+        "--slow-trials",
+        "0",
+        "--failures",
+        "kill,link_down,app_hang",
+        "--results",
+        dir.to_str().unwrap(),
+    ]);
+    let v = json(&out);
+    assert_eq!(v["network"], "lane", "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    for failure in ["kill", "link_down", "app_hang"] {
+        let r = row(rows, "kairos", failure);
+        assert_eq!(r["detected"].as_u64(), Some(4), "{r}");
+        // T + Lambda (300 us) after the last heartbeat's receive stamp, plus wake-ups.
+        let after = r["after_last_heartbeat_us"]["p50"].as_f64().unwrap();
+        assert!((250.0..5_000.0).contains(&after), "{r}");
+    }
+    // SWIM's datagrams travel on the tunnel too: it sees the kill.
+    assert_eq!(row(rows, "swim-aggressive", "kill")["detected"].as_u64(), Some(4));
+    println!("{}", serde_json::to_string_pretty(&v["rows"]).unwrap());
+    let _ = std::fs::remove_dir_all(dir);
+}

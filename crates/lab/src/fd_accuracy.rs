@@ -101,7 +101,7 @@ impl AccuracyConfig {
     pub fn preset(quick: bool, exe: PathBuf) -> Self {
         let network = Network::best();
         let mut loads = vec![Load::Idle, Load::Stress];
-        if network == Network::Namespaces {
+        if network.testbed() {
             loads.push(Load::Flood);
         }
         Self {
@@ -171,6 +171,9 @@ pub struct MemberFigures {
     pub late_wakeups: u64,
     /// The latest wake-up, us.
     pub worst_wake_late_us: f64,
+    /// On the lane: heartbeats a newer one replaced before the node took them (its outbox
+    /// still held the last packet at a round).
+    pub lane_beats_replaced: Option<u64>,
 }
 
 /// Where the silences of unexplained mistakes came from, told by the heartbeat that ended each.
@@ -467,8 +470,10 @@ impl Experiment for AccuracyConfig {
         if self.loads.is_empty() {
             return Err("give at least one load".into());
         }
-        if self.network == Network::Namespaces && !kairos_sys::user::is_root() {
-            return Err("--network namespaces needs root (the testbed makes network namespaces)".into());
+        if self.network.testbed() && !kairos_sys::user::is_root() {
+            return Err(
+                "--network namespaces and lane need root (the testbed makes network namespaces)".into()
+            );
         }
         if !(10..=1_000_000).contains(&self.stall_period_us) {
             return Err(format!("--stall-period-us {} is out of range: 10 to 1000000", self.stall_period_us));
@@ -550,6 +555,7 @@ impl Experiment for AccuracyConfig {
                         send_errors: r.send_errors,
                         late_wakeups: r.late_wakeups,
                         worst_wake_late_us: r.worst_wake_late_ns as f64 / 1e3,
+                        lane_beats_replaced: r.lane.map(|l| l.beats_replaced),
                     })
                     .collect(),
                 unexplained_causes: Causes::of(&mistakes),
@@ -630,6 +636,18 @@ pub fn report(s: &AccuracySummary) -> String {
             c.lost,
             c.open
         ));
+        if l.members.iter().any(|m| m.lane_beats_replaced.is_some()) {
+            out.push_str(&format!(
+                "{:?}: on the lane, heartbeats replaced before the node took them: {} (of {})\n",
+                l.load,
+                l.members
+                    .iter()
+                    .map(|m| m.lane_beats_replaced.unwrap_or(0).to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                l.members.iter().map(|m| m.heartbeats_sent.to_string()).collect::<Vec<_>>().join(", "),
+            ));
+        }
     }
     for k in &s.skipped {
         out.push_str(&format!("skipped {:?}: {}\n", k.load, k.reason));

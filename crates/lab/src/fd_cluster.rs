@@ -1,10 +1,13 @@
 //! A failure detector group for the `fd` experiments: `kairos fd member` processes, each with
 //! its alive table in a `/dev/shm` file this process made (so a member killed with SIGKILL
 //! leaves nothing behind), on loopback or, as root, one per host of the lane's testbed
-//! (network namespaces on a bridge, heartbeats in the lane class).
+//! (network namespaces on a bridge, heartbeats in the lane class), or on the express lane
+//! itself ([`Network::Lane`]: a controller and a node per host in this process,
+//! [`crate::lane_up`], each member an application of its host's node).
 //!
 //! It owns what it starts: the members ([`OwnedChild`], ended on drop and on signals), the
-//! tables' files (removed on drop), the testbed, and one `ip -batch` process per host that
+//! tables' files (removed on drop), the lane (members end before it, it before the testbed),
+//! the testbed, and one `ip -batch` process per host that
 //! takes a link down or up with one line on its standard input (so a cut is microseconds after
 //! its time stamp, not an `ip` start later).
 //!
@@ -23,12 +26,14 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::lane_up::LaneUp;
 use anyhow::{Context, Result, anyhow, bail};
 use kairos_io::bridge::{SharedWords, create_words};
 use kairos_io::lane_testbed::{HOST_DEVICE, LANE_TOS, LaneTestbed, LaneTestbedConfig, host_address};
 use kairos_services::fd::member::MemberReport;
 use kairos_services::fd::table::bytes_for;
 use kairos_services::fd::{AliveTable, Row};
+use kairos_services::node::PeerAddr;
 use kairos_sys::child::OwnedChild;
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
 use kairos_sys::memory::NoIdleStates;
@@ -43,12 +48,20 @@ pub enum Network {
     Loopback,
     /// One network namespace per member on the lane's testbed (root).
     Namespaces,
+    /// The testbed's namespaces with the lane up: heartbeats on each member's lane tunnel,
+    /// one packet a period to all, through its host's node (root).
+    Lane,
 }
 
 impl Network {
     /// Namespaces as root, loopback otherwise.
     pub fn best() -> Self {
         if kairos_sys::user::is_root() { Network::Namespaces } else { Network::Loopback }
+    }
+
+    /// Whether the members run in the testbed's namespaces (links to cut; root needed).
+    pub fn testbed(self) -> bool {
+        self != Network::Loopback
     }
 }
 
@@ -61,7 +74,7 @@ impl Network {
 pub fn default_app_bump_us(network: Network, period_us: u64) -> u64 {
     match network {
         Network::Loopback => (period_us / 3).max(1),
-        Network::Namespaces => period_us.max(1),
+        Network::Namespaces | Network::Lane => period_us.max(1),
     }
 }
 
@@ -104,10 +117,11 @@ struct LinkControl {
 pub struct Cluster {
     settings: ClusterSettings,
     dir: PathBuf,
-    addrs: BTreeMap<u64, SocketAddr>,
+    addrs: BTreeMap<u64, PeerAddr>,
     words: Vec<Arc<SharedWords>>,
     members: Vec<Option<OwnedChild>>,
     links: Vec<LinkControl>,
+    lane: Option<LaneUp>,
     testbed: Option<LaneTestbed>,
     started_ns: u64,
     measure_from_ns: u64,
@@ -135,7 +149,7 @@ impl Cluster {
         let n = settings.members;
         let testbed = match settings.network {
             Network::Loopback => None,
-            Network::Namespaces => Some(
+            Network::Namespaces | Network::Lane => Some(
                 LaneTestbed::create(LaneTestbedConfig {
                     hosts: n,
                     prefix: "kairos-fd".into(),
@@ -144,13 +158,27 @@ impl Cluster {
                 .context("the failure detector's testbed")?,
             ),
         };
-        let addrs: BTreeMap<u64, SocketAddr> = (0..n)
+        let lane = match (&testbed, settings.network) {
+            (Some(bed), Network::Lane) => {
+                // The nodes above the members' loops and applications.
+                let fifo = if settings.fifo_priority > 0 { (settings.fifo_priority + 2).min(98) } else { 0 };
+                Some(
+                    crate::lane_up::start(bed, &dir.join("lane"), fifo)
+                        .context("cannot bring the lane up")?,
+                )
+            }
+            _ => None,
+        };
+        let addrs: BTreeMap<u64, PeerAddr> = (0..n)
             .map(|i| {
                 let addr = match settings.network {
-                    Network::Loopback => SocketAddr::from(([127, 0, 0, 1], settings.base_port + i as u16)),
-                    Network::Namespaces => {
-                        SocketAddr::V4(SocketAddrV4::new(host_address(i), settings.base_port))
+                    Network::Loopback => {
+                        PeerAddr::Udp(SocketAddr::from(([127, 0, 0, 1], settings.base_port + i as u16)))
                     }
+                    Network::Namespaces => {
+                        PeerAddr::Udp(SocketAddr::V4(SocketAddrV4::new(host_address(i), settings.base_port)))
+                    }
+                    Network::Lane => PeerAddr::Lane(crate::lane_up::host_name(i)),
                 };
                 (member_id(i), addr)
             })
@@ -198,6 +226,7 @@ impl Cluster {
             words,
             members: (0..n).map(|_| None).collect(),
             links,
+            lane,
             testbed,
             started_ns,
             measure_from_ns,
@@ -280,7 +309,9 @@ impl Cluster {
         if s.fifo_priority > 0 && kairos_sys::user::is_root() {
             command.arg(format!("--fifo={}", s.fifo_priority));
         }
-        if self.testbed.is_some() {
+        if let Some(lane) = &self.lane {
+            command.arg(format!("--lane-node={}", lane.node_dir(i).display()));
+        } else if self.testbed.is_some() {
             command.arg(format!("--tos={LANE_TOS}"));
         }
         if let Some(run_for) = s.run_for_ms {

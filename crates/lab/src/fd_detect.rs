@@ -161,11 +161,7 @@ impl DetectConfig {
     }
 
     fn runs(&self) -> Vec<Failure> {
-        self.failures
-            .iter()
-            .copied()
-            .filter(|f| *f != Failure::LinkDown || self.network == Network::Namespaces)
-            .collect()
+        self.failures.iter().copied().filter(|f| *f != Failure::LinkDown || self.network.testbed()).collect()
     }
 }
 
@@ -452,8 +448,10 @@ impl Experiment for DetectConfig {
                 "link_down needs the testbed's namespaces (root): on loopback there is no link to cut".into(),
             );
         }
-        if self.network == Network::Namespaces && !kairos_sys::user::is_root() {
-            return Err("--network namespaces needs root (the testbed makes network namespaces)".into());
+        if self.network.testbed() && !kairos_sys::user::is_root() {
+            return Err(
+                "--network namespaces and lane need root (the testbed makes network namespaces)".into()
+            );
         }
         if u32::from(self.base_port) + self.members as u32 > 65_535 || self.base_port < 1024 {
             return Err(format!(

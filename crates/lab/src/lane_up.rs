@@ -50,8 +50,10 @@ pub fn host_name(i: usize) -> String {
 }
 
 /// Brings the lane up on every host of `testbed`; the controller's journal and the nodes'
-/// directories go under `dir`.
-pub fn start(testbed: &LaneTestbed, dir: &Path) -> Result<LaneUp> {
+/// directories go under `dir`. The nodes' loops run at `SCHED_FIFO` `fifo_priority` (0: a
+/// normal thread): above their applications' where those are realtime, so a release is not
+/// late behind them.
+pub fn start(testbed: &LaneTestbed, dir: &Path, fifo_priority: i32) -> Result<LaneUp> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let calibration =
         testbed.calibrate(0, 1, CALIBRATION_SAMPLES).context("the lane testbed's calibration")?;
@@ -87,7 +89,7 @@ pub fn start(testbed: &LaneTestbed, dir: &Path) -> Result<LaneUp> {
             lane_bind: lane_addr(host),
             peers: peers.clone(),
             core: None,
-            fifo_priority: 0,
+            fifo_priority,
             receive: ReceiveMode::SleepOnly,
             schema: Schema::Hd6,
             report_every: Duration::from_secs(1),

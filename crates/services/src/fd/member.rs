@@ -1,6 +1,6 @@
-//! A member as a process: the node loop around the [`Detector`], its UDP socket, the peers, the
-//! alive table in shared memory, and a demonstration application that bumps the liveness
-//! counter.
+//! A member as a process: the node loop around the [`Detector`], its transport (a UDP socket,
+//! or its host's lane node: [`super::transport`]), the peers, the alive table in shared memory,
+//! and a demonstration application that bumps the liveness counter.
 //!
 //! # The loop
 //!
@@ -11,8 +11,8 @@
 //! (the accuracy sweep, whose suspicions are stamped by their deadlines whenever noticed), are
 //! seen at the first wake-up after them, at most a period late. At each wake-up it sends its
 //! heartbeat when its period has come (each copy stamped as it leaves), then drains its socket
-//! (datagrams stamped by the kernel as they arrived, so a heartbeat read late keeps its
-//! arrival time), then asks every detector, then publishes the table. It
+//! or inbox (datagrams stamped by the kernel as they arrived, so a heartbeat read late keeps
+//! its arrival time), then asks every detector, then publishes the table. It
 //! does not wake when a datagram arrives: on two virtual cores a wake-up per heartbeat would
 //! cost more than the detector; heartbeats wait for the next deadline, at most a period, with
 //! their time stamps. (A SWIM round trip is therefore up to two periods longer than the
@@ -37,13 +37,10 @@
 
 use std::collections::BTreeMap;
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kairos_ring::bridge::BridgeMemory;
-use kairos_sys::clock::{monotonic_ns, realtime_offset, sleep_until_ns, stamp_to_monotonic};
-use kairos_sys::net::burst::MmsgBatch;
-use kairos_sys::net::options;
+use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
 use kairos_sys::thread::{pin_current_thread, set_fifo, set_timer_slack_ns};
 use serde::{Deserialize, Serialize};
 
@@ -51,7 +48,10 @@ use super::detector::{Detector, DetectorConfig, Event, Heard};
 use super::phi::{PhiEvent, PhiSettings, PhiWatch};
 use super::swim::{SwimEvent, SwimId, SwimPeer, SwimSettings};
 use super::table::{AliveTable, PEER_SLOTS, Row};
-use super::wire::{Datagram, Heartbeat, decode, encode_heartbeat, encode_swim};
+use super::transport::{Transport, TransportError};
+use super::wire::{Datagram, Heartbeat, decode};
+use crate::node::PeerAddr;
+use crate::node::lane_link::{LaneLinkConfig, LaneLinkStats};
 
 /// The detectors a member runs, by name, in the order of the table's peer slots after the
 /// first (Kairos's own).
@@ -69,20 +69,23 @@ pub const PEERS: [&str; PEER_SLOTS] = [PHI_AKKA, PHI_TUNED, SWIM_LAN, SWIM_AGGRE
 
 /// The most suspicions kept whole per detector.
 pub const MAX_STORED: usize = 50_000;
-/// Datagrams taken per receive call.
-const BURST: usize = 16;
-/// The largest datagram read whole.
-const DATAGRAM_BYTES: usize = 1_500;
+/// On the lane, how long before the node's release a heartbeat is handed over, as a fraction
+/// of the period: enough for the loop's wake-up to be late, short enough that the heartbeat
+/// is still fresh when it leaves.
+const LEAD_PERIODS: (u64, u64) = (1, 2);
 /// A wake-up later than this after its deadline is counted as late, ns.
 const LATE_NS: u64 = 50_000;
 
 /// What a member runs with.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone)]
 pub struct MemberConfig {
     /// This member's id.
     pub id: u64,
-    /// Every member's address, this one's included.
-    pub members: BTreeMap<u64, SocketAddr>,
+    /// Every member's address, this one's included: all UDP addresses, or all lane hosts (then
+    /// `lane` says how to reach this host's node).
+    pub members: BTreeMap<u64, PeerAddr>,
+    /// The lane node and tunnel, when the members are lane hosts.
+    pub lane: Option<LaneLinkConfig>,
     /// The heartbeat period `T`, ns.
     pub period_ns: u64,
     /// The threshold Lambda of the table's detector, ns.
@@ -122,17 +125,9 @@ pub enum MemberError {
     /// This member's id has no address.
     #[error("member {0} is not among the members")]
     NotAMember(u64),
-    /// The socket could not be made.
-    #[error("cannot bind {addr}: {source}")]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// The reason.
-        source: io::Error,
-    },
-    /// A socket call failed.
-    #[error("socket: {0}")]
-    Socket(#[from] io::Error),
+    /// The socket or the lane link could not be made, or failed.
+    #[error("{0}")]
+    Transport(#[from] TransportError),
     /// A setting the phi crate refused.
     #[error("phi settings: {0}")]
     Phi(#[from] phi_accrual_failure_detector::Error),
@@ -227,6 +222,8 @@ pub struct MemberReport {
     pub swim_errors: u64,
     /// Loop wake-ups.
     pub wakeups: u64,
+    /// On the lane: the link's counts.
+    pub lane: Option<LaneLinkStats>,
     /// Wake-ups more than 50 us after their deadline.
     pub late_wakeups: u64,
     /// The latest wake-up after its deadline, ns.
@@ -306,8 +303,6 @@ impl Recorder {
 struct Loop<'a, M> {
     config: &'a MemberConfig,
     table: &'a AliveTable<M>,
-    socket: UdpSocket,
-    others: Vec<(u64, SocketAddr)>,
     primary: Detector,
     sweeps: Vec<Detector>,
     phis: Vec<PhiWatch>,
@@ -316,8 +311,6 @@ struct Loop<'a, M> {
     report: MemberReport,
     events: Vec<Event>,
     phi_events: Vec<PhiEvent>,
-    batch: MmsgBatch,
-    buffers: Box<[[u8; DATAGRAM_BYTES]; BURST]>,
     out: Vec<u8>,
     seq: u64,
     /// Per member: the last fresh heartbeat's incarnation and sequence number, and the stale
@@ -332,24 +325,26 @@ pub fn run<M: BridgeMemory + Sync>(
     table: &AliveTable<M>,
     stop: &AtomicBool,
 ) -> Result<MemberReport, MemberError> {
-    let addr = *config.members.get(&config.id).ok_or(MemberError::NotAMember(config.id))?;
-    let others: Vec<(u64, SocketAddr)> =
-        config.members.iter().filter(|(m, _)| **m != config.id).map(|(m, a)| (*m, *a)).collect();
+    if !config.members.contains_key(&config.id) {
+        return Err(MemberError::NotAMember(config.id));
+    }
+    let others = config.others();
     if table.rows() < others.len() {
         return Err(MemberError::Table { rows: table.rows(), members: others.len() });
     }
-    let socket = UdpSocket::bind(addr).map_err(|source| MemberError::Bind { addr, source })?;
-    socket.set_nonblocking(true)?;
-    let kernel_stamps = options::enable_rx_timestamps(&socket).is_ok();
-    if let Some(tos) = config.type_of_service {
-        options::set_type_of_service(&socket, tos)?;
-    }
+    let transport =
+        Transport::open(config.id, &config.members, config.lane.as_ref(), config.type_of_service)?;
     let app_stop = AtomicBool::new(false);
     // The loop's heartbeat rounds: one a period from this instant, offset by the member's rank
-    // so the members do not all wake at once.
+    // so the members do not all wake at once; on the lane, a little before each of the node's
+    // releases of the tunnel, so a heartbeat waits for its release no longer than that.
     let n = config.members.len().max(1) as u64;
     let rank = config.members.keys().position(|&m| m == config.id).unwrap_or(0) as u64;
-    let first_round = monotonic_ns() + config.period_ns * rank / n;
+    let now = monotonic_ns();
+    let first_round = match transport.next_release_ns(now + config.period_ns) {
+        Some(release) => release - config.period_ns * LEAD_PERIODS.0 / LEAD_PERIODS.1,
+        None => now + config.period_ns * rank / n,
+    };
     std::thread::scope(|scope| {
         if let Some(bump_ns) = config.app_bump_ns {
             let app_stop = &app_stop;
@@ -363,7 +358,7 @@ pub fn run<M: BridgeMemory + Sync>(
                 .spawn_scoped(scope, move || application(config, table, bump_ns, first_bump, app_stop))
                 .map_err(MemberError::App)?;
         }
-        let result = run_loop(config, table, socket, others, kernel_stamps, first_round, stop);
+        let result = run_loop(config, table, transport, first_round, stop);
         app_stop.store(true, Ordering::Relaxed);
         result
     })
@@ -405,9 +400,7 @@ fn application<M: BridgeMemory>(
 fn run_loop<M: BridgeMemory>(
     config: &MemberConfig,
     table: &AliveTable<M>,
-    socket: UdpSocket,
-    others: Vec<(u64, SocketAddr)>,
-    kernel_stamps: bool,
+    mut transport: Transport,
     first_round: u64,
     stop: &AtomicBool,
 ) -> Result<MemberReport, MemberError> {
@@ -415,7 +408,7 @@ fn run_loop<M: BridgeMemory>(
     let realtime = config.fifo_priority > 0 && set_fifo(config.fifo_priority).is_ok();
     let _ = set_timer_slack_ns(1);
     let start = monotonic_ns();
-    let ids: Vec<u64> = others.iter().map(|(m, _)| *m).collect();
+    let ids = config.others();
     let detector = |threshold_ns| {
         Detector::new(DetectorConfig { period_ns: config.period_ns, threshold_ns }, ids.clone(), start)
     };
@@ -440,8 +433,6 @@ fn run_loop<M: BridgeMemory>(
     let mut l = Loop {
         config,
         table,
-        socket,
-        others,
         primary: detector(config.threshold_ns),
         sweeps: config.sweep_thresholds_ns.iter().map(|&t| detector(t)).collect(),
         phis,
@@ -454,20 +445,18 @@ fn run_loop<M: BridgeMemory>(
             measure_from_ns: measure_from,
             realtime,
             pinned,
-            kernel_stamps,
+            kernel_stamps: transport.kernel_stamps(),
             ..MemberReport::default()
         },
         events: Vec::new(),
         phi_events: Vec::new(),
-        batch: MmsgBatch::new(),
-        buffers: Box::new([[0; DATAGRAM_BYTES]; BURST]),
         out: Vec::with_capacity(64),
         seq: 0,
         freshness: BTreeMap::new(),
     };
     let mut next_tick = first_round;
     let end = config.run_for_ns.map(|d| start.saturating_add(d));
-    l.send_swim();
+    l.send_swim(&mut transport);
     l.publish(start);
     let mut deadline = start;
     loop {
@@ -480,14 +469,14 @@ fn run_loop<M: BridgeMemory>(
         }
         // The heartbeat first, so its departure does not wait for what the socket holds.
         if now >= next_tick {
-            l.send_heartbeat();
+            l.send_heartbeat(&mut transport);
             while next_tick <= now {
                 next_tick += config.period_ns;
             }
         }
-        l.receive(now)?;
+        l.receive(&mut transport, now)?;
         l.decide(now);
-        l.send_swim();
+        l.send_swim(&mut transport);
         l.publish(now);
         if stop.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) {
             break;
@@ -507,47 +496,24 @@ fn run_loop<M: BridgeMemory>(
             sleep_until_ns(deadline);
         }
     }
+    l.report.lane = transport.lane_stats();
     Ok(l.finish(monotonic_ns()))
 }
 
 impl<M: BridgeMemory> Loop<'_, M> {
-    /// Takes every datagram waiting on the socket.
-    fn receive(&mut self, now: u64) -> Result<(), MemberError> {
-        // The kernel stamps on CLOCK_REALTIME; its distance from CLOCK_MONOTONIC is read now
-        // (`now` is older: the heartbeat's sends came between, and a stale pair would put every
-        // stamp early by their time).
-        let (mono, offset) = realtime_offset();
-        loop {
-            let mut refs = self.buffers.each_mut().map(|b| &mut b[..]);
-            let got = match self.batch.recv_into(&self.socket, &mut refs, true) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // An ICMP error queued by an earlier send (a peer's port closed): not ours to act on.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-                Err(e) => return Err(e.into()),
-            };
-            for i in 0..got {
-                let len = self.batch.lengths()[i];
-                let stamp = self.batch.rx_timestamps_ns()[i];
-                let at = stamp.map_or(now, |s| stamp_to_monotonic(s, offset, mono).min(now));
-                let bytes = &self.buffers[i][..len];
-                match decode(bytes) {
-                    Ok(Datagram::Heartbeat(hb)) | Ok(Datagram::Replica { heartbeat: hb, .. }) => {
-                        self.heard(&hb, at, now)
-                    }
-                    Ok(Datagram::Swim { instance, payload }) => {
-                        if let Some(peer) = self.swims.get_mut(instance as usize) {
-                            peer.handle_data(payload, now);
-                        }
-                    }
-                    Err(_) => self.report.undecodable += 1,
+    /// Takes every datagram that arrived.
+    fn receive(&mut self, transport: &mut Transport, now: u64) -> Result<(), MemberError> {
+        Ok(transport.receive(now, |bytes, at| match decode(bytes) {
+            Ok(Datagram::Heartbeat(hb)) | Ok(Datagram::Replica { heartbeat: hb, .. }) => {
+                self.heard(&hb, at, now)
+            }
+            Ok(Datagram::Swim { instance, payload }) => {
+                if let Some(peer) = self.swims.get_mut(instance as usize) {
+                    peer.handle_data(payload, now);
                 }
             }
-            if got < BURST {
-                return Ok(());
-            }
-        }
+            Err(_) => self.report.undecodable += 1,
+        })?)
     }
 
     fn heard(&mut self, hb: &Heartbeat, at: u64, now: u64) {
@@ -597,7 +563,7 @@ impl<M: BridgeMemory> Loop<'_, M> {
 
     /// Sends this period's heartbeat to every other member, each stamped as it leaves (so a
     /// receiver can tell a late sender from a heartbeat late on the way).
-    fn send_heartbeat(&mut self) {
+    fn send_heartbeat(&mut self, transport: &mut Transport) {
         let mut hb = Heartbeat {
             member: self.config.id,
             incarnation: self.config.incarnation,
@@ -606,24 +572,14 @@ impl<M: BridgeMemory> Loop<'_, M> {
             sent_ns: 0,
         };
         self.seq += 1;
-        for (_, addr) in &self.others {
-            hb.sent_ns = monotonic_ns();
-            self.out.clear();
-            encode_heartbeat(&hb, &mut self.out);
-            if self.socket.send_to(&self.out, addr).is_err() {
-                self.report.send_errors += 1;
-            }
-        }
+        self.report.send_errors += transport.send_heartbeat(&mut hb, &mut self.out);
         self.report.heartbeats_sent += 1;
     }
 
-    fn send_swim(&mut self) {
+    fn send_swim(&mut self, transport: &mut Transport) {
         for (instance, peer) in self.swims.iter_mut().enumerate() {
             for (member, bytes) in peer.take_outbox() {
-                let Some((_, addr)) = self.others.iter().find(|(m, _)| *m == member) else { continue };
-                self.out.clear();
-                encode_swim(instance as u8, &bytes, &mut self.out);
-                if self.socket.send_to(&self.out, addr).is_err() {
+                if !transport.send_swim(member, instance as u8, &bytes, &mut self.out) {
                     self.report.send_errors += 1;
                 }
             }
@@ -708,6 +664,7 @@ mod tests {
     use super::*;
     use crate::fd::table::{TableHeader, bytes_for};
     use kairos_ring::bridge::HeapMemory;
+    use std::net::{SocketAddr, UdpSocket};
     use std::sync::Arc;
 
     #[test]
@@ -731,11 +688,13 @@ mod tests {
     fn three_members_on_loopback_see_each_other_and_then_a_silent_one() {
         let ports: Vec<u16> =
             (0..3).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
-        let members: BTreeMap<u64, SocketAddr> =
-            (1..=3).map(|m| (m, SocketAddr::from(([127, 0, 0, 1], ports[m as usize - 1])))).collect();
+        let members: BTreeMap<u64, PeerAddr> = (1..=3)
+            .map(|m| (m, PeerAddr::Udp(SocketAddr::from(([127, 0, 0, 1], ports[m as usize - 1])))))
+            .collect();
         let config = |id: u64, run_ms: u64| MemberConfig {
             id,
             members: members.clone(),
+            lane: None,
             period_ns: 200_000,
             // Lambda well above what a loaded test machine takes from a thread (17 ms of a
             // debug build's bump thread was seen), so only the stopped member is suspected.

@@ -22,15 +22,18 @@
 //!   run: the phi accrual detector (`phi-accrual-failure-detector`, Akka's defaults and tuned
 //!   to the period) and SWIM (`foca`, its LAN defaults and an aggressive setting), driven by the
 //!   same loop over the same socket.
-//! - [`member`]: the thin shell: the UDP socket, the periodic loop (absolute sleeps to the
+//! - [`member`]: the thin shell: the transport, the periodic loop (absolute sleeps to the
 //!   next deadline, pinned and `SCHED_FIFO` where permitted), the demonstration application that
 //!   bumps the counter, and the record of every suspicion for the accuracy experiment.
 //!
 //! # Transport
 //!
-//! Heartbeats go by UDP unicast to each other member, from one socket per member. The
-//! express lane's multicast tunnels would carry one packet to all; wiring the detector into
-//! the lane's node agent is not done yet, so a heartbeat costs `members - 1` sends.
+//! [`transport`]: heartbeats go by UDP unicast to each other member, from one socket per
+//! member (`members - 1` sends a heartbeat); or, with the members on lane hosts, on the
+//! express lane's multicast tunnel from each member's host to the others' (one packet to all,
+//! through the host's lane node, no system call), the loop's rounds phased a little before
+//! the node's releases. The stamps are the kernel's either way: at the member's socket, or at
+//! the receiving host's lane node.
 //!
 //! # Contract
 //!
@@ -52,6 +55,7 @@ pub mod member;
 pub mod phi;
 pub mod swim;
 pub mod table;
+pub mod transport;
 pub mod wire;
 
 pub use detector::{Detector, DetectorConfig, Entry, Event, Heard, Verdict};

@@ -31,6 +31,10 @@
 //! are dropped whole, as a lossy network would; Raft sends them again (the member sizes Raft's
 //! appends and their number in flight to the tunnel, so this is rare).
 //!
+//! The failure detector's members on the lane ([`crate::fd::member`]) use the same link with a
+//! tunnel name of their own: their heartbeats as heartbeats, SWIM's datagrams as queued
+//! messages.
+//!
 //! Contract: nothing is sent before the grant takes effect; the outbox never holds more than
 //! one packet's worth, so the node never drops a message as excess; the queue is bounded; a
 //! change of the grant is followed, and a tunnel the controller ends is asked for again.
@@ -53,7 +57,7 @@ pub const MAX_QUEUED_BYTES: usize = 8 << 20;
 /// handed to the link (wall-clock ns: with the release and receive stamps the lane adds, where
 /// a message's time went).
 const LANE_HEADER_BYTES: usize = 1 + 8 + 8;
-const KIND_RAFT: u8 = 1;
+const KIND_MESSAGE: u8 = 1;
 const KIND_BEAT: u8 = 2;
 /// The largest packet a tunnel asks for: a UDP datagram in a 1500-byte MTU.
 pub const MAX_PACKET_BYTES: u64 = 1_472;
@@ -110,8 +114,8 @@ pub enum LaneLinkError {
     Config(String),
 }
 
-/// The link's counts, for INFO.
-#[derive(Debug, Clone, Copy, Default)]
+/// The link's counts, for INFO (and a detector member's report).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 pub struct LaneLinkStats {
     /// Packets' worth handed to the node (one per release at most).
     pub packets_out: u64,
@@ -151,7 +155,7 @@ pub struct LaneLinkStats {
 /// over (wall-clock ns), and its payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaneMessage<'a> {
-    /// 1: a Raft fragment; 2: a detector datagram; anything else is not ours to read.
+    /// 1: a queued message (a Raft fragment); 2: a heartbeat; anything else is not ours to read.
     pub kind: u8,
     /// The member it is for.
     pub to: u64,
@@ -173,8 +177,9 @@ pub fn parse_lane_message(bytes: &[u8]) -> Option<LaneMessage<'_>> {
 /// What arrived for this member.
 #[derive(Debug)]
 pub enum Incoming<'a> {
-    /// A Raft fragment ([`crate::replica::frame`]).
-    Raft(&'a [u8]),
+    /// A queued message: a Raft fragment ([`crate::replica::frame`]) in the store, a SWIM
+    /// datagram in a detector's member.
+    Message(&'a [u8]),
     /// A detector datagram and its packet's kernel receive stamp, wall-clock ns.
     Beat(&'a [u8], u64),
 }
@@ -292,11 +297,11 @@ pub struct LaneLink {
 }
 
 impl LaneLink {
-    /// Joins the node as application `kv-ID`, asks for the tunnel to `others` (the other
-    /// members' lane hosts) and listens to everyone's. Blocks until the node answers (a few
-    /// milliseconds; at most 5 s).
+    /// Joins the node as application `app`, asks for the tunnel `name` to `others` (the other
+    /// members' lane hosts) and listens to everyone's of that name. Blocks until the node
+    /// answers (a few milliseconds; at most 5 s).
     pub fn join(
-        me: u64,
+        app: &str,
         name: &str,
         others: &[String],
         config: &LaneLinkConfig,
@@ -306,8 +311,7 @@ impl LaneLink {
             return Err(LaneLinkError::Config("a member alone needs no lane: give it peers".into()));
         }
         let app_err = |source| LaneLinkError::App { dir: config.node_dir.clone(), source };
-        let mut app =
-            LaneApp::connect(&config.node_dir, &format!("kv-{me}"), REQUEST_TIMEOUT).map_err(app_err)?;
+        let mut app = LaneApp::connect(&config.node_dir, app, REQUEST_TIMEOUT).map_err(app_err)?;
         if others.iter().any(|h| h == app.host()) {
             return Err(LaneLinkError::Config(format!(
                 "another member is on this member's lane host {}: the lane carries messages between hosts, so put \
@@ -399,10 +403,11 @@ impl LaneLink {
         m
     }
 
-    /// Queues one of Raft's fragments, of message `number`, for member `to`, handed over at
-    /// `now_ns` (wall-clock); [`LaneLink::flush`] hands it on.
-    pub fn queue_raft(&mut self, number: u64, to: u64, fragment: &[u8], now_ns: u64) {
-        let m = Self::framed(KIND_RAFT, to, now_ns, fragment);
+    /// Queues a message for member `to` (one of Raft's fragments, of message `number`; or a
+    /// detector's datagram that is not a heartbeat), handed over at `now_ns` (wall-clock);
+    /// [`LaneLink::flush`] hands it on, in order.
+    pub fn queue_message(&mut self, number: u64, to: u64, fragment: &[u8], now_ns: u64) {
+        let m = Self::framed(KIND_MESSAGE, to, now_ns, fragment);
         self.queued_bytes += m.len();
         self.queue.push_back((number, m));
         while self.queued_bytes > MAX_QUEUED_BYTES {
@@ -486,6 +491,12 @@ impl LaneLink {
         self.next_look_ns = now_ns + self.period_ns / 4;
     }
 
+    /// The node's first release of the tunnel at or after `now_ns` (wall-clock): releases
+    /// keep the phase of the grant's first, a period apart.
+    pub fn next_release_ns(&self, now_ns: u64) -> u64 {
+        release_at_or_after(self.tunnel.send_from_ns, self.period_ns, now_ns)
+    }
+
     /// When [`LaneLink::flush`] should look again (wall-clock ns), if anything waits.
     pub fn next_flush_ns(&self) -> Option<u64> {
         (!self.queue.is_empty() || !self.beats.is_empty()).then_some(self.next_look_ns)
@@ -556,7 +567,7 @@ impl LaneLink {
                 continue;
             }
             match kind {
-                KIND_RAFT => {
+                KIND_MESSAGE => {
                     if read_ns == 0 {
                         read_ns = kairos_sys::clock::realtime_ns();
                     }
@@ -568,7 +579,7 @@ impl LaneLink {
                         self.stats.inbox_wait_ns += read_ns - d.received_ns;
                     }
                     self.stats.fragments_in += 1;
-                    on(Incoming::Raft(payload));
+                    on(Incoming::Message(payload));
                 }
                 KIND_BEAT => on(Incoming::Beat(payload, d.received_ns)),
                 _ => self.stats.malformed += 1,
@@ -578,10 +589,21 @@ impl LaneLink {
     }
 }
 
-/// The tunnels' name for a cluster of `peers`: [`LANE_TUNNEL`] and a mark of the membership
-/// (FNV-1a of `id=host` in order), so two clusters on one lane never read each other's
-/// messages (a member reads the tunnels of its own name only).
-pub fn tunnel_name<'a>(peers: impl IntoIterator<Item = (&'a u64, &'a super::PeerAddr)>) -> String {
+/// The first of the releases `first_ns + k * period_ns` at or after `now_ns`.
+fn release_at_or_after(first_ns: u64, period_ns: u64, now_ns: u64) -> u64 {
+    if now_ns <= first_ns {
+        return first_ns;
+    }
+    first_ns + (now_ns - first_ns).div_ceil(period_ns.max(1)) * period_ns.max(1)
+}
+
+/// The tunnels' name for a group of `peers`: `prefix` ([`LANE_TUNNEL`] for the store) and a
+/// mark of the membership (FNV-1a of `id=host` in order), so two groups on one lane never read
+/// each other's messages (a member reads the tunnels of its own name only).
+pub fn tunnel_name<'a>(
+    prefix: &str,
+    peers: impl IntoIterator<Item = (&'a u64, &'a super::PeerAddr)>,
+) -> String {
     let mut hash: u32 = 0x811c_9dc5;
     for (id, addr) in peers {
         for b in format!("{id}={addr};").bytes() {
@@ -589,7 +611,7 @@ pub fn tunnel_name<'a>(peers: impl IntoIterator<Item = (&'a u64, &'a super::Peer
             hash = hash.wrapping_mul(0x0100_0193);
         }
     }
-    format!("{LANE_TUNNEL}-{hash:08x}")
+    format!("{prefix}-{hash:08x}")
 }
 
 /// The other members' lane hosts, or why the peers do not make a lane cluster.
@@ -639,6 +661,15 @@ mod tests {
     }
 
     #[test]
+    fn releases_keep_the_phase_of_the_first() {
+        assert_eq!(release_at_or_after(1_000, 100, 0), 1_000);
+        assert_eq!(release_at_or_after(1_000, 100, 1_000), 1_000);
+        assert_eq!(release_at_or_after(1_000, 100, 1_001), 1_100);
+        assert_eq!(release_at_or_after(1_000, 100, 1_100), 1_100);
+        assert_eq!(release_at_or_after(1_000, 100, 12_345), 12_400);
+    }
+
+    #[test]
     fn a_framed_message_parses_back_and_short_ones_do_not() {
         let m = LaneLink::framed(KIND_BEAT, 7, 42, b"hello");
         let p = parse_lane_message(&m).unwrap();
@@ -661,9 +692,9 @@ mod tests {
         // Every member of a cluster names its tunnels alike; another cluster, otherwise.
         let other: BTreeMap<u64, PeerAddr> = [(1, lane("h3")), (2, lane("h1")), (3, lane("h2"))].into();
         // Members built apart agree on it (FNV-1a of "1=lane:h0;2=lane:h1;3=lane:h2;").
-        assert_eq!(tunnel_name(&peers), "kv-lane-04ad0470");
-        assert_ne!(tunnel_name(&peers), tunnel_name(&other));
-        assert!(tunnel_name(&peers).starts_with("kv-lane-"));
+        assert_eq!(tunnel_name(LANE_TUNNEL, &peers), "kv-lane-04ad0470");
+        assert_ne!(tunnel_name(LANE_TUNNEL, &peers), tunnel_name(LANE_TUNNEL, &other));
+        assert!(tunnel_name(LANE_TUNNEL, &peers).starts_with("kv-lane-"));
         assert!(other_hosts(1, &shared).unwrap_err().contains("both on lane host h0"));
     }
 

@@ -323,8 +323,8 @@ impl Node {
                 let others = lane_link::other_hosts(config.id, &config.peers).map_err(NodeError::Config)?;
                 let mut link = lc.link.clone();
                 link.period = config.detector.map_or(config.period, |d| Duration::from_nanos(d.period_ns));
-                let name = lane_link::tunnel_name(&config.peers);
-                let joined = LaneLink::join(config.id, &name, &others, &link)
+                let name = lane_link::tunnel_name(lane_link::LANE_TUNNEL, &config.peers);
+                let joined = LaneLink::join(&format!("kv-{}", config.id), &name, &others, &link)
                     .map_err(|e| NodeError::Lane(Box::new(e)))?;
                 if Some(joined.host()) != own.lane_host() {
                     return Err(NodeError::Config(format!(
@@ -611,7 +611,7 @@ impl Node {
                 return;
             }
             result = match incoming {
-                Incoming::Raft(bytes) => {
+                Incoming::Message(bytes) => {
                     self.stats.datagrams_in += 1;
                     self.fragment(bytes)
                 }
@@ -985,7 +985,7 @@ impl Node {
                     continue;
                 };
                 for fragment in parts {
-                    lane.queue_raft(self.message_number, msg.to, &fragment, wall);
+                    lane.queue_message(self.message_number, msg.to, &fragment, wall);
                     self.stats.datagrams_out += 1;
                 }
                 continue;

@@ -1,0 +1,282 @@
+//! Where a member's datagrams travel: a UDP socket, one copy of each heartbeat to each other
+//! member's address; or the express lane, as an application of its host's lane node with a
+//! tunnel of its own to the other members' hosts, one packet a period carrying the heartbeat
+//! for every member (the lane's multicast), SWIM's datagrams in the rest of it.
+//!
+//! Either way a datagram is handed to the loop with its arrival time on `CLOCK_MONOTONIC`: the
+//! kernel's receive stamp of its packet (at this host's socket, or at this host's lane node),
+//! so a datagram read late keeps its time. Neither wakes the loop when a datagram arrives (see
+//! [`super::member`]): the loop reads what came at its deadlines.
+//!
+//! On the lane the loop's rounds are phased to the node's releases of the tunnel, a little
+//! before each. A round hands the link the heartbeat and whatever SWIM queued since the last
+//! round, and the link gives the node one packet if the node has sent the last one
+//! ([`crate::node::lane_link`]); otherwise the heartbeat waits for the next round, which
+//! replaces it. Only the rounds hand packets over: a packet handed between rounds (after a
+//! release) would still be in the outbox at the next round, whose heartbeat would then wait a
+//! period, and so every one after it. SWIM's datagrams therefore wait up to a period more.
+//! A heartbeat's `sent_ns` is when it was handed over; the wait for the release shows on the
+//! receiver as time on the way.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+
+use kairos_sys::clock::{monotonic_ns, realtime_ns, realtime_offset, stamp_to_monotonic};
+use kairos_sys::net::burst::MmsgBatch;
+use kairos_sys::net::options;
+
+use super::wire::{Heartbeat, encode_heartbeat, encode_swim};
+use crate::node::PeerAddr;
+use crate::node::lane_link::{self, Incoming, LaneLink, LaneLinkConfig, LaneLinkError, LaneLinkStats};
+
+/// What the lane's tunnels of the failure detector are named, before the group's mark.
+pub const FD_LANE_TUNNEL: &str = "fd-lane";
+/// Datagrams taken per receive call.
+const BURST: usize = 16;
+/// The largest datagram read whole.
+const DATAGRAM_BYTES: usize = 1_500;
+
+/// Why the transport could not be made, or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// The members are not all UDP addresses, or not all lane hosts (with a node given).
+    #[error("{0}")]
+    Members(String),
+    /// The socket could not be made.
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The reason.
+        source: io::Error,
+    },
+    /// A socket call failed.
+    #[error("socket: {0}")]
+    Socket(#[from] io::Error),
+    /// The lane's node refused the link.
+    #[error("{0}")]
+    Lane(#[from] Box<LaneLinkError>),
+    /// The lane's node failed while the member ran.
+    #[error("the lane node: {0}")]
+    LaneNode(#[from] kairos_lane::node::app::AppError),
+}
+
+/// A member's transport; see the module doc.
+#[derive(Debug)]
+pub enum Transport {
+    /// One socket, a copy to each member.
+    Udp(Box<Udp>),
+    /// The host's lane node, one packet to all.
+    Lane(Box<Lane>),
+}
+
+/// The UDP transport.
+pub struct Udp {
+    socket: UdpSocket,
+    others: Vec<(u64, SocketAddr)>,
+    kernel_stamps: bool,
+    batch: MmsgBatch,
+    buffers: Box<[[u8; DATAGRAM_BYTES]; BURST]>,
+}
+
+/// The lane transport.
+#[derive(Debug)]
+pub struct Lane {
+    link: LaneLink,
+    me: u64,
+    others: Vec<u64>,
+    /// Numbers SWIM's datagrams for the link's queue (each one whole message).
+    message_number: u64,
+}
+
+impl std::fmt::Debug for Udp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Udp")
+            .field("socket", &self.socket)
+            .field("others", &self.others)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transport {
+    /// Binds member `me`'s socket (`members` all UDP addresses, `lane` none), or joins its host's
+    /// lane node (`members` all lane hosts, `lane` its node), with `type_of_service` on the
+    /// socket's datagrams.
+    pub fn open(
+        me: u64,
+        members: &std::collections::BTreeMap<u64, PeerAddr>,
+        lane: Option<&LaneLinkConfig>,
+        type_of_service: Option<u8>,
+    ) -> Result<Self, TransportError> {
+        let own = members
+            .get(&me)
+            .ok_or_else(|| TransportError::Members(format!("member {me} is not a member")))?;
+        match lane {
+            None => {
+                let addr = own.udp().ok_or_else(|| {
+                    TransportError::Members(format!(
+                        "member {me}'s address {own} is a lane host: give its host's lane node, or HOST:PORT"
+                    ))
+                })?;
+                let mut others = Vec::new();
+                for (&m, a) in members.iter().filter(|(m, _)| **m != me) {
+                    let udp = a.udp().ok_or_else(|| {
+                        TransportError::Members(format!(
+                            "member {m}'s address {a} is a lane host, member {me}'s a UDP address: a group is on \
+                             the lane or off it"
+                        ))
+                    })?;
+                    others.push((m, udp));
+                }
+                let socket = UdpSocket::bind(addr).map_err(|source| TransportError::Bind { addr, source })?;
+                socket.set_nonblocking(true)?;
+                let kernel_stamps = options::enable_rx_timestamps(&socket).is_ok();
+                if let Some(tos) = type_of_service {
+                    options::set_type_of_service(&socket, tos)?;
+                }
+                Ok(Self::Udp(Box::new(Udp {
+                    socket,
+                    others,
+                    kernel_stamps,
+                    batch: MmsgBatch::new(),
+                    buffers: Box::new([[0; DATAGRAM_BYTES]; BURST]),
+                })))
+            }
+            Some(config) => {
+                let hosts = lane_link::other_hosts(me, members).map_err(TransportError::Members)?;
+                let name = lane_link::tunnel_name(FD_LANE_TUNNEL, members);
+                let link = LaneLink::join(&format!("fd-{me}"), &name, &hosts, config).map_err(Box::new)?;
+                if Some(link.host()) != own.lane_host() {
+                    return Err(TransportError::Members(format!(
+                        "member {me} is on lane host {own}, but the node in {} is on {}",
+                        config.node_dir.display(),
+                        link.host()
+                    )));
+                }
+                let others = members.keys().copied().filter(|&m| m != me).collect();
+                Ok(Self::Lane(Box::new(Lane { link, me, others, message_number: 0 })))
+            }
+        }
+    }
+
+    /// Whether arrival times are the kernel's receive stamps (always on the lane).
+    pub fn kernel_stamps(&self) -> bool {
+        match self {
+            Self::Udp(u) => u.kernel_stamps,
+            Self::Lane(_) => true,
+        }
+    }
+
+    /// The lane link's counts, on the lane.
+    pub fn lane_stats(&self) -> Option<LaneLinkStats> {
+        match self {
+            Self::Udp(_) => None,
+            Self::Lane(l) => Some(l.link.stats()),
+        }
+    }
+
+    /// Sends heartbeat `hb` to every other member, its `sent_ns` stamped as each copy leaves;
+    /// returns the sends refused. `out` is scratch.
+    pub fn send_heartbeat(&mut self, hb: &mut Heartbeat, out: &mut Vec<u8>) -> u64 {
+        match self {
+            Self::Udp(u) => {
+                let mut refused = 0;
+                for (_, addr) in &u.others {
+                    hb.sent_ns = monotonic_ns();
+                    out.clear();
+                    encode_heartbeat(hb, out);
+                    if u.socket.send_to(out, addr).is_err() {
+                        refused += 1;
+                    }
+                }
+                refused
+            }
+            Self::Lane(l) => {
+                let wall = realtime_ns();
+                hb.sent_ns = monotonic_ns();
+                out.clear();
+                encode_heartbeat(hb, out);
+                for &m in &l.others {
+                    l.link.send_beat(m, out, wall);
+                }
+                l.link.flush(wall);
+                0
+            }
+        }
+    }
+
+    /// Sends SWIM instance `instance`'s datagram `payload` to member `to`; whether it went (or
+    /// was queued, on the lane). `out` is scratch.
+    pub fn send_swim(&mut self, to: u64, instance: u8, payload: &[u8], out: &mut Vec<u8>) -> bool {
+        out.clear();
+        encode_swim(instance, payload, out);
+        match self {
+            Self::Udp(u) => {
+                let Some((_, addr)) = u.others.iter().find(|(m, _)| *m == to) else { return false };
+                u.socket.send_to(out, addr).is_ok()
+            }
+            Self::Lane(l) => {
+                if !l.others.contains(&to) {
+                    return false;
+                }
+                l.message_number += 1;
+                // Handed to the node with the next round's heartbeat.
+                l.link.queue_message(l.message_number, to, out, realtime_ns());
+                true
+            }
+        }
+    }
+
+    /// On the lane, the node's first release of the tunnel after `now` (`CLOCK_MONOTONIC` ns).
+    pub fn next_release_ns(&self, now: u64) -> Option<u64> {
+        match self {
+            Self::Udp(_) => None,
+            Self::Lane(l) => {
+                let (mono, offset) = realtime_offset();
+                let wall = l.link.next_release_ns(now.max(mono) + offset);
+                Some(wall.saturating_sub(offset))
+            }
+        }
+    }
+
+    /// Hands `on` every datagram that arrived, with its arrival time (`CLOCK_MONOTONIC` ns, at
+    /// most `now`).
+    pub fn receive(&mut self, now: u64, mut on: impl FnMut(&[u8], u64)) -> Result<(), TransportError> {
+        // The kernel stamps on CLOCK_REALTIME; its distance from CLOCK_MONOTONIC is read now
+        // (`now` is older: the heartbeat's sends came between, and a stale pair would put every
+        // stamp early by their time).
+        let (mono, offset) = realtime_offset();
+        match self {
+            Self::Udp(u) => loop {
+                let mut refs = u.buffers.each_mut().map(|b| &mut b[..]);
+                let got = match u.batch.recv_into(&u.socket, &mut refs, true) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    // An ICMP error queued by an earlier send (a peer's port closed): not ours
+                    // to act on.
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                for i in 0..got {
+                    let len = u.batch.lengths()[i];
+                    let stamp = u.batch.rx_timestamps_ns()[i];
+                    let at = stamp.map_or(now, |s| stamp_to_monotonic(s, offset, mono).min(now));
+                    on(&u.buffers[i][..len], at);
+                }
+                if got < BURST {
+                    return Ok(());
+                }
+            },
+            Self::Lane(l) => {
+                let received = l.link.receive(l.me, |incoming| match incoming {
+                    Incoming::Beat(bytes, stamp) => {
+                        on(bytes, stamp_to_monotonic(stamp, offset, mono).min(now))
+                    }
+                    Incoming::Message(bytes) => on(bytes, now),
+                });
+                Ok(received?)
+            }
+        }
+    }
+}
