@@ -12,7 +12,10 @@ use clap::{Args, Subcommand, ValueEnum};
 use kairos_io::bridge::{attach_words, create_words};
 use kairos_lab::fd_accuracy::{self, AccuracyConfig, Load};
 use kairos_lab::fd_cluster::{Network, default_app_bump_us};
-use kairos_lab::fd_detect::{self, DetectConfig, Failure, RECOMMENDED_THRESHOLD_US};
+use kairos_lab::fd_detect::{
+    self, DetectConfig, Failure, LANE_RECOMMENDED_THRESHOLD_US, RECOMMENDED_THRESHOLD_US,
+    recommended_threshold_us,
+};
 use kairos_services::fd::member::{self, MemberConfig};
 use kairos_services::fd::table::bytes_for;
 use kairos_services::fd::{AliveTable, TableHeader};
@@ -78,9 +81,9 @@ struct MemberArgs {
     #[arg(long, value_name = "US", default_value_t = 100)]
     period_us: u64,
     /// The threshold Lambda, microseconds: a member is suspected when no heartbeat with a new
-    /// counter came within T + Lambda.
-    #[arg(long, value_name = "US", default_value_t = RECOMMENDED_THRESHOLD_US)]
-    threshold_us: u64,
+    /// counter came within T + Lambda (default: 200, or 1000 on the lane).
+    #[arg(long, value_name = "US")]
+    threshold_us: Option<u64>,
     /// More thresholds to record suspicions with (not published), microseconds.
     #[arg(long, value_name = "US", value_delimiter = ',')]
     sweep_us: Vec<u64>,
@@ -196,9 +199,10 @@ struct GroupArgs {
 struct DetectArgs {
     #[command(flatten)]
     group: GroupArgs,
-    /// Kairos's threshold Lambda, microseconds (default: the recommended one).
-    #[arg(long, value_name = "US", default_value_t = RECOMMENDED_THRESHOLD_US)]
-    threshold_us: u64,
+    /// Kairos's threshold Lambda, microseconds (default: the recommended one, 200, or 1000
+    /// with --network lane).
+    #[arg(long, value_name = "US")]
+    threshold_us: Option<u64>,
     /// Trials per failure for the fast detectors (default: 20 with --quick, else 100).
     #[arg(long, value_name = "N")]
     trials: Option<usize>,
@@ -220,9 +224,10 @@ struct AccuracyArgs {
     /// The thresholds Lambda, microseconds, comma-separated (default: 5 us to 5 ms).
     #[arg(long, value_name = "US", value_delimiter = ',')]
     thresholds_us: Vec<u64>,
-    /// The threshold the table is published with, microseconds (default: the recommended one).
-    #[arg(long, value_name = "US", default_value_t = RECOMMENDED_THRESHOLD_US)]
-    threshold_us: u64,
+    /// The threshold the table is published with, microseconds (default: the recommended one,
+    /// 200, or 1000 with --network lane).
+    #[arg(long, value_name = "US")]
+    threshold_us: Option<u64>,
     /// Seconds per load, 1-86400 (default: 20 with --quick, else 600).
     #[arg(long)]
     seconds: Option<f64>,
@@ -244,7 +249,8 @@ pub fn run(args: &FdArgs) -> Result<i32> {
             let mut config = DetectConfig::preset(g.common.quick, exe);
             config.members = g.members.unwrap_or(config.members);
             config.period_us = g.period_us;
-            config.threshold_us = a.threshold_us;
+            config.network = g.network.map_or(config.network, Network::from);
+            config.threshold_us = a.threshold_us.unwrap_or(recommended_threshold_us(config.network));
             config.trials = a.trials.unwrap_or(config.trials);
             config.slow_trials = a.slow_trials.unwrap_or(config.slow_trials);
             if !a.failures.is_empty() {
@@ -258,7 +264,6 @@ pub fn run(args: &FdArgs) -> Result<i32> {
                     })
                     .collect();
             }
-            config.network = g.network.map_or(config.network, Network::from);
             config.base_port = g.base_port.unwrap_or(config.base_port);
             config.fifo_priority = g.fifo;
             config.pin = !g.no_pin;
@@ -275,9 +280,9 @@ pub fn run(args: &FdArgs) -> Result<i32> {
             if !a.thresholds_us.is_empty() {
                 config.thresholds_us = a.thresholds_us.clone();
             }
-            config.recommended_us = a.threshold_us;
             config.seconds = a.seconds.unwrap_or(config.seconds);
             config.network = g.network.map_or(config.network, Network::from);
+            config.recommended_us = a.threshold_us.unwrap_or(recommended_threshold_us(config.network));
             if !a.loads.is_empty() {
                 config.loads = a
                     .loads
@@ -332,10 +337,15 @@ fn member(a: &MemberArgs) -> Result<i32> {
     if !(2..=kairos_services::fd::table::MAX_ROWS).contains(&members.len()) {
         return Err(exit::usage(format!("--members names {} members: a group has 2 to 256", members.len())));
     }
-    if !(10..=1_000_000).contains(&a.period_us) || a.threshold_us > 10_000_000 {
+    let threshold_us = a.threshold_us.unwrap_or(if a.lane_node.is_some() {
+        LANE_RECOMMENDED_THRESHOLD_US
+    } else {
+        RECOMMENDED_THRESHOLD_US
+    });
+    if !(10..=1_000_000).contains(&a.period_us) || threshold_us > 10_000_000 {
         return Err(exit::usage(format!(
             "--period-us {} (10 to 1000000) or --threshold-us {} (0 to 10000000) is out of range",
-            a.period_us, a.threshold_us
+            a.period_us, threshold_us
         )));
     }
     let lane_hosts = members.values().filter(|p| p.lane_host().is_some()).count();
@@ -368,7 +378,7 @@ fn member(a: &MemberArgs) -> Result<i32> {
         members,
         lane,
         period_ns: a.period_us * 1_000,
-        threshold_ns: a.threshold_us * 1_000,
+        threshold_ns: threshold_us * 1_000,
         sweep_thresholds_ns: a.sweep_us.iter().map(|t| t * 1_000).collect(),
         peers: a.peers,
         type_of_service: a.tos,
@@ -415,7 +425,7 @@ fn member(a: &MemberArgs) -> Result<i32> {
         a.period_us,
         others.len(),
         if config.lane.is_some() { " on the lane" } else { "" },
-        a.threshold_us,
+        threshold_us,
         path.display()
     );
     let report = member::run(&config, &table, &AtomicBool::new(false))?;

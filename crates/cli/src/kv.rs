@@ -132,7 +132,11 @@ impl LaneArgs {
             packet_bytes: self.lane_packet_bytes,
         };
         link.check(members).map_err(|e| exit::usage(format!("--lane-packet-bytes: {e}")))?;
-        Ok(kairos_services::node::LaneConfig { link, poll: Duration::from_micros(self.lane_poll_us) })
+        Ok(kairos_services::node::LaneConfig {
+            link,
+            poll: Duration::from_micros(self.lane_poll_us),
+            cluster: None,
+        })
     }
 
     fn to_flags(&self) -> Vec<String> {
@@ -248,6 +252,11 @@ struct ServeArgs {
     /// for, to the lane hosts --peers names.
     #[arg(long, value_name = "DIR")]
     lane_node: Option<PathBuf>,
+    /// On the lane, the name of the cluster's tunnels (INFO's lane_tunnel at any member): a
+    /// member added with --join must be given it. Default: the one the data directory keeps,
+    /// else one made from --peers (a new cluster).
+    #[arg(long, value_name = "NAME")]
+    lane_cluster: Option<String>,
     #[command(flatten)]
     lane: LaneArgs,
     #[command(flatten)]
@@ -317,9 +326,25 @@ fn serve(a: &ServeArgs) -> Result<i32> {
                     "--lane-node needs every --peers entry to be a lane host (ID=h0), but member {id}'s is {addr}"
                 )));
             }
-            Some(a.lane.config(dir.clone(), peers.len())?)
+            let mut lane = a.lane.config(dir.clone(), peers.len())?;
+            if let Some(name) = &a.lane_cluster {
+                let valid = (1..=64).contains(&name.len())
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+                if !valid {
+                    return Err(exit::usage(format!(
+                        "--lane-cluster '{name}' is not a tunnel name: 1 to 64 letters, digits, '-', '_' or '.' (INFO's lane_tunnel)"
+                    )));
+                }
+            }
+            lane.cluster = a.lane_cluster.clone();
+            Some(lane)
         }
         None => {
+            if a.lane_cluster.is_some() {
+                return Err(exit::usage(
+                    "--lane-cluster is for members on the lane: give --lane-node DIR too".to_string(),
+                ));
+            }
             if let Some((id, addr)) = peers.iter().find(|(_, p)| p.udp().is_none()) {
                 return Err(exit::usage(format!(
                     "member {id}'s address {addr} is a lane host: give --lane-node DIR (this host's lane node), or HOST:PORT"

@@ -43,6 +43,19 @@ use crate::harness::{Experiment, Plan, Run, RunInfo};
 
 /// The threshold Lambda the README recommends for a 100 us period, us.
 pub const RECOMMENDED_THRESHOLD_US: u64 = 200;
+/// The same on the lane, where a heartbeat also waits for its node's release and the
+/// receiving node's delivery, wake-ups of node threads that share the cores with the members
+/// here: at 200 us three members on two cores suspected each other hundreds of times a
+/// second and never settled, at 1,000 us they did (`fd detect --network lane`).
+pub const LANE_RECOMMENDED_THRESHOLD_US: u64 = 1_000;
+
+/// The recommended threshold on `network`, us.
+pub fn recommended_threshold_us(network: Network) -> u64 {
+    match network {
+        Network::Lane => LANE_RECOMMENDED_THRESHOLD_US,
+        Network::Loopback | Network::Namespaces => RECOMMENDED_THRESHOLD_US,
+    }
+}
 
 /// A failure the experiment makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -310,10 +323,15 @@ fn settle(cluster: &mut Cluster, awaited: &[Watched], settle: Duration, within: 
                 let stale = now.saturating_sub(row.last_fresh_ns) > 20_000_000;
                 if let Some(w) = awaited.iter().find(|w| w.noticed(&row).is_some()) {
                     why = format!(
-                        "member {} still suspects member {} ({})",
+                        "member {} still suspects member {} ({}; its row: last heartbeat {:.1} ms ago, last fresh {:.1} ms ago, incarnation {}, counter {}, {} suspicions)",
                         cluster.id(o),
                         cluster.id(s),
-                        w.name
+                        w.name,
+                        now.saturating_sub(row.last_heartbeat_ns) as f64 / 1e6,
+                        now.saturating_sub(row.last_fresh_ns) as f64 / 1e6,
+                        row.incarnation,
+                        row.counter,
+                        row.suspicions
                     );
                     calm = false;
                     break 'all;

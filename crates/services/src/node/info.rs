@@ -46,8 +46,8 @@ pub struct Facts {
     pub replica: ReplicaStats,
     /// Where clients connect.
     pub listen: SocketAddr,
-    /// The lane link's counts, on the lane.
-    pub lane: Option<super::lane_link::LaneLinkStats>,
+    /// The lane tunnels' name and the link's counts, on the lane.
+    pub lane: Option<(String, super::lane_link::LaneLinkStats)>,
     /// The failure detector's settings, counters and the members it suspects, when on.
     pub watch: Option<(WatchConfig, WatchStats, Vec<u64>)>,
 }
@@ -111,10 +111,10 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
             }
             None => out.push_str("fd:off\r\n"),
         }
-        if let Some(l) = &f.lane {
+        if let Some((tunnel, l)) = &f.lane {
             let _ = write!(
                 out,
-                "lane_packets_out:{}\r\nlane_fragments_out:{}\r\nlane_fragments_in:{}\r\nlane_not_ours:{}\r\nlane_queue_dropped:{}\r\nlane_too_large:{}\r\nlane_node_errors:{}\r\nlane_beats_replaced:{}\r\nlane_outbox_refused:{}\r\nlane_malformed:{}\r\nlane_grant_changes:{}\r\nlane_tunnels_lost:{}\r\nlane_timed_messages:{}\r\nlane_mean_release_wait_us:{:.1}\r\nlane_mean_wire_us:{:.1}\r\nlane_mean_inbox_wait_us:{:.1}\r\n",
+                "lane_tunnel:{tunnel}\r\nlane_packets_out:{}\r\nlane_fragments_out:{}\r\nlane_fragments_in:{}\r\nlane_not_ours:{}\r\nlane_queue_dropped:{}\r\nlane_too_large:{}\r\nlane_node_errors:{}\r\nlane_beats_replaced:{}\r\nlane_outbox_refused:{}\r\nlane_malformed:{}\r\nlane_grant_changes:{}\r\nlane_tunnels_lost:{}\r\nlane_receiver_changes:{}\r\nlane_timed_messages:{}\r\nlane_mean_release_wait_us:{:.1}\r\nlane_mean_wire_us:{:.1}\r\nlane_mean_inbox_wait_us:{:.1}\r\n",
                 l.packets_out,
                 l.fragments_out,
                 l.fragments_in,
@@ -127,6 +127,7 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
                 l.malformed,
                 l.grant_changes,
                 l.tunnels_lost,
+                l.receiver_changes,
                 l.timed,
                 mean_us(l.release_wait_ns, l.timed),
                 mean_us(l.wire_ns, l.timed),

@@ -141,6 +141,8 @@ pub struct LaneLinkStats {
     pub grant_changes: u64,
     /// Times the tunnel was lost (ended by the controller) and asked for again.
     pub tunnels_lost: u64,
+    /// Times the tunnel was given new receivers (a change of membership).
+    pub receiver_changes: u64,
     /// Raft messages received whose times are summed below.
     pub timed: u64,
     /// From being handed to the link at the sender to its packet's release, summed, ns.
@@ -363,6 +365,41 @@ impl LaneLink {
         self.packing = Packing { packet_bytes: g.packet_bytes as usize };
         self.fragment_bytes = self.packing.fragment_bytes(self.spec.receivers.len());
         self.period_ns = g.period_ps.div_ceil(1_000).max(1);
+    }
+
+    /// The tunnels' name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// Whether the grant's packet holds heartbeats for a group of `members` and a fragment.
+    pub fn carries(&self, members: usize) -> bool {
+        self.packing.fragment_bytes(members.saturating_sub(1)) > 0
+    }
+
+    /// Sends to `hosts` from now on (the members' hosts after a change of membership): the
+    /// node is asked for the tunnel with the new receivers in place of the old one, which
+    /// keeps sending until the new one's first release. If the node refuses or does not
+    /// answer, the tunnel is asked for again later, as a lost one. No receivers (a member
+    /// alone) keeps the tunnel as it is: nothing needs to go anywhere.
+    pub fn set_receivers(&mut self, hosts: Vec<String>) {
+        if hosts.is_empty() || hosts == self.spec.receivers {
+            return;
+        }
+        self.spec.receivers = hosts;
+        match self.app.change(&self.tunnel, self.spec.clone(), RETRY_TIMEOUT) {
+            Ok(tunnel) => {
+                self.tunnel = tunnel;
+                self.pending_grant = None;
+                self.stats.receiver_changes += 1;
+                self.follow_grant();
+            }
+            Err(_) => {
+                self.stats.node_errors += 1;
+                self.lost = true;
+                self.next_request_ns = 0;
+            }
+        }
     }
 
     /// The encoded message's bytes one fragment carries.

@@ -96,6 +96,9 @@ pub struct LaneConfig {
     /// The tunnel (its period is replaced by the detector's, or the loop's when the detector
     /// is off).
     pub link: LaneLinkConfig,
+    /// The name every member's tunnel has (`None`: the one this member's data directory keeps,
+    /// else one made from the peers): a member added later must be given it.
+    pub cluster: Option<String>,
     /// The longest the loop sleeps without looking at the inbox.
     pub poll: Duration,
 }
@@ -286,6 +289,35 @@ fn load_peers(path: &std::path::Path) -> Option<BTreeMap<u64, PeerAddr>> {
     (!peers.is_empty()).then_some(peers)
 }
 
+/// The file keeping the name of the lane tunnels of this member's cluster.
+const LANE_CLUSTER_FILE: &str = "lane-cluster";
+
+/// The name of the cluster's lane tunnels: the one given, else the one the data directory
+/// keeps, else one made from the peers (a new cluster); kept in the data directory, so a
+/// restart after membership changes still finds its cluster's tunnels.
+fn lane_cluster(config: &NodeConfig, lane: &LaneConfig) -> Result<String, NodeError> {
+    let path = config.data_dir.join(LANE_CLUSTER_FILE);
+    let kept = std::fs::read_to_string(&path).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    let name = match (&lane.cluster, kept) {
+        (Some(given), Some(kept)) if *given != kept => {
+            return Err(NodeError::Config(format!(
+                "the data in {} belongs to the lane cluster {kept}, not {given}: give --lane-cluster {kept}, or another --data",
+                config.data_dir.display()
+            )));
+        }
+        (Some(given), _) => given.clone(),
+        (None, Some(kept)) => kept,
+        (None, None) => lane_link::tunnel_name(lane_link::LANE_TUNNEL, &config.peers),
+    };
+    let log_err = |source| NodeError::Log { dir: config.data_dir.clone(), source };
+    std::fs::create_dir_all(&config.data_dir).map_err(log_err)?;
+    let fresh = path.with_extension("new");
+    std::fs::write(&fresh, format!("{name}\n"))
+        .and_then(|()| std::fs::rename(&fresh, &path))
+        .map_err(log_err)?;
+    Ok(name)
+}
+
 fn save_peers(path: &std::path::Path, peers: &BTreeMap<u64, PeerAddr>) -> io::Result<()> {
     let text: String = peers.iter().map(|(id, addr)| format!("{id}={addr}\n")).collect();
     let fresh = path.with_extension("new");
@@ -305,10 +337,17 @@ impl std::fmt::Debug for Node {
 impl Node {
     /// Binds the sockets and opens (or creates) the log.
     pub fn open(config: NodeConfig) -> Result<Self, NodeError> {
-        let own = config
-            .peers
-            .get(&config.id)
-            .ok_or_else(|| NodeError::Config(format!("member {} is not among the peers", config.id)))?;
+        let mut config = config;
+        if !config.peers.contains_key(&config.id) {
+            return Err(NodeError::Config(format!("member {} is not among the peers", config.id)));
+        }
+        // The addresses of members added or removed since the command line was written.
+        if let Some(peers) = load_peers(&config.data_dir.join(PEERS_FILE)) {
+            let own = config.peers[&config.id].clone();
+            config.peers = peers;
+            config.peers.entry(config.id).or_insert(own);
+        }
+        let own = &config.peers[&config.id];
         let (udp, beats, lane) = match (own, &config.lane) {
             (PeerAddr::Udp(addr), None) => {
                 if let Some((id, a)) = config.peers.iter().find(|(_, a)| a.udp().is_none()) {
@@ -323,7 +362,7 @@ impl Node {
                 let others = lane_link::other_hosts(config.id, &config.peers).map_err(NodeError::Config)?;
                 let mut link = lc.link.clone();
                 link.period = config.detector.map_or(config.period, |d| Duration::from_nanos(d.period_ns));
-                let name = lane_link::tunnel_name(lane_link::LANE_TUNNEL, &config.peers);
+                let name = lane_cluster(&config, lc)?;
                 let joined = LaneLink::join(&format!("kv-{}", config.id), &name, &others, &link)
                     .map_err(|e| NodeError::Lane(Box::new(e)))?;
                 if Some(joined.host()) != own.lane_host() {
@@ -369,13 +408,6 @@ impl Node {
                 if config.join { Vec::new() } else { config.peers.keys().copied().collect() };
             LogStore::create(disk, config.sync, &voters).map_err(log_err)?
         };
-        let mut config = config;
-        // The addresses of members added or removed since the command line was written.
-        if let Some(peers) = load_peers(&config.data_dir.join(PEERS_FILE)) {
-            let own = config.peers[&config.id].clone();
-            config.peers = peers;
-            config.peers.entry(config.id).or_insert(own);
-        }
         let mut rc = ReplicaConfig::new(config.id);
         // With the detector on, its heartbeats carry the commit index and restart followers'
         // election clocks every period, so Raft's own are only a backstop: a quarter of the
@@ -788,8 +820,11 @@ impl Node {
     /// answer to give now, if any.
     fn member_command(&mut self, client: u64, args: &[Vec<u8>]) -> Option<Reply> {
         use raft::eraftpb::ConfChangeType;
-        let usage =
-            || Reply::Error("ERR usage: KAIROS.MEMBER LIST | ADD id host:port [LEARNER] | REMOVE id".into());
+        let usage = || {
+            Reply::Error(
+                "ERR usage: KAIROS.MEMBER LIST | ADD id host:port|lane-host [LEARNER] | REMOVE id".into(),
+            )
+        };
         let word = |i: usize| args.get(i).map(|a| String::from_utf8_lossy(a).to_ascii_lowercase());
         let (change, node, context) = match (word(0).as_deref(), args.len()) {
             (Some("list"), 1) => {
@@ -811,11 +846,27 @@ impl Node {
             }
             (Some("add"), 3 | 4) => {
                 let id = word(1).and_then(|w| w.parse::<u64>().ok()).filter(|&i| i > 0);
-                let addr = word(2).and_then(|w| w.parse::<SocketAddr>().ok());
-                if self.lane.is_some() {
-                    return Some(Reply::Error(
-                        "ERR membership changes on the lane are not supported yet: the tunnels' receivers are fixed when a member starts".into(),
-                    ));
+                let addr = word(2).and_then(|w| w.parse::<PeerAddr>().ok());
+                match (&addr, &self.lane) {
+                    (Some(PeerAddr::Udp(_)), Some(_)) | (Some(PeerAddr::Lane(_)), None) => {
+                        return Some(Reply::Error(
+                            "ERR a member's address is of the cluster's kind: a lane host (h3) on the lane, HOST:PORT off it".into(),
+                        ));
+                    }
+                    (Some(PeerAddr::Lane(h)), Some(lane)) => {
+                        let mut peers = self.config.peers.clone();
+                        peers.insert(id.unwrap_or(0), PeerAddr::Lane(h.clone()));
+                        if let Err(e) = lane_link::other_hosts(self.config.id, &peers) {
+                            return Some(Reply::Error(format!("ERR {e}")));
+                        }
+                        if !lane.carries(peers.len()) {
+                            return Some(Reply::Error(format!(
+                                "ERR the lane tunnel's packet holds no fragment beside heartbeats for {} members: start the members with a larger --lane-packet-bytes",
+                                peers.len()
+                            )));
+                        }
+                    }
+                    _ => {}
                 }
                 let learner = match word(3).as_deref() {
                     None => false,
@@ -823,6 +874,7 @@ impl Node {
                     Some(_) => return Some(usage()),
                 };
                 let (Some(id), Some(addr)) = (id, addr) else { return Some(usage()) };
+                // As it parses back: `lane:h3` or HOST:PORT.
                 let change = if learner { ConfChangeType::AddLearnerNode } else { ConfChangeType::AddNode };
                 (change, id, addr.to_string().into_bytes())
             }
@@ -903,9 +955,10 @@ impl Node {
         for event in &events {
             match event.change {
                 ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
-                    if let Some(addr) = std::str::from_utf8(&event.context).ok().and_then(|a| a.parse().ok())
+                    if let Some(addr) =
+                        std::str::from_utf8(&event.context).ok().and_then(|a| a.parse::<PeerAddr>().ok())
                     {
-                        self.config.peers.insert(event.node, PeerAddr::Udp(addr));
+                        self.config.peers.insert(event.node, addr);
                     }
                 }
                 ConfChangeType::RemoveNode if event.node != self.config.id => {
@@ -926,6 +979,12 @@ impl Node {
             save_peers(&self.config.data_dir.join(PEERS_FILE), &self.config.peers)?;
             if let Some(watch) = self.watch.as_mut() {
                 watch.set_peers(self.config.peers.keys().copied(), monotonic_ns());
+            }
+            // The tunnel to the members' hosts as they are now.
+            if let Some(lane) = self.lane.as_mut()
+                && let Ok(hosts) = lane_link::other_hosts(self.config.id, &self.config.peers)
+            {
+                lane.set_receivers(hosts);
             }
         }
         let now = monotonic_ns();
@@ -959,7 +1018,7 @@ impl Node {
             stats: self.stats,
             replica: self.replica.stats(),
             listen: self.config.listen,
-            lane: self.lane.as_ref().map(LaneLink::stats),
+            lane: self.lane.as_ref().map(|l| (l.name().to_string(), l.stats())),
             watch: self.watch.as_ref().map(|w| (w.config(), w.stats(), w.suspected().collect())),
         }
     }
@@ -1066,5 +1125,37 @@ mod tests {
         // A synced log is whole whatever happened to the machine.
         std::fs::write(dir.path().join(BOOT_FILE), "an-earlier-boot\n").unwrap();
         drop(Node::open(config(dir.path(), Sync::Always)).unwrap());
+    }
+
+    #[test]
+    fn the_lane_cluster_is_named_once_and_kept_through_membership_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(dir.path(), Sync::Never);
+        c.peers = (1..=3).map(|i| (i, PeerAddr::Lane(format!("h{}", i - 1)))).collect();
+        let lane = |cluster: Option<&str>| LaneConfig {
+            link: LaneLinkConfig {
+                node_dir: dir.path().join("node"),
+                period: Duration::from_micros(100),
+                packet_bytes: 1_472,
+            },
+            poll: Duration::from_millis(1),
+            cluster: cluster.map(str::to_string),
+        };
+        // A new cluster: named from its peers, and the name kept.
+        let first = lane_cluster(&c, &lane(None)).unwrap();
+        assert_eq!(first, lane_link::tunnel_name(lane_link::LANE_TUNNEL, &c.peers));
+        // After a change of membership the peers differ; the kept name holds.
+        c.peers.insert(4, PeerAddr::Lane("h3".into()));
+        assert_eq!(lane_cluster(&c, &lane(None)).unwrap(), first);
+        assert_eq!(lane_cluster(&c, &lane(Some(&first))).unwrap(), first);
+        // Another cluster's name for this data is refused, with what to give.
+        let err = lane_cluster(&c, &lane(Some("kv-lane-other"))).unwrap_err().to_string();
+        assert!(err.contains(&format!("give --lane-cluster {first}")), "{err}");
+        // A member joining with an empty directory takes the name it is given.
+        let joiner = tempfile::tempdir().unwrap();
+        let mut j = config(joiner.path(), Sync::Never);
+        j.peers = c.peers.clone();
+        assert_eq!(lane_cluster(&j, &lane(Some(&first))).unwrap(), first);
+        assert_eq!(lane_cluster(&j, &lane(None)).unwrap(), first, "kept for its restarts");
     }
 }
