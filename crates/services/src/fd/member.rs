@@ -341,8 +341,9 @@ pub fn run<M: BridgeMemory + Sync>(
     let n = config.members.len().max(1) as u64;
     let rank = config.members.keys().position(|&m| m == config.id).unwrap_or(0) as u64;
     let now = monotonic_ns();
+    let lead = config.period_ns * LEAD_PERIODS.0 / LEAD_PERIODS.1;
     let first_round = match transport.next_release_ns(now + config.period_ns) {
-        Some(release) => release - config.period_ns * LEAD_PERIODS.0 / LEAD_PERIODS.1,
+        Some(release) => release - lead,
         None => now + config.period_ns * rank / n,
     };
     std::thread::scope(|scope| {
@@ -358,7 +359,7 @@ pub fn run<M: BridgeMemory + Sync>(
                 .spawn_scoped(scope, move || application(config, table, bump_ns, first_bump, app_stop))
                 .map_err(MemberError::App)?;
         }
-        let result = run_loop(config, table, transport, first_round, stop);
+        let result = run_loop(config, table, transport, first_round, lead, stop);
         app_stop.store(true, Ordering::Relaxed);
         result
     })
@@ -402,6 +403,7 @@ fn run_loop<M: BridgeMemory>(
     table: &AliveTable<M>,
     mut transport: Transport,
     first_round: u64,
+    lead: u64,
     stop: &AtomicBool,
 ) -> Result<MemberReport, MemberError> {
     let pinned = config.core.is_some_and(|c| pin_current_thread(c).is_ok());
@@ -470,9 +472,17 @@ fn run_loop<M: BridgeMemory>(
         // The heartbeat first, so its departure does not wait for what the socket holds.
         if now >= next_tick {
             l.send_heartbeat(&mut transport);
-            while next_tick <= now {
-                next_tick += config.period_ns;
-            }
+            // On the lane the next round is taken from the node's releases each time, so a
+            // changed grant or a tunnel asked for again keeps its rounds before its releases.
+            next_tick = match transport.next_release_ns(now + lead + 1) {
+                Some(release) => release - lead,
+                None => {
+                    while next_tick <= now {
+                        next_tick += config.period_ns;
+                    }
+                    next_tick
+                }
+            };
         }
         l.receive(&mut transport, now)?;
         l.decide(now);

@@ -153,6 +153,16 @@ impl Transport {
                         link.host()
                     )));
                 }
+                // The rounds follow the releases: a longer period would leave heartbeats behind.
+                let granted = link.period_ns();
+                if granted != config.period.as_nanos() as u64 {
+                    return Err(TransportError::Members(format!(
+                        "the lane granted a period of {:.1} us, not the heartbeat period {:.1} us: the lane's \
+                         topology has no room for that period; give a longer --period-us",
+                        granted as f64 / 1e3,
+                        config.period.as_nanos() as f64 / 1e3
+                    )));
+                }
                 let others = members.keys().copied().filter(|&m| m != me).collect();
                 Ok(Self::Lane(Box::new(Lane { link, me, others, message_number: 0 })))
             }

@@ -206,6 +206,7 @@ impl Packing {
     }
 
     /// Whether messages of `lens` share one packet in either schema.
+    #[cfg(test)]
     fn fits(self, lens: impl Iterator<Item = usize>) -> bool {
         let mut room = self.room();
         lens.into_iter().all(|len| room.take(len))
@@ -292,6 +293,8 @@ pub struct LaneLink {
     pending_grant: Option<(kairos_lane::service::wire::Grant, u64)>,
     /// When a lost tunnel may next be asked for, wall-clock ns.
     next_request_ns: u64,
+    /// Receivers a change of membership asked for that the node has not granted yet.
+    wanted_receivers: Option<Vec<String>>,
     /// A fragment's share of the encoded message, so a fragment and its headers fill a packet.
     fragment_bytes: usize,
     buf: Vec<u8>,
@@ -343,6 +346,7 @@ impl LaneLink {
             next_events_ns: 0,
             pending_grant: None,
             next_request_ns: 0,
+            wanted_receivers: None,
             lost: false,
             fragment_bytes: 0,
             buf: vec![0; 1 << 16],
@@ -367,6 +371,11 @@ impl LaneLink {
         self.period_ns = g.period_ps.div_ceil(1_000).max(1);
     }
 
+    /// The granted period, ns.
+    pub fn period_ns(&self) -> u64 {
+        self.period_ns
+    }
+
     /// The tunnels' name.
     pub fn name(&self) -> &str {
         &self.spec.name
@@ -377,27 +386,41 @@ impl LaneLink {
         self.packing.fragment_bytes(members.saturating_sub(1)) > 0
     }
 
-    /// Sends to `hosts` from now on (the members' hosts after a change of membership): the
-    /// node is asked for the tunnel with the new receivers in place of the old one, which
-    /// keeps sending until the new one's first release. If the node refuses or does not
-    /// answer, the tunnel is asked for again later, as a lost one. No receivers (a member
-    /// alone) keeps the tunnel as it is: nothing needs to go anywhere.
+    /// Sends to `hosts` from now on (the members' hosts after a change of membership), as
+    /// [`LaneLink::try_receivers`]; if the node refuses or does not answer, the old tunnel
+    /// goes on as it was and the change is asked for again with the node's events, at most
+    /// once a second, until it is granted or another change replaces it.
     pub fn set_receivers(&mut self, hosts: Vec<String>) {
-        if hosts.is_empty() || hosts == self.spec.receivers {
-            return;
+        self.wanted_receivers = None;
+        if self.try_receivers(hosts.clone()).is_err() {
+            self.wanted_receivers = Some(hosts);
+            self.next_request_ns = self.next_request_ns.max(kairos_sys::clock::realtime_ns() + 1_000_000_000);
         }
-        self.spec.receivers = hosts;
-        match self.app.change(&self.tunnel, self.spec.clone(), RETRY_TIMEOUT) {
+    }
+
+    /// Asks the node once for the tunnel with receivers `hosts` in place of the old one, which
+    /// keeps sending until the new one's first release; waits at most [`RETRY_TIMEOUT`] for
+    /// the answer (a change of membership is rare). A refusal (a host the lane does not have)
+    /// or no answer leaves the old tunnel as it was, and is returned. No receivers (a member
+    /// alone) keeps the tunnel as it is.
+    pub fn try_receivers(&mut self, hosts: Vec<String>) -> Result<(), AppError> {
+        if hosts.is_empty() || hosts == self.spec.receivers {
+            return Ok(());
+        }
+        let mut spec = self.spec.clone();
+        spec.receivers = hosts;
+        match self.app.change(&self.tunnel, spec.clone(), RETRY_TIMEOUT) {
             Ok(tunnel) => {
                 self.tunnel = tunnel;
+                self.spec = spec;
                 self.pending_grant = None;
                 self.stats.receiver_changes += 1;
                 self.follow_grant();
+                Ok(())
             }
-            Err(_) => {
+            Err(e) => {
                 self.stats.node_errors += 1;
-                self.lost = true;
-                self.next_request_ns = 0;
+                Err(e)
             }
         }
     }
@@ -502,16 +525,21 @@ impl LaneLink {
             self.next_look_ns = now_ns.max(self.tunnel.send_from_ns) + self.period_ns / 4;
             return;
         }
-        // A fragment cut for a larger grant than now holds would block the queue for good.
-        while let Some((_, m)) = self.queue.front()
-            && !self.packing.fits([m.len()].into_iter())
-        {
-            self.drop_front_message();
-        }
         // The heartbeats, then the longest run of the queue that shares their packet.
         let mut room = self.packing.room();
         for m in self.beats.values() {
             room.take(m.len());
+        }
+        // A message that does not fit beside the heartbeats (a fragment cut for a larger
+        // grant, or for fewer members, than now) would block the queue for good: dropped, as
+        // a lossy network would, and counted.
+        while let Some((_, m)) = self.queue.front()
+            && !{
+                let mut r = room;
+                r.take(m.len())
+            }
+        {
+            self.drop_front_message();
         }
         let n = self.queue.iter().take_while(|(_, m)| room.take(m.len())).count();
         for m in self.beats.values().chain(self.queue.iter().take(n).map(|(_, m)| m)) {
@@ -541,7 +569,8 @@ impl LaneLink {
 
     /// A changed grant is followed from its effective time (packing for the smaller of the two
     /// until then); an ended tunnel is asked for again, at most once a second and waiting at
-    /// most [`RETRY_TIMEOUT`] for the answer (the loop's one blocking call, and a rare one).
+    /// most [`RETRY_TIMEOUT`] for the answer (with [`LaneLink::set_receivers`], the loop's
+    /// only blocking calls, and rare ones).
     fn events(&mut self, now_ns: u64) {
         match self.app.events(Duration::ZERO) {
             Ok(events) => {
@@ -568,6 +597,14 @@ impl LaneLink {
                 }
             }
             Err(_) => self.stats.node_errors += 1,
+        }
+        if !self.lost
+            && now_ns >= self.next_request_ns
+            && let Some(hosts) = self.wanted_receivers.take()
+        {
+            self.next_request_ns = now_ns + 1_000_000_000;
+            // Counted, and kept for the next look if refused again.
+            self.set_receivers(hosts);
         }
         if self.lost && now_ns >= self.next_request_ns {
             self.next_request_ns = now_ns + 1_000_000_000;

@@ -293,29 +293,34 @@ fn load_peers(path: &std::path::Path) -> Option<BTreeMap<u64, PeerAddr>> {
 const LANE_CLUSTER_FILE: &str = "lane-cluster";
 
 /// The name of the cluster's lane tunnels: the one given, else the one the data directory
-/// keeps, else one made from the peers (a new cluster); kept in the data directory, so a
-/// restart after membership changes still finds its cluster's tunnels.
-fn lane_cluster(config: &NodeConfig, lane: &LaneConfig) -> Result<String, NodeError> {
+/// keeps, else one made from the peers (a new cluster; a member that joins must be given it).
+/// [`keep_lane_cluster`] keeps it once the node took the member, so a restart after
+/// membership changes still finds its cluster's tunnels.
+fn lane_cluster_name(config: &NodeConfig, lane: &LaneConfig) -> Result<String, NodeError> {
     let path = config.data_dir.join(LANE_CLUSTER_FILE);
     let kept = std::fs::read_to_string(&path).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
-    let name = match (&lane.cluster, kept) {
-        (Some(given), Some(kept)) if *given != kept => {
-            return Err(NodeError::Config(format!(
-                "the data in {} belongs to the lane cluster {kept}, not {given}: give --lane-cluster {kept}, or another --data",
-                config.data_dir.display()
-            )));
-        }
-        (Some(given), _) => given.clone(),
-        (None, Some(kept)) => kept,
-        (None, None) => lane_link::tunnel_name(lane_link::LANE_TUNNEL, &config.peers),
-    };
+    match (&lane.cluster, kept) {
+        (Some(given), Some(kept)) if *given != kept => Err(NodeError::Config(format!(
+            "the data in {} belongs to the lane cluster {kept}, not {given}: give --lane-cluster {kept}, or another --data",
+            config.data_dir.display()
+        ))),
+        (Some(given), _) => Ok(given.clone()),
+        (None, Some(kept)) => Ok(kept),
+        (None, None) if config.join => Err(NodeError::Config(
+            "a member that joins a cluster on the lane needs its tunnels' name: give --lane-cluster NAME (INFO's lane_tunnel at any member)"
+                .into(),
+        )),
+        (None, None) => Ok(lane_link::tunnel_name(lane_link::LANE_TUNNEL, &config.peers)),
+    }
+}
+
+/// Keeps the cluster's tunnel name in the data directory.
+fn keep_lane_cluster(config: &NodeConfig, name: &str) -> Result<(), NodeError> {
+    let path = config.data_dir.join(LANE_CLUSTER_FILE);
     let log_err = |source| NodeError::Log { dir: config.data_dir.clone(), source };
     std::fs::create_dir_all(&config.data_dir).map_err(log_err)?;
     let fresh = path.with_extension("new");
-    std::fs::write(&fresh, format!("{name}\n"))
-        .and_then(|()| std::fs::rename(&fresh, &path))
-        .map_err(log_err)?;
-    Ok(name)
+    std::fs::write(&fresh, format!("{name}\n")).and_then(|()| std::fs::rename(&fresh, &path)).map_err(log_err)
 }
 
 fn save_peers(path: &std::path::Path, peers: &BTreeMap<u64, PeerAddr>) -> io::Result<()> {
@@ -341,13 +346,14 @@ impl Node {
         if !config.peers.contains_key(&config.id) {
             return Err(NodeError::Config(format!("member {} is not among the peers", config.id)));
         }
-        // The addresses of members added or removed since the command line was written.
+        // This member's address is the command line's; the others' are those of members added
+        // or removed since it was written.
+        let own = config.peers[&config.id].clone();
         if let Some(peers) = load_peers(&config.data_dir.join(PEERS_FILE)) {
-            let own = config.peers[&config.id].clone();
             config.peers = peers;
-            config.peers.entry(config.id).or_insert(own);
+            config.peers.entry(config.id).or_insert(own.clone());
         }
-        let own = &config.peers[&config.id];
+        let own = &own;
         let (udp, beats, lane) = match (own, &config.lane) {
             (PeerAddr::Udp(addr), None) => {
                 if let Some((id, a)) = config.peers.iter().find(|(_, a)| a.udp().is_none()) {
@@ -362,7 +368,7 @@ impl Node {
                 let others = lane_link::other_hosts(config.id, &config.peers).map_err(NodeError::Config)?;
                 let mut link = lc.link.clone();
                 link.period = config.detector.map_or(config.period, |d| Duration::from_nanos(d.period_ns));
-                let name = lane_cluster(&config, lc)?;
+                let name = lane_cluster_name(&config, lc)?;
                 let joined = LaneLink::join(&format!("kv-{}", config.id), &name, &others, &link)
                     .map_err(|e| NodeError::Lane(Box::new(e)))?;
                 if Some(joined.host()) != own.lane_host() {
@@ -373,6 +379,7 @@ impl Node {
                         joined.host()
                     )));
                 }
+                keep_lane_cluster(&config, &name)?;
                 (None, None, Some(joined))
             }
             (PeerAddr::Udp(_), Some(_)) => {
@@ -846,34 +853,17 @@ impl Node {
             }
             (Some("add"), 3 | 4) => {
                 let id = word(1).and_then(|w| w.parse::<u64>().ok()).filter(|&i| i > 0);
-                let addr = word(2).and_then(|w| w.parse::<PeerAddr>().ok());
-                match (&addr, &self.lane) {
-                    (Some(PeerAddr::Udp(_)), Some(_)) | (Some(PeerAddr::Lane(_)), None) => {
-                        return Some(Reply::Error(
-                            "ERR a member's address is of the cluster's kind: a lane host (h3) on the lane, HOST:PORT off it".into(),
-                        ));
-                    }
-                    (Some(PeerAddr::Lane(h)), Some(lane)) => {
-                        let mut peers = self.config.peers.clone();
-                        peers.insert(id.unwrap_or(0), PeerAddr::Lane(h.clone()));
-                        if let Err(e) = lane_link::other_hosts(self.config.id, &peers) {
-                            return Some(Reply::Error(format!("ERR {e}")));
-                        }
-                        if !lane.carries(peers.len()) {
-                            return Some(Reply::Error(format!(
-                                "ERR the lane tunnel's packet holds no fragment beside heartbeats for {} members: start the members with a larger --lane-packet-bytes",
-                                peers.len()
-                            )));
-                        }
-                    }
-                    _ => {}
-                }
+                // Not lower-cased: a lane host's name is the topology's, as written.
+                let addr = std::str::from_utf8(&args[2]).ok().and_then(|w| w.parse::<PeerAddr>().ok());
                 let learner = match word(3).as_deref() {
                     None => false,
                     Some("learner") => true,
                     Some(_) => return Some(usage()),
                 };
                 let (Some(id), Some(addr)) = (id, addr) else { return Some(usage()) };
+                if let Err(e) = self.can_add(id, &addr) {
+                    return Some(Reply::Error(format!("ERR {e}")));
+                }
                 // As it parses back: `lane:h3` or HOST:PORT.
                 let change = if learner { ConfChangeType::AddLearnerNode } else { ConfChangeType::AddNode };
                 (change, id, addr.to_string().into_bytes())
@@ -897,6 +887,36 @@ impl Node {
                 "ERR membership change refused: {e} (one change at a time, and only while there is a leader)"
             ))),
         }
+    }
+
+    /// Whether member `id` at `addr` can join: an address of the cluster's kind, and on the
+    /// lane a host the lane has (this member's tunnel is given it now, which the node refuses
+    /// for a host not in the lane's topology), no host shared, and room in a packet for the
+    /// heartbeats.
+    fn can_add(&mut self, id: u64, addr: &PeerAddr) -> Result<(), String> {
+        let Some(lane) = self.lane.as_mut() else {
+            return match addr {
+                PeerAddr::Udp(_) => Ok(()),
+                PeerAddr::Lane(h) => {
+                    Err(format!("{h} is a lane host, but this cluster is not on the lane: give HOST:PORT"))
+                }
+            };
+        };
+        let PeerAddr::Lane(_) = addr else {
+            return Err(format!(
+                "this cluster is on the lane: give the new member's lane host (h3), not {addr}"
+            ));
+        };
+        let mut peers = self.config.peers.clone();
+        peers.insert(id, addr.clone());
+        let hosts = lane_link::other_hosts(self.config.id, &peers)?;
+        if !lane.carries(peers.len()) {
+            return Err(format!(
+                "the lane tunnel's packet holds no fragment beside heartbeats for {} members: start the members with a larger --lane-packet-bytes",
+                peers.len()
+            ));
+        }
+        lane.try_receivers(hosts).map_err(|e| format!("the lane refused a tunnel to {addr}: {e}"))
     }
 
     /// `KAIROS.FAULT PARTITION ms [peer ...] | LOSS percent ms | HEAL`: drops this member's
@@ -984,6 +1004,7 @@ impl Node {
             if let Some(lane) = self.lane.as_mut()
                 && let Ok(hosts) = lane_link::other_hosts(self.config.id, &self.config.peers)
             {
+                // A refusal is counted and asked again; the old tunnel goes on meanwhile.
                 lane.set_receivers(hosts);
             }
         }
@@ -1142,20 +1163,28 @@ mod tests {
             cluster: cluster.map(str::to_string),
         };
         // A new cluster: named from its peers, and the name kept.
-        let first = lane_cluster(&c, &lane(None)).unwrap();
+        let named = |c: &NodeConfig, l: &LaneConfig| {
+            let name = lane_cluster_name(c, l)?;
+            keep_lane_cluster(c, &name).map(|()| name)
+        };
+        let first = named(&c, &lane(None)).unwrap();
         assert_eq!(first, lane_link::tunnel_name(lane_link::LANE_TUNNEL, &c.peers));
         // After a change of membership the peers differ; the kept name holds.
         c.peers.insert(4, PeerAddr::Lane("h3".into()));
-        assert_eq!(lane_cluster(&c, &lane(None)).unwrap(), first);
-        assert_eq!(lane_cluster(&c, &lane(Some(&first))).unwrap(), first);
+        assert_eq!(named(&c, &lane(None)).unwrap(), first);
+        assert_eq!(named(&c, &lane(Some(&first))).unwrap(), first);
         // Another cluster's name for this data is refused, with what to give.
-        let err = lane_cluster(&c, &lane(Some("kv-lane-other"))).unwrap_err().to_string();
+        let err = named(&c, &lane(Some("kv-lane-other"))).unwrap_err().to_string();
         assert!(err.contains(&format!("give --lane-cluster {first}")), "{err}");
         // A member joining with an empty directory takes the name it is given.
         let joiner = tempfile::tempdir().unwrap();
         let mut j = config(joiner.path(), Sync::Never);
         j.peers = c.peers.clone();
-        assert_eq!(lane_cluster(&j, &lane(Some(&first))).unwrap(), first);
-        assert_eq!(lane_cluster(&j, &lane(None)).unwrap(), first, "kept for its restarts");
+        j.join = true;
+        let err = named(&j, &lane(None)).unwrap_err().to_string();
+        assert!(err.contains("needs its tunnels' name: give --lane-cluster"), "{err}");
+        assert!(!joiner.path().join(LANE_CLUSTER_FILE).exists(), "nothing kept from a refusal");
+        assert_eq!(named(&j, &lane(Some(&first))).unwrap(), first);
+        assert_eq!(named(&j, &lane(None)).unwrap(), first, "kept for its restarts");
     }
 }
