@@ -92,3 +92,53 @@ mod tests {
         assert_eq!((OK, REFUSED), (0, 3));
     }
 }
+
+/// The error and its causes on one line, each cause after a colon unless the text before
+/// already says it (many errors put their source in their own message, which the chain would
+/// otherwise print twice).
+pub fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod one_line_tests {
+    use super::one_line;
+
+    /// An error that puts its source in its own message, as many do.
+    #[derive(Debug)]
+    struct Outer {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "cannot open the node's socket: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let error = anyhow::Error::new(Outer { source: io }).context("the lane node in /x");
+        assert_eq!(one_line(&error), "the lane node in /x: cannot open the node's socket: no such file");
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(one_line(&plain), "outer: inner");
+    }
+}

@@ -169,7 +169,7 @@ fn main() {
         Err(error) => {
             let code = exit::code_of(&error);
             if code != exit::STDOUT_CLOSED {
-                eprintln!("kairos: error: {error:#}");
+                eprintln!("kairos: error: {}", exit::one_line(&error));
             }
             std::process::exit(code);
         }

@@ -126,7 +126,7 @@ pub enum MemberError {
     #[error("member {0} is not among the members")]
     NotAMember(u64),
     /// The socket or the lane link could not be made, or failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Transport(#[from] TransportError),
     /// A setting the phi crate refused.
     #[error("phi settings: {0}")]

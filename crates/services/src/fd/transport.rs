@@ -54,7 +54,7 @@ pub enum TransportError {
     #[error("socket: {0}")]
     Socket(#[from] io::Error),
     /// The lane's node refused the link.
-    #[error("{0}")]
+    #[error(transparent)]
     Lane(#[from] Box<LaneLinkError>),
     /// The lane's node failed while the member ran.
     #[error("the lane node: {0}")]
