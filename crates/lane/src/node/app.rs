@@ -390,6 +390,21 @@ impl LaneApp {
         self.granted(answer)
     }
 
+    /// Asks for new parameters for `old` as [`LaneApp::change`] does, without waiting: the
+    /// answer comes among [`LaneApp::events`] as `Granted` or `Refused` with the returned
+    /// reference; [`LaneApp::answered`] turns it into the tunnel.
+    pub fn change_later(&mut self, old: &Tunnel, tunnel: TunnelSpec) -> Result<u64, AppError> {
+        let app_ref = self.next_ref;
+        self.next_ref += 1;
+        self.send(&AppToNode::Change { app_ref, tunnel_id: old.id, tunnel })?;
+        Ok(app_ref)
+    }
+
+    /// The tunnel a `Granted` answer gives, or why the node refused.
+    pub fn answered(&mut self, answer: NodeToApp) -> Result<Tunnel, AppError> {
+        self.granted(answer)
+    }
+
     /// Releases a tunnel (`releaseBandwidth`); its `Ended` event follows.
     pub fn release(&mut self, tunnel: Tunnel) -> Result<(), AppError> {
         self.send(&AppToNode::Release { tunnel_id: tunnel.id })

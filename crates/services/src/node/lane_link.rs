@@ -67,6 +67,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const EVENTS_EVERY_NS: u64 = 10_000_000;
 /// How long a request for a lost tunnel may wait for the node's answer.
 const RETRY_TIMEOUT: Duration = Duration::from_millis(100);
+/// How long a change of receivers may wait for the node's answer, ns.
+pub const CHANGE_TIMEOUT_NS: u64 = 1_000_000_000;
 
 /// What the link asks of the lane.
 #[derive(Debug, Clone)]
@@ -295,6 +297,9 @@ pub struct LaneLink {
     next_request_ns: u64,
     /// Receivers a change of membership asked for that the node has not granted yet.
     wanted_receivers: Option<Vec<String>>,
+    /// A change of receivers asked for: its reference, the tunnel asked for, and when to give
+    /// up waiting for the answer (wall-clock ns).
+    changing: Option<(u64, TunnelSpec, u64)>,
     /// A fragment's share of the encoded message, so a fragment and its headers fill a packet.
     fragment_bytes: usize,
     buf: Vec<u8>,
@@ -347,6 +352,7 @@ impl LaneLink {
             pending_grant: None,
             next_request_ns: 0,
             wanted_receivers: None,
+            changing: None,
             lost: false,
             fragment_bytes: 0,
             buf: vec![0; 1 << 16],
@@ -386,23 +392,49 @@ impl LaneLink {
         self.packing.fragment_bytes(members.saturating_sub(1)) > 0
     }
 
-    /// Sends to `hosts` from now on (the members' hosts after a change of membership), as
-    /// [`LaneLink::try_receivers`]; if the node refuses or does not answer, the old tunnel
-    /// goes on as it was and the change is asked for again with the node's events, at most
-    /// once a second, until it is granted or another change replaces it.
+    /// Sends to `hosts` from now on (the members' hosts after a change of membership): the
+    /// node is asked for the tunnel with the new receivers in place of the old one, which
+    /// keeps sending until the new one's first release, and the loop goes on: the answer is
+    /// taken with the node's events. If the node refuses or does not answer within
+    /// [`CHANGE_TIMEOUT_NS`], the old tunnel goes on as it was and the change is asked for
+    /// again, at most once a second, until it is granted or another change replaces it. No
+    /// receivers (a member alone) keeps the tunnel as it is.
     pub fn set_receivers(&mut self, hosts: Vec<String>) {
         self.wanted_receivers = None;
-        if self.try_receivers(hosts.clone()).is_err() {
+        let now = kairos_sys::clock::realtime_ns();
+        if self.changing.is_some() {
+            // After the change under way is answered.
             self.wanted_receivers = Some(hosts);
-            self.next_request_ns = self.next_request_ns.max(kairos_sys::clock::realtime_ns() + 1_000_000_000);
+            return;
+        }
+        if hosts.is_empty() || hosts == self.spec.receivers {
+            return;
+        }
+        let mut spec = self.spec.clone();
+        spec.receivers = hosts;
+        match self.app.change_later(&self.tunnel, spec.clone()) {
+            Ok(app_ref) => self.changing = Some((app_ref, spec, now + CHANGE_TIMEOUT_NS)),
+            Err(_) => self.change_failed(spec.receivers, now),
         }
     }
 
-    /// Asks the node once for the tunnel with receivers `hosts` in place of the old one, which
-    /// keeps sending until the new one's first release; waits at most [`RETRY_TIMEOUT`] for
-    /// the answer (a change of membership is rare). A refusal (a host the lane does not have)
-    /// or no answer leaves the old tunnel as it was, and is returned. No receivers (a member
-    /// alone) keeps the tunnel as it is.
+    /// Whether a change of receivers waits for the node's answer.
+    pub fn changing_receivers(&self) -> bool {
+        self.changing.is_some()
+    }
+
+    fn change_failed(&mut self, hosts: Vec<String>, now_ns: u64) {
+        self.stats.node_errors += 1;
+        if self.wanted_receivers.is_none() {
+            self.wanted_receivers = Some(hosts);
+        }
+        self.next_request_ns = self.next_request_ns.max(now_ns + 1_000_000_000);
+    }
+
+    /// Asks the node once for the tunnel with receivers `hosts` in place of the old one, as
+    /// [`LaneLink::set_receivers`] does, but waits at most [`RETRY_TIMEOUT`] for the answer
+    /// (for a command that must say whether the lane takes a host). A refusal (a host the
+    /// lane does not have) or no answer leaves the old tunnel as it was, and is returned.
     pub fn try_receivers(&mut self, hosts: Vec<String>) -> Result<(), AppError> {
         if hosts.is_empty() || hosts == self.spec.receivers {
             return Ok(());
@@ -569,7 +601,7 @@ impl LaneLink {
 
     /// A changed grant is followed from its effective time (packing for the smaller of the two
     /// until then); an ended tunnel is asked for again, at most once a second and waiting at
-    /// most [`RETRY_TIMEOUT`] for the answer (with [`LaneLink::set_receivers`], the loop's
+    /// most [`RETRY_TIMEOUT`] for the answer (with [`LaneLink::try_receivers`], the loop's
     /// only blocking calls, and rare ones).
     fn events(&mut self, now_ns: u64) {
         match self.app.events(Duration::ZERO) {
@@ -592,11 +624,36 @@ impl LaneLink {
                             self.pending_grant = None;
                             self.stats.tunnels_lost += 1;
                         }
+                        answer
+                        @ (NodeToApp::Granted { app_ref, .. } | NodeToApp::Refused { app_ref, .. })
+                            if self.changing.as_ref().is_some_and(|c| c.0 == app_ref) =>
+                        {
+                            let Some((_, spec, _)) = self.changing.take() else { continue };
+                            match self.app.answered(answer) {
+                                Ok(tunnel) => {
+                                    self.tunnel = tunnel;
+                                    self.spec = spec;
+                                    self.pending_grant = None;
+                                    self.stats.receiver_changes += 1;
+                                    self.follow_grant();
+                                }
+                                Err(_) => self.change_failed(spec.receivers, now_ns),
+                            }
+                        }
                         _ => {}
                     }
                 }
             }
             Err(_) => self.stats.node_errors += 1,
+        }
+        if let Some((_, spec, deadline)) = &self.changing
+            && now_ns >= *deadline
+        {
+            // A grant that comes later is not followed: it stays with the node until this
+            // member's application ends.
+            let hosts = spec.receivers.clone();
+            self.changing = None;
+            self.change_failed(hosts, now_ns);
         }
         if !self.lost
             && now_ns >= self.next_request_ns

@@ -916,6 +916,9 @@ impl Node {
                 peers.len()
             ));
         }
+        if lane.changing_receivers() {
+            return Err("the last change of membership is still being applied to the lane's tunnels: try again in a second".into());
+        }
         lane.try_receivers(hosts).map_err(|e| format!("the lane refused a tunnel to {addr}: {e}"))
     }
 
