@@ -90,8 +90,12 @@ struct RaftArgs {
     /// Who sends the detector's heartbeats: `leader` (the leader to each follower, which
     /// watches only it: all a store needs to replace a lost leader) or `all` (every member to
     /// every other, each watching all: three times the datagrams with three members).
-    #[arg(long, value_enum, default_value_t = FanoutArg::Leader)]
-    fd_fanout: FanoutArg,
+    /// Default: `leader` on UDP; `all` on the lane, where a member's heartbeats to all are one
+    /// packet a period, and a follower that sent none would leave its tunnel idle, which the
+    /// lane's controller then gives a longer period (its unused room given back), too slow
+    /// for the member's votes when it must campaign.
+    #[arg(long, value_enum)]
+    fd_fanout: Option<FanoutArg>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -205,8 +209,10 @@ impl RaftArgs {
         if self.no_fd {
             flags.push("--no-fd".into());
         }
-        if let FanoutArg::All = self.fd_fanout {
-            flags.push("--fd-fanout=all".into());
+        match self.fd_fanout {
+            Some(FanoutArg::All) => flags.push("--fd-fanout=all".into()),
+            Some(FanoutArg::Leader) => flags.push("--fd-fanout=leader".into()),
+            None => {}
         }
         flags.push(format!(
             "--batching={}",
@@ -379,9 +385,9 @@ fn serve(a: &ServeArgs) -> Result<i32> {
                 matches!(a.raft.fsync, Fsync::Always),
                 a.lane_node.is_some(),
             )) * 1_000,
-            fanout: match a.raft.fd_fanout {
-                FanoutArg::Leader => kairos_services::node::watch::Fanout::Leader,
-                FanoutArg::All => kairos_services::node::watch::Fanout::All,
+            fanout: match (a.raft.fd_fanout, a.lane_node.is_some()) {
+                (Some(FanoutArg::Leader), _) | (None, false) => kairos_services::node::watch::Fanout::Leader,
+                (Some(FanoutArg::All), _) | (None, true) => kairos_services::node::watch::Fanout::All,
             },
         }),
         lane,

@@ -1017,7 +1017,7 @@ impl Node {
         for (node, client, seq, _) in late {
             if let Some(conn) = self.conns.get_mut(&client) {
                 let error = format!(
-                    "ERR the change of member {node} was not applied within 5 s (a lost leader?): check KAIROS.MEMBER LIST and try again"
+                    "ERR the change of member {node} was not applied within 5 s (no leader, or the leader had not applied the change before it: Raft takes one at a time): check KAIROS.MEMBER LIST and try again"
                 );
                 conn.complete(seq, &Reply::Error(error));
             }
