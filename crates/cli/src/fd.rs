@@ -12,10 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use kairos_io::bridge::{attach_words, create_words};
 use kairos_lab::fd_accuracy::{self, AccuracyConfig, Load};
 use kairos_lab::fd_cluster::{Network, default_app_bump_us};
-use kairos_lab::fd_detect::{
-    self, DetectConfig, Failure, LANE_RECOMMENDED_THRESHOLD_US, RECOMMENDED_THRESHOLD_US,
-    recommended_threshold_us,
-};
+use kairos_lab::fd_detect::{self, DetectConfig, Failure, recommended_threshold_us};
 use kairos_services::fd::member::{self, MemberConfig};
 use kairos_services::fd::table::bytes_for;
 use kairos_services::fd::{AliveTable, TableHeader};
@@ -337,11 +334,8 @@ fn member(a: &MemberArgs) -> Result<i32> {
     if !(2..=kairos_services::fd::table::MAX_ROWS).contains(&members.len()) {
         return Err(exit::usage(format!("--members names {} members: a group has 2 to 256", members.len())));
     }
-    let threshold_us = a.threshold_us.unwrap_or(if a.lane_node.is_some() {
-        LANE_RECOMMENDED_THRESHOLD_US
-    } else {
-        RECOMMENDED_THRESHOLD_US
-    });
+    let network = if a.lane_node.is_some() { Network::Lane } else { Network::Loopback };
+    let threshold_us = a.threshold_us.unwrap_or(recommended_threshold_us(network));
     if !(10..=1_000_000).contains(&a.period_us) || threshold_us > 10_000_000 {
         return Err(exit::usage(format!(
             "--period-us {} (10 to 1000000) or --threshold-us {} (0 to 10000000) is out of range",

@@ -151,38 +151,50 @@ fn bad_flags_are_usage_errors_before_anything_starts() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// As root: the lane's testbed, a link cut among the failures.
-#[test]
-#[ignore = "needs root: makes network namespaces; scripts/test runs it as root"]
-fn a_small_detect_run_on_the_testbed_cuts_a_link() {
-    let dir = results("testbed");
+/// A small `fd detect` as root on `network`: four trials of each of `failures`, none of the
+/// detectors that take seconds; its JSON, its rows printed.
+fn small_detect_as_root(network: &str, failures: &str) -> Value {
+    let dir = results(network);
     let out = kairos(&[
         "fd",
         "detect",
         "--quick",
         "--json",
         "--network",
-        "namespaces",
+        network,
         "--trials",
         "4",
         "--slow-trials",
         "0",
         "--failures",
-        "kill,link_down",
+        failures,
         "--results",
         dir.to_str().unwrap(),
     ]);
     let v = json(&out);
-    let rows = v["rows"].as_array().unwrap();
-    for failure in ["kill", "link_down"] {
-        let r = row(rows, "kairos", failure);
-        assert_eq!(r["detected"].as_u64(), Some(4), "{r}");
-        // The detector's own part: T + Lambda (300 us) after the last heartbeat, plus wake-ups.
-        let after = r["after_last_heartbeat_us"]["p50"].as_f64().unwrap();
-        assert!((250.0..5_000.0).contains(&after), "{r}");
-    }
     println!("{}", serde_json::to_string_pretty(&v["rows"]).unwrap());
     let _ = std::fs::remove_dir_all(dir);
+    v
+}
+
+/// Kairos's detector saw every trial of each of `failures`, at a median within `after_us` of
+/// the victim's last heartbeat (the detector's own part: T + Lambda, plus wake-ups).
+fn assert_all_detected(rows: &[Value], failures: &[&str], after_us: std::ops::Range<f64>) {
+    for failure in failures {
+        let r = row(rows, "kairos", failure);
+        assert_eq!(r["detected"].as_u64(), Some(4), "{r}");
+        let after = r["after_last_heartbeat_us"]["p50"].as_f64().unwrap();
+        assert!(after_us.contains(&after), "{r}");
+    }
+}
+
+/// As root: the lane's testbed, a link cut among the failures.
+#[test]
+#[ignore = "needs root: makes network namespaces; scripts/test runs it as root"]
+fn a_small_detect_run_on_the_testbed_cuts_a_link() {
+    let v = small_detect_as_root("namespaces", "kill,link_down");
+    // T + Lambda: 300 us.
+    assert_all_detected(v["rows"].as_array().unwrap(), &["kill", "link_down"], 250.0..5_000.0);
 }
 
 /// As root: the members on the express lane (a controller and a node per host of the testbed,
@@ -190,36 +202,11 @@ fn a_small_detect_run_on_the_testbed_cuts_a_link() {
 #[test]
 #[ignore = "needs root: makes network namespaces and the lane; scripts/test runs it as root"]
 fn a_small_detect_run_on_the_lane_detects_every_failure() {
-    let dir = results("lane");
-    let out = kairos(&[
-        "fd",
-        "detect",
-        "--quick",
-        "--json",
-        "--network",
-        "lane",
-        "--trials",
-        "4",
-        "--slow-trials",
-        "0",
-        "--failures",
-        "kill,link_down,app_hang",
-        "--results",
-        dir.to_str().unwrap(),
-    ]);
-    let v = json(&out);
+    let v = small_detect_as_root("lane", "kill,link_down,app_hang");
     assert_eq!(v["network"], "lane", "{v}");
     let rows = v["rows"].as_array().unwrap();
-    for failure in ["kill", "link_down", "app_hang"] {
-        let r = row(rows, "kairos", failure);
-        assert_eq!(r["detected"].as_u64(), Some(4), "{r}");
-        // T + Lambda (1,100 us, the lane's default) after the last heartbeat's receive stamp,
-        // plus wake-ups.
-        let after = r["after_last_heartbeat_us"]["p50"].as_f64().unwrap();
-        assert!((1_000.0..6_000.0).contains(&after), "{r}");
-    }
+    // T + Lambda: 1,100 us, the lane's default.
+    assert_all_detected(rows, &["kill", "link_down", "app_hang"], 1_000.0..6_000.0);
     // SWIM's datagrams travel on the tunnel too: it sees the kill.
     assert_eq!(row(rows, "swim-aggressive", "kill")["detected"].as_u64(), Some(4));
-    println!("{}", serde_json::to_string_pretty(&v["rows"]).unwrap());
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -45,8 +45,9 @@ use crate::harness::{Experiment, Plan, Run, RunInfo};
 pub const RECOMMENDED_THRESHOLD_US: u64 = 200;
 /// The same on the lane, where a heartbeat also waits for its node's release and the
 /// receiving node's delivery, wake-ups of node threads that share the cores with the members
-/// here: at 200 us three members on two cores suspected each other hundreds of times a
-/// second and never settled, at 1,000 us they did (`fd detect --network lane`).
+/// here: at 200 us three members on two cores did not settle (`fd detect --quick --network
+/// lane --threshold-us 200` ends with the row of a member suspected thousands of times), at
+/// 1,000 us they did.
 pub const LANE_RECOMMENDED_THRESHOLD_US: u64 = 1_000;
 
 /// The recommended threshold on `network`, us.

@@ -342,10 +342,7 @@ pub fn run<M: BridgeMemory + Sync>(
     let rank = config.members.keys().position(|&m| m == config.id).unwrap_or(0) as u64;
     let now = monotonic_ns();
     let lead = config.period_ns * LEAD_PERIODS.0 / LEAD_PERIODS.1;
-    let first_round = match transport.next_release_ns(now + config.period_ns) {
-        Some(release) => release - lead,
-        None => now + config.period_ns * rank / n,
-    };
+    let first_round = lane_round(&transport, now, lead).unwrap_or(now + config.period_ns * rank / n);
     std::thread::scope(|scope| {
         if let Some(bump_ns) = config.app_bump_ns {
             let app_stop = &app_stop;
@@ -474,15 +471,12 @@ fn run_loop<M: BridgeMemory>(
             l.send_heartbeat(&mut transport);
             // On the lane the next round is taken from the node's releases each time, so a
             // changed grant or a tunnel asked for again keeps its rounds before its releases.
-            next_tick = match transport.next_release_ns(now + lead + 1) {
-                Some(release) => release - lead,
-                None => {
-                    while next_tick <= now {
-                        next_tick += config.period_ns;
-                    }
-                    next_tick
+            next_tick = lane_round(&transport, now, lead).unwrap_or_else(|| {
+                while next_tick <= now {
+                    next_tick += config.period_ns;
                 }
-            };
+                next_tick
+            });
         }
         l.receive(&mut transport, now)?;
         l.decide(now);
@@ -656,6 +650,11 @@ impl<M: BridgeMemory> Loop<'_, M> {
         self.report.detectors = self.recorders.into_iter().map(|r| r.finish(end)).collect();
         self.report
     }
+}
+
+/// On the lane, the first round after `now`: `lead` before one of the node's releases.
+fn lane_round(transport: &Transport, now: u64, lead: u64) -> Option<u64> {
+    transport.next_release_ns(now + lead + 1).map(|release| release - lead)
 }
 
 fn record_kairos(recorder: &mut Recorder, events: &[Event], ending: Option<Ending>) {

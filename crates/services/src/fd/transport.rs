@@ -26,8 +26,8 @@ use kairos_sys::net::burst::MmsgBatch;
 use kairos_sys::net::options;
 
 use super::wire::{Heartbeat, encode_heartbeat, encode_swim};
-use crate::node::PeerAddr;
 use crate::node::lane_link::{self, Incoming, LaneLink, LaneLinkConfig, LaneLinkError, LaneLinkStats};
+use crate::node::{PeerAddr, peer};
 
 /// What the lane's tunnels of the failure detector are named, before the group's mark.
 pub const FD_LANE_TUNNEL: &str = "fd-lane";
@@ -87,6 +87,9 @@ pub struct Lane {
     others: Vec<u64>,
     /// Numbers SWIM's datagrams for the link's queue (each one whole message).
     message_number: u64,
+    /// `CLOCK_REALTIME` less `CLOCK_MONOTONIC`, ns, as last read (each receive), for the
+    /// rounds' phase: a round need not read the clocks again.
+    offset_ns: u64,
 }
 
 impl std::fmt::Debug for Udp {
@@ -118,16 +121,7 @@ impl Transport {
                         "member {me}'s address {own} is a lane host: give its host's lane node, or HOST:PORT"
                     ))
                 })?;
-                let mut others = Vec::new();
-                for (&m, a) in members.iter().filter(|(m, _)| **m != me) {
-                    let udp = a.udp().ok_or_else(|| {
-                        TransportError::Members(format!(
-                            "member {m}'s address {a} is a lane host, member {me}'s a UDP address: a group is on \
-                             the lane or off it"
-                        ))
-                    })?;
-                    others.push((m, udp));
-                }
+                let others = peer::udp_others(me, members).map_err(TransportError::Members)?;
                 let socket = UdpSocket::bind(addr).map_err(|source| TransportError::Bind { addr, source })?;
                 socket.set_nonblocking(true)?;
                 let kernel_stamps = options::enable_rx_timestamps(&socket).is_ok();
@@ -143,16 +137,9 @@ impl Transport {
                 })))
             }
             Some(config) => {
-                let hosts = lane_link::other_hosts(me, members).map_err(TransportError::Members)?;
                 let name = lane_link::tunnel_name(FD_LANE_TUNNEL, members);
-                let link = LaneLink::join(&format!("fd-{me}"), &name, &hosts, config).map_err(Box::new)?;
-                if Some(link.host()) != own.lane_host() {
-                    return Err(TransportError::Members(format!(
-                        "member {me} is on lane host {own}, but the node in {} is on {}",
-                        config.node_dir.display(),
-                        link.host()
-                    )));
-                }
+                let link = LaneLink::join_group(&format!("fd-{me}"), &name, me, members, config)
+                    .map_err(Box::new)?;
                 // The rounds follow the releases: a longer period would leave heartbeats behind.
                 let granted = link.period_ns();
                 if granted != config.period.as_nanos() as u64 {
@@ -164,7 +151,8 @@ impl Transport {
                     )));
                 }
                 let others = members.keys().copied().filter(|&m| m != me).collect();
-                Ok(Self::Lane(Box::new(Lane { link, me, others, message_number: 0 })))
+                let offset_ns = realtime_offset().1;
+                Ok(Self::Lane(Box::new(Lane { link, me, others, message_number: 0, offset_ns })))
             }
         }
     }
@@ -241,11 +229,7 @@ impl Transport {
     pub fn next_release_ns(&self, now: u64) -> Option<u64> {
         match self {
             Self::Udp(_) => None,
-            Self::Lane(l) => {
-                let (mono, offset) = realtime_offset();
-                let wall = l.link.next_release_ns(now.max(mono) + offset);
-                Some(wall.saturating_sub(offset))
-            }
+            Self::Lane(l) => Some(l.link.next_release_ns(now + l.offset_ns).saturating_sub(l.offset_ns)),
         }
     }
 
@@ -279,6 +263,7 @@ impl Transport {
                 }
             },
             Self::Lane(l) => {
+                l.offset_ns = offset;
                 let received = l.link.receive(l.me, |incoming| match incoming {
                     Incoming::Beat(bytes, stamp) => {
                         on(bytes, stamp_to_monotonic(stamp, offset, mono).min(now))

@@ -68,7 +68,7 @@ const EVENTS_EVERY_NS: u64 = 10_000_000;
 /// How long a request for a lost tunnel may wait for the node's answer.
 const RETRY_TIMEOUT: Duration = Duration::from_millis(100);
 /// How long a change of receivers may wait for the node's answer, ns.
-pub const CHANGE_TIMEOUT_NS: u64 = 1_000_000_000;
+const CHANGE_TIMEOUT_NS: u64 = 1_000_000_000;
 
 /// What the link asks of the lane.
 #[derive(Debug, Clone)]
@@ -269,6 +269,11 @@ impl Room {
         }
         true
     }
+
+    /// Whether a message of `len` bytes would fit, taking nothing.
+    fn holds(mut self, len: usize) -> bool {
+        self.take(len)
+    }
 }
 
 /// A member's lane transport; see the module docs.
@@ -368,6 +373,30 @@ impl LaneLink {
         Ok(link)
     }
 
+    /// Joins as application `app` for member `me` of the group `peers` (all lane hosts, one
+    /// member a host): the tunnel `name` to the other members' hosts, from the node in
+    /// `config`, which must be on `me`'s host.
+    pub fn join_group(
+        app: &str,
+        name: &str,
+        me: u64,
+        peers: &BTreeMap<u64, super::PeerAddr>,
+        config: &LaneLinkConfig,
+    ) -> Result<Self, LaneLinkError> {
+        let others = other_hosts(me, peers).map_err(LaneLinkError::Config)?;
+        let link = Self::join(app, name, &others, config)?;
+        let own = peers.get(&me).and_then(super::PeerAddr::lane_host);
+        if own != Some(link.host()) {
+            return Err(LaneLinkError::Config(format!(
+                "member {me} is on lane host {}, but the node in {} is on {}",
+                own.unwrap_or("?"),
+                config.node_dir.display(),
+                link.host()
+            )));
+        }
+        Ok(link)
+    }
+
     /// Takes the tunnel's grant as it stands: a fragment is cut to what a packet holds beside
     /// a heartbeat for every other member.
     fn follow_grant(&mut self) {
@@ -400,22 +429,33 @@ impl LaneLink {
     /// again, at most once a second, until it is granted or another change replaces it. No
     /// receivers (a member alone) keeps the tunnel as it is.
     pub fn set_receivers(&mut self, hosts: Vec<String>) {
-        self.wanted_receivers = None;
-        let now = kairos_sys::clock::realtime_ns();
         if self.changing.is_some() {
             // After the change under way is answered.
             self.wanted_receivers = Some(hosts);
             return;
         }
-        if hosts.is_empty() || hosts == self.spec.receivers {
-            return;
-        }
-        let mut spec = self.spec.clone();
-        spec.receivers = hosts;
+        self.wanted_receivers = None;
+        let Some(spec) = self.spec_to(hosts) else { return };
+        let now = kairos_sys::clock::realtime_ns();
         match self.app.change_later(&self.tunnel, spec.clone()) {
             Ok(app_ref) => self.changing = Some((app_ref, spec, now + CHANGE_TIMEOUT_NS)),
             Err(_) => self.change_failed(spec.receivers, now),
         }
+    }
+
+    /// The tunnel to `hosts` in place of this one, unless there is nothing to change.
+    fn spec_to(&self, hosts: Vec<String>) -> Option<TunnelSpec> {
+        (!hosts.is_empty() && hosts != self.spec.receivers)
+            .then(|| TunnelSpec { receivers: hosts, ..self.spec.clone() })
+    }
+
+    /// Sends on `tunnel`, granted for `spec`, from now on.
+    fn take_receivers(&mut self, tunnel: Tunnel, spec: TunnelSpec) {
+        self.tunnel = tunnel;
+        self.spec = spec;
+        self.pending_grant = None;
+        self.stats.receiver_changes += 1;
+        self.follow_grant();
     }
 
     /// Whether a change of receivers waits for the node's answer.
@@ -436,18 +476,10 @@ impl LaneLink {
     /// (for a command that must say whether the lane takes a host). A refusal (a host the
     /// lane does not have) or no answer leaves the old tunnel as it was, and is returned.
     pub fn try_receivers(&mut self, hosts: Vec<String>) -> Result<(), AppError> {
-        if hosts.is_empty() || hosts == self.spec.receivers {
-            return Ok(());
-        }
-        let mut spec = self.spec.clone();
-        spec.receivers = hosts;
+        let Some(spec) = self.spec_to(hosts) else { return Ok(()) };
         match self.app.change(&self.tunnel, spec.clone(), RETRY_TIMEOUT) {
             Ok(tunnel) => {
-                self.tunnel = tunnel;
-                self.spec = spec;
-                self.pending_grant = None;
-                self.stats.receiver_changes += 1;
-                self.follow_grant();
+                self.take_receivers(tunnel, spec);
                 Ok(())
             }
             Err(e) => {
@@ -566,10 +598,7 @@ impl LaneLink {
         // grant, or for fewer members, than now) would block the queue for good: dropped, as
         // a lossy network would, and counted.
         while let Some((_, m)) = self.queue.front()
-            && !{
-                let mut r = room;
-                r.take(m.len())
-            }
+            && !room.holds(m.len())
         {
             self.drop_front_message();
         }
@@ -630,13 +659,7 @@ impl LaneLink {
                         {
                             let Some((_, spec, _)) = self.changing.take() else { continue };
                             match self.app.answered(answer) {
-                                Ok(tunnel) => {
-                                    self.tunnel = tunnel;
-                                    self.spec = spec;
-                                    self.pending_grant = None;
-                                    self.stats.receiver_changes += 1;
-                                    self.follow_grant();
-                                }
+                                Ok(tunnel) => self.take_receivers(tunnel, spec),
                                 Err(_) => self.change_failed(spec.receivers, now_ns),
                             }
                         }
@@ -659,8 +682,7 @@ impl LaneLink {
             && now_ns >= self.next_request_ns
             && let Some(hosts) = self.wanted_receivers.take()
         {
-            self.next_request_ns = now_ns + 1_000_000_000;
-            // Counted, and kept for the next look if refused again.
+            // A failure is counted, and the change kept for a second from now.
             self.set_receivers(hosts);
         }
         if self.lost && now_ns >= self.next_request_ns {

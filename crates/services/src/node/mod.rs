@@ -316,11 +316,8 @@ fn lane_cluster_name(config: &NodeConfig, lane: &LaneConfig) -> Result<String, N
 
 /// Keeps the cluster's tunnel name in the data directory.
 fn keep_lane_cluster(config: &NodeConfig, name: &str) -> Result<(), NodeError> {
-    let path = config.data_dir.join(LANE_CLUSTER_FILE);
-    let log_err = |source| NodeError::Log { dir: config.data_dir.clone(), source };
-    std::fs::create_dir_all(&config.data_dir).map_err(log_err)?;
-    let fresh = path.with_extension("new");
-    std::fs::write(&fresh, format!("{name}\n")).and_then(|()| std::fs::rename(&fresh, &path)).map_err(log_err)
+    kairos_sys::fs::write_atomic(&config.data_dir.join(LANE_CLUSTER_FILE), format!("{name}\n").as_bytes())
+        .map_err(|e| NodeError::Config(format!("cannot keep the lane cluster's name: {e}")))
 }
 
 fn save_peers(path: &std::path::Path, peers: &BTreeMap<u64, PeerAddr>) -> io::Result<()> {
@@ -353,32 +350,24 @@ impl Node {
             config.peers = peers;
             config.peers.entry(config.id).or_insert(own.clone());
         }
-        let own = &own;
-        let (udp, beats, lane) = match (own, &config.lane) {
+        let (udp, beats, lane) = match (&own, &config.lane) {
             (PeerAddr::Udp(addr), None) => {
-                if let Some((id, a)) = config.peers.iter().find(|(_, a)| a.udp().is_none()) {
-                    return Err(NodeError::Config(format!(
-                        "member {id}'s address {a} is a lane host, this member's a UDP address: a cluster is on the lane or off it"
-                    )));
-                }
+                peer::udp_others(config.id, &config.peers).map_err(NodeError::Config)?;
                 let (udp, beats) = Self::bind_udp(&config, *addr)?;
                 (Some(udp), beats, None)
             }
             (PeerAddr::Lane(_), Some(lc)) => {
-                let others = lane_link::other_hosts(config.id, &config.peers).map_err(NodeError::Config)?;
                 let mut link = lc.link.clone();
                 link.period = config.detector.map_or(config.period, |d| Duration::from_nanos(d.period_ns));
                 let name = lane_cluster_name(&config, lc)?;
-                let joined = LaneLink::join(&format!("kv-{}", config.id), &name, &others, &link)
-                    .map_err(|e| NodeError::Lane(Box::new(e)))?;
-                if Some(joined.host()) != own.lane_host() {
-                    return Err(NodeError::Config(format!(
-                        "member {} is on lane host {own}, but the node in {} is on {}",
-                        config.id,
-                        lc.link.node_dir.display(),
-                        joined.host()
-                    )));
-                }
+                let joined = LaneLink::join_group(
+                    &format!("kv-{}", config.id),
+                    &name,
+                    config.id,
+                    &config.peers,
+                    &link,
+                )
+                .map_err(|e| NodeError::Lane(Box::new(e)))?;
                 keep_lane_cluster(&config, &name)?;
                 (None, None, Some(joined))
             }

@@ -43,6 +43,23 @@ impl fmt::Display for PeerAddr {
     }
 }
 
+/// The UDP addresses of the members of `peers` other than `me`, or why they are not all UDP
+/// addresses (a cluster is on the lane or off it).
+pub fn udp_others(
+    me: u64,
+    peers: &std::collections::BTreeMap<u64, PeerAddr>,
+) -> Result<Vec<(u64, SocketAddr)>, String> {
+    peers
+        .iter()
+        .filter(|(m, _)| **m != me)
+        .map(|(&m, a)| {
+            a.udp().map(|u| (m, u)).ok_or_else(|| {
+                format!("member {m}'s address {a} is a lane host, member {me}'s a UDP address: a group is on the lane or off it")
+            })
+        })
+        .collect()
+}
+
 /// What a lane host name may be: the lane topology's names (letters, digits, `-`, `_`, `.`),
 /// 1 to 64 of them, not starting with a digit (so a mistyped IP address is not taken for one).
 fn valid_host(name: &str) -> bool {

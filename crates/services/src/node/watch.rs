@@ -21,8 +21,10 @@
 //! ([`Fanout::Leader`]): with three members, two datagrams a period instead of six, and no
 //! follower wakes to send. On a loopback each datagram costs its sender the receiver's packet
 //! work as well, so all-to-all heartbeats cost three idle members 65-68% of a core against
-//! 51-52% (`scripts/kv-idle-cost`, with and without `-- --fd-fanout all`). [`Fanout::All`] keeps every member watching every other (what `kairos fd`
-//! measures), for INFO's view of the whole group.
+//! 51-52% (`scripts/kv-idle-cost`, with and without `-- --fd-fanout all`). [`Fanout::All`]
+//! keeps every member watching every other (what `kairos fd` measures), for INFO's view of the
+//! whole group; on the lane, where a member's heartbeats to all are one packet, it is the
+//! command line's default.
 //!
 //! # Policy: who campaigns when the leader is suspected
 //!
