@@ -109,6 +109,9 @@ struct MemberArgs {
     /// Count suspicions from this CLOCK_MONOTONIC time, ns (the experiments' window).
     #[arg(long, value_name = "NS", default_value_t = 0, hide = true)]
     measure_from_ns: u64,
+    /// ... until this CLOCK_MONOTONIC time, ns (default: to the end of the run).
+    #[arg(long, value_name = "NS", hide = true)]
+    measure_until_ns: Option<u64>,
     /// The alive table's file: made (and removed at the end) when missing, taken over when
     /// there (default: /dev/shm/kairos-fd-ID).
     #[arg(long, value_name = "PATH")]
@@ -386,6 +389,7 @@ fn member(a: &MemberArgs) -> Result<i32> {
         incarnation,
         run_for_ns: a.run_for_ms.map(|ms| ms * 1_000_000),
         measure_from_ns: a.measure_from_ns,
+        measure_until_ns: a.measure_until_ns,
         seed: a.seed,
     };
     let others = config.others();

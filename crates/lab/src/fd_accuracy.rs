@@ -18,28 +18,43 @@
 //! the silence that caused it (from a heartbeat period before the last fresh heartbeat to the
 //! suspicion); a stall seen at a wake-up due at `due` is taken to have begun as early as one
 //! watch period before (the previous wake-up was on time, the one at `due` was not: the core
-//! was taken somewhere in between). `mistakes_with_stall` counts those. The loads: `idle`; `stress` (`stress-ng`, a CPU worker per core and an I/O worker);
+//! was taken somewhere in between). The watch samples: a stall that begins and ends between
+//! two of its wake-ups escapes it. So the members time their own threads too
+//! ([`kairos_services::fd::held`]: a wake-up late after a sleep, a pass off the CPU by the
+//! thread's CPU clock, or a pass long in the transport's system calls, kernel work in the
+//! thread's context), and a stretch in which a member's loop or application was due and kept
+//! from its work for more than 50 us is a stall as well, where nothing of the experiment
+//! outranks those threads (every loop `SCHED_FIFO`; not on the lane, whose nodes run above the
+//! members). A pass long in the member's own code is never one (`long_own_work_passes`).
+//! `mistakes_with_stall` counts the mistakes either explains; `mistakes_with_held` those only
+//! the members' own threads saw. Every member counts suspicions in one window, which ends
+//! before the first of them could end its run (so none counts another's stopping). The loads: `idle`; `stress` (`stress-ng`, a CPU worker per core and an I/O worker);
 //! `flood` (on the testbed only: an `iperf3` UDP flood between two hosts, in the bulk class the
 //! heartbeats' lane class has priority over).
 //!
 //! # Summary fields (stable)
 //! `rows` (`detector`, `threshold_us`, `load`, `query_accuracy`, `mistake_rate_per_s`,
-//! `mistake_duration_us`, `mistakes`, `mistakes_with_stall`, `unexplained`, `observed_s`),
+//! `mistake_duration_us`, `mistakes`, `mistakes_with_stall`, `mistakes_with_held`,
+//! `unexplained`, `observed_s`),
 //! `recommended_threshold_us`, `goal` (no unexplained mistake at the recommended threshold),
-//! `loads` (per load: the stall watch's stalls, whether it was real-time, each member's loop
-//! figures, and `unexplained_causes`: where the silences of the unexplained mistakes at the
+//! `loads` (per load: the stall watch's stalls, whether it was real-time, whether the members'
+//! held stretches count (`held_explains`), each member's loop figures (`held_off`,
+//! `long_own_work_passes` among them), and `unexplained_causes`: where the silences of the unexplained mistakes at the
 //! recommended threshold came from, told by the heartbeat that ended each), `skipped`, `network`, `config`, `machine`, `noise`, `results_dir`. Files:
 //! `summary.json`, `stalls_<load>.csv` (every stall the watch saw), `mistakes_<load>.csv`
-//! (Kairos's mistakes at the recommended threshold, each with the nearest stall), and per load
+//! (Kairos's mistakes at the recommended threshold, each with the nearest stall and, when only
+//! a member's thread saw it, `held_member`, `held_kind` and `held_lost_us`), and per load
 //! the members' reports and logs.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use kairos_metrics::{Stall, StallReport, StallWatch, StallWatchConfig};
-use kairos_services::fd::member::{DetectorRecord, KAIROS, MemberReport};
+use kairos_services::fd::held::{Held, HeldKind};
+use kairos_services::fd::member::{DetectorRecord, KAIROS, MemberReport, Suspicion};
 use kairos_sys::child::OwnedChild;
 use serde::{Deserialize, Serialize};
 
@@ -144,8 +159,11 @@ pub struct AccuracyRow {
     pub mistake_duration_us: Option<f64>,
     /// Mistakes.
     pub mistakes: u64,
-    /// Mistakes a stall explains (of those kept whole).
+    /// Mistakes a stall explains (of those kept whole): one the watch saw, or one the
+    /// members' own threads met (held off the CPU while due).
     pub mistakes_with_stall: u64,
+    /// ... of them, those only the members' own threads saw.
+    pub mistakes_with_held: u64,
     /// Mistakes no stall explains (of those kept whole).
     pub unexplained: u64,
     /// Pair-seconds observed.
@@ -169,6 +187,11 @@ pub struct MemberFigures {
     pub send_errors: u64,
     /// Wake-ups more than 50 us late.
     pub late_wakeups: u64,
+    /// Stretches its loop or application was due and kept from its work for more than 50 us
+    /// (off the CPU, or in the kernel's calls).
+    pub held_off: u64,
+    /// Loop passes longer than 50 us in the member's own work (not stalls).
+    pub long_own_work_passes: u64,
     /// The latest wake-up, us.
     pub worst_wake_late_us: f64,
     /// On the lane: heartbeats a newer one replaced before the node took them (its outbox
@@ -215,6 +238,9 @@ pub struct LoadFigures {
     pub load: Load,
     /// The stall watch ran at `SCHED_FIFO` 99 on every core.
     pub stall_watch_realtime: bool,
+    /// The members' threads held off the CPU count as stalls (every loop real-time, no lane
+    /// nodes above them).
+    pub held_explains: bool,
     /// Stalls it saw, over every core.
     pub stalls: usize,
     /// The longest, us.
@@ -268,6 +294,104 @@ pub struct AccuracySummary {
     pub skipped: Vec<SkippedLoad>,
 }
 
+/// What explains a silence `[from_ns, to_ns]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Explanation {
+    /// A stall the watch saw overlaps it.
+    Watch,
+    /// Only the silent member's own threads saw one: they were kept from their work that long.
+    Held(HeldBy),
+    /// Nothing.
+    None,
+}
+
+/// The silent member's threads kept from their work in its silence.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct HeldBy {
+    /// Their stretches' time lost, summed, ns.
+    lost_ns: u64,
+    /// The longest stretch's kind.
+    kind: HeldKind,
+}
+
+/// What a load's mistakes are set against: the watch's stalls and the members' own.
+struct Evidence {
+    /// The watch's stalls, widened by its period ([`widened`]), by `due_ns`.
+    stalls: Vec<Stall>,
+    /// Each member's held stretches, in time order, as stalls of the machine: a thread due and
+    /// kept from its work had its core taken, as a late wake-up of the watch does (the watch
+    /// samples its core each watch period; these are the heartbeat loops' own instants). Only
+    /// where nothing of the experiment outranks the members' threads ([`held_explains`]).
+    held: BTreeMap<u64, Vec<Held>>,
+    /// The heartbeat period, ns: a silence is taken from a period before its last fresh
+    /// heartbeat.
+    period_ns: u64,
+    /// The threshold the peers are held to, ns (they have none of Kairos's kind).
+    recommended_ns: u64,
+}
+
+impl Evidence {
+    fn new(
+        stalls: Vec<Stall>,
+        reports: &[MemberReport],
+        network: Network,
+        period_ns: u64,
+        recommended_ns: u64,
+    ) -> Self {
+        let held = if held_explains(reports, network) {
+            reports
+                .iter()
+                .map(|r| {
+                    let mut held = r.held.stretches.clone();
+                    held.sort_by_key(|h| h.from_ns);
+                    (r.member, held)
+                })
+                .collect()
+        } else {
+            BTreeMap::new()
+        };
+        Self { stalls, held, period_ns, recommended_ns }
+    }
+
+    /// The silence a suspicion ended: from a period before its last fresh heartbeat.
+    fn silence(&self, s: &Suspicion) -> (u64, u64) {
+        (s.window_from_ns.saturating_sub(self.period_ns), s.since_ns)
+    }
+
+    /// What explains the silence behind `s`, a detector with threshold `threshold_ns` (`None`:
+    /// a peer) took for a failure: a stall the watch saw on any core, or the subject's own
+    /// threads kept from their work in it for at least half the threshold in all. (Its next
+    /// heartbeat had to be about a threshold late; a member that lost less than half of that
+    /// has not explained the rest, and the many short stretches of a loaded core do not add up
+    /// to an explanation by overlapping every silence.)
+    fn explain(&self, s: &Suspicion, threshold_ns: Option<u64>) -> Explanation {
+        let (from_ns, to_ns) = self.silence(s);
+        if explained(&self.stalls, from_ns, to_ns) {
+            return Explanation::Watch;
+        }
+        let Some(held) = self.held.get(&s.subject) else { return Explanation::None };
+        // Stretches are short (a wake-up or a pass): none that began a second before matters.
+        let first = held.partition_point(|h| h.from_ns.saturating_add(1_000_000_000) < from_ns);
+        let inside = held[first..]
+            .iter()
+            .take_while(|h| h.from_ns <= to_ns)
+            .filter(|h| h.to_ns >= from_ns && h.kind != HeldKind::OwnWork);
+        let lost_ns: u64 = inside.clone().map(|h| h.lost_ns).sum();
+        match inside.max_by_key(|h| h.lost_ns) {
+            Some(longest) if lost_ns * 2 >= threshold_ns.unwrap_or(self.recommended_ns) => {
+                Explanation::Held(HeldBy { lost_ns, kind: longest.kind })
+            }
+            _ => Explanation::None,
+        }
+    }
+}
+
+/// Whether the members' held stretches are stalls of the machine: every loop `SCHED_FIFO` and
+/// no lane nodes (which run above the members).
+fn held_explains(reports: &[MemberReport], network: Network) -> bool {
+    network != Network::Lane && reports.iter().all(|r| r.realtime)
+}
+
 /// Whether a stall overlaps `[from_ns, to_ns]`. `stalls` are sorted by `due_ns` (those of
 /// several cores, so their ends are not in order): the search takes those due by `to_ns` and
 /// walks back no further than the longest stall.
@@ -303,8 +427,13 @@ struct MistakeRecord {
     duration_us: Option<f64>,
     /// When the suspicion began, `CLOCK_MONOTONIC` ns.
     since_ns: u64,
-    /// A stall overlaps the silence.
+    /// A stall overlaps the silence (the watch's, or a member's thread held off the CPU).
     explained: bool,
+    /// When only the subject's own threads saw it: how the longest stretch kept them from
+    /// their work (off the CPU, or in the kernel's calls) ...
+    held_kind: Option<HeldKind>,
+    /// ... and their time lost in the silence, us.
+    held_lost_us: Option<f64>,
     /// The nearest stall's distance from the silence, us (0: it overlaps).
     nearest_stall_us: Option<f64>,
     /// The heartbeat that ended it: sent this long after the deadline, us (negative: before,
@@ -319,12 +448,7 @@ struct MistakeRecord {
 }
 
 /// Kairos's mistakes at `threshold_ns`, each with the stall nearest its silence.
-fn mistakes_at(
-    reports: &[MemberReport],
-    threshold_ns: u64,
-    stalls: &[Stall],
-    period_ns: u64,
-) -> Vec<MistakeRecord> {
+fn mistakes_at(reports: &[MemberReport], threshold_ns: u64, evidence: &Evidence) -> Vec<MistakeRecord> {
     let mut out = Vec::new();
     for r in reports {
         let Some(d) =
@@ -333,9 +457,14 @@ fn mistakes_at(
             continue;
         };
         for s in &d.stored {
-            let from = s.window_from_ns.saturating_sub(period_ns);
+            let (from, _) = evidence.silence(s);
             let gap = |st: &Stall| {
                 if st.woke_ns < from { from - st.woke_ns } else { st.due_ns.saturating_sub(s.since_ns) }
+            };
+            let how = evidence.explain(s, Some(threshold_ns));
+            let held_by = match how {
+                Explanation::Held(by) => Some(by),
+                _ => None,
             };
             out.push(MistakeRecord {
                 observer: r.member,
@@ -343,8 +472,10 @@ fn mistakes_at(
                 silence_us: (s.since_ns - s.window_from_ns) as f64 / 1e3,
                 duration_us: s.until_ns.map(|u| u.saturating_sub(s.since_ns) as f64 / 1e3),
                 since_ns: s.since_ns,
-                explained: explained(stalls, from, s.since_ns),
-                nearest_stall_us: stalls.iter().map(gap).min().map(|g| g as f64 / 1e3),
+                explained: how != Explanation::None,
+                held_kind: held_by.map(|b| b.kind),
+                held_lost_us: held_by.map(|b| b.lost_ns as f64 / 1e3),
+                nearest_stall_us: evidence.stalls.iter().map(gap).min().map(|g| g as f64 / 1e3),
                 end_sent_after_deadline_us: s.ended_by.map(|e| (e.sent_ns as f64 - s.since_ns as f64) / 1e3),
                 end_one_way_us: s
                     .ended_by
@@ -359,11 +490,11 @@ fn mistakes_at(
 }
 
 /// The rows of one load from the members' reports.
-fn rows(load: Load, reports: &[MemberReport], stalls: &[Stall], period_ns: u64) -> Vec<AccuracyRow> {
+fn rows(load: Load, reports: &[MemberReport], evidence: &Evidence) -> Vec<AccuracyRow> {
     let members = reports.len() as u64;
     let observed_ns: u64 = reports
         .iter()
-        .map(|r| r.ended_ns.saturating_sub(r.measure_from_ns) * members.saturating_sub(1))
+        .map(|r| r.measure_until_ns.saturating_sub(r.measure_from_ns) * members.saturating_sub(1))
         .sum();
     let observed_s = observed_ns as f64 / 1e9;
     // Every member runs the same detectors in the same order.
@@ -377,11 +508,16 @@ fn rows(load: Load, reports: &[MemberReport], stalls: &[Stall], period_ns: u64) 
             let mistakes: u64 = records.iter().map(|r| r.suspicions).sum();
             let suspected_ns: u64 = records.iter().map(|r| r.suspected_ns).sum();
             let stored = records.iter().flat_map(|r| r.stored.iter());
-            let (mut with_stall, mut checked) = (0, 0);
+            let (mut with_stall, mut with_held, mut checked) = (0, 0, 0);
             for s in stored {
                 checked += 1;
-                if explained(stalls, s.window_from_ns.saturating_sub(period_ns), s.since_ns) {
-                    with_stall += 1;
+                match evidence.explain(s, d.threshold_ns) {
+                    Explanation::Watch => with_stall += 1,
+                    Explanation::Held(_) => {
+                        with_stall += 1;
+                        with_held += 1;
+                    }
+                    Explanation::None => {}
                 }
             }
             AccuracyRow {
@@ -397,6 +533,7 @@ fn rows(load: Load, reports: &[MemberReport], stalls: &[Stall], period_ns: u64) 
                 mistake_duration_us: (mistakes > 0).then(|| suspected_ns as f64 / mistakes as f64 / 1e3),
                 mistakes,
                 mistakes_with_stall: with_stall,
+                mistakes_with_held: with_held,
                 unexplained: checked - with_stall,
                 observed_s,
             }
@@ -536,12 +673,20 @@ impl Experiment for AccuracyConfig {
             stalls.sort_by_key(|s| s.due_ns);
             let name = format!("{load:?}").to_lowercase();
             run.dir().write_csv(&format!("stalls_{name}.csv"), &stalls)?;
-            let stretches = widened(&stalls, self.stall_period_us * 1_000);
-            let mistakes = mistakes_at(&reports, self.recommended_us * 1_000, &stretches, period_ns);
+            let recommended_ns = self.recommended_us * 1_000;
+            let evidence = Evidence::new(
+                widened(&stalls, self.stall_period_us * 1_000),
+                &reports,
+                self.network,
+                period_ns,
+                recommended_ns,
+            );
+            let mistakes = mistakes_at(&reports, recommended_ns, &evidence);
             run.dir().write_csv(&format!("mistakes_{name}.csv"), &mistakes)?;
             loads.push(LoadFigures {
                 load,
                 stall_watch_realtime: !watched.is_empty() && watched.iter().all(|r| r.realtime),
+                held_explains: held_explains(&reports, self.network),
                 stalls: stalls.len(),
                 longest_stall_us: stalls.iter().map(Stall::length_ns).max().unwrap_or(0) as f64 / 1e3,
                 members: reports
@@ -554,13 +699,15 @@ impl Experiment for AccuracyConfig {
                         stale_heartbeats: r.stale_heartbeats,
                         send_errors: r.send_errors,
                         late_wakeups: r.late_wakeups,
+                        held_off: r.held.count,
+                        long_own_work_passes: r.held.long_own_work,
                         worst_wake_late_us: r.worst_wake_late_ns as f64 / 1e3,
                         lane_beats_replaced: r.lane.map(|l| l.beats_replaced),
                     })
                     .collect(),
                 unexplained_causes: Causes::of(&mistakes),
             });
-            let mut rows = rows(load, &reports, &stretches, period_ns);
+            let mut rows = rows(load, &reports, &evidence);
             rows.sort_by_key(|r| (r.detector != KAIROS, r.detector.clone(), r.threshold_us));
             all_rows.extend(rows);
             if k + 1 < self.loads.len() {
@@ -595,7 +742,7 @@ pub fn report(s: &AccuracySummary) -> String {
         s.config.members, s.network, s.config.period_us, s.config.seconds
     ));
     out.push_str(&format!(
-        "{:<16} {:>9} {:<7} {:>12} {:>12} {:>12} {:>9} {:>11} {:>12}\n",
+        "{:<16} {:>9} {:<7} {:>12} {:>12} {:>12} {:>9} {:>11} {:>8} {:>12}\n",
         "detector",
         "Lambda us",
         "load",
@@ -604,11 +751,12 @@ pub fn report(s: &AccuracySummary) -> String {
         "duration us",
         "mistakes",
         "with stall",
+        "of them:",
         "unexplained"
     ));
     for r in &s.rows {
         out.push_str(&format!(
-            "{:<16} {:>9} {:<7} {:>12.9} {:>12.4} {:>12} {:>9} {:>11} {:>12}\n",
+            "{:<16} {:>9} {:<7} {:>12.9} {:>12.4} {:>12} {:>9} {:>11} {:>8} {:>12}\n",
             r.detector,
             r.threshold_us.map_or("-".into(), |t| t.to_string()),
             format!("{:?}", r.load).to_lowercase(),
@@ -617,18 +765,21 @@ pub fn report(s: &AccuracySummary) -> String {
             r.mistake_duration_us.map_or("-".into(), |d| format!("{d:.0}")),
             r.mistakes,
             r.mistakes_with_stall,
+            format!("{} held", r.mistakes_with_held),
             r.unexplained
         ));
     }
     for l in &s.loads {
         let c = &l.unexplained_causes;
         out.push_str(&format!(
-            "{:?}: stall watch{} saw {} stalls, longest {:.0} us; loops late > 50 us: {}; unexplained at {} us: sender late {}, late on the way {}, stale counter {}, lost {}, open {}\n",
+            "{:?}: stall watch{} saw {} stalls, longest {:.0} us; loops late > 50 us: {}; members' threads held off > 50 us: {}; loop passes > 50 us in their own work: {}; unexplained at {} us: sender late {}, late on the way {}, stale counter {}, lost {}, open {}\n",
             l.load,
             if l.stall_watch_realtime { "" } else { " (not real-time)" },
             l.stalls,
             l.longest_stall_us,
             l.members.iter().map(|m| m.late_wakeups.to_string()).collect::<Vec<_>>().join(", "),
+            l.members.iter().map(|m| m.held_off.to_string()).collect::<Vec<_>>().join(", "),
+            l.members.iter().map(|m| m.long_own_work_passes.to_string()).collect::<Vec<_>>().join(", "),
             s.recommended_threshold_us,
             c.sender_late,
             c.late_on_the_way,
@@ -665,7 +816,7 @@ pub fn report(s: &AccuracySummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kairos_services::fd::member::Suspicion;
+    use kairos_services::fd::held::HeldThread;
 
     #[test]
     fn stalls_of_two_cores_out_of_order_are_found_and_widened_by_the_watch_period() {
@@ -700,7 +851,9 @@ mod tests {
         let report = |member, detectors| MemberReport {
             member,
             measure_from_ns: 1_000_000_000,
-            ended_ns: 11_000_000_000,
+            measure_until_ns: 11_000_000_000,
+            ended_ns: 11_500_000_000,
+            realtime: true,
             detectors,
             ..MemberReport::default()
         };
@@ -716,13 +869,57 @@ mod tests {
             report(2, vec![record(0, 0, vec![])]),
         ];
         let stalls = [Stall { due_ns: 1_999_950_000, woke_ns: 2_000_200_000 }];
-        let rows = rows(Load::Idle, &reports, &stalls, 100_000);
-        assert_eq!(rows.len(), 1);
-        let r = &rows[0];
-        assert_eq!((r.threshold_us, r.mistakes, r.mistakes_with_stall, r.unexplained), (Some(200), 2, 1, 1));
+        let evidence = |reports: &[MemberReport], network| {
+            Evidence::new(stalls.to_vec(), reports, network, 100_000, 200_000)
+        };
+        let all = rows(Load::Idle, &reports, &evidence(&reports, Network::Namespaces));
+        assert_eq!(all.len(), 1);
+        let r = &all[0];
+        assert_eq!(
+            (r.threshold_us, r.mistakes, r.mistakes_with_stall, r.mistakes_with_held, r.unexplained),
+            (Some(200), 2, 1, 0, 1)
+        );
         assert!((r.observed_s - 20.0).abs() < 1e-9);
         assert!((r.mistake_rate_per_s - 0.1).abs() < 1e-9);
         assert!((r.query_accuracy - (1.0 - 400_000.0 / 20e9)).abs() < 1e-12);
         assert_eq!(r.mistake_duration_us, Some(200.0));
+
+        // The second silence, [4.9999 s, 5.0003 s]: the subject's threads kept from their work
+        // in it explain it once they lost half the threshold (100 us) in all, where nothing of
+        // the experiment outranks the loops; not on the lane (its nodes do), not with a loop
+        // that was not real-time, and never by the observer's own stretches.
+        let stretch = |from_ns, lost_ns, kind| Held {
+            from_ns,
+            to_ns: from_ns + lost_ns,
+            lost_ns,
+            thread: HeldThread::Loop,
+            kind,
+            cpu_ns: 0,
+            transport_ns: 0,
+        };
+        let mut reports = reports;
+        reports[0].held.stretches.push(stretch(5_000_000_000, 250_000, HeldKind::OffCpu));
+        reports[1].held.stretches.push(stretch(5_000_100_000, 60_000, HeldKind::OffCpu));
+        reports[1].held.stretches.push(stretch(4_999_950_000, 30_000, HeldKind::InKernel));
+        let held = |reports: &[MemberReport], network| {
+            let r = &rows(Load::Idle, reports, &evidence(reports, network))[0];
+            (r.mistakes_with_stall, r.mistakes_with_held, r.unexplained)
+        };
+        assert_eq!(held(&reports, Network::Namespaces), (1, 0, 1), "90 us lost is not half of 200");
+        // A pass long in the member's own code is no stall, however long.
+        reports[1].held.stretches.push(stretch(5_000_200_000, 90_000, HeldKind::OwnWork));
+        assert_eq!(held(&reports, Network::Namespaces), (1, 0, 1));
+        reports[1].held.stretches.retain(|h| h.kind != HeldKind::OwnWork);
+        reports[1].held.stretches.push(stretch(5_000_250_000, 20_000, HeldKind::OffCpu));
+        assert_eq!(held(&reports, Network::Namespaces), (2, 1, 0));
+        let mistakes = mistakes_at(&reports, 200_000, &evidence(&reports, Network::Namespaces));
+        let second = mistakes.iter().find(|m| m.since_ns == 5_000_300_000).expect("the second mistake");
+        assert_eq!(
+            (second.explained, second.held_kind, second.held_lost_us),
+            (true, Some(HeldKind::OffCpu), Some(110.0))
+        );
+        assert_eq!(held(&reports, Network::Lane), (1, 0, 1));
+        reports[0].realtime = false;
+        assert_eq!(held(&reports, Network::Namespaces), (1, 0, 1));
     }
 }

@@ -317,6 +317,10 @@ impl Cluster {
         if let Some(run_for) = s.run_for_ms {
             command.arg(format!("--run-for-ms={run_for}"));
             command.arg(format!("--measure-from-ns={}", self.measure_from_ns));
+            // The window ends when the first member could end (every member starts after
+            // `started_ns`), so no member counts the silence of one that stopped first.
+            let until = self.started_ns + run_for * 1_000_000;
+            command.arg(format!("--measure-until-ns={until}"));
             command.arg(format!("--report={}", self.report_path(i).display()));
         }
         let log = self.dir.join(format!("member-{}.log", member_id(i)));

@@ -41,10 +41,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use kairos_ring::bridge::BridgeMemory;
 use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
-use kairos_sys::thread::{pin_current_thread, set_fifo, set_timer_slack_ns};
+use kairos_sys::thread::{pin_current_thread, set_fifo, set_timer_slack_ns, thread_cpu_time_ns};
 use serde::{Deserialize, Serialize};
 
 use super::detector::{Detector, DetectorConfig, Event, Heard};
+use super::held::{HeldRecord, HeldThread, HeldWatch};
 use super::phi::{PhiEvent, PhiSettings, PhiWatch};
 use super::swim::{SwimEvent, SwimId, SwimPeer, SwimSettings};
 use super::table::{AliveTable, PEER_SLOTS, Row};
@@ -108,6 +109,9 @@ pub struct MemberConfig {
     pub run_for_ns: Option<u64>,
     /// Suspicions are counted from this time (`CLOCK_MONOTONIC` ns; 0: from the start).
     pub measure_from_ns: u64,
+    /// ... until this time (`None`: to the end). A group's members share it, so none counts
+    /// the silence of another that ended its run first.
+    pub measure_until_ns: Option<u64>,
     /// Seeds SWIM's random choices.
     pub seed: u64,
 }
@@ -228,6 +232,13 @@ pub struct MemberReport {
     pub late_wakeups: u64,
     /// The latest wake-up after its deadline, ns.
     pub worst_wake_late_ns: u64,
+    /// When suspicions stopped counting, ns (the end of the window, or of the run).
+    #[serde(default)]
+    pub measure_until_ns: u64,
+    /// The stretches its loop and application were due on the CPU and off it
+    /// ([`super::held`]), longer than 50 us.
+    #[serde(default)]
+    pub held: HeldRecord,
     /// Every detector's record.
     pub detectors: Vec<DetectorRecord>,
 }
@@ -244,13 +255,15 @@ struct Open {
 struct Recorder {
     record: DetectorRecord,
     measure_from_ns: u64,
+    measure_until_ns: u64,
     open: BTreeMap<u64, Open>,
 }
 
 impl Recorder {
-    fn new(detector: &str, threshold_ns: Option<u64>, measure_from_ns: u64) -> Self {
+    /// Records `detector`'s suspicions that begin in `[from, until)`, and time suspected in it.
+    fn new(detector: &str, threshold_ns: Option<u64>, (from, until): (u64, u64)) -> Self {
         let record = DetectorRecord { detector: detector.into(), threshold_ns, ..DetectorRecord::default() };
-        Self { record, measure_from_ns, open: BTreeMap::new() }
+        Self { record, measure_from_ns: from, measure_until_ns: until, open: BTreeMap::new() }
     }
 
     fn suspect(&mut self, subject: u64, window_from_ns: u64, since_ns: u64, noticed_ns: u64) {
@@ -258,7 +271,7 @@ impl Recorder {
             return;
         }
         let mut stored = None;
-        if since_ns >= self.measure_from_ns {
+        if (self.measure_from_ns..self.measure_until_ns).contains(&since_ns) {
             self.record.suspicions += 1;
             if self.record.stored.len() < MAX_STORED {
                 stored = Some(self.record.stored.len());
@@ -287,7 +300,7 @@ impl Recorder {
 
     fn count_time(&mut self, since_ns: u64, until_ns: u64) {
         let from = since_ns.max(self.measure_from_ns);
-        self.record.suspected_ns += until_ns.saturating_sub(from);
+        self.record.suspected_ns += until_ns.min(self.measure_until_ns).saturating_sub(from);
     }
 
     fn finish(mut self, end_ns: u64) -> DetectorRecord {
@@ -351,14 +364,21 @@ pub fn run<M: BridgeMemory + Sync>(
             // heartbeat with the last counter (a stale counter, half the time, from jitter alone).
             let bump_ns = bump_ns.max(1_000);
             let first_bump = first_round + bump_ns / 2;
-            std::thread::Builder::new()
+            let app = std::thread::Builder::new()
                 .name(format!("fd-app-{}", config.id))
                 .spawn_scoped(scope, move || application(config, table, bump_ns, first_bump, app_stop))
                 .map_err(MemberError::App)?;
+            let result = run_loop(config, table, transport, first_round, lead, stop);
+            app_stop.store(true, Ordering::Relaxed);
+            // The application cannot panic (its loop is an atomic add and sleeps); a panic
+            // would still be the member's, so it is passed on.
+            let app_held = app.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+            return result.map(|mut r| {
+                r.held = std::mem::take(&mut r.held).merged(app_held);
+                r
+            });
         }
-        let result = run_loop(config, table, transport, first_round, lead, stop);
-        app_stop.store(true, Ordering::Relaxed);
-        result
+        run_loop(config, table, transport, first_round, lead, stop)
     })
 }
 
@@ -370,7 +390,7 @@ fn application<M: BridgeMemory>(
     bump_ns: u64,
     first_ns: u64,
     stop: &AtomicBool,
-) {
+) -> HeldRecord {
     if let Some(core) = config.core {
         let _ = pin_current_thread(core);
     }
@@ -381,6 +401,7 @@ fn application<M: BridgeMemory>(
     // The first bump at once (the counter starts moving before the first round), then on the
     // schedule; a late bump is followed by the next one on the schedule, not a period after it.
     table.bump();
+    let mut held = HeldWatch::new(HeldThread::Application, LATE_NS, MAX_STORED);
     let mut next = first_ns;
     while !stop.load(Ordering::Relaxed) {
         sleep_until_ns(next);
@@ -388,11 +409,13 @@ fn application<M: BridgeMemory>(
             table.bump();
         }
         let now = monotonic_ns();
+        held.woke_late(next, now);
         next += bump_ns;
         if next <= now {
             next += (now - next) / bump_ns * bump_ns + bump_ns;
         }
     }
+    held.finish()
 }
 
 fn run_loop<M: BridgeMemory>(
@@ -412,9 +435,9 @@ fn run_loop<M: BridgeMemory>(
         Detector::new(DetectorConfig { period_ns: config.period_ns, threshold_ns }, ids.clone(), start)
     };
     let measure_from = config.measure_from_ns;
-    let mut recorders = vec![Recorder::new(KAIROS, Some(config.threshold_ns), measure_from)];
-    recorders
-        .extend(config.sweep_thresholds_ns.iter().map(|&t| Recorder::new(KAIROS, Some(t), measure_from)));
+    let window = (measure_from, config.measure_until_ns.unwrap_or(u64::MAX));
+    let mut recorders = vec![Recorder::new(KAIROS, Some(config.threshold_ns), window)];
+    recorders.extend(config.sweep_thresholds_ns.iter().map(|&t| Recorder::new(KAIROS, Some(t), window)));
     let (mut phis, mut swims) = (Vec::new(), Vec::new());
     if config.peers {
         phis.push(PhiWatch::new(PhiSettings::akka(), ids.clone())?);
@@ -427,7 +450,7 @@ fn run_loop<M: BridgeMemory>(
             peer.announce(&ids, start);
             swims.push(peer);
         }
-        recorders.extend(PEERS.iter().map(|p| Recorder::new(p, None, measure_from)));
+        recorders.extend(PEERS.iter().map(|p| Recorder::new(p, None, window)));
     }
     let mut l = Loop {
         config,
@@ -458,17 +481,23 @@ fn run_loop<M: BridgeMemory>(
     l.send_swim(&mut transport);
     l.publish(start);
     let mut deadline = start;
+    let mut slept = false;
+    let mut held = HeldWatch::new(HeldThread::Loop, LATE_NS, MAX_STORED);
     loop {
         let now = monotonic_ns();
+        held.woke(deadline, now, thread_cpu_time_ns(), slept);
         l.report.wakeups += 1;
         let late = now.saturating_sub(deadline);
         l.report.worst_wake_late_ns = l.report.worst_wake_late_ns.max(late);
         if late > LATE_NS {
             l.report.late_wakeups += 1;
         }
-        // The heartbeat first, so its departure does not wait for what the socket holds.
+        // The heartbeat first, so its departure does not wait for what the socket holds. The
+        // transport's calls are timed for the held watch (kernel work in this thread's context).
+        let mut transport_ns = 0;
         if now >= next_tick {
             l.send_heartbeat(&mut transport);
+            transport_ns += monotonic_ns() - now;
             // On the lane the next round is taken from the node's releases each time, so a
             // changed grant or a tunnel asked for again keeps its rounds before its releases.
             next_tick = lane_round(&transport, now, lead).unwrap_or_else(|| {
@@ -478,9 +507,13 @@ fn run_loop<M: BridgeMemory>(
                 next_tick
             });
         }
+        let rx_start = monotonic_ns();
         l.receive(&mut transport, now)?;
+        transport_ns += monotonic_ns() - rx_start;
         l.decide(now);
+        let swim = monotonic_ns();
         l.send_swim(&mut transport);
+        transport_ns += monotonic_ns() - swim;
         l.publish(now);
         if stop.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) {
             break;
@@ -496,20 +529,25 @@ fn run_loop<M: BridgeMemory>(
             .min()
             .unwrap_or(next_tick)
             .max(now);
-        if deadline > now {
+        let pass_end = monotonic_ns();
+        held.pass_ended(pass_end, transport_ns);
+        slept = deadline > pass_end;
+        if slept {
             sleep_until_ns(deadline);
         }
     }
     l.report.lane = transport.lane_stats();
+    l.report.held = held.finish();
     Ok(l.finish(monotonic_ns()))
 }
 
 impl<M: BridgeMemory> Loop<'_, M> {
-    /// Takes every datagram that arrived.
+    /// Takes every datagram that arrived. The pass began at `now`; a datagram that arrived
+    /// since is handled at its own arrival time.
     fn receive(&mut self, transport: &mut Transport, now: u64) -> Result<(), MemberError> {
-        Ok(transport.receive(now, |bytes, at| match decode(bytes) {
+        Ok(transport.receive(|bytes, at| match decode(bytes) {
             Ok(Datagram::Heartbeat(hb)) | Ok(Datagram::Replica { heartbeat: hb, .. }) => {
-                self.heard(&hb, at, now)
+                self.heard(&hb, at, now.max(at))
             }
             Ok(Datagram::Swim { instance, payload }) => {
                 if let Some(peer) = self.swims.get_mut(instance as usize) {
@@ -646,6 +684,7 @@ impl<M: BridgeMemory> Loop<'_, M> {
 
     fn finish(mut self, end: u64) -> MemberReport {
         self.report.ended_ns = end;
+        self.report.measure_until_ns = self.config.measure_until_ns.unwrap_or(end).min(end);
         self.report.swim_errors = self.swims.iter().map(SwimPeer::errors).sum();
         self.report.detectors = self.recorders.into_iter().map(|r| r.finish(end)).collect();
         self.report
@@ -678,16 +717,17 @@ mod tests {
 
     #[test]
     fn the_recorder_counts_inside_the_window_and_closes_at_the_end() {
-        let mut r = Recorder::new(KAIROS, Some(5), 1_000);
+        let mut r = Recorder::new(KAIROS, Some(5), (1_000, 3_500));
         r.suspect(2, 0, 500, 600);
         r.trust(2, 1_500, None);
         r.suspect(2, 1_400, 2_000, 2_010);
         r.suspect(2, 1_400, 2_100, 2_110);
         r.trust(2, 2_500, None);
         r.suspect(3, 2_600, 3_000, 3_000);
+        r.suspect(2, 3_400, 3_600, 3_600);
         let record = r.finish(4_000);
-        assert_eq!(record.suspicions, 2, "the one before the window is not counted");
-        assert_eq!(record.suspected_ns, 500 + 500 + 1_000);
+        assert_eq!(record.suspicions, 2, "the ones before and after the window are not counted");
+        assert_eq!(record.suspected_ns, 500 + 500 + 500, "time suspected is cut at the window's ends");
         assert_eq!(record.stored.len(), 2);
         assert_eq!(record.stored[0].until_ns, Some(2_500));
         assert_eq!(record.stored[1].until_ns, None);
@@ -717,6 +757,7 @@ mod tests {
             incarnation: 1,
             run_for_ns: Some(run_ms * 1_000_000),
             measure_from_ns: 0,
+            measure_until_ns: None,
             seed: 7,
         };
         let tables: Vec<Arc<AliveTable<HeapMemory>>> = (1..=3)

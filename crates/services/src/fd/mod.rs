@@ -51,6 +51,7 @@
 //! quality-of-service metrics for failure detectors.
 
 pub mod detector;
+pub mod held;
 pub mod member;
 pub mod phi;
 pub mod swim;

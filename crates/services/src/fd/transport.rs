@@ -234,12 +234,14 @@ impl Transport {
     }
 
     /// Hands `on` every datagram that arrived, with its arrival time (`CLOCK_MONOTONIC` ns, at
-    /// most `now`).
-    pub fn receive(&mut self, now: u64, mut on: impl FnMut(&[u8], u64)) -> Result<(), TransportError> {
+    /// most the time it was read: a datagram that arrived during the caller's pass keeps its
+    /// own time, never the pass's start, which would lengthen its sender's silence by the
+    /// pass).
+    pub fn receive(&mut self, mut on: impl FnMut(&[u8], u64)) -> Result<(), TransportError> {
         // The kernel stamps on CLOCK_REALTIME; its distance from CLOCK_MONOTONIC is read now
-        // (`now` is older: the heartbeat's sends came between, and a stale pair would put every
-        // stamp early by their time).
-        let (mono, offset) = realtime_offset();
+        // (the caller's pass began earlier: its heartbeat's sends came between, and a stale
+        // pair would put every stamp early by their time).
+        let (_, offset) = realtime_offset();
         match self {
             Self::Udp(u) => loop {
                 let mut refs = u.buffers.each_mut().map(|b| &mut b[..]);
@@ -252,10 +254,11 @@ impl Transport {
                     Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                     Err(e) => return Err(e.into()),
                 };
+                let read = monotonic_ns();
                 for i in 0..got {
                     let len = u.batch.lengths()[i];
                     let stamp = u.batch.rx_timestamps_ns()[i];
-                    let at = stamp.map_or(now, |s| stamp_to_monotonic(s, offset, mono).min(now));
+                    let at = stamp.map_or(read, |s| stamp_to_monotonic(s, offset, read));
                     on(&u.buffers[i][..len], at);
                 }
                 if got < BURST {
@@ -264,14 +267,53 @@ impl Transport {
             },
             Self::Lane(l) => {
                 l.offset_ns = offset;
+                // The node stamped what it delivered before it is read here.
+                let read = monotonic_ns();
                 let received = l.link.receive(l.me, |incoming| match incoming {
-                    Incoming::Beat(bytes, stamp) => {
-                        on(bytes, stamp_to_monotonic(stamp, offset, mono).min(now))
-                    }
-                    Incoming::Message(bytes) => on(bytes, now),
+                    Incoming::Beat(bytes, stamp) => on(bytes, stamp_to_monotonic(stamp, offset, read)),
+                    Incoming::Message(bytes) => on(bytes, read),
                 });
                 Ok(received?)
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_heartbeat_keeps_its_own_arrival_time_however_late_it_is_read() {
+        let ports: Vec<u16> =
+            (0..2).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()).collect();
+        let members: BTreeMap<u64, PeerAddr> = (1..=2)
+            .map(|m| (m, PeerAddr::Udp(SocketAddr::from(([127, 0, 0, 1], ports[m as usize - 1])))))
+            .collect();
+        let mut sender = Transport::open(1, &members, None, None).unwrap();
+        let mut receiver = Transport::open(2, &members, None, None).unwrap();
+        // The receiver's pass begins, then a heartbeat comes during it, and the pass reads it
+        // 5 ms later: it arrived after the pass began and before it was read.
+        let pass_began = monotonic_ns();
+        std::thread::sleep(Duration::from_millis(2));
+        let mut hb = Heartbeat { member: 1, incarnation: 1, seq: 0, counter: 1, sent_ns: 0 };
+        assert_eq!(sender.send_heartbeat(&mut hb, &mut Vec::new()), 0);
+        std::thread::sleep(Duration::from_millis(5));
+        let mut arrivals = Vec::new();
+        receiver.receive(|_, at| arrivals.push(at)).unwrap();
+        let read = monotonic_ns();
+        assert_eq!(arrivals.len(), 1);
+        let at = arrivals[0];
+        assert!(
+            at >= pass_began + 2_000_000,
+            "arrival {at} was set back towards the pass's start {pass_began}"
+        );
+        assert!(at >= hb.sent_ns && at <= read, "arrival {at} outside [sent {}, read {read}]", hb.sent_ns);
+        if receiver.kernel_stamps() {
+            assert!(read - at >= 4_000_000, "the kernel's stamp, not the time it was read");
         }
     }
 }

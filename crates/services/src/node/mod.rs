@@ -630,8 +630,7 @@ impl Node {
     /// kernel receive stamps.
     fn receive_lane(&mut self) -> io::Result<()> {
         let Some(mut lane) = self.lane.take() else { return Ok(()) };
-        let (mono, offset) = realtime_offset();
-        let now = monotonic_ns();
+        let (now, offset) = realtime_offset();
         let mut result = Ok(());
         let me = self.config.id;
         let received = lane.receive(me, |incoming| {
@@ -644,7 +643,8 @@ impl Node {
                     self.fragment(bytes)
                 }
                 Incoming::Beat(bytes, stamp) => match replica_beat(bytes, &mut self.stats) {
-                    Some(beat) => self.heard(beat, stamp_to_monotonic(stamp, offset, mono).min(now), now),
+                    // The node stamped it before `now`, which was read after the offset.
+                    Some(beat) => self.heard(beat, stamp_to_monotonic(stamp, offset, now), now),
                     None => Ok(()),
                 },
             };
@@ -666,7 +666,7 @@ impl Node {
 
     fn take_beats(&mut self, beats: &UdpSocket, now: u64) -> io::Result<()> {
         // The stamps are CLOCK_REALTIME.
-        let (mono, offset) = realtime_offset();
+        let (_, offset) = realtime_offset();
         loop {
             let mut refs = self.beat_buffers.each_mut().map(|b| &mut b[..]);
             let got = match self.beat_batch.recv_into(beats, &mut refs, true) {
@@ -675,12 +675,15 @@ impl Node {
                 // Nothing waiting, or an ICMP error from a peer that is down: not ours to act on.
                 Err(_) => return Ok(()),
             };
+            // A heartbeat that arrived after `now` (during this read) keeps its own time: set
+            // back to `now`, its sender's silence would seem longer by the difference.
+            let read = monotonic_ns();
             for i in 0..got {
                 let len = self.beat_batch.lengths()[i];
                 let at = self.beat_batch.rx_timestamps_ns()[i]
-                    .map_or(now, |s| stamp_to_monotonic(s, offset, mono).min(now));
+                    .map_or(read, |s| stamp_to_monotonic(s, offset, read));
                 if let Some(beat) = replica_beat(&self.beat_buffers[i][..len], &mut self.stats) {
-                    self.heard(beat, at, now)?;
+                    self.heard(beat, at, now.max(at))?;
                 }
             }
             if got < BEAT_BURST {

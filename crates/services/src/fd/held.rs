@@ -1,0 +1,282 @@
+//! A member's own stall watch: the stretches when one of its threads was due on its core and
+//! did not have it, timed by the thread itself.
+//!
+//! The experiments' stall watch ([`kairos_metrics`]'s, one `SCHED_FIFO` 99 thread a core)
+//! samples a core once per watch period, so a stall that begins and ends between two of its
+//! wake-ups is invisible to it. The member's loop wakes every heartbeat period and can time its
+//! own: a wake-up's lateness (asleep until its deadline, then not running), and a pass's wall
+//! time less its CPU time (the thread's CPU clock, which leaves out the hypervisor's steal). A
+//! thread that is due and off the CPU has had its core taken (an interrupt, the hypervisor,
+//! anything above it in priority), so a stretch here is a stall of the machine as the member
+//! met it, and the accuracy experiment can ask whether a member's silence coincides with one of
+//! its own.
+//!
+//! A pass long *on* the CPU is told apart by where its time went. Without the kernel's
+//! interrupt time accounting, interrupt and softirq work done in the thread's context is
+//! charged to the thread, and a system call can carry work that is not its own (a veth's
+//! receive work runs in its sender's `sendto`, with whatever else the softirq found queued).
+//! So a pass whose transport calls (its sends and receives) took longer than the threshold is a
+//! stretch of kernel work ([`HeldKind::InKernel`]); a pass's time lost is the larger of its
+//! time off the CPU and its time in those calls. A pass long in the member's own code is kept
+//! as well ([`HeldKind::OwnWork`], so a report shows it) but counted apart
+//! ([`HeldRecord::long_own_work`]) and never taken for a stall.
+
+use serde::{Deserialize, Serialize};
+
+/// Which of the member's threads was held off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldThread {
+    /// The loop that sends the heartbeats.
+    Loop,
+    /// The application that bumps the liveness counter.
+    Application,
+}
+
+/// How a thread was kept from its work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeldKind {
+    /// Off the CPU while due: a wake-up late after a sleep, or a pass's wall time less its CPU
+    /// time.
+    OffCpu,
+    /// On the CPU in the transport's system calls (kernel work in the thread's context).
+    InKernel,
+    /// A pass long on the CPU in the member's own code (or interrupts in it): kept, never a
+    /// stall.
+    OwnWork,
+}
+
+/// A stretch `[from_ns, to_ns]` (`CLOCK_MONOTONIC`) in which the thread was due and was kept
+/// from its work for `lost_ns`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Held {
+    /// When the thread was due (a wake-up's deadline, or a pass's start), ns.
+    pub from_ns: u64,
+    /// When it ran again (or the pass ended), ns.
+    pub to_ns: u64,
+    /// How long in the stretch it was off the CPU, or in the kernel's calls, ns.
+    pub lost_ns: u64,
+    /// Which thread.
+    pub thread: HeldThread,
+    /// How.
+    pub kind: HeldKind,
+    /// A pass's CPU time, ns (0 for a late wake-up).
+    pub cpu_ns: u64,
+    /// A pass's time in the transport's calls, ns (0 for a late wake-up).
+    pub transport_ns: u64,
+}
+
+/// What a member's threads met over a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldRecord {
+    /// The first stretches, own-work passes included, in time order per thread (at most the
+    /// cap the watch was made with).
+    pub stretches: Vec<Held>,
+    /// Stretches off the CPU or in the kernel (stalls), kept or not.
+    pub count: u64,
+    /// Loop passes longer than the threshold on the CPU and not in the transport's calls (the
+    /// member's own work, or interrupts in it): not stalls.
+    pub long_own_work: u64,
+    /// The longest of those, ns.
+    pub worst_own_work_ns: u64,
+}
+
+impl HeldRecord {
+    /// Both threads' records as one, stretches in time order.
+    pub fn merged(mut self, other: HeldRecord) -> HeldRecord {
+        self.stretches.extend(other.stretches);
+        self.stretches.sort_by_key(|h| h.from_ns);
+        self.count += other.count;
+        self.long_own_work += other.long_own_work;
+        self.worst_own_work_ns = self.worst_own_work_ns.max(other.worst_own_work_ns);
+        self
+    }
+}
+
+/// The pass under way: when it began, the thread's CPU clock then, when it went to sleep, and
+/// its time in the transport's calls.
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    start_ns: u64,
+    cpu_ns: u64,
+    end_ns: u64,
+    transport_ns: u64,
+}
+
+/// One thread's watch; see the module doc.
+#[derive(Debug)]
+pub struct HeldWatch {
+    thread: HeldThread,
+    threshold_ns: u64,
+    cap: usize,
+    record: HeldRecord,
+    pass: Option<Pass>,
+}
+
+impl HeldWatch {
+    /// A watch for `thread` that keeps stretches off the CPU longer than `threshold_ns`, the
+    /// first `cap` of them whole.
+    pub fn new(thread: HeldThread, threshold_ns: u64, cap: usize) -> Self {
+        Self { thread, threshold_ns, cap, record: HeldRecord::default(), pass: None }
+    }
+
+    /// The thread woke for a deadline `due_ns` and runs at `now_ns`, its CPU clock at
+    /// `cpu_ns`; `slept`: it slept to the deadline (else the pass before ran past it, its own
+    /// doing). Closes the pass before: its CPU time is what the clock moved since it began
+    /// (the sleep's system call included, a microsecond, which makes the off-CPU time smaller).
+    pub fn woke(&mut self, due_ns: u64, now_ns: u64, cpu_ns: u64, slept: bool) {
+        if let Some(p) = self.pass.take() {
+            let wall = p.end_ns.saturating_sub(p.start_ns);
+            let cpu = cpu_ns.saturating_sub(p.cpu_ns);
+            let off = wall.saturating_sub(cpu);
+            let lost = off.max(p.transport_ns);
+            let kind = if lost > self.threshold_ns {
+                Some(if off >= p.transport_ns { HeldKind::OffCpu } else { HeldKind::InKernel })
+            } else if wall > self.threshold_ns {
+                self.record.long_own_work += 1;
+                self.record.worst_own_work_ns = self.record.worst_own_work_ns.max(wall);
+                Some(HeldKind::OwnWork)
+            } else {
+                None
+            };
+            if let Some(kind) = kind {
+                let lost = if kind == HeldKind::OwnWork { wall } else { lost };
+                self.push(Held {
+                    from_ns: p.start_ns,
+                    to_ns: p.end_ns,
+                    lost_ns: lost,
+                    thread: self.thread,
+                    kind,
+                    cpu_ns: cpu,
+                    transport_ns: p.transport_ns,
+                });
+            }
+        }
+        if slept {
+            self.woke_late(due_ns, now_ns);
+        }
+        self.pass = Some(Pass { start_ns: now_ns, cpu_ns, end_ns: now_ns, transport_ns: 0 });
+    }
+
+    /// The thread woke for `due_ns` at `now_ns` (no pass timed: a thread whose work is an
+    /// instant).
+    pub fn woke_late(&mut self, due_ns: u64, now_ns: u64) {
+        let late = now_ns.saturating_sub(due_ns);
+        if late > self.threshold_ns {
+            self.push(Held {
+                from_ns: due_ns,
+                to_ns: now_ns,
+                lost_ns: late,
+                thread: self.thread,
+                kind: HeldKind::OffCpu,
+                cpu_ns: 0,
+                transport_ns: 0,
+            });
+        }
+    }
+
+    /// The pass under way ends at `now_ns` (the thread goes to sleep), `transport_ns` of it
+    /// spent in the transport's calls.
+    pub fn pass_ended(&mut self, now_ns: u64, transport_ns: u64) {
+        if let Some(p) = &mut self.pass {
+            p.end_ns = now_ns;
+            p.transport_ns = transport_ns;
+        }
+    }
+
+    fn push(&mut self, held: Held) {
+        if held.kind != HeldKind::OwnWork {
+            self.record.count += 1;
+        }
+        if self.record.stretches.len() < self.cap {
+            self.record.stretches.push(held);
+        }
+    }
+
+    /// What it saw (a pass still open is not judged: it has no CPU time yet).
+    pub fn finish(self) -> HeldRecord {
+        self.record
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+
+    #[test]
+    fn a_late_wake_up_after_a_sleep_is_held_and_one_after_an_overrun_is_not() {
+        let mut w = HeldWatch::new(HeldThread::Loop, 50 * US, 10);
+        w.woke(100 * US, 100 * US + 10 * US, 0, true);
+        w.pass_ended(115 * US, 3 * US);
+        // 80 us late after a sleep: the core was taken.
+        w.woke(200 * US, 280 * US, 5 * US, true);
+        w.pass_ended(285 * US, 3 * US);
+        // 80 us late, but the pass before ran past the deadline: its own doing.
+        w.woke(300 * US, 380 * US, 10 * US, false);
+        let r = w.finish();
+        assert_eq!(r.count, 1);
+        assert_eq!(
+            r.stretches,
+            vec![Held {
+                from_ns: 200 * US,
+                to_ns: 280 * US,
+                lost_ns: 80 * US,
+                thread: HeldThread::Loop,
+                kind: HeldKind::OffCpu,
+                cpu_ns: 0,
+                transport_ns: 0,
+            }]
+        );
+    }
+
+    #[test]
+    fn a_pass_off_the_cpu_or_in_the_kernel_is_a_stall_and_one_long_in_its_own_work_is_not() {
+        let mut w = HeldWatch::new(HeldThread::Loop, 50 * US, 10);
+        w.woke(0, 0, 0, true);
+        // 120 us of wall time, 10 us of CPU: off the CPU for 110 us.
+        w.pass_ended(120 * US, 5 * US);
+        w.woke(200 * US, 200 * US, 10 * US, true);
+        // 90 us of wall time, 85 us of CPU, 70 us of it in the transport's calls.
+        w.pass_ended(290 * US, 70 * US);
+        // (Its CPU clock moved 85 us by the next wake-up.)
+        w.woke(400 * US, 401 * US, 95 * US, true);
+        // 90 us on the CPU, 10 us of it in the transport: the member's own work.
+        w.pass_ended(491 * US, 10 * US);
+        w.woke(600 * US, 600 * US, 180 * US, true);
+        let r = w.finish();
+        let got: Vec<_> = r
+            .stretches
+            .iter()
+            .map(|h| (h.from_ns, h.to_ns, h.lost_ns, h.kind, h.cpu_ns, h.transport_ns))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, 120 * US, 110 * US, HeldKind::OffCpu, 10 * US, 5 * US),
+                (200 * US, 290 * US, 70 * US, HeldKind::InKernel, 85 * US, 70 * US),
+                (401 * US, 491 * US, 90 * US, HeldKind::OwnWork, 85 * US, 10 * US),
+            ]
+        );
+        assert_eq!(r.count, 2, "the own-work pass is kept, not counted as a stall");
+        assert_eq!((r.long_own_work, r.worst_own_work_ns), (1, 90 * US));
+    }
+
+    #[test]
+    fn stretches_past_the_cap_are_counted_not_kept_and_records_merge_in_time_order() {
+        let mut app = HeldWatch::new(HeldThread::Application, 50 * US, 2);
+        for k in 1..=3 {
+            app.woke_late(k * 1_000 * US, k * 1_000 * US + 60 * US);
+        }
+        let app = app.finish();
+        assert_eq!((app.count, app.stretches.len()), (3, 2));
+        let mut lp = HeldWatch::new(HeldThread::Loop, 50 * US, 2);
+        lp.woke_late(1_500 * US, 1_600 * US);
+        let all = lp.finish().merged(app);
+        assert_eq!(all.count, 4);
+        let froms: Vec<u64> = all.stretches.iter().map(|h| h.from_ns).collect();
+        assert_eq!(froms, vec![1_000 * US, 1_500 * US, 2_000 * US]);
+    }
+}
