@@ -20,15 +20,18 @@
 //! watch period before (the previous wake-up was on time, the one at `due` was not: the core
 //! was taken somewhere in between). The watch samples: a stall that begins and ends between
 //! two of its wake-ups escapes it. So the members time their own threads too
-//! ([`kairos_services::fd::held`]: a wake-up late after a sleep, a pass off the CPU by the
-//! thread's CPU clock, or a pass long in the transport's system calls, kernel work in the
-//! thread's context), and a stretch in which a member's loop or application was due and kept
-//! from its work for more than 50 us is a stall as well, where nothing of the experiment
-//! outranks those threads (every loop `SCHED_FIFO`; not on the lane, whose nodes run above the
-//! members). A pass long in the member's own code is never one (`long_own_work_passes`).
-//! `mistakes_with_stall` counts the mistakes either explains; `mistakes_with_held` those only
-//! the members' own threads saw. Every member counts suspicions in one window, which ends
-//! before the first of them could end its run (so none counts another's stopping). The loads: `idle`; `stress` (`stress-ng`, a CPU worker per core and an I/O worker);
+//! ([`kairos_services::fd::held`]): a stretch of more than 50 us in which a member's loop or
+//! application was due and kept from its work (a wake-up late after a sleep, a pass off the CPU
+//! by the thread's CPU clock, or a pass long in the socket's system calls, kernel work in the
+//! thread's context; a pass long in the member's own code never counts). A mistake is also
+//! explained when one thread of the suspected member lost, inside the silence, at least half
+//! the threshold (its next heartbeat had to be about a threshold late), where nothing of the
+//! experiment outranks the members' threads (every loop `SCHED_FIFO` and pinned, a core each,
+//! and not on the lane, whose nodes run above the members). `mistakes_with_stall` counts the
+//! mistakes either explains, `mistakes_with_held` those only the suspected member's threads
+//! saw. Every member counts suspicions in one window, which ends before the first of them could
+//! end its run (so none counts another's stopping). The loads: `idle`; `stress` (`stress-ng`, a
+//! CPU worker per core and an I/O worker);
 //! `flood` (on the testbed only: an `iperf3` UDP flood between two hosts, in the bulk class the
 //! heartbeats' lane class has priority over).
 //!
@@ -43,7 +46,7 @@
 //! recommended threshold came from, told by the heartbeat that ended each), `skipped`, `network`, `config`, `machine`, `noise`, `results_dir`. Files:
 //! `summary.json`, `stalls_<load>.csv` (every stall the watch saw), `mistakes_<load>.csv`
 //! (Kairos's mistakes at the recommended threshold, each with the nearest stall and, when only
-//! a member's thread saw it, `held_member`, `held_kind` and `held_lost_us`), and per load
+//! the suspected member's threads saw it, `held_kind` and `held_lost_us`), and per load
 //! the members' reports and logs.
 
 use std::collections::BTreeMap;
@@ -159,10 +162,10 @@ pub struct AccuracyRow {
     pub mistake_duration_us: Option<f64>,
     /// Mistakes.
     pub mistakes: u64,
-    /// Mistakes a stall explains (of those kept whole): one the watch saw, or one the
-    /// members' own threads met (held off the CPU while due).
+    /// Mistakes a stall explains (of those kept whole): one the watch saw, or a thread of the
+    /// suspected member kept from its work for half the threshold inside the silence.
     pub mistakes_with_stall: u64,
-    /// ... of them, those only the members' own threads saw.
+    /// ... of them, those only the suspected member's threads saw.
     pub mistakes_with_held: u64,
     /// Mistakes no stall explains (of those kept whole).
     pub unexplained: u64,
@@ -238,8 +241,8 @@ pub struct LoadFigures {
     pub load: Load,
     /// The stall watch ran at `SCHED_FIFO` 99 on every core.
     pub stall_watch_realtime: bool,
-    /// The members' threads held off the CPU count as stalls (every loop real-time, no lane
-    /// nodes above them).
+    /// The members' held stretches count as stalls (every loop real-time and pinned, a core
+    /// each, no lane nodes above them).
     pub held_explains: bool,
     /// Stalls it saw, over every core.
     pub stalls: usize,
@@ -299,18 +302,19 @@ pub struct AccuracySummary {
 enum Explanation {
     /// A stall the watch saw overlaps it.
     Watch,
-    /// Only the silent member's own threads saw one: they were kept from their work that long.
+    /// Only the silent member's own threads saw one: a thread was kept from its work that
+    /// long in the silence.
     Held(HeldBy),
     /// Nothing.
-    None,
+    Unexplained,
 }
 
-/// The silent member's threads kept from their work in its silence.
+/// The silent member's thread kept from its work longest in its silence.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct HeldBy {
-    /// Their stretches' time lost, summed, ns.
+    /// The time its stretches lost inside the silence, summed, ns.
     lost_ns: u64,
-    /// The longest stretch's kind.
+    /// Its longest stretch's kind.
     kind: HeldKind,
 }
 
@@ -334,11 +338,11 @@ impl Evidence {
     fn new(
         stalls: Vec<Stall>,
         reports: &[MemberReport],
-        network: Network,
+        (network, cores): (Network, usize),
         period_ns: u64,
         recommended_ns: u64,
     ) -> Self {
-        let held = if held_explains(reports, network) {
+        let held = if held_explains(reports, network, cores) {
             reports
                 .iter()
                 .map(|r| {
@@ -359,37 +363,47 @@ impl Evidence {
     }
 
     /// What explains the silence behind `s`, a detector with threshold `threshold_ns` (`None`:
-    /// a peer) took for a failure: a stall the watch saw on any core, or the subject's own
-    /// threads kept from their work in it for at least half the threshold in all. (Its next
-    /// heartbeat had to be about a threshold late; a member that lost less than half of that
-    /// has not explained the rest, and the many short stretches of a loaded core do not add up
-    /// to an explanation by overlapping every silence.)
+    /// a peer) took for a failure: a stall the watch saw on any core, or one of the subject's
+    /// own threads kept from its work inside the silence for at least half the threshold in
+    /// all. (Its next heartbeat had to be about a threshold late; a member that lost less than
+    /// half of that has not explained the rest, and the many short stretches of a loaded core
+    /// do not add up to an explanation by overlapping every silence.) A stretch counts only
+    /// for its part inside the silence, and the loop's and the application's are not added:
+    /// they share a core, and one stall delays both.
     fn explain(&self, s: &Suspicion, threshold_ns: Option<u64>) -> Explanation {
         let (from_ns, to_ns) = self.silence(s);
         if explained(&self.stalls, from_ns, to_ns) {
             return Explanation::Watch;
         }
-        let Some(held) = self.held.get(&s.subject) else { return Explanation::None };
+        let Some(held) = self.held.get(&s.subject) else { return Explanation::Unexplained };
         // Stretches are short (a wake-up or a pass): none that began a second before matters.
         let first = held.partition_point(|h| h.from_ns.saturating_add(1_000_000_000) < from_ns);
-        let inside = held[first..]
-            .iter()
-            .take_while(|h| h.from_ns <= to_ns)
-            .filter(|h| h.to_ns >= from_ns && h.kind != HeldKind::OwnWork);
-        let lost_ns: u64 = inside.clone().map(|h| h.lost_ns).sum();
-        match inside.max_by_key(|h| h.lost_ns) {
-            Some(longest) if lost_ns * 2 >= threshold_ns.unwrap_or(self.recommended_ns) => {
-                Explanation::Held(HeldBy { lost_ns, kind: longest.kind })
+        // Per thread: the time lost inside the silence, its longest stretch's there, and that
+        // stretch's kind.
+        let mut threads = [(0u64, 0u64, HeldKind::OffCpu); 2];
+        for h in held[first..].iter().take_while(|h| h.from_ns <= to_ns).filter(|h| h.to_ns >= from_ns) {
+            let lost = h.lost_ns.min(h.to_ns.min(to_ns) - h.from_ns.max(from_ns));
+            let t = &mut threads[h.thread as usize];
+            t.0 += lost;
+            if lost > t.1 {
+                (t.1, t.2) = (lost, h.kind);
             }
-            _ => Explanation::None,
+        }
+        let (lost_ns, _, kind) = if threads[1].0 > threads[0].0 { threads[1] } else { threads[0] };
+        if lost_ns > 0 && lost_ns * 2 >= threshold_ns.unwrap_or(self.recommended_ns) {
+            Explanation::Held(HeldBy { lost_ns, kind })
+        } else {
+            Explanation::Unexplained
         }
     }
 }
 
-/// Whether the members' held stretches are stalls of the machine: every loop `SCHED_FIFO` and
-/// no lane nodes (which run above the members).
-fn held_explains(reports: &[MemberReport], network: Network) -> bool {
-    network != Network::Lane && reports.iter().all(|r| r.realtime)
+/// Whether the members' held stretches are stalls of the machine: nothing of the experiment
+/// outranks a member's threads on its core. Every loop `SCHED_FIFO` and pinned, a core each
+/// (members sharing a core delay each other: a neighbour's long pass would pass for a stall),
+/// and no lane nodes (which run above the members).
+fn held_explains(reports: &[MemberReport], network: Network, cores: usize) -> bool {
+    network != Network::Lane && reports.len() <= cores && reports.iter().all(|r| r.realtime && r.pinned)
 }
 
 /// Whether a stall overlaps `[from_ns, to_ns]`. `stalls` are sorted by `due_ns` (those of
@@ -427,7 +441,7 @@ struct MistakeRecord {
     duration_us: Option<f64>,
     /// When the suspicion began, `CLOCK_MONOTONIC` ns.
     since_ns: u64,
-    /// A stall overlaps the silence (the watch's, or a member's thread held off the CPU).
+    /// A stall explains the silence (the watch's, or the suspected member's own).
     explained: bool,
     /// When only the subject's own threads saw it: how the longest stretch kept them from
     /// their work (off the CPU, or in the kernel's calls) ...
@@ -472,7 +486,7 @@ fn mistakes_at(reports: &[MemberReport], threshold_ns: u64, evidence: &Evidence)
                 silence_us: (s.since_ns - s.window_from_ns) as f64 / 1e3,
                 duration_us: s.until_ns.map(|u| u.saturating_sub(s.since_ns) as f64 / 1e3),
                 since_ns: s.since_ns,
-                explained: how != Explanation::None,
+                explained: how != Explanation::Unexplained,
                 held_kind: held_by.map(|b| b.kind),
                 held_lost_us: held_by.map(|b| b.lost_ns as f64 / 1e3),
                 nearest_stall_us: evidence.stalls.iter().map(gap).min().map(|g| g as f64 / 1e3),
@@ -494,7 +508,11 @@ fn rows(load: Load, reports: &[MemberReport], evidence: &Evidence) -> Vec<Accura
     let members = reports.len() as u64;
     let observed_ns: u64 = reports
         .iter()
-        .map(|r| r.measure_until_ns.saturating_sub(r.measure_from_ns) * members.saturating_sub(1))
+        .map(|r| {
+            // A report without the window's end (older builds) ends it at the run's end.
+            let until = if r.measure_until_ns == 0 { r.ended_ns } else { r.measure_until_ns };
+            until.saturating_sub(r.measure_from_ns) * members.saturating_sub(1)
+        })
         .sum();
     let observed_s = observed_ns as f64 / 1e9;
     // Every member runs the same detectors in the same order.
@@ -517,7 +535,7 @@ fn rows(load: Load, reports: &[MemberReport], evidence: &Evidence) -> Vec<Accura
                         with_stall += 1;
                         with_held += 1;
                     }
-                    Explanation::None => {}
+                    Explanation::Unexplained => {}
                 }
             }
             AccuracyRow {
@@ -677,7 +695,7 @@ impl Experiment for AccuracyConfig {
             let evidence = Evidence::new(
                 widened(&stalls, self.stall_period_us * 1_000),
                 &reports,
-                self.network,
+                (self.network, kairos_sys::proc::online_cores()),
                 period_ns,
                 recommended_ns,
             );
@@ -686,7 +704,7 @@ impl Experiment for AccuracyConfig {
             loads.push(LoadFigures {
                 load,
                 stall_watch_realtime: !watched.is_empty() && watched.iter().all(|r| r.realtime),
-                held_explains: held_explains(&reports, self.network),
+                held_explains: held_explains(&reports, self.network, kairos_sys::proc::online_cores()),
                 stalls: stalls.len(),
                 longest_stall_us: stalls.iter().map(Stall::length_ns).max().unwrap_or(0) as f64 / 1e3,
                 members: reports
@@ -854,6 +872,7 @@ mod tests {
             measure_until_ns: 11_000_000_000,
             ended_ns: 11_500_000_000,
             realtime: true,
+            pinned: true,
             detectors,
             ..MemberReport::default()
         };
@@ -870,7 +889,7 @@ mod tests {
         ];
         let stalls = [Stall { due_ns: 1_999_950_000, woke_ns: 2_000_200_000 }];
         let evidence = |reports: &[MemberReport], network| {
-            Evidence::new(stalls.to_vec(), reports, network, 100_000, 200_000)
+            Evidence::new(stalls.to_vec(), reports, (network, 2), 100_000, 200_000)
         };
         let all = rows(Load::Idle, &reports, &evidence(&reports, Network::Namespaces));
         assert_eq!(all.len(), 1);
@@ -884,41 +903,51 @@ mod tests {
         assert!((r.query_accuracy - (1.0 - 400_000.0 / 20e9)).abs() < 1e-12);
         assert_eq!(r.mistake_duration_us, Some(200.0));
 
-        // The second silence, [4.9999 s, 5.0003 s]: the subject's threads kept from their work
-        // in it explain it once they lost half the threshold (100 us) in all, where nothing of
-        // the experiment outranks the loops; not on the lane (its nodes do), not with a loop
-        // that was not real-time, and never by the observer's own stretches.
-        let stretch = |from_ns, lost_ns, kind| Held {
+        // The second silence, [4.9999 s, 5.0003 s]: a thread of the subject kept from its work
+        // inside it explains it once it lost half the threshold (100 us) there, where nothing
+        // of the experiment outranks the loops; not on the lane (its nodes do), not with a loop
+        // that was not real-time or pinned or that shared a core, and never by the observer.
+        let stretch = |thread, from_ns, lost_ns, kind| Held {
             from_ns,
             to_ns: from_ns + lost_ns,
             lost_ns,
-            thread: HeldThread::Loop,
+            thread,
             kind,
             cpu_ns: 0,
-            transport_ns: 0,
+            syscall_ns: 0,
         };
         let mut reports = reports;
-        reports[0].held.stretches.push(stretch(5_000_000_000, 250_000, HeldKind::OffCpu));
-        reports[1].held.stretches.push(stretch(5_000_100_000, 60_000, HeldKind::OffCpu));
-        reports[1].held.stretches.push(stretch(4_999_950_000, 30_000, HeldKind::InKernel));
+        reports[0].held.stretches.push(stretch(HeldThread::Loop, 5_000_000_000, 250_000, HeldKind::OffCpu));
+        reports[1].held.stretches.push(stretch(HeldThread::Loop, 5_000_100_000, 60_000, HeldKind::OffCpu));
+        reports[1].held.stretches.push(stretch(HeldThread::Loop, 4_999_950_000, 30_000, HeldKind::InKernel));
+        // The application, on the same core, met the same stall: not added to the loop's.
+        reports[1].held.stretches.push(stretch(
+            HeldThread::Application,
+            5_000_100_000,
+            80_000,
+            HeldKind::OffCpu,
+        ));
         let held = |reports: &[MemberReport], network| {
             let r = &rows(Load::Idle, reports, &evidence(reports, network))[0];
             (r.mistakes_with_stall, r.mistakes_with_held, r.unexplained)
         };
         assert_eq!(held(&reports, Network::Namespaces), (1, 0, 1), "90 us lost is not half of 200");
-        // A pass long in the member's own code is no stall, however long.
-        reports[1].held.stretches.push(stretch(5_000_200_000, 90_000, HeldKind::OwnWork));
-        assert_eq!(held(&reports, Network::Namespaces), (1, 0, 1));
-        reports[1].held.stretches.retain(|h| h.kind != HeldKind::OwnWork);
-        reports[1].held.stretches.push(stretch(5_000_250_000, 20_000, HeldKind::OffCpu));
+        // 40 us more, of which 10 inside the silence: 100 us.
+        reports[1].held.stretches.push(stretch(HeldThread::Loop, 5_000_290_000, 40_000, HeldKind::OffCpu));
         assert_eq!(held(&reports, Network::Namespaces), (2, 1, 0));
         let mistakes = mistakes_at(&reports, 200_000, &evidence(&reports, Network::Namespaces));
         let second = mistakes.iter().find(|m| m.since_ns == 5_000_300_000).expect("the second mistake");
         assert_eq!(
             (second.explained, second.held_kind, second.held_lost_us),
-            (true, Some(HeldKind::OffCpu), Some(110.0))
+            (true, Some(HeldKind::OffCpu), Some(100.0))
         );
         assert_eq!(held(&reports, Network::Lane), (1, 0, 1));
+        let mut three = reports.clone();
+        three.push(report(3, vec![record(0, 0, vec![])]));
+        assert_eq!(held(&three, Network::Namespaces).1, 0, "three members on two cores");
+        reports[1].pinned = false;
+        assert_eq!(held(&reports, Network::Namespaces), (1, 0, 1));
+        reports[1].pinned = true;
         reports[0].realtime = false;
         assert_eq!(held(&reports, Network::Namespaces), (1, 0, 1));
     }

@@ -60,8 +60,9 @@ const OFFSET_READS: usize = 4;
 /// clock reads take well under a microsecond).
 const OFFSET_GAP_NS: u64 = 2_000;
 
-/// A `CLOCK_REALTIME` receive stamp as `CLOCK_MONOTONIC`, given the offset and monotonic time
-/// [`realtime_offset`] read after the datagram arrived (a stamp can be no later than that).
+/// A `CLOCK_REALTIME` receive stamp as `CLOCK_MONOTONIC`, given the offset [`realtime_offset`]
+/// read and a monotonic time read after the datagram arrived (a stamp can be no later than
+/// that: a stale offset cannot put it in the future).
 #[inline]
 pub fn stamp_to_monotonic(stamp_ns: u64, offset_ns: u64, mono_now_ns: u64) -> u64 {
     stamp_ns.saturating_sub(offset_ns).min(mono_now_ns)

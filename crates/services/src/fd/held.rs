@@ -1,7 +1,7 @@
 //! A member's own stall watch: the stretches when one of its threads was due on its core and
 //! did not have it, timed by the thread itself.
 //!
-//! The experiments' stall watch ([`kairos_metrics`]'s, one `SCHED_FIFO` 99 thread a core)
+//! The experiments' stall watch (`kairos_metrics::stall`, one `SCHED_FIFO` 99 thread a core)
 //! samples a core once per watch period, so a stall that begins and ends between two of its
 //! wake-ups is invisible to it. The member's loop wakes every heartbeat period and can time its
 //! own: a wake-up's lateness (asleep until its deadline, then not running), and a pass's wall
@@ -15,11 +15,11 @@
 //! interrupt time accounting, interrupt and softirq work done in the thread's context is
 //! charged to the thread, and a system call can carry work that is not its own (a veth's
 //! receive work runs in its sender's `sendto`, with whatever else the softirq found queued).
-//! So a pass whose transport calls (its sends and receives) took longer than the threshold is a
-//! stretch of kernel work ([`HeldKind::InKernel`]); a pass's time lost is the larger of its
-//! time off the CPU and its time in those calls. A pass long in the member's own code is kept
-//! as well ([`HeldKind::OwnWork`], so a report shows it) but counted apart
-//! ([`HeldRecord::long_own_work`]) and never taken for a stall.
+//! So a pass whose socket system calls (its sends and receives, timed around the calls alone)
+//! took longer than the threshold is a stretch of kernel work ([`HeldKind::InKernel`]); a
+//! pass's time lost is the larger of its time off the CPU and its time in those calls. A pass
+//! long in the member's own code is never a stall: it is only counted
+//! ([`HeldRecord::long_own_work`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -40,11 +40,8 @@ pub enum HeldKind {
     /// Off the CPU while due: a wake-up late after a sleep, or a pass's wall time less its CPU
     /// time.
     OffCpu,
-    /// On the CPU in the transport's system calls (kernel work in the thread's context).
+    /// On the CPU in the socket's system calls (kernel work in the thread's context).
     InKernel,
-    /// A pass long on the CPU in the member's own code (or interrupts in it): kept, never a
-    /// stall.
-    OwnWork,
 }
 
 /// A stretch `[from_ns, to_ns]` (`CLOCK_MONOTONIC`) in which the thread was due and was kept
@@ -63,19 +60,21 @@ pub struct Held {
     pub kind: HeldKind,
     /// A pass's CPU time, ns (0 for a late wake-up).
     pub cpu_ns: u64,
-    /// A pass's time in the transport's calls, ns (0 for a late wake-up).
-    pub transport_ns: u64,
+    /// A pass's time in the socket's system calls, ns (0 for a late wake-up).
+    pub syscall_ns: u64,
 }
 
 /// What a member's threads met over a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeldRecord {
-    /// The first stretches, own-work passes included, in time order per thread (at most the
-    /// cap the watch was made with).
+    /// The stretches from the start of the measurement, in time order per thread, up to the
+    /// cap the watch was made with.
     pub stretches: Vec<Held>,
-    /// Stretches off the CPU or in the kernel (stalls), kept or not.
+    /// Every stretch, kept or not.
     pub count: u64,
-    /// Loop passes longer than the threshold on the CPU and not in the transport's calls (the
+    /// Stretches from the start of the measurement past the cap, not kept.
+    pub dropped: u64,
+    /// Loop passes longer than the threshold on the CPU and not in the socket's calls (the
     /// member's own work, or interrupts in it): not stalls.
     pub long_own_work: u64,
     /// The longest of those, ns.
@@ -88,6 +87,7 @@ impl HeldRecord {
         self.stretches.extend(other.stretches);
         self.stretches.sort_by_key(|h| h.from_ns);
         self.count += other.count;
+        self.dropped += other.dropped;
         self.long_own_work += other.long_own_work;
         self.worst_own_work_ns = self.worst_own_work_ns.max(other.worst_own_work_ns);
         self
@@ -95,13 +95,13 @@ impl HeldRecord {
 }
 
 /// The pass under way: when it began, the thread's CPU clock then, when it went to sleep, and
-/// its time in the transport's calls.
+/// its time in the socket's calls.
 #[derive(Debug, Clone, Copy)]
 struct Pass {
     start_ns: u64,
     cpu_ns: u64,
     end_ns: u64,
-    transport_ns: u64,
+    syscall_ns: u64,
 }
 
 /// One thread's watch; see the module doc.
@@ -109,16 +109,18 @@ struct Pass {
 pub struct HeldWatch {
     thread: HeldThread,
     threshold_ns: u64,
+    keep_from_ns: u64,
     cap: usize,
     record: HeldRecord,
     pass: Option<Pass>,
 }
 
 impl HeldWatch {
-    /// A watch for `thread` that keeps stretches off the CPU longer than `threshold_ns`, the
-    /// first `cap` of them whole.
-    pub fn new(thread: HeldThread, threshold_ns: u64, cap: usize) -> Self {
-        Self { thread, threshold_ns, cap, record: HeldRecord::default(), pass: None }
+    /// A watch for `thread` that counts the stretches it was kept from its work longer than
+    /// `threshold_ns`, and keeps the first `cap` of those that end at or after `keep_from_ns`
+    /// (the measurement's start) whole.
+    pub fn new(thread: HeldThread, threshold_ns: u64, keep_from_ns: u64, cap: usize) -> Self {
+        Self { thread, threshold_ns, keep_from_ns, cap, record: HeldRecord::default(), pass: None }
     }
 
     /// The thread woke for a deadline `due_ns` and runs at `now_ns`, its CPU clock at
@@ -130,18 +132,9 @@ impl HeldWatch {
             let wall = p.end_ns.saturating_sub(p.start_ns);
             let cpu = cpu_ns.saturating_sub(p.cpu_ns);
             let off = wall.saturating_sub(cpu);
-            let lost = off.max(p.transport_ns);
-            let kind = if lost > self.threshold_ns {
-                Some(if off >= p.transport_ns { HeldKind::OffCpu } else { HeldKind::InKernel })
-            } else if wall > self.threshold_ns {
-                self.record.long_own_work += 1;
-                self.record.worst_own_work_ns = self.record.worst_own_work_ns.max(wall);
-                Some(HeldKind::OwnWork)
-            } else {
-                None
-            };
-            if let Some(kind) = kind {
-                let lost = if kind == HeldKind::OwnWork { wall } else { lost };
+            let lost = off.max(p.syscall_ns);
+            if lost > self.threshold_ns {
+                let kind = if off >= p.syscall_ns { HeldKind::OffCpu } else { HeldKind::InKernel };
                 self.push(Held {
                     from_ns: p.start_ns,
                     to_ns: p.end_ns,
@@ -149,14 +142,17 @@ impl HeldWatch {
                     thread: self.thread,
                     kind,
                     cpu_ns: cpu,
-                    transport_ns: p.transport_ns,
+                    syscall_ns: p.syscall_ns,
                 });
+            } else if wall > self.threshold_ns {
+                self.record.long_own_work += 1;
+                self.record.worst_own_work_ns = self.record.worst_own_work_ns.max(wall);
             }
         }
         if slept {
             self.woke_late(due_ns, now_ns);
         }
-        self.pass = Some(Pass { start_ns: now_ns, cpu_ns, end_ns: now_ns, transport_ns: 0 });
+        self.pass = Some(Pass { start_ns: now_ns, cpu_ns, end_ns: now_ns, syscall_ns: 0 });
     }
 
     /// The thread woke for `due_ns` at `now_ns` (no pass timed: a thread whose work is an
@@ -171,26 +167,29 @@ impl HeldWatch {
                 thread: self.thread,
                 kind: HeldKind::OffCpu,
                 cpu_ns: 0,
-                transport_ns: 0,
+                syscall_ns: 0,
             });
         }
     }
 
-    /// The pass under way ends at `now_ns` (the thread goes to sleep), `transport_ns` of it
-    /// spent in the transport's calls.
-    pub fn pass_ended(&mut self, now_ns: u64, transport_ns: u64) {
+    /// The pass under way ends at `now_ns` (the thread goes to sleep), `syscall_ns` of it
+    /// spent in the socket's system calls.
+    pub fn pass_ended(&mut self, now_ns: u64, syscall_ns: u64) {
         if let Some(p) = &mut self.pass {
             p.end_ns = now_ns;
-            p.transport_ns = transport_ns;
+            p.syscall_ns = syscall_ns;
         }
     }
 
     fn push(&mut self, held: Held) {
-        if held.kind != HeldKind::OwnWork {
-            self.record.count += 1;
+        self.record.count += 1;
+        if held.to_ns < self.keep_from_ns {
+            return;
         }
         if self.record.stretches.len() < self.cap {
             self.record.stretches.push(held);
+        } else {
+            self.record.dropped += 1;
         }
     }
 
@@ -208,7 +207,7 @@ mod tests {
 
     #[test]
     fn a_late_wake_up_after_a_sleep_is_held_and_one_after_an_overrun_is_not() {
-        let mut w = HeldWatch::new(HeldThread::Loop, 50 * US, 10);
+        let mut w = HeldWatch::new(HeldThread::Loop, 50 * US, 0, 10);
         w.woke(100 * US, 100 * US + 10 * US, 0, true);
         w.pass_ended(115 * US, 3 * US);
         // 80 us late after a sleep: the core was taken.
@@ -227,55 +226,55 @@ mod tests {
                 thread: HeldThread::Loop,
                 kind: HeldKind::OffCpu,
                 cpu_ns: 0,
-                transport_ns: 0,
+                syscall_ns: 0,
             }]
         );
     }
 
     #[test]
     fn a_pass_off_the_cpu_or_in_the_kernel_is_a_stall_and_one_long_in_its_own_work_is_not() {
-        let mut w = HeldWatch::new(HeldThread::Loop, 50 * US, 10);
+        let mut w = HeldWatch::new(HeldThread::Loop, 50 * US, 0, 10);
         w.woke(0, 0, 0, true);
         // 120 us of wall time, 10 us of CPU: off the CPU for 110 us.
         w.pass_ended(120 * US, 5 * US);
         w.woke(200 * US, 200 * US, 10 * US, true);
-        // 90 us of wall time, 85 us of CPU, 70 us of it in the transport's calls.
+        // 90 us of wall time, 85 us of CPU (the clock at the next wake-up), 70 us of it in
+        // the socket's system calls.
         w.pass_ended(290 * US, 70 * US);
-        // (Its CPU clock moved 85 us by the next wake-up.)
         w.woke(400 * US, 401 * US, 95 * US, true);
-        // 90 us on the CPU, 10 us of it in the transport: the member's own work.
+        // 90 us on the CPU, 10 us of it in the socket's calls: the member's own work.
         w.pass_ended(491 * US, 10 * US);
         w.woke(600 * US, 600 * US, 180 * US, true);
         let r = w.finish();
         let got: Vec<_> = r
             .stretches
             .iter()
-            .map(|h| (h.from_ns, h.to_ns, h.lost_ns, h.kind, h.cpu_ns, h.transport_ns))
+            .map(|h| (h.from_ns, h.to_ns, h.lost_ns, h.kind, h.cpu_ns, h.syscall_ns))
             .collect();
         assert_eq!(
             got,
             vec![
                 (0, 120 * US, 110 * US, HeldKind::OffCpu, 10 * US, 5 * US),
                 (200 * US, 290 * US, 70 * US, HeldKind::InKernel, 85 * US, 70 * US),
-                (401 * US, 491 * US, 90 * US, HeldKind::OwnWork, 85 * US, 10 * US),
             ]
         );
-        assert_eq!(r.count, 2, "the own-work pass is kept, not counted as a stall");
+        assert_eq!(r.count, 2);
         assert_eq!((r.long_own_work, r.worst_own_work_ns), (1, 90 * US));
     }
 
     #[test]
-    fn stretches_past_the_cap_are_counted_not_kept_and_records_merge_in_time_order() {
-        let mut app = HeldWatch::new(HeldThread::Application, 50 * US, 2);
-        for k in 1..=3 {
+    fn only_stretches_of_the_measurement_are_kept_up_to_the_cap_and_records_merge_in_time_order() {
+        // Kept from 1,000 us: the stretch that ended before is counted, not kept.
+        let mut app = HeldWatch::new(HeldThread::Application, 50 * US, 1_000 * US, 2);
+        for k in 0..=3 {
             app.woke_late(k * 1_000 * US, k * 1_000 * US + 60 * US);
         }
         let app = app.finish();
-        assert_eq!((app.count, app.stretches.len()), (3, 2));
-        let mut lp = HeldWatch::new(HeldThread::Loop, 50 * US, 2);
+        assert_eq!((app.count, app.stretches.len(), app.dropped), (4, 2, 1));
+        let mut lp = HeldWatch::new(HeldThread::Loop, 50 * US, 1_000 * US, 2);
         lp.woke_late(1_500 * US, 1_600 * US);
         let all = lp.finish().merged(app);
-        assert_eq!(all.count, 4);
+        assert_eq!((all.count, all.dropped), (5, 1));
         let froms: Vec<u64> = all.stretches.iter().map(|h| h.from_ns).collect();
         assert_eq!(froms, vec![1_000 * US, 1_500 * US, 2_000 * US]);
     }

@@ -31,9 +31,12 @@
 //!
 //! Every suspicion of every detector: the window without a fresh heartbeat it ended, when the
 //! rule (or the peer) suspected, when the loop noticed, and when the member was trusted
-//! again. With a measurement window (`measure_from_ns`), counts and suspected time are kept
-//! exactly inside it and the first [`MAX_STORED`] suspicions of each detector are kept whole
-//! (for the accuracy experiment, which sets each against the stall watch).
+//! again. With a measurement window (`measure_from_ns` to `measure_until_ns`, one for the
+//! whole group), counts and suspected time are kept exactly inside it and the first
+//! [`MAX_STORED`] suspicions of each detector are kept whole (for the accuracy experiment,
+//! which sets each against the stall watch). And the member's own stalls ([`super::held`]):
+//! the stretches its loop and application were kept from their work, the first [`MAX_HELD`]
+//! of each thread's from the window's start.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -70,6 +73,9 @@ pub const PEERS: [&str; PEER_SLOTS] = [PHI_AKKA, PHI_TUNED, SWIM_LAN, SWIM_AGGRE
 
 /// The most suspicions kept whole per detector.
 pub const MAX_STORED: usize = 50_000;
+/// The most held stretches ([`super::held`]) kept whole per thread: a loaded core gives a
+/// member's loop 2,000 a second.
+pub const MAX_HELD: usize = 200_000;
 /// On the lane, how long before the node's release a heartbeat is handed over, as a fraction
 /// of the period: enough for the loop's wake-up to be late, short enough that the heartbeat
 /// is still fresh when it leaves.
@@ -235,8 +241,8 @@ pub struct MemberReport {
     /// When suspicions stopped counting, ns (the end of the window, or of the run).
     #[serde(default)]
     pub measure_until_ns: u64,
-    /// The stretches its loop and application were due on the CPU and off it
-    /// ([`super::held`]), longer than 50 us.
+    /// The stretches its loop and application were kept from their work for more than 50 us
+    /// ([`super::held`]: off the CPU while due, or in the socket's system calls).
     #[serde(default)]
     pub held: HeldRecord,
     /// Every detector's record.
@@ -401,7 +407,7 @@ fn application<M: BridgeMemory>(
     // The first bump at once (the counter starts moving before the first round), then on the
     // schedule; a late bump is followed by the next one on the schedule, not a period after it.
     table.bump();
-    let mut held = HeldWatch::new(HeldThread::Application, LATE_NS, MAX_STORED);
+    let mut held = HeldWatch::new(HeldThread::Application, LATE_NS, config.measure_from_ns, MAX_HELD);
     let mut next = first_ns;
     while !stop.load(Ordering::Relaxed) {
         sleep_until_ns(next);
@@ -482,7 +488,7 @@ fn run_loop<M: BridgeMemory>(
     l.publish(start);
     let mut deadline = start;
     let mut slept = false;
-    let mut held = HeldWatch::new(HeldThread::Loop, LATE_NS, MAX_STORED);
+    let mut held = HeldWatch::new(HeldThread::Loop, LATE_NS, config.measure_from_ns, MAX_HELD);
     loop {
         let now = monotonic_ns();
         held.woke(deadline, now, thread_cpu_time_ns(), slept);
@@ -492,12 +498,9 @@ fn run_loop<M: BridgeMemory>(
         if late > LATE_NS {
             l.report.late_wakeups += 1;
         }
-        // The heartbeat first, so its departure does not wait for what the socket holds. The
-        // transport's calls are timed for the held watch (kernel work in this thread's context).
-        let mut transport_ns = 0;
+        // The heartbeat first, so its departure does not wait for what the socket holds.
         if now >= next_tick {
             l.send_heartbeat(&mut transport);
-            transport_ns += monotonic_ns() - now;
             // On the lane the next round is taken from the node's releases each time, so a
             // changed grant or a tunnel asked for again keeps its rounds before its releases.
             next_tick = lane_round(&transport, now, lead).unwrap_or_else(|| {
@@ -507,13 +510,9 @@ fn run_loop<M: BridgeMemory>(
                 next_tick
             });
         }
-        let rx_start = monotonic_ns();
         l.receive(&mut transport, now)?;
-        transport_ns += monotonic_ns() - rx_start;
         l.decide(now);
-        let swim = monotonic_ns();
         l.send_swim(&mut transport);
-        transport_ns += monotonic_ns() - swim;
         l.publish(now);
         if stop.load(Ordering::Relaxed) || end.is_some_and(|e| now >= e) {
             break;
@@ -530,7 +529,8 @@ fn run_loop<M: BridgeMemory>(
             .unwrap_or(next_tick)
             .max(now);
         let pass_end = monotonic_ns();
-        held.pass_ended(pass_end, transport_ns);
+        // The pass's time in the socket's system calls: kernel work in this thread's context.
+        held.pass_ended(pass_end, transport.take_syscall_ns());
         slept = deadline > pass_end;
         if slept {
             sleep_until_ns(deadline);

@@ -22,6 +22,9 @@
 //!   run: the phi accrual detector (`phi-accrual-failure-detector`, Akka's defaults and tuned
 //!   to the period) and SWIM (`foca`, its LAN defaults and an aggressive setting), driven by the
 //!   same loop over the same socket.
+//! - [`held`]: a member's own stall watch: the stretches its threads were due and kept from
+//!   their work (a late wake-up, a pass off the CPU, a pass in the kernel's calls), which the
+//!   accuracy experiment sets false suspicions against.
 //! - [`member`]: the thin shell: the transport, the periodic loop (absolute sleeps to the
 //!   next deadline, pinned and `SCHED_FIFO` where permitted), the demonstration application that
 //!   bumps the counter, and the record of every suspicion for the accuracy experiment.

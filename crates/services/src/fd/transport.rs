@@ -77,6 +77,8 @@ pub struct Udp {
     kernel_stamps: bool,
     batch: MmsgBatch,
     buffers: Box<[[u8; DATAGRAM_BYTES]; BURST]>,
+    /// Time in the socket's system calls since [`Transport::take_syscall_ns`] last took it.
+    syscall_ns: u64,
 }
 
 /// The lane transport.
@@ -134,6 +136,7 @@ impl Transport {
                     kernel_stamps,
                     batch: MmsgBatch::new(),
                     buffers: Box::new([[0; DATAGRAM_BYTES]; BURST]),
+                    syscall_ns: 0,
                 })))
             }
             Some(config) => {
@@ -183,9 +186,11 @@ impl Transport {
                     hb.sent_ns = monotonic_ns();
                     out.clear();
                     encode_heartbeat(hb, out);
+                    let before = monotonic_ns();
                     if u.socket.send_to(out, addr).is_err() {
                         refused += 1;
                     }
+                    u.syscall_ns += monotonic_ns() - before;
                 }
                 refused
             }
@@ -211,7 +216,10 @@ impl Transport {
         match self {
             Self::Udp(u) => {
                 let Some((_, addr)) = u.others.iter().find(|(m, _)| *m == to) else { return false };
-                u.socket.send_to(out, addr).is_ok()
+                let before = monotonic_ns();
+                let sent = u.socket.send_to(out, addr).is_ok();
+                u.syscall_ns += monotonic_ns() - before;
+                sent
             }
             Self::Lane(l) => {
                 if !l.others.contains(&to) {
@@ -233,10 +241,20 @@ impl Transport {
         }
     }
 
-    /// Hands `on` every datagram that arrived, with its arrival time (`CLOCK_MONOTONIC` ns, at
-    /// most the time it was read: a datagram that arrived during the caller's pass keeps its
-    /// own time, never the pass's start, which would lengthen its sender's silence by the
-    /// pass).
+    /// Time spent in the socket's system calls (sends and receives) since the last call, ns:
+    /// where kernel work done in the caller's context shows (a veth's receive work runs in its
+    /// sender's `sendto`). Always 0 on the lane, whose calls are shared memory.
+    pub fn take_syscall_ns(&mut self) -> u64 {
+        match self {
+            Self::Udp(u) => std::mem::take(&mut u.syscall_ns),
+            Self::Lane(_) => 0,
+        }
+    }
+
+    /// Hands `on` every datagram that arrived, with its arrival time (`CLOCK_MONOTONIC` ns): the
+    /// kernel's stamp, at most the time it was read, so a datagram that arrived during the
+    /// caller's pass keeps its own time, never the pass's start (which would lengthen its
+    /// sender's silence by the pass). Without the kernel's stamps, the time it was read.
     pub fn receive(&mut self, mut on: impl FnMut(&[u8], u64)) -> Result<(), TransportError> {
         // The kernel stamps on CLOCK_REALTIME; its distance from CLOCK_MONOTONIC is read now
         // (the caller's pass began earlier: its heartbeat's sends came between, and a stale
@@ -245,7 +263,11 @@ impl Transport {
         match self {
             Self::Udp(u) => loop {
                 let mut refs = u.buffers.each_mut().map(|b| &mut b[..]);
-                let got = match u.batch.recv_into(&u.socket, &mut refs, true) {
+                let before = monotonic_ns();
+                let received = u.batch.recv_into(&u.socket, &mut refs, true);
+                let read = monotonic_ns();
+                u.syscall_ns += read - before;
+                let got = match received {
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -254,7 +276,6 @@ impl Transport {
                     Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                     Err(e) => return Err(e.into()),
                 };
-                let read = monotonic_ns();
                 for i in 0..got {
                     let len = u.batch.lengths()[i];
                     let stamp = u.batch.rx_timestamps_ns()[i];
@@ -267,11 +288,14 @@ impl Transport {
             },
             Self::Lane(l) => {
                 l.offset_ns = offset;
-                // The node stamped what it delivered before it is read here.
-                let read = monotonic_ns();
-                let received = l.link.receive(l.me, |incoming| match incoming {
-                    Incoming::Beat(bytes, stamp) => on(bytes, stamp_to_monotonic(stamp, offset, read)),
-                    Incoming::Message(bytes) => on(bytes, read),
+                // The node delivers while the inbox is read (it runs above the members): each
+                // message's time is taken as it is read.
+                let received = l.link.receive(l.me, |incoming| {
+                    let read = monotonic_ns();
+                    match incoming {
+                        Incoming::Beat(bytes, stamp) => on(bytes, stamp_to_monotonic(stamp, offset, read)),
+                        Incoming::Message(bytes) => on(bytes, read),
+                    }
                 });
                 Ok(received?)
             }

@@ -630,7 +630,7 @@ impl Node {
     /// kernel receive stamps.
     fn receive_lane(&mut self) -> io::Result<()> {
         let Some(mut lane) = self.lane.take() else { return Ok(()) };
-        let (now, offset) = realtime_offset();
+        let (_, offset) = realtime_offset();
         let mut result = Ok(());
         let me = self.config.id;
         let received = lane.receive(me, |incoming| {
@@ -643,8 +643,12 @@ impl Node {
                     self.fragment(bytes)
                 }
                 Incoming::Beat(bytes, stamp) => match replica_beat(bytes, &mut self.stats) {
-                    // The node stamped it before `now`, which was read after the offset.
-                    Some(beat) => self.heard(beat, stamp_to_monotonic(stamp, offset, now), now),
+                    // Read now: the node delivers while the inbox is read (and fragments are
+                    // stepped between beats), so a time read before could precede the stamp.
+                    Some(beat) => {
+                        let now = monotonic_ns();
+                        self.heard(beat, stamp_to_monotonic(stamp, offset, now), now)
+                    }
                     None => Ok(()),
                 },
             };
@@ -655,7 +659,7 @@ impl Node {
     }
 
     /// Every heartbeat waiting on the detector's own socket, each at its kernel receive stamp,
-    /// handled at `now`.
+    /// handled at `now` (or at the stamp, for one that arrived after `now`).
     fn receive_beats(&mut self, now: u64) -> io::Result<()> {
         // Out of `self` while its heartbeats are handled, which borrows `self` whole.
         let Some(beats) = self.beats.take() else { return Ok(()) };
