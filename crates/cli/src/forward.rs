@@ -24,6 +24,10 @@ pub struct ForwardArgs {
     /// Pin the run-to-completion forwarder's thread to this core (default: not pinned).
     #[arg(long)]
     core: Option<usize>,
+    /// Microseconds the run-to-completion forwarder keeps polling its idle port after its last
+    /// burst before it sleeps, 0 to 1,000 (0: a few polls).
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    idle_spin_us: u64,
     /// rcu, rwlock, seqlock, papaya, none (the baseline: no FIB), or dpdk-testpmd (the peer
     /// forwarder in place of Kairos's: --backend udp or packet, root, Debian's dpdk-dev).
     #[arg(long, default_value = "rcu")]
@@ -129,6 +133,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
             data_work_ns: args.data_work_ns,
             threading: args.threading,
             pin_core: args.core,
+            idle_spin_ns: args.idle_spin_us.saturating_mul(1_000),
         },
         source_burst: args.source_burst,
         rate_pps: args.rate,

@@ -116,7 +116,17 @@ pub struct ForwarderConfig {
     /// sender shares the machine, a forwarder on a core of its own (as `dpdk-testpmd`'s
     /// forwarding lcore on the last one) does not take the sender's core when it wakes.
     pub pin_core: Option<usize>,
+    /// How long the run-to-completion thread keeps polling its idle port after its last burst
+    /// before it sleeps, ns (0: [`crate::forwarder`]'s few polls). A window longer than the
+    /// gap between the sender's bursts keeps it polling while traffic flows, as a busy poller
+    /// does, and asleep when it stops: the RT shell's discipline (spin while there is work or
+    /// for a short window, sleep otherwise).
+    pub idle_spin_ns: u64,
 }
+
+/// The longest idle spin window, ns: past a millisecond the thread is a busy poller that never
+/// sleeps under any traffic.
+pub const MAX_IDLE_SPIN_NS: u64 = 1_000_000;
 
 /// The largest ring the forwarder makes, entries: every entry may hold a pool buffer (a 48-byte
 /// packet), so 16 Mi entries is already 800 MB of buffers.
@@ -187,6 +197,18 @@ impl ForwarderConfig {
                 );
             }
         }
+        if self.idle_spin_ns > MAX_IDLE_SPIN_NS {
+            return Err(format!(
+                "the idle spin window must be at most {} us, got {} us (past that the forwarder never sleeps)",
+                MAX_IDLE_SPIN_NS / 1_000,
+                self.idle_spin_ns / 1_000
+            ));
+        }
+        if self.idle_spin_ns > 0 && self.threading != Threading::RunToCompletion {
+            return Err(
+                "only the run-to-completion forwarder has an idle spin window (its one thread)".into()
+            );
+        }
         let (Flush::Count { drain_ns: wait } | Flush::Age { max_wait_ns: wait }) = self.flush;
         if wait > MAX_FLUSH_WAIT_NS {
             return Err(format!("the flush wait must be at most {MAX_FLUSH_WAIT_NS} ns (1 s), got {wait}"));
@@ -210,6 +232,7 @@ impl Default for ForwarderConfig {
             data_work_ns: 0,
             threading: Threading::Pipeline,
             pin_core: None,
+            idle_spin_ns: 0,
         }
     }
 }
@@ -246,5 +269,13 @@ mod tests {
         );
         assert!(err(ForwarderConfig { pin_core: Some(0), ..ok }, 10).contains("only the run-to-completion"));
         assert_eq!(ForwarderConfig { pin_core: Some(0), ..rtc }.check(10), Ok(()));
+        assert!(
+            err(ForwarderConfig { idle_spin_ns: 2_000_000, ..rtc }, 10)
+                .contains("at most 1000 us, got 2000 us")
+        );
+        assert!(
+            err(ForwarderConfig { idle_spin_ns: 1_000, ..ok }, 10).contains("only the run-to-completion")
+        );
+        assert_eq!(ForwarderConfig { idle_spin_ns: 200_000, ..rtc }.check(10), Ok(()));
     }
 }

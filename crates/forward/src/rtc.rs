@@ -16,10 +16,13 @@
 //! The FIB reader is offline while the burst's control is applied (this thread is then a
 //! writer, and a writer waiting for a grace period must not wait for its own reader), and
 //! reports a quiescent state after every burst. When the port is empty the
-//! thread polls it a few more times (spinning, in case the next burst is close), then sleeps
-//! on the port ([`Port::wait`], at most [`NAP`]) with its FIB reader offline, so it never spins
-//! on an idle port and never holds back an RCU writer while asleep: the RT shell's discipline,
-//! and a `SCHED_FIFO` forwarder (`fifo_priority`) cannot starve the machine unless overloaded.
+//! thread polls it a few more times (spinning, in case the next burst is close), or for
+//! `idle_spin_ns` after its last burst, then sleeps on the port ([`Port::wait`], at most
+//! [`NAP`]) with its FIB reader offline, so it never spins on an idle port and never holds back
+//! an RCU writer while asleep: the RT shell's discipline, and a `SCHED_FIFO` forwarder
+//! (`fifo_priority`) cannot starve the machine unless overloaded. A window longer than the gap
+//! between the sender's bursts keeps the thread polling while traffic flows (no wake-up on a
+//! packet's path); at normal priority the kernel's work on its core keeps its share.
 //!
 //! The configuration's flush policy and ring sizes do not apply: a batch is sent at the end of
 //! the burst that made it.
@@ -57,13 +60,20 @@ pub(crate) fn run<F: Fib, P: Port>(
     let (mut tx_calls, mut tx_sent) = (0u64, 0u64);
     let mut bursts = 0u64;
     let mut idle = Idle(0);
+    let mut last_burst_ns = monotonic_ns();
     while !stop.load(Ordering::Relaxed) {
         let n = rx_port.rx_burst(&mut burst).unwrap_or(0);
         if n == 0 {
             if let Some(reader) = reader.as_mut() {
                 reader.quiescent();
             }
-            if idle.empty() {
+            let sleep = if config.idle_spin_ns > 0 {
+                std::hint::spin_loop();
+                monotonic_ns().saturating_sub(last_burst_ns) > config.idle_spin_ns
+            } else {
+                idle.empty()
+            };
+            if sleep {
                 let mut nap = || rx_port.wait(NAP);
                 match reader.as_mut() {
                     Some(reader) => reader.offline_while(&mut nap),
@@ -73,6 +83,9 @@ pub(crate) fn run<F: Fib, P: Port>(
             continue;
         }
         idle.busy();
+        if config.idle_spin_ns > 0 {
+            last_burst_ns = monotonic_ns();
+        }
         bursts += 1;
         stats.rx_packets += n as u64;
         // Control first: every location update of the burst is in the FIB before its data is
@@ -154,14 +167,14 @@ mod tests {
     /// Runs the run-to-completion forwarder over memory ports on a thread, sends `input` in one
     /// burst, and returns what came out and the forwarder's counts.
     fn forward(policy: RingPolicy, input: &[Packet]) -> (Vec<Packet>, ForwarderStats) {
+        forward_with(ForwarderConfig { data_policy: policy, ..Default::default() }, input)
+    }
+
+    fn forward_with(config: ForwarderConfig, input: &[Packet]) -> (Vec<Packet>, ForwarderStats) {
         let (mut src_out, fwd_in) = kairos_io::memory::pair(1024, 64);
         let (fwd_out, mut src_in) = kairos_io::memory::pair(1024, 64);
         let fib = SeqlockFib::new(0..8, AddrTuple::new(crate::forwarder::NEXT_HOP, 0));
-        let config = ForwarderConfig {
-            threading: Threading::RunToCompletion,
-            data_policy: policy,
-            ..Default::default()
-        };
+        let config = ForwarderConfig { threading: Threading::RunToCompletion, ..config };
         let stop = AtomicBool::new(false);
         let started = AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -204,6 +217,15 @@ mod tests {
         assert_eq!(out[1].addr_stamp_ns, 0, "user 2 has no address yet");
         assert_eq!((stats.rx_packets, stats.ctrl_ring.offered, stats.data_ring.offered), (4, 1, 3));
         assert_eq!((stats.fib_updates, stats.tx_drops, stats.data_ring.drops()), (1, 0, 0));
+    }
+
+    #[test]
+    fn with_a_spin_window_a_burst_is_forwarded_as_without_one() {
+        let config = ForwarderConfig { idle_spin_ns: 200_000, ..Default::default() };
+        let first = [packet(Kind::Data, 1, 0, 10), packet(Kind::Data, 2, 1, 20)];
+        let (out, stats) = forward_with(config, &first);
+        assert_eq!(out.iter().map(|p| p.seq).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!((stats.rx_packets, stats.tx_drops), (2, 0));
     }
 
     #[test]
