@@ -25,8 +25,8 @@ pub struct ForwardArgs {
     #[arg(long)]
     core: Option<usize>,
     /// Microseconds the run-to-completion forwarder keeps polling its idle port after its last
-    /// burst before it sleeps, 0 to 1,000 (0: a few polls).
-    #[arg(long, value_name = "US", default_value_t = 0)]
+    /// burst before it sleeps, 0 to 1,000 (0: a few polls; needs --priority 0).
+    #[arg(long, value_name = "US", default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=1_000))]
     idle_spin_us: u64,
     /// rcu, rwlock, seqlock, papaya, none (the baseline: no FIB), or dpdk-testpmd (the peer
     /// forwarder in place of Kairos's: --backend udp or packet, root, Debian's dpdk-dev).
@@ -133,7 +133,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
             data_work_ns: args.data_work_ns,
             threading: args.threading,
             pin_core: args.core,
-            idle_spin_ns: args.idle_spin_us.saturating_mul(1_000),
+            idle_spin_ns: args.idle_spin_us * 1_000,
         },
         source_burst: args.source_burst,
         rate_pps: args.rate,

@@ -117,15 +117,17 @@ pub struct ForwarderConfig {
     /// forwarding lcore on the last one) does not take the sender's core when it wakes.
     pub pin_core: Option<usize>,
     /// How long the run-to-completion thread keeps polling its idle port after its last burst
-    /// before it sleeps, ns (0: [`crate::forwarder`]'s few polls). A window longer than the
-    /// gap between the sender's bursts keeps it polling while traffic flows, as a busy poller
-    /// does, and asleep when it stops: the RT shell's discipline (spin while there is work or
-    /// for a short window, sleep otherwise).
+    /// before it sleeps, ns (0: [`crate::forwarder`]'s few polls), counted from the end of that
+    /// burst. A window longer than the gap between the sender's bursts keeps it polling while
+    /// traffic flows, as a busy poller does, and asleep when it stops: the RT shell's
+    /// discipline (spin while there is work or for a short window, sleep otherwise). Only at
+    /// normal priority: a `SCHED_FIFO` thread polling while traffic flows would hold its core
+    /// from the kernel's packet work there.
     pub idle_spin_ns: u64,
 }
 
-/// The longest idle spin window, ns: past a millisecond the thread is a busy poller that never
-/// sleeps under any traffic.
+/// The longest idle spin window, ns: the forwarder's longest sleep on an idle port
+/// ([`crate::forwarder`]'s nap), so it never polls an idle port for longer than it sleeps on it.
 pub const MAX_IDLE_SPIN_NS: u64 = 1_000_000;
 
 /// The largest ring the forwarder makes, entries: every entry may hold a pool buffer (a 48-byte
@@ -199,15 +201,20 @@ impl ForwarderConfig {
         }
         if self.idle_spin_ns > MAX_IDLE_SPIN_NS {
             return Err(format!(
-                "the idle spin window must be at most {} us, got {} us (past that the forwarder never sleeps)",
-                MAX_IDLE_SPIN_NS / 1_000,
-                self.idle_spin_ns / 1_000
+                "the idle spin window must be at most {MAX_IDLE_SPIN_NS} ns (1,000 us, the forwarder's longest sleep), got {} ns",
+                self.idle_spin_ns
             ));
         }
         if self.idle_spin_ns > 0 && self.threading != Threading::RunToCompletion {
             return Err(
                 "only the run-to-completion forwarder has an idle spin window (its one thread)".into()
             );
+        }
+        if self.idle_spin_ns > 0 && self.fifo_priority > 0 {
+            return Err(format!(
+                "an idle spin window needs normal priority (--priority 0), not SCHED_FIFO {}: a real-time thread polling while traffic flows would hold its core from the kernel's packet work",
+                self.fifo_priority
+            ));
         }
         let (Flush::Count { drain_ns: wait } | Flush::Age { max_wait_ns: wait }) = self.flush;
         if wait > MAX_FLUSH_WAIT_NS {
@@ -269,10 +276,9 @@ mod tests {
         );
         assert!(err(ForwarderConfig { pin_core: Some(0), ..ok }, 10).contains("only the run-to-completion"));
         assert_eq!(ForwarderConfig { pin_core: Some(0), ..rtc }.check(10), Ok(()));
-        assert!(
-            err(ForwarderConfig { idle_spin_ns: 2_000_000, ..rtc }, 10)
-                .contains("at most 1000 us, got 2000 us")
-        );
+        assert!(err(ForwarderConfig { idle_spin_ns: 1_000_500, ..rtc }, 10).contains("got 1000500 ns"));
+        let fifo = ForwarderConfig { idle_spin_ns: 1_000, fifo_priority: 50, ..rtc };
+        assert!(err(fifo, 10).contains("needs normal priority"));
         assert!(
             err(ForwarderConfig { idle_spin_ns: 1_000, ..ok }, 10).contains("only the run-to-completion")
         );

@@ -22,7 +22,8 @@
 //! an RCU writer while asleep: the RT shell's discipline, and a `SCHED_FIFO` forwarder
 //! (`fifo_priority`) cannot starve the machine unless overloaded. A window longer than the gap
 //! between the sender's bursts keeps the thread polling while traffic flows (no wake-up on a
-//! packet's path); at normal priority the kernel's work on its core keeps its share.
+//! packet's path); it is for a thread at normal priority only ([`ForwarderConfig::check`]),
+//! whose core's kernel work keeps its share.
 //!
 //! The configuration's flush policy and ring sizes do not apply: a batch is sent at the end of
 //! the burst that made it.
@@ -83,9 +84,6 @@ pub(crate) fn run<F: Fib, P: Port>(
             continue;
         }
         idle.busy();
-        if config.idle_spin_ns > 0 {
-            last_burst_ns = monotonic_ns();
-        }
         bursts += 1;
         stats.rx_packets += n as u64;
         // Control first: every location update of the burst is in the FIB before its data is
@@ -139,6 +137,11 @@ pub(crate) fn run<F: Fib, P: Port>(
                 tx_sent += sent as u64;
             }
             batch.clear();
+        }
+        // The window runs from the burst's end: a long burst (control waiting for a grace
+        // period, or the spun work per packet) does not use it up.
+        if config.idle_spin_ns > 0 {
+            last_burst_ns = monotonic_ns();
         }
     }
     stats.ctrl_ring = ctrl;
@@ -219,13 +222,84 @@ mod tests {
         assert_eq!((stats.fib_updates, stats.tx_drops, stats.data_ring.drops()), (1, 0, 0));
     }
 
+    /// What the forwarder did with its receiving port, in order, at `CLOCK_MONOTONIC` ns.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Call {
+        Rx(usize),
+        Wait,
+    }
+
+    /// A memory port that logs the forwarder's receives and sleeps.
+    struct Logged {
+        port: kairos_io::memory::MemoryPort,
+        log: std::sync::Arc<std::sync::Mutex<Vec<(u64, Call)>>>,
+    }
+
+    impl Port for Logged {
+        fn rx_burst(&mut self, out: &mut [Packet]) -> Result<usize, kairos_io::PortError> {
+            let n = self.port.rx_burst(out)?;
+            self.log.lock().unwrap().push((monotonic_ns(), Call::Rx(n)));
+            Ok(n)
+        }
+        fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, kairos_io::PortError> {
+            self.port.tx_burst(packets)
+        }
+        fn capabilities(&self) -> kairos_io::Capabilities {
+            self.port.capabilities()
+        }
+        fn stats(&self) -> kairos_io::PortStats {
+            self.port.stats()
+        }
+        fn name(&self) -> &'static str {
+            "logged"
+        }
+        fn wait(&mut self, timeout: Duration) {
+            self.log.lock().unwrap().push((monotonic_ns(), Call::Wait));
+            self.port.wait(timeout);
+        }
+    }
+
     #[test]
-    fn with_a_spin_window_a_burst_is_forwarded_as_without_one() {
-        let config = ForwarderConfig { idle_spin_ns: 200_000, ..Default::default() };
-        let first = [packet(Kind::Data, 1, 0, 10), packet(Kind::Data, 2, 1, 20)];
-        let (out, stats) = forward_with(config, &first);
-        assert_eq!(out.iter().map(|p| p.seq).collect::<Vec<_>>(), [0, 1]);
-        assert_eq!((stats.rx_packets, stats.tx_drops), (2, 0));
+    fn with_a_spin_window_the_thread_polls_for_the_window_after_a_burst_then_sleeps_at_once() {
+        const WINDOW_NS: u64 = 1_000_000;
+        let (mut src_out, fwd_in) = kairos_io::memory::pair(1024, 64);
+        let (fwd_out, _src_in) = kairos_io::memory::pair(1024, 64);
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let rx = Logged { port: fwd_in, log: log.clone() };
+        let tx = Logged { port: fwd_out, log: std::sync::Arc::default() };
+        let config = ForwarderConfig {
+            threading: Threading::RunToCompletion,
+            idle_spin_ns: WINDOW_NS,
+            ..Default::default()
+        };
+        let (stop, started) = (AtomicBool::new(false), AtomicBool::new(false));
+        std::thread::scope(|s| {
+            let fwd =
+                s.spawn(|| crate::forwarder::run::<SeqlockFib, _>(&config, 8, None, rx, tx, &stop, &started));
+            // Let it fall asleep first, then hand it one burst and leave it idle for a while.
+            std::thread::sleep(Duration::from_millis(20));
+            src_out.tx_burst(&[packet(Kind::Data, 1, 0, 10), packet(Kind::Data, 2, 1, 20)]).unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+            stop.store(true, Ordering::Relaxed);
+            assert_eq!(fwd.join().unwrap().unwrap().rx_packets, 2);
+        });
+        let log = log.lock().unwrap().clone();
+        let burst = log.iter().position(|(_, c)| *c == Call::Rx(2)).expect("the burst was taken");
+        let burst_ns = log[burst].0;
+        let first_wait = burst + log[burst..].iter().position(|(_, c)| *c == Call::Wait).expect("it slept");
+        // After the burst it polled the idle port for the window before its first sleep.
+        assert!(
+            log[first_wait].0 - burst_ns >= WINDOW_NS,
+            "slept {} ns after the burst",
+            log[first_wait].0 - burst_ns
+        );
+        assert!(first_wait - burst > 2, "{} polls in the window", first_wait - burst - 1);
+        // Past the window, a wake-up with nothing to take sleeps again after one poll.
+        let after: Vec<Call> = log[first_wait..].iter().map(|(_, c)| *c).collect();
+        assert!(after.len() > 4, "it woke from its 1 ms naps in the 30 ms");
+        for pair in after.windows(2) {
+            assert!(matches!(pair, [Call::Wait, Call::Rx(0)] | [Call::Rx(0), Call::Wait]), "{pair:?}");
+        }
     }
 
     #[test]

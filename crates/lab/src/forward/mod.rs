@@ -157,6 +157,10 @@ pub struct Row {
     pub mean_latency_ns: f64,
     /// Forwarder threads refused the `SCHED_FIFO` priority asked for (0 when none was asked).
     pub fifo_refused: u64,
+    /// The `SCHED_FIFO` priority the forwarder threads asked for (0: normal scheduling).
+    pub fifo_priority: i32,
+    /// The run-to-completion forwarder's idle spin window, us (0: a few polls).
+    pub idle_spin_us: u64,
     /// Each user's time-average age, ns (by user id = Zipf rank - 1).
     #[serde(skip)]
     pub per_user_age_ns: Vec<f64>,
@@ -207,6 +211,8 @@ fn row(config: &ForwardConfig, trace: &Trace, src: SourceResult, fwd: ForwarderS
         pool_drops: fwd.pool_drops,
         mean_latency_ns: src.mean_latency_ns,
         fifo_refused: fwd.fifo_refused,
+        fifo_priority: config.forwarder.fifo_priority,
+        idle_spin_us: config.forwarder.idle_spin_ns / 1_000,
         per_user_age_ns: src.ages.per_user.iter().map(|s| s.avg_age_ns).collect(),
         rate_steps: src.rate_steps.clone(),
     }

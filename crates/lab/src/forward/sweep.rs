@@ -162,20 +162,22 @@ fn source_config(backend: Backend, fib: Option<FibKind>, rate: Option<f64>, labe
         c.forwarder.threading = Threading::RunToCompletion;
         // On the last core, where testpmd's forwarding lcore is: the sender keeps its own.
         c.forwarder.pin_core = Some(kairos_sys::proc::last_core());
-        // Polling while traffic flows, at normal priority, as testpmd's lcore: a forwarder
-        // that slept between the sender's bursts paid a wake-up on a packet's path whenever it
-        // lost the race, and one at SCHED_FIFO took its core's turn from the kernel's packet
-        // work and the sender's (at 200 kpps offered the sender reached 116 kpps beside it,
-        // 170 kpps beside the spinning one at normal priority; README).
+        // Polling while traffic flows, at normal priority, as testpmd's lcore (the sweep's
+        // priority is for the pipeline's threads): a forwarder that slept between the sender's
+        // bursts paid a wake-up on a packet's path whenever it lost the race, and one at
+        // SCHED_FIFO took its core's turn from the kernel's packet work and the sender's (at
+        // 200 kpps offered the sender reached 116 kpps beside it, 170 kpps beside the polling
+        // one at normal priority; README).
         c.forwarder.fifo_priority = 0;
         c.forwarder.idle_spin_ns = PACKET_IDLE_SPIN_NS;
     }
     c
 }
 
-/// The packet backend's idle spin window: longer than the gap between the sender's bursts at
-/// every rate the sweep offers (5 kpps and up), so the forwarder polls while traffic flows and
-/// sleeps once it stops.
+/// The packet backend's idle spin window: longer than the gap between packets at the rates the
+/// grids offer (down to 25 kpps, 40 us apart), so the forwarder polls while traffic flows and
+/// sleeps once it stops; below 5 kpps (the age-controlled sender's lowest steps) it sleeps
+/// between packets.
 pub const PACKET_IDLE_SPIN_NS: u64 = 200_000;
 
 /// The source's baseline configuration: no FIB, and the forwarder's RX ring of Table I (4096).
@@ -200,7 +202,9 @@ const PEER_LABEL: &str = "peer: dpdk-testpmd";
 /// Per-packet work of the baseline's data thread: a capacity of at most 1 Mpps.
 pub const BASELINE_WORK_NS: u64 = 1_000;
 
-/// `SCHED_FIFO` priority of the forwarder threads in this sweep (0 when not permitted).
+/// `SCHED_FIFO` priority of the pipeline's forwarder threads in this sweep (0 when not
+/// permitted); the packet backend's run-to-completion forwarder runs at normal priority
+/// ([`source_config`]).
 static PRIORITY: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 /// A named change to the source's configuration.
