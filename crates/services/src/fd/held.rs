@@ -120,7 +120,10 @@ impl HeldWatch {
     /// `threshold_ns`, and keeps the first `cap` of those that end at or after `keep_from_ns`
     /// (the measurement's start) whole.
     pub fn new(thread: HeldThread, threshold_ns: u64, keep_from_ns: u64, cap: usize) -> Self {
-        Self { thread, threshold_ns, keep_from_ns, cap, record: HeldRecord::default(), pass: None }
+        // The room reserved now, as the member's suspicions are: a vector that grew in the loop
+        // would copy megabytes at a doubling, itself a long pass.
+        let record = HeldRecord { stretches: Vec::with_capacity(cap), ..HeldRecord::default() };
+        Self { thread, threshold_ns, keep_from_ns, cap, record, pass: None }
     }
 
     /// The thread woke for a deadline `due_ns` and runs at `now_ns`, its CPU clock at
