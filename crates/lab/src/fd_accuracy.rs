@@ -319,42 +319,42 @@ struct HeldBy {
 }
 
 /// What a load's mistakes are set against: the watch's stalls and the members' own.
-struct Evidence {
+struct Evidence<'a> {
     /// The watch's stalls, widened by its period ([`widened`]), by `due_ns`.
     stalls: Vec<Stall>,
     /// Each member's held stretches, in time order, as stalls of the machine: a thread due and
     /// kept from its work had its core taken, as a late wake-up of the watch does (the watch
     /// samples its core each watch period; these are the heartbeat loops' own instants). Only
     /// where nothing of the experiment outranks the members' threads ([`held_explains`]).
-    held: BTreeMap<u64, Vec<Held>>,
+    held: BTreeMap<u64, &'a [Held]>,
     /// The heartbeat period, ns: a silence is taken from a period before its last fresh
     /// heartbeat.
     period_ns: u64,
     /// The threshold the peers are held to, ns (they have none of Kairos's kind).
     recommended_ns: u64,
+    /// The longest of `stalls`, ns: how far back a search for one overlapping a silence walks.
+    longest_stall_ns: u64,
+    /// Whether the members' held stretches count ([`held_explains`]).
+    held_counts: bool,
 }
 
-impl Evidence {
+impl<'a> Evidence<'a> {
     fn new(
         stalls: Vec<Stall>,
-        reports: &[MemberReport],
+        reports: &'a [MemberReport],
         (network, cores): (Network, usize),
         period_ns: u64,
         recommended_ns: u64,
     ) -> Self {
-        let held = if held_explains(reports, network, cores) {
-            reports
-                .iter()
-                .map(|r| {
-                    let mut held = r.held.stretches.clone();
-                    held.sort_by_key(|h| h.from_ns);
-                    (r.member, held)
-                })
-                .collect()
+        let held_counts = held_explains(reports, network, cores);
+        // A member's stretches are in time order (`HeldRecord::merged`).
+        let held = if held_counts {
+            reports.iter().map(|r| (r.member, r.held.stretches.as_slice())).collect()
         } else {
             BTreeMap::new()
         };
-        Self { stalls, held, period_ns, recommended_ns }
+        let longest_stall_ns = stalls.iter().map(Stall::length_ns).max().unwrap_or(0);
+        Self { stalls, held, period_ns, recommended_ns, longest_stall_ns, held_counts }
     }
 
     /// The silence a suspicion ended: from a period before its last fresh heartbeat.
@@ -372,7 +372,7 @@ impl Evidence {
     /// they share a core, and one stall delays both.
     fn explain(&self, s: &Suspicion, threshold_ns: Option<u64>) -> Explanation {
         let (from_ns, to_ns) = self.silence(s);
-        if explained(&self.stalls, from_ns, to_ns) {
+        if explained(&self.stalls, self.longest_stall_ns, from_ns, to_ns) {
             return Explanation::Watch;
         }
         let Some(held) = self.held.get(&s.subject) else { return Explanation::Unexplained };
@@ -408,9 +408,8 @@ fn held_explains(reports: &[MemberReport], network: Network, cores: usize) -> bo
 
 /// Whether a stall overlaps `[from_ns, to_ns]`. `stalls` are sorted by `due_ns` (those of
 /// several cores, so their ends are not in order): the search takes those due by `to_ns` and
-/// walks back no further than the longest stall.
-fn explained(stalls: &[Stall], from_ns: u64, to_ns: u64) -> bool {
-    let longest = stalls.iter().map(Stall::length_ns).max().unwrap_or(0);
+/// walks back no further than the longest stall, `longest`.
+fn explained(stalls: &[Stall], longest: u64, from_ns: u64, to_ns: u64) -> bool {
     let end = stalls.partition_point(|s| s.due_ns <= to_ns);
     stalls[..end]
         .iter()
@@ -462,7 +461,7 @@ struct MistakeRecord {
 }
 
 /// Kairos's mistakes at `threshold_ns`, each with the stall nearest its silence.
-fn mistakes_at(reports: &[MemberReport], threshold_ns: u64, evidence: &Evidence) -> Vec<MistakeRecord> {
+fn mistakes_at(reports: &[MemberReport], threshold_ns: u64, evidence: &Evidence<'_>) -> Vec<MistakeRecord> {
     let mut out = Vec::new();
     for r in reports {
         let Some(d) =
@@ -504,7 +503,7 @@ fn mistakes_at(reports: &[MemberReport], threshold_ns: u64, evidence: &Evidence)
 }
 
 /// The rows of one load from the members' reports.
-fn rows(load: Load, reports: &[MemberReport], evidence: &Evidence) -> Vec<AccuracyRow> {
+fn rows(load: Load, reports: &[MemberReport], evidence: &Evidence<'_>) -> Vec<AccuracyRow> {
     let members = reports.len() as u64;
     let observed_ns: u64 = reports
         .iter()
@@ -704,7 +703,7 @@ impl Experiment for AccuracyConfig {
             loads.push(LoadFigures {
                 load,
                 stall_watch_realtime: !watched.is_empty() && watched.iter().all(|r| r.realtime),
-                held_explains: held_explains(&reports, self.network, kairos_sys::proc::online_cores()),
+                held_explains: evidence.held_counts,
                 stalls: stalls.len(),
                 longest_stall_us: stalls.iter().map(Stall::length_ns).max().unwrap_or(0) as f64 / 1e3,
                 members: reports
@@ -840,6 +839,10 @@ mod tests {
     fn stalls_of_two_cores_out_of_order_are_found_and_widened_by_the_watch_period() {
         // Core 0's long stall, then core 1's short one inside it: ends not in order.
         let stalls = [Stall { due_ns: 100, woke_ns: 900 }, Stall { due_ns: 200, woke_ns: 300 }];
+        let explained = |stalls: &[Stall], from, to| {
+            let longest = stalls.iter().map(Stall::length_ns).max().unwrap_or(0);
+            explained(stalls, longest, from, to)
+        };
         assert!(explained(&stalls, 500, 600), "inside the long stall");
         assert!(explained(&stalls, 250, 260));
         assert!(!explained(&stalls, 950, 2_000));
@@ -888,10 +891,10 @@ mod tests {
             report(2, vec![record(0, 0, vec![])]),
         ];
         let stalls = [Stall { due_ns: 1_999_950_000, woke_ns: 2_000_200_000 }];
-        let evidence = |reports: &[MemberReport], network| {
+        fn evidence<'a>(stalls: &[Stall], reports: &'a [MemberReport], network: Network) -> Evidence<'a> {
             Evidence::new(stalls.to_vec(), reports, (network, 2), 100_000, 200_000)
-        };
-        let all = rows(Load::Idle, &reports, &evidence(&reports, Network::Namespaces));
+        }
+        let all = rows(Load::Idle, &reports, &evidence(&stalls, &reports, Network::Namespaces));
         assert_eq!(all.len(), 1);
         let r = &all[0];
         assert_eq!(
@@ -928,14 +931,16 @@ mod tests {
             HeldKind::OffCpu,
         ));
         let held = |reports: &[MemberReport], network| {
-            let r = &rows(Load::Idle, reports, &evidence(reports, network))[0];
+            let r = &rows(Load::Idle, reports, &evidence(&stalls, reports, network))[0];
             (r.mistakes_with_stall, r.mistakes_with_held, r.unexplained)
         };
+        // In time order, as a member's report keeps them.
+        reports[1].held.stretches.sort_by_key(|h| h.from_ns);
         assert_eq!(held(&reports, Network::Namespaces), (1, 0, 1), "90 us lost is not half of 200");
         // 40 us more, of which 10 inside the silence: 100 us.
         reports[1].held.stretches.push(stretch(HeldThread::Loop, 5_000_290_000, 40_000, HeldKind::OffCpu));
         assert_eq!(held(&reports, Network::Namespaces), (2, 1, 0));
-        let mistakes = mistakes_at(&reports, 200_000, &evidence(&reports, Network::Namespaces));
+        let mistakes = mistakes_at(&reports, 200_000, &evidence(&stalls, &reports, Network::Namespaces));
         let second = mistakes.iter().find(|m| m.since_ns == 5_000_300_000).expect("the second mistake");
         assert_eq!(
             (second.explained, second.held_kind, second.held_lost_us),

@@ -67,8 +67,8 @@ pub struct Held {
 /// What a member's threads met over a run.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeldRecord {
-    /// The stretches from the start of the measurement, in time order per thread, up to the
-    /// cap the watch was made with.
+    /// The stretches from the start of the measurement, in time order (`from_ns`; both
+    /// threads' once [`HeldRecord::merged`]), up to the cap the watch was made with.
     pub stretches: Vec<Held>,
     /// Every stretch, kept or not.
     pub count: u64,
