@@ -122,6 +122,11 @@ struct MemberArgs {
     /// Seeds SWIM's random choices.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Trace the interrupt handlers run on the loop's core (--core), so that a pass long in
+    /// them is told from the member's own work in its held stretches. Needs root and tracefs;
+    /// each handler traced costs about half a microsecond more.
+    #[arg(long)]
+    interrupt_clock: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -237,6 +242,10 @@ struct AccuracyArgs {
     /// The stall watch's period, microseconds (it sees every stall longer than this).
     #[arg(long, value_name = "US", default_value_t = 200)]
     stall_period_us: u64,
+    /// The members trace the interrupt handlers run on their loops' cores (see `kairos fd
+    /// member --help`): a diagnosis of their long passes, which the tracing itself lengthens.
+    #[arg(long)]
+    interrupt_clock: bool,
 }
 
 /// Runs `kairos fd ...`; the exit code on success.
@@ -300,6 +309,7 @@ pub fn run(args: &FdArgs) -> Result<i32> {
             config.fifo_priority = g.fifo;
             config.pin = !g.no_pin;
             config.stall_period_us = a.stall_period_us;
+            config.time_interrupts = a.interrupt_clock;
             config.app_bump_us = g.app_bump_us.unwrap_or(default_app_bump_us(config.network, g.period_us));
             crate::experiment(&g.common, &config, fd_accuracy::report)
         }
@@ -391,6 +401,7 @@ fn member(a: &MemberArgs) -> Result<i32> {
         measure_from_ns: a.measure_from_ns,
         measure_until_ns: a.measure_until_ns,
         seed: a.seed,
+        time_interrupts: a.interrupt_clock,
     };
     let others = config.others();
     let path = match &a.table {

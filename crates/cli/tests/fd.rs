@@ -210,3 +210,34 @@ fn a_small_detect_run_on_the_lane_detects_every_failure() {
     // SWIM's datagrams travel on the tunnel too: it sees the kill.
     assert_eq!(row(rows, "swim-aggressive", "kill")["detected"].as_u64(), Some(4));
 }
+
+/// As root: a short accuracy run on the testbed with the interrupt clock; every member's loop
+/// timed the handlers on its core (tracefs seen through `ip netns exec`'s own `/sys`).
+#[test]
+#[ignore = "needs root: makes network namespaces and traces the kernel; scripts/test runs it as root"]
+fn an_accuracy_run_with_the_interrupt_clock_times_every_members_handlers() {
+    let dir = results("interrupt-clock");
+    let out = kairos(&[
+        "fd",
+        "accuracy",
+        "--quick",
+        "--json",
+        "--network",
+        "namespaces",
+        "--seconds",
+        "2",
+        "--loads",
+        "idle",
+        "--interrupt-clock",
+        "--results",
+        dir.to_str().unwrap(),
+    ]);
+    let v = json(&out);
+    assert_eq!(v["config"]["time_interrupts"], true, "{}", v["config"]);
+    let members = v["loads"][0]["members"].as_array().unwrap();
+    assert!(!members.is_empty());
+    for m in members {
+        assert!(m["interrupts_untimed"].is_null(), "{m}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -111,6 +111,8 @@ pub struct AccuracyConfig {
     pub stall_period_us: u64,
     /// Wake-ups later than this are stalls, us.
     pub stall_threshold_us: u64,
+    /// The members' loops time the interrupt handlers run on their cores (a diagnosis).
+    pub time_interrupts: bool,
 }
 
 impl AccuracyConfig {
@@ -141,6 +143,8 @@ impl AccuracyConfig {
             app_bump_us: crate::fd_cluster::default_app_bump_us(network, 100),
             stall_period_us: 200,
             stall_threshold_us: 50,
+            // A diagnosis, not the default: the tracing lengthens the passes it explains.
+            time_interrupts: false,
         }
     }
 }
@@ -191,10 +195,21 @@ pub struct MemberFigures {
     /// Wake-ups more than 50 us late.
     pub late_wakeups: u64,
     /// Stretches its loop or application was due and kept from its work for more than 50 us
-    /// (off the CPU, or in the kernel's calls).
+    /// (off the CPU, in the kernel's calls, or in interrupt handlers).
     pub held_off: u64,
+    /// Of the stretches kept, those lost mostly in interrupt handlers (only with the
+    /// interrupt clock, `--interrupt-clock`).
+    #[serde(default)]
+    pub held_in_interrupts: u64,
     /// Loop passes longer than 50 us in the member's own work (not stalls).
     pub long_own_work_passes: u64,
+    /// The longest of those, us.
+    #[serde(default)]
+    pub worst_own_work_us: f64,
+    /// Asked to time its loop's interrupt handlers (`--interrupt-clock`), why it could not
+    /// (or only in part); absent where it did, or was not asked.
+    #[serde(default)]
+    pub interrupts_untimed: Option<String>,
     /// The latest wake-up, us.
     pub worst_wake_late_us: f64,
     /// On the lane: heartbeats a newer one replaced before the node took them (its outbox
@@ -657,6 +672,7 @@ impl Experiment for AccuracyConfig {
                 app_bump_us: self.app_bump_us,
                 run_for_ms: Some(((self.warmup_seconds + self.seconds) * 1e3) as u64),
                 measure_after_ms: (self.warmup_seconds * 1e3) as u64,
+                time_interrupts: self.time_interrupts,
             };
             let dir = run.dir().path().join(format!("{load:?}").to_lowercase());
             // The watch first, so it sees the whole run.
@@ -717,7 +733,15 @@ impl Experiment for AccuracyConfig {
                         send_errors: r.send_errors,
                         late_wakeups: r.late_wakeups,
                         held_off: r.held.count,
+                        held_in_interrupts: r
+                            .held
+                            .stretches
+                            .iter()
+                            .filter(|h| h.kind == HeldKind::InInterrupt)
+                            .count() as u64,
                         long_own_work_passes: r.held.long_own_work,
+                        worst_own_work_us: r.held.worst_own_work_ns as f64 / 1e3,
+                        interrupts_untimed: r.held.interrupts_untimed.clone(),
                         worst_wake_late_us: r.worst_wake_late_ns as f64 / 1e3,
                         lane_beats_replaced: r.lane.map(|l| l.beats_replaced),
                     })
@@ -804,6 +828,15 @@ pub fn report(s: &AccuracySummary) -> String {
             c.lost,
             c.open
         ));
+        if let Some(why) = l.members.iter().find_map(|m| m.interrupts_untimed.as_ref()) {
+            out.push_str(&format!("{:?}: the loops' time in interrupt handlers not timed: {why}\n", l.load));
+        } else if s.config.time_interrupts {
+            out.push_str(&format!(
+                "{:?}: held off mostly in interrupt handlers (the interrupt clock): {}\n",
+                l.load,
+                l.members.iter().map(|m| m.held_in_interrupts.to_string()).collect::<Vec<_>>().join(", "),
+            ));
+        }
         if l.members.iter().any(|m| m.lane_beats_replaced.is_some()) {
             out.push_str(&format!(
                 "{:?}: on the lane, heartbeats replaced before the node took them: {} (of {})\n",
@@ -918,6 +951,7 @@ mod tests {
             kind,
             cpu_ns: 0,
             syscall_ns: 0,
+            irq_ns: 0,
         };
         let mut reports = reports;
         reports[0].held.stretches.push(stretch(HeldThread::Loop, 5_000_000_000, 250_000, HeldKind::OffCpu));

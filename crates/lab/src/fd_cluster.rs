@@ -105,6 +105,8 @@ pub struct ClusterSettings {
     pub run_for_ms: Option<u64>,
     /// When suspicions start to count, ms after the start.
     pub measure_after_ms: u64,
+    /// The members' loops time the interrupt handlers run in them.
+    pub time_interrupts: bool,
 }
 
 /// A host's `ip -batch` process, with its standard input.
@@ -322,6 +324,9 @@ impl Cluster {
             let until = self.started_ns + run_for * 1_000_000;
             command.arg(format!("--measure-until-ns={until}"));
             command.arg(format!("--report={}", self.report_path(i).display()));
+        }
+        if s.time_interrupts {
+            command.arg("--interrupt-clock");
         }
         let log = self.dir.join(format!("member-{}.log", member_id(i)));
         let file = std::fs::OpenOptions::new()

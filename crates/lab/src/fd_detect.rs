@@ -171,6 +171,8 @@ impl DetectConfig {
             app_bump_us: self.app_bump_us,
             run_for_ms: None,
             measure_after_ms: 0,
+            // Detection is timed from the failure, not explained: nothing to name.
+            time_interrupts: false,
         }
     }
 

@@ -15,11 +15,13 @@
 //! interrupt time accounting, interrupt and softirq work done in the thread's context is
 //! charged to the thread, and a system call can carry work that is not its own (a veth's
 //! receive work runs in its sender's `sendto`, with whatever else the softirq found queued).
-//! So a pass whose socket system calls (its sends and receives, timed around the calls alone)
-//! took longer than the threshold is a stretch of kernel work ([`HeldKind::InKernel`]); a
-//! pass's time lost is the larger of its time off the CPU and its time in those calls. A pass
-//! long in the member's own code is never a stall: it is only counted
-//! ([`HeldRecord::long_own_work`]).
+//! Two measures of that work are taken: the pass's socket system calls (its sends and
+//! receives, timed around the calls alone), and, where the kernel lets the member trace its
+//! core ([`kairos_sys::irq_time`]; the loop pinned to it), the time the core spent in
+//! interrupt handlers during the pass. The two overlap (a softirq run inside a `sendto` is in both), so a pass's
+//! time lost is its time off the CPU plus the larger of the two, and its kind is the largest
+//! of the three ([`HeldKind`]). A pass long in the member's own code is never a stall: it is
+//! only counted ([`HeldRecord::long_own_work`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +44,9 @@ pub enum HeldKind {
     OffCpu,
     /// On the CPU in the socket's system calls (kernel work in the thread's context).
     InKernel,
+    /// On the CPU in interrupt handlers (hard interrupts and softirqs that ran while the
+    /// thread held its core).
+    InInterrupt,
 }
 
 /// A stretch `[from_ns, to_ns]` (`CLOCK_MONOTONIC`) in which the thread was due and was kept
@@ -52,7 +57,8 @@ pub struct Held {
     pub from_ns: u64,
     /// When it ran again (or the pass ended), ns.
     pub to_ns: u64,
-    /// How long in the stretch it was off the CPU, or in the kernel's calls, ns.
+    /// How long in the stretch it was off the CPU, in the kernel's calls or in interrupt
+    /// handlers, ns (see the module doc).
     pub lost_ns: u64,
     /// Which thread.
     pub thread: HeldThread,
@@ -62,6 +68,9 @@ pub struct Held {
     pub cpu_ns: u64,
     /// A pass's time in the socket's system calls, ns (0 for a late wake-up).
     pub syscall_ns: u64,
+    /// A pass's time in interrupt handlers, ns (0 for a late wake-up, or where not timed).
+    #[serde(default)]
+    pub irq_ns: u64,
 }
 
 /// What a member's threads met over a run.
@@ -79,6 +88,10 @@ pub struct HeldRecord {
     pub long_own_work: u64,
     /// The longest of those, ns.
     pub worst_own_work_ns: u64,
+    /// Asked to time the loop's interrupt handlers ([`kairos_sys::irq_time`]), why it could
+    /// not (or only in part).
+    #[serde(default)]
+    pub interrupts_untimed: Option<String>,
 }
 
 impl HeldRecord {
@@ -90,6 +103,7 @@ impl HeldRecord {
         self.dropped += other.dropped;
         self.long_own_work += other.long_own_work;
         self.worst_own_work_ns = self.worst_own_work_ns.max(other.worst_own_work_ns);
+        self.interrupts_untimed = self.interrupts_untimed.or(other.interrupts_untimed);
         self
     }
 }
@@ -128,16 +142,34 @@ impl HeldWatch {
 
     /// The thread woke for a deadline `due_ns` and runs at `now_ns`, its CPU clock at
     /// `cpu_ns`; `slept`: it slept to the deadline (else the pass before ran past it, its own
-    /// doing). Closes the pass before: its CPU time is what the clock moved since it began
-    /// (the sleep's system call included, a microsecond, which makes the off-CPU time smaller).
-    pub fn woke(&mut self, due_ns: u64, now_ns: u64, cpu_ns: u64, slept: bool) {
+    /// doing); `interrupts(from, to)`: the time its core spent in interrupt handlers between
+    /// two instants (0 where not timed). Closes the pass before: its CPU time is what the
+    /// clock moved since it began (the sleep's system call included, a microsecond, which
+    /// makes the off-CPU time smaller).
+    pub fn woke(
+        &mut self,
+        due_ns: u64,
+        now_ns: u64,
+        cpu_ns: u64,
+        slept: bool,
+        interrupts: impl FnOnce(u64, u64) -> u64,
+    ) {
         if let Some(p) = self.pass.take() {
             let wall = p.end_ns.saturating_sub(p.start_ns);
             let cpu = cpu_ns.saturating_sub(p.cpu_ns);
+            let irq = interrupts(p.start_ns, p.end_ns);
             let off = wall.saturating_sub(cpu);
-            let lost = off.max(p.syscall_ns);
+            // Off the CPU and on it in others' work are disjoint; the calls and the handlers
+            // overlap, so only the larger of them is added.
+            let lost = off + p.syscall_ns.max(irq);
             if lost > self.threshold_ns {
-                let kind = if off >= p.syscall_ns { HeldKind::OffCpu } else { HeldKind::InKernel };
+                let kind = if off >= p.syscall_ns.max(irq) {
+                    HeldKind::OffCpu
+                } else if irq > p.syscall_ns {
+                    HeldKind::InInterrupt
+                } else {
+                    HeldKind::InKernel
+                };
                 self.push(Held {
                     from_ns: p.start_ns,
                     to_ns: p.end_ns,
@@ -146,6 +178,7 @@ impl HeldWatch {
                     kind,
                     cpu_ns: cpu,
                     syscall_ns: p.syscall_ns,
+                    irq_ns: irq,
                 });
             } else if wall > self.threshold_ns {
                 self.record.long_own_work += 1;
@@ -171,6 +204,7 @@ impl HeldWatch {
                 kind: HeldKind::OffCpu,
                 cpu_ns: 0,
                 syscall_ns: 0,
+                irq_ns: 0,
             });
         }
     }
@@ -196,6 +230,11 @@ impl HeldWatch {
         }
     }
 
+    /// Says the thread's time in interrupt handlers was not timed, and why.
+    pub fn interrupts_untimed(&mut self, why: String) {
+        self.record.interrupts_untimed = Some(why);
+    }
+
     /// What it saw (a pass still open is not judged: it has no CPU time yet).
     pub fn finish(self) -> HeldRecord {
         self.record
@@ -211,13 +250,13 @@ mod tests {
     #[test]
     fn a_late_wake_up_after_a_sleep_is_held_and_one_after_an_overrun_is_not() {
         let mut w = HeldWatch::new(HeldThread::Loop, 50 * US, 0, 10);
-        w.woke(100 * US, 100 * US + 10 * US, 0, true);
+        w.woke(100 * US, 100 * US + 10 * US, 0, true, |_, _| 0);
         w.pass_ended(115 * US, 3 * US);
         // 80 us late after a sleep: the core was taken.
-        w.woke(200 * US, 280 * US, 5 * US, true);
+        w.woke(200 * US, 280 * US, 5 * US, true, |_, _| 0);
         w.pass_ended(285 * US, 3 * US);
         // 80 us late, but the pass before ran past the deadline: its own doing.
-        w.woke(300 * US, 380 * US, 10 * US, false);
+        w.woke(300 * US, 380 * US, 10 * US, false, |_, _| 0);
         let r = w.finish();
         assert_eq!(r.count, 1);
         assert_eq!(
@@ -230,38 +269,46 @@ mod tests {
                 kind: HeldKind::OffCpu,
                 cpu_ns: 0,
                 syscall_ns: 0,
+                irq_ns: 0,
             }]
         );
     }
 
     #[test]
-    fn a_pass_off_the_cpu_or_in_the_kernel_is_a_stall_and_one_long_in_its_own_work_is_not() {
+    fn a_pass_off_the_cpu_in_the_kernel_or_in_interrupts_is_a_stall_and_one_in_its_own_work_is_not() {
         let mut w = HeldWatch::new(HeldThread::Loop, 50 * US, 0, 10);
-        w.woke(0, 0, 0, true);
-        // 120 us of wall time, 10 us of CPU: off the CPU for 110 us.
+        w.woke(0, 0, 0, true, |_, _| 0);
+        // 120 us of wall time, 10 us of CPU: off the CPU for 110 us, and 5 us in the calls.
         w.pass_ended(120 * US, 5 * US);
-        w.woke(200 * US, 200 * US, 10 * US, true);
+        w.woke(200 * US, 200 * US, 10 * US, true, |_, _| 0);
         // 90 us of wall time, 85 us of CPU (the clock at the next wake-up), 70 us of it in
         // the socket's system calls.
         w.pass_ended(290 * US, 70 * US);
-        w.woke(400 * US, 401 * US, 95 * US, true);
+        w.woke(400 * US, 401 * US, 95 * US, true, |_, _| 0);
         // 90 us on the CPU, 10 us of it in the socket's calls: the member's own work.
         w.pass_ended(491 * US, 10 * US);
-        w.woke(600 * US, 600 * US, 180 * US, true);
+        w.woke(600 * US, 600 * US, 185 * US, true, |_, _| 0);
+        // 90 us on the CPU, 70 us of it in interrupt handlers, 10 in the calls (overlapping).
+        w.pass_ended(690 * US, 10 * US);
+        w.woke(800 * US, 800 * US, 275 * US, true, |from, to| {
+            assert_eq!((from, to), (600 * US, 690 * US), "asked about the pass's own span");
+            70 * US
+        });
         let r = w.finish();
         let got: Vec<_> = r
             .stretches
             .iter()
-            .map(|h| (h.from_ns, h.to_ns, h.lost_ns, h.kind, h.cpu_ns, h.syscall_ns))
+            .map(|h| (h.from_ns, h.to_ns, h.lost_ns, h.kind, h.cpu_ns, h.syscall_ns, h.irq_ns))
             .collect();
         assert_eq!(
             got,
             vec![
-                (0, 120 * US, 110 * US, HeldKind::OffCpu, 10 * US, 5 * US),
-                (200 * US, 290 * US, 70 * US, HeldKind::InKernel, 85 * US, 70 * US),
+                (0, 120 * US, 115 * US, HeldKind::OffCpu, 10 * US, 5 * US, 0),
+                (200 * US, 290 * US, 75 * US, HeldKind::InKernel, 85 * US, 70 * US, 0),
+                (600 * US, 690 * US, 70 * US, HeldKind::InInterrupt, 90 * US, 10 * US, 70 * US),
             ]
         );
-        assert_eq!(r.count, 2);
+        assert_eq!(r.count, 3);
         assert_eq!((r.long_own_work, r.worst_own_work_ns), (1, 90 * US));
     }
 

@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use kairos_ring::bridge::BridgeMemory;
 use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
+use kairos_sys::irq_time::IrqClock;
 use kairos_sys::thread::{pin_current_thread, set_fifo, set_timer_slack_ns, thread_cpu_time_ns};
 use serde::{Deserialize, Serialize};
 
@@ -120,6 +121,9 @@ pub struct MemberConfig {
     pub measure_until_ns: Option<u64>,
     /// Seeds SWIM's random choices.
     pub seed: u64,
+    /// The loop times the interrupt handlers run in it ([`kairos_sys::irq_time`]; each costs
+    /// about half a microsecond more traced), so its held stretches can name them.
+    pub time_interrupts: bool,
 }
 
 impl MemberConfig {
@@ -497,9 +501,23 @@ fn run_loop<M: BridgeMemory>(
     let mut deadline = start;
     let mut slept = false;
     let mut held = HeldWatch::new(HeldThread::Loop, LATE_NS, config.measure_from_ns, MAX_HELD);
+    // Interrupt handlers are charged to the thread they interrupt: this clock tells them from
+    // the loop's own work, where the kernel lets the thread trace itself.
+    // Every handler that ran on the loop's core during a pass ran inside it: a clock on that
+    // core tells them from the loop's own work.
+    let mut irq = match (config.time_interrupts, config.core.filter(|_| pinned)) {
+        (false, _) => None,
+        (true, None) => {
+            held.interrupts_untimed("the loop is not pinned to a core (--core)".into());
+            None
+        }
+        (true, Some(core)) => IrqClock::on_cpu(core).map_err(|e| held.interrupts_untimed(e.to_string())).ok(),
+    };
     loop {
         let now = monotonic_ns();
-        held.woke(deadline, now, thread_cpu_time_ns(), slept);
+        held.woke(deadline, now, thread_cpu_time_ns(), slept, |from, to| {
+            irq.as_mut().map_or(0, |c| c.handler_ns_between(from, to))
+        });
         l.report.wakeups += 1;
         let late = now.saturating_sub(deadline);
         l.report.worst_wake_late_ns = l.report.worst_wake_late_ns.max(late);
@@ -545,6 +563,9 @@ fn run_loop<M: BridgeMemory>(
         }
     }
     l.report.lane = transport.lane_stats();
+    if let Some(lost) = irq.as_ref().map(IrqClock::lost_records).filter(|&n| n > 0) {
+        held.interrupts_untimed(format!("in part: the interrupt clock's ring dropped {lost} records"));
+    }
     l.report.held = held.finish();
     Ok(l.finish(monotonic_ns()))
 }
@@ -766,6 +787,7 @@ mod tests {
             run_for_ns: Some(run_ms * 1_000_000),
             measure_from_ns: 0,
             measure_until_ns: None,
+            time_interrupts: false,
             seed: 7,
         };
         let tables: Vec<Arc<AliveTable<HeapMemory>>> = (1..=3)
