@@ -18,9 +18,11 @@
 //! Two measures of that work are taken: the pass's socket system calls (its sends and
 //! receives, timed around the calls alone), and, where the kernel lets the member trace its
 //! core ([`kairos_sys::irq_time`]; the loop pinned to it), the time the core spent in
-//! interrupt handlers during the pass. The two overlap (a softirq run inside a `sendto` is in both), so a pass's
-//! time lost is its time off the CPU plus the larger of the two, and its kind is the largest
-//! of the three ([`HeldKind`]). A pass long in the member's own code is never a stall: it is
+//! interrupt handlers during the pass. Handlers run on the CPU, so their time adds to the time
+//! off it; the calls are timed by the wall clock and may hold either (a softirq run inside a
+//! `sendto`, a preemption inside a call), so a pass's time lost is the larger of the calls and
+//! the time off the CPU and in handlers together: never more than the pass lost. Its kind is
+//! the largest part ([`HeldKind`]). A pass long in the member's own code is never a stall: it is
 //! only counted ([`HeldRecord::long_own_work`]).
 
 use serde::{Deserialize, Serialize};
@@ -159,16 +161,15 @@ impl HeldWatch {
             let cpu = cpu_ns.saturating_sub(p.cpu_ns);
             let irq = interrupts(p.start_ns, p.end_ns);
             let off = wall.saturating_sub(cpu);
-            // Off the CPU and on it in others' work are disjoint; the calls and the handlers
-            // overlap, so only the larger of them is added.
-            let lost = off + p.syscall_ns.max(irq);
+            // Off the CPU and in handlers are disjoint; the calls' wall time may hold either.
+            let lost = (off + irq).max(p.syscall_ns);
             if lost > self.threshold_ns {
-                let kind = if off >= p.syscall_ns.max(irq) {
-                    HeldKind::OffCpu
-                } else if irq > p.syscall_ns {
+                let kind = if p.syscall_ns > off + irq {
+                    HeldKind::InKernel
+                } else if irq > off {
                     HeldKind::InInterrupt
                 } else {
-                    HeldKind::InKernel
+                    HeldKind::OffCpu
                 };
                 self.push(Held {
                     from_ns: p.start_ns,
@@ -303,8 +304,8 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                (0, 120 * US, 115 * US, HeldKind::OffCpu, 10 * US, 5 * US, 0),
-                (200 * US, 290 * US, 75 * US, HeldKind::InKernel, 85 * US, 70 * US, 0),
+                (0, 120 * US, 110 * US, HeldKind::OffCpu, 10 * US, 5 * US, 0),
+                (200 * US, 290 * US, 70 * US, HeldKind::InKernel, 85 * US, 70 * US, 0),
                 (600 * US, 690 * US, 70 * US, HeldKind::InInterrupt, 90 * US, 10 * US, 70 * US),
             ]
         );
