@@ -26,6 +26,7 @@ use kairos_metrics::AgeTable;
 use kairos_ring::{Doorbell, Overflow, RingStats};
 use kairos_sys::clock::monotonic_ns;
 use kairos_sys::stoppable_thread::panic_message;
+use kairos_sys::thread::thread_cpu_time_ns;
 use serde::Serialize;
 
 use crate::config::{ControlMode, Flush, ForwarderConfig, RingPolicy, Threading};
@@ -54,6 +55,8 @@ pub struct ForwarderStats {
     /// Forwarder threads that asked for `SCHED_FIFO` and were refused (they ran at normal
     /// priority).
     pub fifo_refused: u64,
+    /// CPU time its threads used over the run, ns (their CPU clocks).
+    pub cpu_ns: u64,
 }
 
 /// A ring's drops, as the summary prints them.
@@ -174,8 +177,10 @@ pub fn run<F: Fib, P: Port>(
         let refused = AtomicU64::new(0);
         realtime(config, &refused);
         started.store(true, Ordering::Release);
+        let cpu_before = thread_cpu_time_ns();
         let mut stats = crate::rtc::run(config, users, fib, &mut rx_port, &mut tx_port, stop);
         stats.fifo_refused = refused.load(Ordering::Relaxed);
+        stats.cpu_ns = thread_cpu_time_ns().saturating_sub(cpu_before);
         return Ok(stats);
     }
     let pool_size = config.ctrl_ring + config.data_ring.max(users as usize) + 4 * config.burst + 1024;
@@ -200,12 +205,16 @@ pub fn run<F: Fib, P: Port>(
     let bells = (&ctrl_bell, &data_bell);
     let pool = &*pool;
     let refused = &AtomicU64::new(0);
+    // Each thread's CPU clock at its end (the spawned ones are new: their clock is their run).
+    let cpu = &AtomicU64::new(0);
     std::thread::scope(|s| {
         let control = (config.control == ControlMode::Thread).then(|| {
             let freer = freer.clone();
             s.spawn(move || {
                 realtime(config, refused);
-                control_thread(fib, ctrl_rx, pool, freer, users, config.burst, bells.0, stop)
+                let out = control_thread(fib, ctrl_rx, pool, freer, users, config.burst, bells.0, stop);
+                cpu.fetch_add(thread_cpu_time_ns(), Ordering::Relaxed);
+                out
             })
         });
         let data = {
@@ -213,11 +222,14 @@ pub fn run<F: Fib, P: Port>(
             let tx_port = &mut tx_port;
             s.spawn(move || {
                 realtime(config, refused);
-                data_thread(config, fib, data_rx, pool, freer, tx_port, bells.1, stop)
+                let out = data_thread(config, fib, data_rx, pool, freer, tx_port, bells.1, stop);
+                cpu.fetch_add(thread_cpu_time_ns(), Ordering::Relaxed);
+                out
             })
         };
         started.store(true, Ordering::Release);
         realtime(config, refused);
+        let rx_cpu_before = thread_cpu_time_ns();
         let rx = rx_thread(
             config,
             fib,
@@ -231,6 +243,7 @@ pub fn run<F: Fib, P: Port>(
             bells,
             stop,
         );
+        let rx_cpu = thread_cpu_time_ns().saturating_sub(rx_cpu_before);
         let (tx_drops, tx_avg_batch) = data.join().map_err(|p| panicked("data", p))?;
         let (fib_updates, fib_errors, fib_age_ns) = match control {
             Some(c) => c.join().map_err(|p| panicked("control", p))?,
@@ -247,6 +260,7 @@ pub fn run<F: Fib, P: Port>(
             fib_errors,
             fib_age_ns,
             fifo_refused: refused.load(Ordering::Relaxed),
+            cpu_ns: rx_cpu + cpu.load(Ordering::Relaxed),
         })
     })
 }

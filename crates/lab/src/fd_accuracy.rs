@@ -197,10 +197,13 @@ pub struct MemberFigures {
     /// Stretches its loop or application was due and kept from its work for more than 50 us
     /// (off the CPU, in the kernel's calls, or in interrupt handlers).
     pub held_off: u64,
-    /// Of the stretches kept, those lost mostly in interrupt handlers (only with the
-    /// interrupt clock, `--interrupt-clock`).
+    /// Of those, the stretches lost mostly in interrupt handlers (only with the interrupt
+    /// clock, `--interrupt-clock`).
     #[serde(default)]
     pub held_in_interrupts: u64,
+    /// The loop's time in interrupt handlers over the run, ms (0 without the interrupt clock).
+    #[serde(default)]
+    pub interrupt_ms: f64,
     /// Loop passes longer than 50 us in the member's own work (not stalls).
     pub long_own_work_passes: u64,
     /// The longest of those, us.
@@ -733,12 +736,8 @@ impl Experiment for AccuracyConfig {
                         send_errors: r.send_errors,
                         late_wakeups: r.late_wakeups,
                         held_off: r.held.count,
-                        held_in_interrupts: r
-                            .held
-                            .stretches
-                            .iter()
-                            .filter(|h| h.kind == HeldKind::InInterrupt)
-                            .count() as u64,
+                        held_in_interrupts: r.held.in_interrupts,
+                        interrupt_ms: r.held.interrupt_ns as f64 / 1e6,
                         long_own_work_passes: r.held.long_own_work,
                         worst_own_work_us: r.held.worst_own_work_ns as f64 / 1e3,
                         interrupts_untimed: r.held.interrupts_untimed.clone(),
@@ -832,9 +831,10 @@ pub fn report(s: &AccuracySummary) -> String {
             out.push_str(&format!("{:?}: the loops' time in interrupt handlers not timed: {why}\n", l.load));
         } else if s.config.time_interrupts {
             out.push_str(&format!(
-                "{:?}: held off mostly in interrupt handlers (the interrupt clock): {}\n",
+                "{:?}: held off mostly in interrupt handlers (the interrupt clock): {}; the loops' time in handlers: {} ms\n",
                 l.load,
                 l.members.iter().map(|m| m.held_in_interrupts.to_string()).collect::<Vec<_>>().join(", "),
+                l.members.iter().map(|m| format!("{:.1}", m.interrupt_ms)).collect::<Vec<_>>().join(", "),
             ));
         }
         if l.members.iter().any(|m| m.lane_beats_replaced.is_some()) {

@@ -9,6 +9,16 @@ use kairos_lab::forward::{
     Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, Threading, run_once,
 };
 
+/// The tests run forwarders with their senders and receivers, some busy-polling a core (the
+/// dpdk-testpmd peer, the run-to-completion forwarder); run side by side on a small machine,
+/// one starves another and measures the machine. Each takes this first.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    // A test that failed holding it poisons it; the next still runs alone.
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn trace() -> Trace {
     Trace::generate(100, 0.1, 8_000, 3).unwrap()
 }
@@ -46,6 +56,7 @@ fn check(config: &ForwardConfig, trace: &Trace) {
 
 #[test]
 fn every_fib_forwards_over_memory() {
+    let _alone = one_at_a_time();
     let t = trace();
     for fib in
         [None, Some(FibKind::Rcu), Some(FibKind::RwLock), Some(FibKind::Seqlock), Some(FibKind::Papaya)]
@@ -56,6 +67,7 @@ fn every_fib_forwards_over_memory() {
 
 #[test]
 fn freshness_variants_forward() {
+    let _alone = one_at_a_time();
     let t = trace();
     let mut c = config(Some(FibKind::Seqlock));
     c.forwarder.data_policy = RingPolicy::KeepLatest;
@@ -74,6 +86,7 @@ fn freshness_variants_forward() {
 
 #[test]
 fn udp_backend_runs_across_namespaces_or_says_it_needs_root() {
+    let _alone = one_at_a_time();
     let t = trace();
     let c = ForwardConfig { backend: Backend::Udp, ..config(Some(FibKind::Rcu)) };
     // SAFETY: geteuid has no preconditions.
@@ -92,6 +105,7 @@ fn udp_backend_runs_across_namespaces_or_says_it_needs_root() {
 
 #[test]
 fn the_run_to_completion_forwarder_forwards_with_every_policy() {
+    let _alone = one_at_a_time();
     let t = trace();
     for (fib, policy) in [
         (Some(FibKind::Rcu), RingPolicy::DropNewest),
@@ -115,6 +129,7 @@ fn the_run_to_completion_forwarder_forwards_with_every_policy() {
 
 #[test]
 fn the_packet_backend_runs_on_rings_across_namespaces_or_says_it_needs_root() {
+    let _alone = one_at_a_time();
     let t = trace();
     let root = kairos_sys::user::is_root();
     for threading in [Threading::RunToCompletion, Threading::Pipeline] {
@@ -145,6 +160,7 @@ fn the_packet_backend_runs_on_rings_across_namespaces_or_says_it_needs_root() {
 
 #[test]
 fn the_dpdk_testpmd_peer_forwards_the_baseline_when_installed() {
+    let _alone = one_at_a_time();
     let t = Trace::generate(1, 0.0, 5_000, 5).unwrap();
     let c = ForwardConfig { backend: Backend::Udp, peer: Some(Peer::DpdkTestpmd), ..config(None) };
     // SAFETY: geteuid has no preconditions.
@@ -164,6 +180,7 @@ fn the_dpdk_testpmd_peer_forwards_the_baseline_when_installed() {
 
 #[test]
 fn bad_configurations_are_refused() {
+    let _alone = one_at_a_time();
     let t = trace();
     let mut c = config(None);
     c.forwarder.data_ring = 0;
@@ -181,6 +198,7 @@ fn bad_configurations_are_refused() {
 /// and printed it. Both are refused at once now.
 #[test]
 fn runs_with_nothing_to_measure_end_at_once_with_the_reason() {
+    let _alone = one_at_a_time();
     let started = std::time::Instant::now();
     let no_users = Trace { users: 0, cdr: 0.1, seed: 1, rows: trace().rows };
     let mut c = config(Some(FibKind::Seqlock));
@@ -194,6 +212,7 @@ fn runs_with_nothing_to_measure_end_at_once_with_the_reason() {
 
 #[test]
 fn the_age_controlled_sender_moves_its_rate_within_its_bounds() {
+    let _alone = one_at_a_time();
     let t = Trace::generate(1, 0.0, 30_000, 4).unwrap();
     let control = kairos_lab::forward::source::AgeControl {
         initial_pps: 50_000.0,

@@ -18,8 +18,8 @@
 //! - [`host`]: the host's tuning for a dedicated core, read from `/proc` and `/sys` under a
 //!   root (isolation, tick, RCU, idle states, watchdogs, IRQ affinity, RT throttling, cpufreq,
 //!   SMT), and the few settings changed at run time ([`host::Tunable`]).
-//! - [`irq_time`]: the time the calling thread's core spent in interrupt handlers while the
-//!   thread held it, from the kernel's irq tracepoints (perf events on the thread alone).
+//! - [`irq_time`]: the time interrupt handlers took on a core in one thread's context between
+//!   two instants, from the kernel's irq tracepoints (perf events on the core).
 //! - [`memory`]: `mlockall`, heap trimming off, `/dev/cpu_dma_latency` held at 0.
 //! - [`net`]: UDP bursts (`recvmmsg`/`sendmmsg` with kernel receive time stamps), socket
 //!   options, `ppoll` on sockets, the kernel's per-socket drop count, memory-mapped

@@ -7,6 +7,13 @@
 
 use std::io;
 
+/// The size of a memory page, bytes.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if size > 0 { size as usize } else { 4096 }
+}
+
 /// Locks current and future pages in memory so a real-time loop takes no page faults.
 pub fn lock_memory() -> io::Result<()> {
     // SAFETY: mlockall takes flags only.

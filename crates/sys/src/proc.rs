@@ -52,6 +52,25 @@ pub fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown".to_string())
 }
 
+/// The CPU time another process (every thread of it, ended ones included) has used, in
+/// nanoseconds: its CPU-time clock (`clock_getcpuclockid`), exact where `/proc`'s counters are
+/// in clock ticks. An error once the process is gone.
+pub fn process_cpu_time_ns(pid: u32) -> std::io::Result<u64> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: clock_getcpuclockid writes a clock id into `clock`, a valid clockid_t; a pid
+    // that names no process is an error return, not undefined behaviour.
+    let rc = unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
+    }
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec and `clock` the id the kernel just gave.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+}
+
 /// Kernel clock ticks per second (`USER_HZ`), the unit of `/proc/stat`.
 pub fn clock_ticks_per_second() -> u64 {
     // SAFETY: sysconf takes a constant name and has no memory effects.
@@ -162,6 +181,20 @@ impl ProcStat {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_busy_child_s_cpu_time_grows_and_a_reaped_one_has_none() {
+        let mut child =
+            std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().expect("sh");
+        let pid = child.id();
+        let first = process_cpu_time_ns(pid).expect("its clock");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let second = process_cpu_time_ns(pid).expect("its clock");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(second > first, "a spinning shell used no CPU: {first} then {second}");
+        assert!(process_cpu_time_ns(pid).is_err(), "a reaped process has no clock");
+    }
 
     #[test]
     fn steal_is_parsed_per_core_in_nanoseconds() {

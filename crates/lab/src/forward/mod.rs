@@ -161,6 +161,9 @@ pub struct Row {
     pub fifo_priority: i32,
     /// The run-to-completion forwarder's idle spin window, us (0: a few polls).
     pub idle_spin_us: u64,
+    /// The forwarder's CPU time per packet it received, ns: its threads' CPU clocks over the
+    /// run (a peer's: its process's, over the sender's run), polling included.
+    pub cpu_ns_per_packet: f64,
     /// Each user's time-average age, ns (by user id = Zipf rank - 1).
     #[serde(skip)]
     pub per_user_age_ns: Vec<f64>,
@@ -213,6 +216,7 @@ fn row(config: &ForwardConfig, trace: &Trace, src: SourceResult, fwd: ForwarderS
         fifo_refused: fwd.fifo_refused,
         fifo_priority: config.forwarder.fifo_priority,
         idle_spin_us: config.forwarder.idle_spin_ns / 1_000,
+        cpu_ns_per_packet: if fwd.rx_packets == 0 { 0.0 } else { fwd.cpu_ns as f64 / fwd.rx_packets as f64 },
         per_user_age_ns: src.ages.per_user.iter().map(|s| s.avg_age_ns).collect(),
         rate_steps: src.rate_steps.clone(),
     }
@@ -316,6 +320,7 @@ fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
     src_out.send_without_checksum()?;
     let mut src_in = src_out.try_clone()?;
     let progress = Progress::default();
+    let cpu_before = pmd.cpu_time_ns()?;
     let src = source::run(
         trace,
         pace(config),
@@ -325,6 +330,7 @@ fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
         config.drain_ns,
         &progress,
     );
+    let cpu_ns = pmd.cpu_time_ns()?.saturating_sub(cpu_before);
     let stats = pmd.stop()?;
     drop(bed);
     let fwd = ForwarderStats {
@@ -335,6 +341,7 @@ fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
             ..RingCounts::default()
         },
         tx_drops: stats.tx_dropped,
+        cpu_ns,
         ..ForwarderStats::default()
     };
     let mut row = row(config, trace, src, fwd);
@@ -500,7 +507,7 @@ pub fn run_once_watched(config: &ForwardConfig, trace: &Trace, tick: &dyn Fn(usi
 /// A one-line text form of a row.
 pub fn row_line(r: &Row) -> String {
     format!(
-        "{:<28} {:>7} {:>10.0} {:>10.0} {:>11.1} {:>9} {:>8} {:>8} {:>9} {:>6.2} {:>9.1}",
+        "{:<28} {:>7} {:>10.0} {:>10.0} {:>11.1} {:>9} {:>8} {:>8} {:>9} {:>6.2} {:>9.1} {:>8.0}",
         if r.label.is_empty() {
             format!("{} {} {}", r.fib, r.ring_policy, r.ring_size)
         } else {
@@ -516,12 +523,13 @@ pub fn row_line(r: &Row) -> String {
         r.received,
         r.avg_batch,
         r.fib_age_ns / 1e3,
+        r.cpu_ns_per_packet,
     )
 }
 
 pub fn row_header() -> String {
     format!(
-        "{:<28} {:>7} {:>10} {:>10} {:>11} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9}",
+        "{:<28} {:>7} {:>10} {:>10} {:>11} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>8}",
         "configuration",
         "backend",
         "rate pps",
@@ -532,7 +540,8 @@ pub fn row_header() -> String {
         "misaddr",
         "received",
         "batch",
-        "fib age us"
+        "fib age us",
+        "cpu ns/p"
     )
 }
 

@@ -122,6 +122,12 @@ impl Testpmd {
         }
     }
 
+    /// The CPU time its process has used so far, ns (every thread: the polling lcore's is most
+    /// of it).
+    pub fn cpu_time_ns(&self) -> Result<u64> {
+        kairos_sys::proc::process_cpu_time_ns(self.child.id()).context("dpdk-testpmd's CPU clock")
+    }
+
     /// The last lines it printed, for an error message.
     fn tail(&self) -> String {
         let n = self.log.len();

@@ -775,6 +775,7 @@ fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
         };
         let mut lower = Vec::new();
         let mut higher = Vec::new();
+        let mut cpu = Vec::new();
         for &load in &config.rate_fractions {
             let (Some(k), Some(p)) = (at("baseline", load, "source"), at("peer-baseline", load, PEER_LABEL))
             else {
@@ -785,7 +786,28 @@ fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
             }
             let ratio = k.row.avg_age_ns / p.row.avg_age_ns.max(1.0);
             let entry = format!("{:.0} kpps {ratio:.2}x", k.row.rate_pps / 1e3);
-            if ratio < 1.0 { lower.push(entry) } else { higher.push(entry) }
+            if ratio < 1.0 {
+                lower.push(entry)
+            } else {
+                higher.push(entry)
+            }
+            if p.row.cpu_ns_per_packet > 0.0 {
+                cpu.push((k.row.rate_pps, k.row.cpu_ns_per_packet, p.row.cpu_ns_per_packet));
+            }
+        }
+        if !cpu.is_empty() {
+            out.push(Check {
+                name: format!("{backend}: Kairos's CPU time per packet is below dpdk-testpmd's at every rate both sustain"),
+                held: cpu.iter().all(|(_, k, p)| k < p),
+                claim: false,
+                detail: format!(
+                    "ns per packet, Kairos against testpmd (its polling included): {}",
+                    cpu.iter()
+                        .map(|(rate, k, p)| format!("{:.0} kpps {k:.0} vs {p:.0} ({:.2}x)", rate / 1e3, k / p))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
         }
         if !(lower.is_empty() && higher.is_empty()) {
             out.push(Check {
@@ -1049,6 +1071,7 @@ fn write_csv(rows: &[SweepRow], run: &RunDir) -> Result<()> {
         "tx_drops",
         "pool_drops",
         "mean_latency_ns",
+        "cpu_ns_per_packet",
     ])?;
     for s in rows {
         let r = &s.row;
@@ -1079,6 +1102,7 @@ fn write_csv(rows: &[SweepRow], run: &RunDir) -> Result<()> {
             r.tx_drops.to_string(),
             r.pool_drops.to_string(),
             format!("{:.0}", r.mean_latency_ns),
+            format!("{:.0}", r.cpu_ns_per_packet),
         ])?;
     }
     let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;

@@ -17,9 +17,9 @@
 //! receive work runs in its sender's `sendto`, with whatever else the softirq found queued).
 //! Two measures of that work are taken: the pass's socket system calls (its sends and
 //! receives, timed around the calls alone), and, where the kernel lets the member trace its
-//! core ([`kairos_sys::irq_time`]; the loop pinned to it), the time the core spent in
-//! interrupt handlers during the pass. Handlers run on the CPU, so their time adds to the time
-//! off it; the calls are timed by the wall clock and may hold either (a softirq run inside a
+//! core ([`kairos_sys::irq_time`]; the loop pinned to it), the time interrupt handlers took
+//! in the loop's context during the pass. Handlers that interrupted the loop ran while it held
+//! the CPU, so their time adds to the time off it; the calls are timed by the wall clock and may hold either (a softirq run inside a
 //! `sendto`, a preemption inside a call), so a pass's time lost is the larger of the calls and
 //! the time off the CPU and in handlers together: never more than the pass lost. Its kind is
 //! the largest part ([`HeldKind`]). A pass long in the member's own code is never a stall: it is
@@ -83,6 +83,12 @@ pub struct HeldRecord {
     pub stretches: Vec<Held>,
     /// Every stretch, kept or not.
     pub count: u64,
+    /// Of those, the stretches lost mostly in interrupt handlers ([`HeldKind::InInterrupt`]).
+    #[serde(default)]
+    pub in_interrupts: u64,
+    /// The loop's passes' time in interrupt handlers, in all, ns (0 where not timed).
+    #[serde(default)]
+    pub interrupt_ns: u64,
     /// Stretches from the start of the measurement past the cap, not kept.
     pub dropped: u64,
     /// Loop passes longer than the threshold on the CPU and not in the socket's calls (the
@@ -102,6 +108,8 @@ impl HeldRecord {
         self.stretches.extend(other.stretches);
         self.stretches.sort_by_key(|h| h.from_ns);
         self.count += other.count;
+        self.in_interrupts += other.in_interrupts;
+        self.interrupt_ns += other.interrupt_ns;
         self.dropped += other.dropped;
         self.long_own_work += other.long_own_work;
         self.worst_own_work_ns = self.worst_own_work_ns.max(other.worst_own_work_ns);
@@ -144,7 +152,7 @@ impl HeldWatch {
 
     /// The thread woke for a deadline `due_ns` and runs at `now_ns`, its CPU clock at
     /// `cpu_ns`; `slept`: it slept to the deadline (else the pass before ran past it, its own
-    /// doing); `interrupts(from, to)`: the time its core spent in interrupt handlers between
+    /// doing); `interrupts(from, to)`: the time interrupt handlers took in its context between
     /// two instants (0 where not timed). Closes the pass before: its CPU time is what the
     /// clock moved since it began (the sleep's system call included, a microsecond, which
     /// makes the off-CPU time smaller).
@@ -161,8 +169,10 @@ impl HeldWatch {
             let cpu = cpu_ns.saturating_sub(p.cpu_ns);
             let irq = interrupts(p.start_ns, p.end_ns);
             let off = wall.saturating_sub(cpu);
-            // Off the CPU and in handlers are disjoint; the calls' wall time may hold either.
-            let lost = (off + irq).max(p.syscall_ns);
+            self.record.interrupt_ns += irq;
+            // Off the CPU and in handlers that interrupted the thread are disjoint (never
+            // more than the pass); the calls' wall time may hold either.
+            let lost = (off + irq).min(wall).max(p.syscall_ns);
             if lost > self.threshold_ns {
                 let kind = if p.syscall_ns > off + irq {
                     HeldKind::InKernel
@@ -221,6 +231,7 @@ impl HeldWatch {
 
     fn push(&mut self, held: Held) {
         self.record.count += 1;
+        self.record.in_interrupts += u64::from(held.kind == HeldKind::InInterrupt);
         if held.to_ns < self.keep_from_ns {
             return;
         }
@@ -295,6 +306,13 @@ mod tests {
             assert_eq!((from, to), (600 * US, 690 * US), "asked about the pass's own span");
             70 * US
         });
+        // 100 us of wall time, 70 us on the CPU, 40 of it in handlers: 30 off and 40 in them,
+        // 70 lost, mostly to handlers.
+        w.pass_ended(900 * US, 0);
+        w.woke(1_000 * US, 1_000 * US, 345 * US, true, |_, _| 40 * US);
+        // A handler time larger than the pass (a clock that miscounted): never more than it.
+        w.pass_ended(1_060 * US, 0);
+        w.woke(1_200 * US, 1_200 * US, 405 * US, true, |_, _| 500 * US);
         let r = w.finish();
         let got: Vec<_> = r
             .stretches
@@ -307,9 +325,11 @@ mod tests {
                 (0, 120 * US, 110 * US, HeldKind::OffCpu, 10 * US, 5 * US, 0),
                 (200 * US, 290 * US, 70 * US, HeldKind::InKernel, 85 * US, 70 * US, 0),
                 (600 * US, 690 * US, 70 * US, HeldKind::InInterrupt, 90 * US, 10 * US, 70 * US),
+                (800 * US, 900 * US, 70 * US, HeldKind::InInterrupt, 70 * US, 0, 40 * US),
+                (1_000 * US, 1_060 * US, 60 * US, HeldKind::InInterrupt, 60 * US, 0, 500 * US),
             ]
         );
-        assert_eq!(r.count, 3);
+        assert_eq!((r.count, r.in_interrupts, r.interrupt_ns), (5, 3, 610 * US));
         assert_eq!((r.long_own_work, r.worst_own_work_ns), (1, 90 * US));
     }
 

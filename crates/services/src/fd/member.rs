@@ -45,7 +45,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use kairos_ring::bridge::BridgeMemory;
 use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
 use kairos_sys::irq_time::IrqClock;
-use kairos_sys::thread::{pin_current_thread, set_fifo, set_timer_slack_ns, thread_cpu_time_ns};
+use kairos_sys::thread::{pin_current_thread, set_fifo, set_timer_slack_ns, thread_cpu_time_ns, thread_id};
 use serde::{Deserialize, Serialize};
 
 use super::detector::{Detector, DetectorConfig, Event, Heard};
@@ -501,17 +501,21 @@ fn run_loop<M: BridgeMemory>(
     let mut deadline = start;
     let mut slept = false;
     let mut held = HeldWatch::new(HeldThread::Loop, LATE_NS, config.measure_from_ns, MAX_HELD);
-    // Interrupt handlers are charged to the thread they interrupt: this clock tells them from
-    // the loop's own work, where the kernel lets the thread trace itself.
-    // Every handler that ran on the loop's core during a pass ran inside it: a clock on that
-    // core tells them from the loop's own work.
-    let mut irq = match (config.time_interrupts, config.core.filter(|_| pinned)) {
+    // Interrupt handlers are charged to the thread they interrupt: a clock on the loop's core,
+    // counting the handlers that interrupted the loop, tells them from its own work.
+    let mut irq = match (config.time_interrupts, config.core) {
         (false, _) => None,
         (true, None) => {
-            held.interrupts_untimed("the loop is not pinned to a core (--core)".into());
+            held.interrupts_untimed("the loop is not pinned to a core (give --core)".into());
             None
         }
-        (true, Some(core)) => IrqClock::on_cpu(core).map_err(|e| held.interrupts_untimed(e.to_string())).ok(),
+        (true, Some(core)) if !pinned => {
+            held.interrupts_untimed(format!("the loop could not be pinned to core {core}"));
+            None
+        }
+        (true, Some(core)) => IrqClock::on_cpu(core, thread_id() as u32)
+            .map_err(|e| held.interrupts_untimed(e.to_string()))
+            .ok(),
     };
     loop {
         let now = monotonic_ns();

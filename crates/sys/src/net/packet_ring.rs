@@ -274,12 +274,6 @@ pub struct PacketRing {
 // which thread reads.
 unsafe impl Send for PacketRing {}
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if size > 0 { size as usize } else { 4096 }
-}
-
 impl PacketRing {
     /// Opens a ring on `interface` in the calling thread's network namespace (the socket stays
     /// there whichever thread uses it).
@@ -305,7 +299,7 @@ impl PacketRing {
             return Err(os("if_nametoindex"));
         }
 
-        let page = page_size();
+        let page = crate::memory::page_size();
         let slot_block = frame_size.max(page);
         let per_block = slot_block / frame_size;
         let whole_blocks = |frames: u32| (frames as usize).div_ceil(per_block).max(1);
