@@ -711,7 +711,11 @@ impl<D: Disk> Replica<D> {
         node: u64,
         context: Vec<u8>,
     ) -> Result<(), raft::Error> {
-        if self.leader() == 0 {
+        // `raft`'s leader turns a change proposed while an earlier one (or its own first entry
+        // of the term) is unapplied into an empty entry, silently: refused here instead, so
+        // the client hears it at once rather than waiting for a change that will not come. (A
+        // follower cannot know: its proposal goes to the leader.)
+        if self.leader() == 0 || (self.is_leader() && self.node.raft.has_pending_conf()) {
             return Err(raft::Error::ProposalDropped);
         }
         let mut cc = ConfChange::default();
@@ -821,12 +825,16 @@ mod tests {
         assert_eq!(seen, vec![4]);
         assert!(events.is_empty() || events.iter().all(|e| e.node == 4));
 
-        // Member 1 removed; then stopped: three of four... now three voters, two needed.
+        // Member 1 removed; then stopped: three of four... now three voters, two needed. A
+        // second change before the first applies is refused at once by the leader.
         let proposer = c.leader();
         c.0.get_mut(&proposer)
             .unwrap()
             .propose_membership(ConfChangeType::RemoveNode, 1, Vec::new())
             .unwrap();
+        let second =
+            c.0.get_mut(&proposer).unwrap().propose_membership(ConfChangeType::AddNode, 5, Vec::new());
+        assert!(matches!(second, Err(raft::Error::ProposalDropped)), "{second:?}");
         c.settle(10);
         c.0.remove(&1);
         c.settle(60);
