@@ -21,6 +21,10 @@ pub struct ForwardArgs {
     /// rings) or run-to-completion (one thread takes each burst from receive to transmit).
     #[arg(long, default_value = "pipeline")]
     threading: Threading,
+    /// Pin the sender and receiver's thread to this core, another than the forwarder's (default:
+    /// not pinned; a sender left to the scheduler often lands on the polling forwarder's core).
+    #[arg(long)]
+    source_core: Option<usize>,
     /// Pin the run-to-completion forwarder's thread to this core (default: not pinned).
     #[arg(long)]
     core: Option<usize>,
@@ -148,6 +152,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
             }
         }),
         peer,
+        source_core: args.source_core,
         ..ForwardConfig::default()
     };
     let experiment = forward::ForwardRun { config, trace_file: args.trace.clone(), trace };

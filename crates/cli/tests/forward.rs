@@ -18,6 +18,8 @@ const REFUSED: &[(&[&str], &str)] = &[
     (&["--trace", "/tmp"], "/tmp: is a directory"),
     (&["--threading", "run-to-completion", "--core", "100000"], "core 100000 is not online"),
     (&["--core", "0"], "only the run-to-completion forwarder is pinned"),
+    (&["--source-core", "100000"], "sender's core 100000 is not online"),
+    (&["--threading", "run-to-completion", "--core", "0", "--source-core", "0"], "core 0 is the forwarder's"),
 ];
 
 #[test]

@@ -100,6 +100,10 @@ pub struct ForwardConfig {
     pub label: String,
     /// Run a peer forwarder in place of Kairos's (the UDP backend, no FIB).
     pub peer: Option<Peer>,
+    /// Pin the sender and receiver's thread to this core (`None`: the scheduler places it). A
+    /// sender left to the scheduler lands, more often than not, on the core of the polling
+    /// forwarder in its own process, and the two take turns there.
+    pub source_core: Option<usize>,
 }
 
 /// Another program in the forwarder's place ([`peer`]).
@@ -123,6 +127,7 @@ impl Default for ForwardConfig {
             drain_ns: 50_000_000,
             label: String::new(),
             peer: None,
+            source_core: None,
         }
     }
 }
@@ -265,6 +270,7 @@ fn run_with<F: Fib, S: Port, P: Port>(
         }
         let src = started.load(Ordering::Acquire).then(|| {
             s.spawn(|| {
+                pin_source(config);
                 let result = source::run(
                     trace,
                     pace,
@@ -304,6 +310,14 @@ fn run_with<F: Fib, S: Port, P: Port>(
     })
 }
 
+/// Pins the calling thread (the sender and receiver's) to the configured core; checked before
+/// the run, so a refusal here (a cpuset that leaves the core out) only leaves it unpinned.
+fn pin_source(config: &ForwardConfig) {
+    if let Some(core) = config.source_core {
+        let _ = kairos_sys::thread::pin_current_thread(core);
+    }
+}
+
 fn pace(config: &ForwardConfig) -> Pace {
     match config.age_control {
         Some(c) => Pace::AgeControlled(c),
@@ -321,15 +335,24 @@ fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
     let mut src_in = src_out.try_clone()?;
     let progress = Progress::default();
     let cpu_before = pmd.cpu_time_ns()?;
-    let src = source::run(
-        trace,
-        pace(config),
-        config.source_burst,
-        &mut src_out,
-        &mut src_in,
-        config.drain_ns,
-        &progress,
-    );
+    // On a thread of its own, as beside Kairos's forwarder, so that pinning it leaves the
+    // caller's thread as it was.
+    let src = std::thread::scope(|s| {
+        s.spawn(|| {
+            pin_source(config);
+            source::run(
+                trace,
+                pace(config),
+                config.source_burst,
+                &mut src_out,
+                &mut src_in,
+                config.drain_ns,
+                &progress,
+            )
+        })
+        .join()
+    })
+    .map_err(|p| anyhow!("the sender panicked: {}", panic_message(&*p)))?;
     let cpu_ns = pmd.cpu_time_ns()?.saturating_sub(cpu_before);
     let stats = pmd.stop()?;
     drop(bed);
@@ -417,6 +440,20 @@ impl ForwardConfig {
     /// limit and why.
     pub fn check(&self, trace: &Trace) -> Result<(), String> {
         self.forwarder.check(trace.users)?;
+        if let Some(core) = self.source_core {
+            let online = kairos_sys::proc::online_cores();
+            if core >= online {
+                return Err(format!(
+                    "the sender's core {core} is not online: this machine's cores are 0 to {}",
+                    online - 1
+                ));
+            }
+            if self.forwarder.pin_core == Some(core) {
+                return Err(format!(
+                    "the sender's core {core} is the forwarder's: give them different cores (or leave --source-core out), else they take turns on one"
+                ));
+            }
+        }
         if !trace.rows.iter().any(|r| !r.control) {
             return Err("the trace has no data rows, so there is no age to measure".into());
         }
