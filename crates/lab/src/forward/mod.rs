@@ -270,16 +270,17 @@ fn run_with<F: Fib, S: Port, P: Port>(
         }
         let src = started.load(Ordering::Acquire).then(|| {
             s.spawn(|| {
-                pin_source(config);
-                let result = source::run(
-                    trace,
-                    pace,
-                    config.source_burst,
-                    &mut src_out,
-                    &mut src_in,
-                    config.drain_ns,
-                    &progress,
-                );
+                let result = pin_source(config).map(|()| {
+                    source::run(
+                        trace,
+                        pace,
+                        config.source_burst,
+                        &mut src_out,
+                        &mut src_in,
+                        config.drain_ns,
+                        &progress,
+                    )
+                });
                 supervisor.unpark();
                 result
             })
@@ -298,7 +299,7 @@ fn run_with<F: Fib, S: Port, P: Port>(
         stop.store(true, Ordering::Release);
         let fwd = fwd.join().map_err(|p| anyhow!("the forwarder panicked: {}", panic_message(&*p)))??;
         let src = match src {
-            Some(Ok(src)) => src,
+            Some(Ok(src)) => src?,
             Some(Err(p)) => bail!("the sender panicked: {}", panic_message(&*p)),
             None => bail!("the forwarder ended before it started"),
         };
@@ -310,12 +311,15 @@ fn run_with<F: Fib, S: Port, P: Port>(
     })
 }
 
-/// Pins the calling thread (the sender and receiver's) to the configured core; checked before
-/// the run, so a refusal here (a cpuset that leaves the core out) only leaves it unpinned.
-fn pin_source(config: &ForwardConfig) {
+/// Pins the calling thread (the sender and receiver's) to the configured core. An error (a
+/// cpuset that leaves the core out) ends the run, as the forwarder's own pinning does: a row
+/// must not say where its sender ran when it did not.
+fn pin_source(config: &ForwardConfig) -> Result<()> {
     if let Some(core) = config.source_core {
-        let _ = kairos_sys::thread::pin_current_thread(core);
+        kairos_sys::thread::pin_current_thread(core)
+            .map_err(|e| anyhow!("pinning the sender to core {core}: {e}"))?;
     }
+    Ok(())
 }
 
 fn pace(config: &ForwardConfig) -> Pace {
@@ -339,8 +343,8 @@ fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
     // caller's thread as it was.
     let src = std::thread::scope(|s| {
         s.spawn(|| {
-            pin_source(config);
-            source::run(
+            pin_source(config)?;
+            Ok::<_, anyhow::Error>(source::run(
                 trace,
                 pace(config),
                 config.source_burst,
@@ -348,11 +352,11 @@ fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
                 &mut src_in,
                 config.drain_ns,
                 &progress,
-            )
+            ))
         })
         .join()
     })
-    .map_err(|p| anyhow!("the sender panicked: {}", panic_message(&*p)))?;
+    .map_err(|p| anyhow!("the sender panicked: {}", panic_message(&*p)))??;
     let cpu_ns = pmd.cpu_time_ns()?.saturating_sub(cpu_before);
     let stats = pmd.stop()?;
     drop(bed);
@@ -448,7 +452,13 @@ impl ForwardConfig {
                     online - 1
                 ));
             }
-            if self.forwarder.pin_core == Some(core) {
+            // testpmd polls on the last core (its forwarding lcore), whatever --core says.
+            let forwarder_core = if self.peer.is_some() {
+                Some(kairos_sys::proc::last_core())
+            } else {
+                self.forwarder.pin_core
+            };
+            if forwarder_core == Some(core) {
                 return Err(format!(
                     "the sender's core {core} is the forwarder's: give them different cores (or leave --source-core out), else they take turns on one"
                 ));

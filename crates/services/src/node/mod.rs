@@ -279,6 +279,9 @@ const PEERS_FILE: &str = "peers";
 /// How long a membership change may take before its client hears it did not happen.
 const MEMBERSHIP_TIMEOUT_NS: u64 = 5_000_000_000;
 
+/// A membership change refused for now ([`crate::replica::Replica::membership_busy`]).
+const BUSY: &str = "ERR membership change refused: proposal dropped (no leader now, or the leader has an earlier change, or its first entry of the term, unapplied): try again shortly";
+
 fn load_peers(path: &std::path::Path) -> Option<BTreeMap<u64, PeerAddr>> {
     let text = std::fs::read_to_string(path).ok()?;
     let peers: BTreeMap<u64, PeerAddr> = text
@@ -857,6 +860,11 @@ impl Node {
                     Some(_) => return Some(usage()),
                 };
                 let (Some(id), Some(addr)) = (id, addr) else { return Some(usage()) };
+                // Before `can_add`, which gives the lane's tunnel the new host: not for a
+                // change that would be refused.
+                if self.replica.membership_busy() {
+                    return Some(Reply::Error(BUSY.to_string()));
+                }
                 if let Err(e) = self.can_add(id, &addr) {
                     return Some(Reply::Error(format!("ERR {e}")));
                 }
@@ -879,9 +887,8 @@ impl Node {
                 self.membership_waiting.push((node, client, seq, monotonic_ns() + MEMBERSHIP_TIMEOUT_NS));
                 None
             }
-            Err(e) => Some(Reply::Error(format!(
-                "ERR membership change refused: {e} (one change at a time, and only while there is a leader)"
-            ))),
+            Err(raft::Error::ProposalDropped) => Some(Reply::Error(BUSY.to_string())),
+            Err(e) => Some(Reply::Error(format!("ERR membership change refused: {e}"))),
         }
     }
 

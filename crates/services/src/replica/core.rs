@@ -701,21 +701,27 @@ impl<D: Disk> Replica<D> {
         Ok(())
     }
 
+    /// Whether a membership change proposed now would be refused: no leader, or this member
+    /// leads with an earlier change (or its first entry of the term) unapplied, which `raft`
+    /// would turn into an empty entry silently. (A follower cannot know the leader's: its
+    /// proposal goes there.)
+    pub fn membership_busy(&self) -> bool {
+        self.leader() == 0 || (self.is_leader() && self.node.raft.has_pending_conf())
+    }
+
     /// Proposes a membership change (add a voter, a learner, or remove a member), with
     /// `context` for every member when it applies (the node's address). It takes effect when
-    /// committed; a follower's proposal goes to the leader; one change at a time (`raft`
-    /// refuses a second while one is pending, and a proposal without a leader).
+    /// committed; a follower's proposal goes to the leader; one change at a time: refused
+    /// while [`Self::membership_busy`].
     pub fn propose_membership(
         &mut self,
         change: raft::eraftpb::ConfChangeType,
         node: u64,
         context: Vec<u8>,
     ) -> Result<(), raft::Error> {
-        // `raft`'s leader turns a change proposed while an earlier one (or its own first entry
-        // of the term) is unapplied into an empty entry, silently: refused here instead, so
-        // the client hears it at once rather than waiting for a change that will not come. (A
-        // follower cannot know: its proposal goes to the leader.)
-        if self.leader() == 0 || (self.is_leader() && self.node.raft.has_pending_conf()) {
+        // Refused here rather than emptied by `raft`, so the client hears it at once instead of
+        // waiting for a change that will not come.
+        if self.membership_busy() {
             return Err(raft::Error::ProposalDropped);
         }
         let mut cc = ConfChange::default();
