@@ -130,6 +130,15 @@ pub struct ForwarderConfig {
 /// ([`crate::forwarder`]'s nap), so it never polls an idle port for longer than it sleeps on it.
 pub const MAX_IDLE_SPIN_NS: u64 = 1_000_000;
 
+/// Refuses a core that is not online here; `whose` names whose it is ("the forwarder's").
+pub fn check_online_core(core: usize, whose: &str) -> Result<(), String> {
+    let online = kairos_sys::proc::online_cores();
+    if core < online {
+        return Ok(());
+    }
+    Err(format!("{whose} core {core} is not online: this machine's cores are 0 to {}", online - 1))
+}
+
 /// The largest ring the forwarder makes, entries: every entry may hold a pool buffer (a 48-byte
 /// packet), so 16 Mi entries is already 800 MB of buffers.
 pub const MAX_RING: usize = 1 << 24;
@@ -186,13 +195,7 @@ impl ForwarderConfig {
             ));
         }
         if let Some(core) = self.pin_core {
-            let online = kairos_sys::proc::online_cores();
-            if core >= online {
-                return Err(format!(
-                    "the forwarder's core {core} is not online: this machine's cores are 0 to {}",
-                    online - 1
-                ));
-            }
+            check_online_core(core, "the forwarder's")?;
             if self.threading != Threading::RunToCompletion {
                 return Err(
                     "only the run-to-completion forwarder is pinned to a core (its one thread)".into()

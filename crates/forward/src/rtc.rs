@@ -69,8 +69,7 @@ pub(crate) fn run<F: Fib, P: Port>(
                 reader.quiescent();
             }
             let sleep = if config.idle_spin_ns > 0 {
-                std::hint::spin_loop();
-                monotonic_ns().saturating_sub(last_burst_ns) > config.idle_spin_ns
+                idle.window_over(last_burst_ns, config.idle_spin_ns)
             } else {
                 idle.empty()
             };

@@ -445,13 +445,7 @@ impl ForwardConfig {
     pub fn check(&self, trace: &Trace) -> Result<(), String> {
         self.forwarder.check(trace.users)?;
         if let Some(core) = self.source_core {
-            let online = kairos_sys::proc::online_cores();
-            if core >= online {
-                return Err(format!(
-                    "the sender's core {core} is not online: this machine's cores are 0 to {}",
-                    online - 1
-                ));
-            }
+            kairos_forward::config::check_online_core(core, "the sender's")?;
             // testpmd polls on the last core (its forwarding lcore), whatever --core says.
             let forwarder_core = if self.peer.is_some() {
                 Some(kairos_sys::proc::last_core())
