@@ -6,7 +6,7 @@
 //! is one vDSO call, never blocks, allocates or fails: `clock_gettime` can fail only for a clock
 //! Linux does not define or a bad pointer, and neither can happen here.
 
-fn timespec_ns(ts: &libc::timespec) -> u64 {
+pub(crate) fn timespec_ns(ts: &libc::timespec) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

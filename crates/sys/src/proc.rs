@@ -68,7 +68,7 @@ pub fn process_cpu_time_ns(pid: u32) -> std::io::Result<u64> {
     if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64)
+    Ok(crate::clock::timespec_ns(&ts))
 }
 
 /// Kernel clock ticks per second (`USER_HZ`), the unit of `/proc/stat`.
