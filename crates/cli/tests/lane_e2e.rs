@@ -14,8 +14,9 @@
 //!
 //! Each node's lane loop runs as a node is meant to: pinned to the lane core (the last one) at
 //! `SCHED_FIFO`. Each node measures that core when it starts (`kairos lane node`'s probe), so
-//! the nodes are started one after another: the three hosts share the core here, and probes at
-//! once would measure each other. The sensor's tunnel carries the bound h0's node promised
+//! the nodes are started one after another (the three hosts share the core here, and probes at
+//! once would measure each other), the receivers first: the sender's node times its send calls
+//! to its peers when it starts, and those must be deliveries to running nodes. The sensor's tunnel carries the bound h0's node promised
 //! (the controller's, its jitter widened by the core's and the fan-out's; the node's log line is
 //! printed). Every message must arrive within it, none before its minimum, and one after its
 //! maximum only while a stall watch (`SCHED_FIFO` 99, one on every core the messages cross,
@@ -216,6 +217,7 @@ fn the_lane_end_to_end_on_the_testbed() {
     let peers: Vec<String> = (0..3).map(|i| format!("h{i}={}:7500", host_ip(i))).collect();
     let node_dirs: Vec<PathBuf> = (0..3).map(|i| path(&format!("node-h{i}"))).collect();
     let _nodes: Vec<OwnedChild> = (0..3)
+        .rev()
         .map(|i| {
             let mut args = vec![
                 "lane".to_string(),
@@ -248,6 +250,10 @@ fn the_lane_end_to_end_on_the_testbed() {
             // One after another: each node first measures the lane core (spinning at its
             // priority), and three hosts share that core here, so probes at once would measure
             // each other rather than the core. (A host of its own has a core of its own.)
+            // The receivers first: h0's node times its send calls to its peers when it starts,
+            // and a peer not up yet answers with an ICMP error, a path unlike a delivery that
+            // wakes the peer's loop (13 us a call against 44-54 us here, while h2's messages
+            // trailed h1's by 21 us at the median: the bound then missed 21 of h2's 1000).
             let log = dir.join(format!("node-h{i}.log"));
             let deadline = Instant::now() + WAIT;
             while !std::fs::read_to_string(&log).unwrap_or_default().contains("lane node for") {
