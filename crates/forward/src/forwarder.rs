@@ -57,6 +57,13 @@ pub struct ForwarderStats {
     pub fifo_refused: u64,
     /// CPU time its threads used over the run, ns (their CPU clocks).
     pub cpu_ns: u64,
+    /// Times the run-to-completion thread went to sleep on its empty port (0 for the
+    /// pipeline): with a spin window longer than the gaps between bursts, 0 while traffic flows.
+    pub naps: u64,
+    /// The run-to-completion thread's mean time from a packet's receive stamp (the port's:
+    /// the kernel's on a socket) to the send call that carries it on, ns (0 for the pipeline):
+    /// the part of the packet's age spent in this forwarder and its port's receive ring.
+    pub held_ns: f64,
 }
 
 /// A ring's drops, as the summary prints them.
@@ -281,6 +288,7 @@ pub fn run<F: Fib, P: Port>(
             fib_age_ns,
             fifo_refused: refused.load(Ordering::Relaxed),
             cpu_ns: rx_cpu + cpu.load(Ordering::Relaxed),
+            ..ForwarderStats::default()
         })
     })
 }

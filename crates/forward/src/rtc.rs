@@ -61,6 +61,7 @@ pub(crate) fn run<F: Fib, P: Port>(
     let (mut tx_calls, mut tx_sent) = (0u64, 0u64);
     let mut bursts = 0u64;
     let mut idle = Idle(0);
+    let (mut naps, mut held_sum_ns, mut held_packets) = (0u64, 0u64, 0u64);
     let mut last_burst_ns = monotonic_ns();
     while !stop.load(Ordering::Relaxed) {
         let n = rx_port.rx_burst(&mut burst).unwrap_or(0);
@@ -74,6 +75,7 @@ pub(crate) fn run<F: Fib, P: Port>(
                 idle.empty()
             };
             if sleep {
+                naps += 1;
                 let mut nap = || rx_port.wait(NAP);
                 match reader.as_mut() {
                     Some(reader) => reader.offline_while(&mut nap),
@@ -129,6 +131,13 @@ pub(crate) fn run<F: Fib, P: Port>(
             reader.quiescent();
         }
         if !batch.is_empty() {
+            // One clock read a burst: how long its packets have been here, from their receive
+            // stamps (a port that stamps none leaves them 0, and they are not counted).
+            let now = monotonic_ns();
+            for p in batch.iter().filter(|p| p.rx_ns > 0) {
+                held_sum_ns += now.saturating_sub(p.rx_ns);
+                held_packets += 1;
+            }
             let sent = tx_port.tx_burst(&batch).unwrap_or(0);
             stats.tx_drops += (batch.len() - sent) as u64;
             if sent > 0 {
@@ -149,6 +158,8 @@ pub(crate) fn run<F: Fib, P: Port>(
     stats.fib_errors = errors;
     stats.fib_age_ns = fib_ages.summary(monotonic_ns()).avg_age_ns;
     stats.tx_avg_batch = if tx_calls == 0 { 0.0 } else { tx_sent as f64 / tx_calls as f64 };
+    stats.naps = naps;
+    stats.held_ns = if held_packets == 0 { 0.0 } else { held_sum_ns as f64 / held_packets as f64 };
     stats
 }
 
@@ -272,17 +283,24 @@ mod tests {
             ..Default::default()
         };
         let (stop, started) = (AtomicBool::new(false), AtomicBool::new(false));
-        std::thread::scope(|s| {
+        let (stats, handed_ns) = std::thread::scope(|s| {
             let fwd =
                 s.spawn(|| crate::forwarder::run::<SeqlockFib, _>(&config, 8, None, rx, tx, &stop, &started));
             // Let it fall asleep first, then hand it one burst and leave it idle for a while.
             std::thread::sleep(Duration::from_millis(20));
+            let handed_ns = monotonic_ns();
             src_out.tx_burst(&[packet(Kind::Data, 1, 0, 10), packet(Kind::Data, 2, 1, 20)]).unwrap();
             std::thread::sleep(Duration::from_millis(30));
             stop.store(true, Ordering::Relaxed);
-            assert_eq!(fwd.join().unwrap().unwrap().rx_packets, 2);
+            (fwd.join().unwrap().unwrap(), handed_ns)
         });
+        assert_eq!(stats.rx_packets, 2);
         let log = log.lock().unwrap().clone();
+        // Its sleeps are counted, and the burst's time here runs from its receive stamp (the
+        // memory port's, when the burst was taken) to its send, within the burst's time here.
+        assert_eq!(stats.naps, log.iter().filter(|(_, c)| *c == Call::Wait).count() as u64);
+        let rx_ns = log.iter().find(|(_, c)| *c == Call::Rx(2)).expect("the burst was taken").0;
+        assert!(stats.held_ns > 0.0 && stats.held_ns < (rx_ns - handed_ns + 1_000_000) as f64, "{stats:?}");
         let burst = log.iter().position(|(_, c)| *c == Call::Rx(2)).expect("the burst was taken");
         let burst_ns = log[burst].0;
         let first_wait = burst + log[burst..].iter().position(|(_, c)| *c == Call::Wait).expect("it slept");

@@ -14,7 +14,9 @@
 //! (`thread`, `inline`), `flush` (`count`, `age`), `cdr`, `users`, `rate_pps` (offered; 0 when
 //! unlimited), `sent_pps` (achieved), `avg_age_ns`, `peak_age_ns`, `data_drops`, `ctrl_drops`,
 //! `misaddressed`, `received`, `sent`, `avg_batch` (sender, packets per `tx_burst` that took any),
-//! `fwd_avg_batch`, `fib_age_ns`, `tx_drops`, `pool_drops`, `mean_latency_ns`, `label`.
+//! `fwd_avg_batch`, `fib_age_ns`, `tx_drops`, `pool_drops`, `mean_latency_ns`, `label`,
+//! `cpu_ns_per_packet`, `fwd_naps` and `fwd_held_ns` (the run-to-completion forwarder's sleeps
+//! and its mean time from a packet's receive stamp to its send call).
 
 pub mod peer;
 pub mod sweep;
@@ -169,6 +171,12 @@ pub struct Row {
     /// The forwarder's CPU time per packet it received, ns: its threads' CPU clocks over the
     /// run (a peer's: its process's, over the sender's run), polling included.
     pub cpu_ns_per_packet: f64,
+    /// Times the run-to-completion forwarder slept on its empty port (0 for the pipeline and
+    /// a peer, which reports none): 0 means it polled throughout.
+    pub fwd_naps: u64,
+    /// The run-to-completion forwarder's mean time from a packet's receive stamp to its send
+    /// call, ns (0 for the pipeline and a peer).
+    pub fwd_held_ns: f64,
     /// Each user's time-average age, ns (by user id = Zipf rank - 1).
     #[serde(skip)]
     pub per_user_age_ns: Vec<f64>,
@@ -222,6 +230,8 @@ fn row(config: &ForwardConfig, trace: &Trace, src: SourceResult, fwd: ForwarderS
         fifo_priority: config.forwarder.fifo_priority,
         idle_spin_us: config.forwarder.idle_spin_ns / 1_000,
         cpu_ns_per_packet: if fwd.rx_packets == 0 { 0.0 } else { fwd.cpu_ns as f64 / fwd.rx_packets as f64 },
+        fwd_naps: fwd.naps,
+        fwd_held_ns: fwd.held_ns,
         per_user_age_ns: src.ages.per_user.iter().map(|s| s.avg_age_ns).collect(),
         rate_steps: src.rate_steps.clone(),
     }

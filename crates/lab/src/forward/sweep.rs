@@ -791,7 +791,14 @@ fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
                 continue;
             }
             let ratio = k.row.avg_age_ns / p.row.avg_age_ns.max(1.0);
-            let entry = format!("{:.0} kpps {ratio:.2}x", k.row.rate_pps / 1e3);
+            // Where Kairos's share of the age is: its forwarder's hold (receive stamp to send
+            // call) and whether it slept between bursts.
+            let entry = format!(
+                "{:.0} kpps {ratio:.2}x (Kairos held a packet {:.1} us, slept {} times)",
+                k.row.rate_pps / 1e3,
+                k.row.fwd_held_ns / 1e3,
+                k.row.fwd_naps
+            );
             if ratio < 1.0 {
                 lower.push(entry)
             } else {
@@ -1078,6 +1085,8 @@ fn write_csv(rows: &[SweepRow], run: &RunDir) -> Result<()> {
         "pool_drops",
         "mean_latency_ns",
         "cpu_ns_per_packet",
+        "fwd_naps",
+        "fwd_held_ns",
     ])?;
     for s in rows {
         let r = &s.row;
@@ -1109,6 +1118,8 @@ fn write_csv(rows: &[SweepRow], run: &RunDir) -> Result<()> {
             r.pool_drops.to_string(),
             format!("{:.0}", r.mean_latency_ns),
             format!("{:.0}", r.cpu_ns_per_packet),
+            r.fwd_naps.to_string(),
+            format!("{:.0}", r.fwd_held_ns),
         ])?;
     }
     let bytes = w.into_inner().map_err(|e| anyhow::anyhow!("csv: {e}"))?;
