@@ -12,7 +12,11 @@
 //!   duty cycle, default 1%), at normal priority, so it neither starves the system under test nor
 //!   is starved by it. Its cost is measured (CPU time of the sampler threads over wall time) and
 //!   reported beside the duty cycle. A gap seen during the run may also be the system under test
-//!   taking the core, which is why the quiet windows around it matter;
+//!   taking the core, which is why the quiet windows around it matter. An experiment whose
+//!   threads own every core and whose figure is a mean made by rare long waits (the forwarding
+//!   lab's age) asks for the windows only ([`NoiseConfig::around_only`]): each 1 ms burst takes
+//!   a core from the thread on it, and on two cores such bursts were most of a forwarder's mean
+//!   age;
 //! - **steal**: the kernel's per-core steal time (`/proc/stat`) over each window, the time the
 //!   hypervisor gave the core to someone else.
 //!
@@ -38,7 +42,7 @@ pub struct NoiseConfig {
     pub cores: Vec<usize>,
     /// Length of the quiet windows before and after the run.
     pub window: Duration,
-    /// During the run, spin this long ...
+    /// During the run, spin this long (zero: no sampler during the run) ...
     pub sample_for: Duration,
     /// ... once every this long.
     pub sample_every: Duration,
@@ -50,6 +54,11 @@ impl NoiseConfig {
     /// Short windows for quick runs: 150 ms before and after, 1 ms every 100 ms during.
     pub fn quick() -> Self {
         Self { window: Duration::from_millis(150), ..Self::default() }
+    }
+
+    /// The quick windows before and after the run, and no sampler during it.
+    pub fn around_only() -> Self {
+        Self { sample_for: Duration::ZERO, ..Self::quick() }
     }
 }
 
@@ -104,6 +113,10 @@ pub struct DuringNoise {
     /// Why there are no figures: the sampler could not start, or one of its threads died.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// True when the experiment asked for no sampler during the run
+    /// ([`NoiseConfig::around_only`]); the figures are then empty by design.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_sampled: bool,
 }
 
 /// The probe's findings; experiments put it under `"noise"` in their summaries.
@@ -296,6 +309,7 @@ impl Sampler {
             wall_ns,
             cores,
             error: None,
+            not_sampled: false,
         })
     }
 }
@@ -320,7 +334,8 @@ impl DuringNoise {
 pub struct NoiseProbe {
     config: NoiseConfig,
     before: Vec<CoreNoise>,
-    sampler: Result<Sampler, String>,
+    /// `None`: no sampler asked for.
+    sampler: Option<Result<Sampler, String>>,
     clock_read_ns: f64,
 }
 
@@ -330,16 +345,19 @@ impl NoiseProbe {
     pub fn start(config: NoiseConfig) -> Self {
         let clock_read_ns = crate::clock::read_cost_ns(&crate::clock::MonotonicClock, 5);
         let before = measure_window(&config);
-        let sampler = Sampler::start(&config).map_err(|e| format!("the noise sampler could not start: {e}"));
+        let sampler = (!config.sample_for.is_zero())
+            .then(|| Sampler::start(&config).map_err(|e| format!("the noise sampler could not start: {e}")));
         Self { config, before, sampler, clock_read_ns }
     }
 
     /// Stops the sampler, measures the quiet window after the run, and reports.
     pub fn finish(self) -> NoiseReport {
-        let during = self
-            .sampler
-            .and_then(|s| s.finish().map_err(|e| e.to_string()))
-            .unwrap_or_else(|why| DuringNoise { error: Some(why), ..DuringNoise::default() });
+        let during = match self.sampler {
+            None => DuringNoise { not_sampled: true, ..DuringNoise::default() },
+            Some(sampler) => sampler
+                .and_then(|s| s.finish().map_err(|e| e.to_string()))
+                .unwrap_or_else(|why| DuringNoise { error: Some(why), ..DuringNoise::default() }),
+        };
         let after = measure_window(&self.config);
         let max_gap_ns =
             self.before.iter().chain(&during.cores).chain(&after).map(|c| c.max_gap_ns).max().unwrap_or(0);
@@ -407,5 +425,19 @@ mod tests {
         assert!(report.max_gap_ns >= report.before[0].max_gap_ns);
         let json = serde_json::to_value(&report).unwrap();
         assert!(json["during"]["overhead_cpu_fraction"].is_number());
+        assert!(json["during"].get("not_sampled").is_none(), "it was sampled");
+    }
+
+    #[test]
+    fn around_only_starts_no_sampler_and_says_so() {
+        let probe = NoiseProbe::start(NoiseConfig { sample_for: Duration::ZERO, ..tiny() });
+        assert!(probe.sampler.is_none(), "no sampler thread was started");
+        let report = probe.finish();
+        assert!(report.during.not_sampled && report.during.error.is_none());
+        assert!(report.during.cores.is_empty());
+        assert_eq!((report.before.len(), report.after.len()), (1, 1), "the windows around it were measured");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["during"]["not_sampled"], true);
+        assert_eq!(NoiseConfig::around_only().sample_for, Duration::ZERO);
     }
 }

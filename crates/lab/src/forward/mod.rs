@@ -628,6 +628,12 @@ impl crate::harness::Experiment for ForwardRun {
     const NAME: &'static str = "forward";
     type Summary = ForwardSummary;
 
+    /// The windows around the run only: a sampler's 1 ms bursts during it take the core from
+    /// the sender or the forwarder (see [`kairos_metrics::NoiseConfig::around_only`]).
+    fn noise(&self) -> Option<kairos_metrics::NoiseConfig> {
+        Some(kairos_metrics::NoiseConfig::around_only())
+    }
+
     fn plan(&self) -> Result<crate::harness::Plan, String> {
         self.config.check(&self.trace)?;
         if self.config.backend != Backend::Memory && !kairos_sys::user::is_root() {

@@ -64,7 +64,7 @@ fn the_probe_says_its_sampler_died_and_keeps_its_quiet_windows() {
     let config = lone_core(9);
     let probe = NoiseProbe {
         before: measure_window(&config),
-        sampler: Ok(dead_sampler(&config)),
+        sampler: Some(Ok(dead_sampler(&config))),
         config,
         clock_read_ns: 0.0,
     };
