@@ -57,8 +57,9 @@ pub struct ForwarderStats {
     pub fifo_refused: u64,
     /// CPU time its threads used over the run, ns (their CPU clocks).
     pub cpu_ns: u64,
-    /// Times the run-to-completion thread went to sleep on its empty port (0 for the
-    /// pipeline): with a spin window longer than the gaps between bursts, 0 while traffic flows.
+    /// Times the run-to-completion thread went to sleep on its empty port between its first
+    /// burst and its last (0 for the pipeline): with a spin window longer than every gap
+    /// between bursts, 0.
     pub naps: u64,
     /// The run-to-completion thread's mean time from a packet's receive stamp (the port's:
     /// the kernel's on a socket) to the send call that carries it on, ns (0 for the pipeline):

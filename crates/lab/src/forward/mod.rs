@@ -171,8 +171,9 @@ pub struct Row {
     /// The forwarder's CPU time per packet it received, ns: its threads' CPU clocks over the
     /// run (a peer's: its process's, over the sender's run), polling included.
     pub cpu_ns_per_packet: f64,
-    /// Times the run-to-completion forwarder slept on its empty port (0 for the pipeline and
-    /// a peer, which reports none): 0 means it polled throughout.
+    /// Times the run-to-completion forwarder slept on its empty port between its first burst
+    /// and its last (0 for the pipeline and a peer, which report none): 0 means it polled
+    /// while traffic flowed.
     pub fwd_naps: u64,
     /// The run-to-completion forwarder's mean time from a packet's receive stamp to its send
     /// call, ns (0 for the pipeline and a peer).
@@ -628,8 +629,8 @@ impl crate::harness::Experiment for ForwardRun {
     const NAME: &'static str = "forward";
     type Summary = ForwardSummary;
 
-    /// The windows around the run only: a sampler's 1 ms bursts during it take the core from
-    /// the sender or the forwarder (see [`kairos_metrics::NoiseConfig::around_only`]).
+    /// The windows around the run only ([`kairos_metrics::NoiseConfig::around_only`] says
+    /// why).
     fn noise(&self) -> Option<kairos_metrics::NoiseConfig> {
         Some(kairos_metrics::NoiseConfig::around_only())
     }
