@@ -22,7 +22,9 @@ pub struct ForwardArgs {
     #[arg(long, default_value = "pipeline")]
     threading: Threading,
     /// Pin the sender and receiver's thread to this core, another than the forwarder's (default:
-    /// not pinned; a sender left to the scheduler often lands on the polling forwarder's core).
+    /// the first other core when the forwarder's is known, from --core or testpmd's last core,
+    /// since a sender left to the scheduler often lands on the polling forwarder's core; else
+    /// not pinned).
     #[arg(long)]
     source_core: Option<usize>,
     /// Pin the run-to-completion forwarder's thread to this core (default: not pinned).
@@ -152,7 +154,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
             }
         }),
         peer,
-        source_core: args.source_core,
+        source_core: args.source_core.or_else(|| default_source_core(args.core, args.fib == "dpdk-testpmd")),
         ..ForwardConfig::default()
     };
     let experiment = forward::ForwardRun { config, trace_file: args.trace.clone(), trace };
@@ -202,4 +204,32 @@ pub fn sweep(args: &SweepArgs) -> Result<()> {
     }
     let summary = sweep::run(&config, &args.results, &|line| eprintln!("kairos: {line}"))?;
     crate::print(args.json, &summary, sweep::report(&summary))
+}
+
+/// The sender's core when `--source-core` is not given: the first core that is not the
+/// forwarder's, when the forwarder's is known (`--core`, or the last core, where testpmd
+/// polls); `None` (left to the scheduler) otherwise or on a single core.
+fn default_source_core(forwarder_core: Option<usize>, peer: bool) -> Option<usize> {
+    let cores = kairos_sys::proc::online_cores();
+    let forwarder = if peer { Some(kairos_sys::proc::last_core()) } else { forwarder_core }?;
+    (0..cores).find(|&c| c != forwarder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sender_defaults_to_another_core_than_the_forwarders_when_that_is_known() {
+        let (cores, last) = (kairos_sys::proc::online_cores(), kairos_sys::proc::last_core());
+        assert_eq!(default_source_core(None, false), None, "no forwarder core, no pin");
+        let away_from = |f: usize| (0..cores).find(|&c| c != f);
+        assert_eq!(default_source_core(Some(0), false), away_from(0));
+        assert_eq!(default_source_core(Some(last), false), away_from(last));
+        // testpmd polls on the last core, whatever --core says.
+        assert_eq!(default_source_core(Some(0), true), away_from(last));
+        if let Some(c) = default_source_core(Some(0), false) {
+            assert_ne!(c, 0);
+        }
+    }
 }
