@@ -154,9 +154,11 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
             }
         }),
         peer,
-        source_core: args.source_core.or_else(|| default_source_core(args.core, args.fib == "dpdk-testpmd")),
+        source_core: args.source_core,
         ..ForwardConfig::default()
     };
+    let config =
+        ForwardConfig { source_core: config.source_core.or_else(|| config.default_source_core()), ..config };
     let experiment = forward::ForwardRun { config, trace_file: args.trace.clone(), trace };
     let summary = harness::run(&experiment, &args.results, &|line| eprintln!("kairos: {line}"))?;
     if args.json {
@@ -204,32 +206,4 @@ pub fn sweep(args: &SweepArgs) -> Result<()> {
     }
     let summary = sweep::run(&config, &args.results, &|line| eprintln!("kairos: {line}"))?;
     crate::print(args.json, &summary, sweep::report(&summary))
-}
-
-/// The sender's core when `--source-core` is not given: the first core that is not the
-/// forwarder's, when the forwarder's is known (`--core`, or the last core, where testpmd
-/// polls); `None` (left to the scheduler) otherwise or on a single core.
-fn default_source_core(forwarder_core: Option<usize>, peer: bool) -> Option<usize> {
-    let cores = kairos_sys::proc::online_cores();
-    let forwarder = if peer { Some(kairos_sys::proc::last_core()) } else { forwarder_core }?;
-    (0..cores).find(|&c| c != forwarder)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_sender_defaults_to_another_core_than_the_forwarders_when_that_is_known() {
-        let (cores, last) = (kairos_sys::proc::online_cores(), kairos_sys::proc::last_core());
-        assert_eq!(default_source_core(None, false), None, "no forwarder core, no pin");
-        let away_from = |f: usize| (0..cores).find(|&c| c != f);
-        assert_eq!(default_source_core(Some(0), false), away_from(0));
-        assert_eq!(default_source_core(Some(last), false), away_from(last));
-        // testpmd polls on the last core, whatever --core says.
-        assert_eq!(default_source_core(Some(0), true), away_from(last));
-        if let Some(c) = default_source_core(Some(0), false) {
-            assert_ne!(c, 0);
-        }
-    }
 }

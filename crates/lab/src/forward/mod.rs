@@ -451,19 +451,27 @@ pub const MAX_RATE_PPS: f64 = 1e8;
 pub const MAX_DRAIN_NS: u64 = 10_000_000_000;
 
 impl ForwardConfig {
+    /// The core the forwarder polls on, when known: testpmd's last core (its forwarding lcore,
+    /// whatever `--core` says), else the run-to-completion forwarder's pinned core.
+    pub fn forwarder_core(&self) -> Option<usize> {
+        if self.peer.is_some() { Some(kairos_sys::proc::last_core()) } else { self.forwarder.pin_core }
+    }
+
+    /// The sender's core when none is given: the first core other than the forwarder's, when
+    /// that is known (a sender left to the scheduler often lands on the polling forwarder's
+    /// core); `None` otherwise or on a single core.
+    pub fn default_source_core(&self) -> Option<usize> {
+        let forwarder = self.forwarder_core()?;
+        (0..kairos_sys::proc::online_cores()).find(|&c| c != forwarder)
+    }
+
     /// Checks the run against `trace` before anything starts; the error says what is wrong, the
     /// limit and why.
     pub fn check(&self, trace: &Trace) -> Result<(), String> {
         self.forwarder.check(trace.users)?;
         if let Some(core) = self.source_core {
             kairos_forward::config::check_online_core(core, "the sender's")?;
-            // testpmd polls on the last core (its forwarding lcore), whatever --core says.
-            let forwarder_core = if self.peer.is_some() {
-                Some(kairos_sys::proc::last_core())
-            } else {
-                self.forwarder.pin_core
-            };
-            if forwarder_core == Some(core) {
+            if self.forwarder_core() == Some(core) {
                 return Err(format!(
                     "the sender's core {core} is the forwarder's: give them different cores (or leave --source-core out), else they take turns on one"
                 ));
@@ -680,5 +688,30 @@ impl crate::harness::Experiment for ForwardRun {
         }
         run.dir().write_text("per_user_age.csv", &csv)?;
         Ok(ForwardSummary { config: self.config.clone(), row, run: run.finish() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sender_defaults_to_another_core_than_the_forwarders_when_that_is_known() {
+        let last = kairos_sys::proc::last_core();
+        let pinned = |core| {
+            let mut c = ForwardConfig::default();
+            c.forwarder.pin_core = core;
+            c
+        };
+        assert_eq!(pinned(None).default_source_core(), None, "no forwarder core, no pin");
+        if last == 0 {
+            assert_eq!(pinned(Some(0)).default_source_core(), None, "one core: nowhere else");
+            return;
+        }
+        assert_eq!(pinned(Some(0)).default_source_core(), Some(1));
+        assert_eq!(pinned(Some(last)).default_source_core(), Some(0));
+        // testpmd polls on the last core, whatever the pinned core says.
+        let peer = ForwardConfig { peer: Some(Peer::DpdkTestpmd), ..pinned(Some(0)) };
+        assert_eq!((peer.forwarder_core(), peer.default_source_core()), (Some(last), Some(0)));
     }
 }

@@ -167,7 +167,7 @@ fn source_config(backend: Backend, fib: Option<FibKind>, rate: Option<f64>, labe
         // process), 36 against 34-49 with the sender pinned (README).
         let last = kairos_sys::proc::last_core();
         c.forwarder.pin_core = Some(last);
-        c.source_core = (last > 0).then_some(0);
+        c.source_core = c.default_source_core();
         // Polling while traffic flows, at normal priority, as testpmd's lcore (the sweep's
         // priority is for the pipeline's threads): a forwarder that slept between the sender's
         // bursts paid a wake-up on a packet's path whenever it lost the race, and one at
