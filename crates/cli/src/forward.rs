@@ -34,6 +34,11 @@ pub struct ForwardArgs {
     /// burst before it sleeps, 0 to 1,000 (0: a few polls; needs --priority 0).
     #[arg(long, value_name = "US", default_value_t = 0, value_parser = clap::value_parser!(u64).range(..=1_000))]
     idle_spin_us: u64,
+    /// Let idle cores enter idle states during the run. By default the run holds them off
+    /// (`/dev/cpu_dma_latency` at 0, root only), so a thread woken on an idle core runs at once:
+    /// the forwarder woken from a nap, or the receiving thread. The row says whether it held.
+    #[arg(long)]
+    allow_idle_states: bool,
     /// rcu, rwlock, seqlock, papaya, none (the baseline: no FIB), or dpdk-testpmd (the peer
     /// forwarder in place of Kairos's: --backend udp or packet, root, Debian's dpdk-dev).
     #[arg(long, default_value = "rcu")]
@@ -155,6 +160,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         }),
         peer,
         source_core: args.source_core,
+        poll_idle_cores: !args.allow_idle_states,
         ..ForwardConfig::default()
     };
     let config =

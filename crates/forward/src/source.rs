@@ -15,7 +15,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use kairos_io::{Kind, Packet, Port};
-use kairos_metrics::{AgeTable, AgeTableSummary};
+use kairos_metrics::{AgeTable, AgeTableSummary, LatencyRecorder};
 use kairos_sys::clock::monotonic_ns;
 
 use crate::trace::Trace;
@@ -74,6 +74,10 @@ pub struct SourceResult {
     pub send_end_ns: u64,
     /// Mean one-way-and-back latency of correctly received data packets, ns.
     pub mean_latency_ns: f64,
+    /// Its median and 99th percentile, ns: the floor a forwarder adds to every packet, apart
+    /// from the stalls that make the mean.
+    pub p50_latency_ns: u64,
+    pub p99_latency_ns: u64,
     /// The age-controlled sender's steps (empty for other paces).
     pub rate_steps: Vec<RateStep>,
 }
@@ -93,6 +97,7 @@ struct Receiver {
     misaddressed: u64,
     duplicates: u64,
     latency_sum: u128,
+    latencies: LatencyRecorder,
     last_rx_ns: u64,
 }
 
@@ -114,7 +119,9 @@ impl Receiver {
                 self.misaddressed += 1;
                 continue;
             }
-            self.latency_sum += u128::from(p.rx_ns.saturating_sub(p.sent_ns));
+            let latency = p.rx_ns.saturating_sub(p.sent_ns);
+            self.latency_sum += u128::from(latency);
+            self.latencies.record(latency);
             self.ages.deliver(p.user as usize, p.sent_ns, p.rx_ns);
         }
     }
@@ -152,6 +159,7 @@ pub fn run(
         misaddressed: 0,
         duplicates: 0,
         latency_sum: 0,
+        latencies: LatencyRecorder::new(),
         last_rx_ns: 0,
     };
     let data_total = rows.iter().filter(|r| !r.control).count() as u64;
@@ -266,6 +274,8 @@ pub fn run(
         send_start_ns: start,
         send_end_ns: end,
         mean_latency_ns: if correct == 0 { 0.0 } else { recv.latency_sum as f64 / correct as f64 },
+        p50_latency_ns: recv.latencies.value_at_quantile(0.5),
+        p99_latency_ns: recv.latencies.value_at_quantile(0.99),
         rate_steps,
     }
 }

@@ -23,7 +23,7 @@ use kairos_io::testbed::{FORWARDER_IP, SOURCE_IP};
 use kairos_io::{ForwarderSide, Testbed};
 use kairos_metrics::latency::LatencyRecorder;
 use kairos_sys::clock::{monotonic_ns, realtime_ns, sleep_until_ns};
-use kairos_sys::net::packet_ring::{RingConfig, RxLayout};
+use kairos_sys::net::packet_ring::{ETH_P_IP, RingConfig, RxLayout};
 use kairos_sys::net::{MmsgBatch, options, poll};
 
 const WARMUP: usize = 1000;
@@ -80,7 +80,7 @@ fn read_payload(p: &[u8]) -> Option<(u32, u64)> {
 }
 
 fn ring(layout: RxLayout) -> RingConfig {
-    RingConfig { rx: layout, tx_frames: 256, ..RingConfig::default() }
+    RingConfig { rx: layout, tx_frames: 256, ethertype: ETH_P_IP, ..RingConfig::default() }
 }
 
 struct Measured {

@@ -744,6 +744,7 @@ impl LaneTestbed {
                     let config = RingConfig {
                         rx: RxLayout::Frames { count: 256 },
                         tx_frames: 64,
+                        ethertype: kairos_sys::net::packet_ring::ETH_P_IP,
                         ..Default::default()
                     };
                     self.in_host(host, || AfPacketSocket::open(HOST_DEVICE, addr, config))?

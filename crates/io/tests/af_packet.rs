@@ -13,7 +13,7 @@ use kairos_io::af_packet::{AfPacketError, AfPacketPort, AfPacketSocket};
 use kairos_io::testbed::{FORWARDER_IP, SOURCE_IP};
 use kairos_io::{ForwarderSide, Kind, Packet, Port, RxTimestamps, Testbed, TestbedError, UdpPort};
 use kairos_sys::clock::realtime_ns;
-use kairos_sys::net::packet_ring::RingConfig;
+use kairos_sys::net::packet_ring::{ETH_P_ALL, ETH_P_IP, RingConfig};
 use kairos_sys::net::{MmsgBatch, options, poll};
 
 fn testbed(side: ForwarderSide) -> Option<Testbed> {
@@ -28,7 +28,7 @@ fn testbed(side: ForwarderSide) -> Option<Testbed> {
 }
 
 fn small_ring() -> RingConfig {
-    RingConfig { tx_frames: 64, ..RingConfig::default() }
+    RingConfig { tx_frames: 64, ethertype: ETH_P_IP, ..RingConfig::default() }
 }
 
 /// Datagrams a plain UDP socket received: payloads and kernel stamps.
@@ -199,4 +199,54 @@ fn a_ring_port_on_a_bare_interface_answers_a_udp_port() {
     let stats = forwarder.stats();
     assert_eq!((stats.rx_packets, stats.tx_packets, stats.rx_invalid), (200, 200, 0));
     assert_eq!(forwarder.socket_mut().stats().unwrap().ring.kernel_drops, 0);
+}
+
+#[test]
+#[ignore = "creates network namespaces as root: scripts/test runs it in release"]
+fn a_ring_takes_only_its_own_ethertype_so_a_send_only_ring_copies_nothing_in() {
+    // The lab's forwarder: one ring on every ethertype (a tap, ahead of the kernel's stack) to
+    // receive, one bound to an ethertype no frame carries to send.
+    let Some(bed) = testbed(ForwarderSide::Bare) else { return };
+    let (src_addr, fwd_addr) = (SocketAddrV4::new(SOURCE_IP, 7001), SocketAddrV4::new(FORWARDER_IP, 7002));
+    let mut source = UdpPort::new(bed.source_socket(7001).unwrap(), fwd_addr.into(), 1 << 20).unwrap();
+    let open = |ethertype| {
+        let mut socket = bed
+            .in_forwarder(|| {
+                AfPacketSocket::open(&bed.forwarder_dev, fwd_addr, RingConfig { ethertype, ..small_ring() })
+            })
+            .unwrap()
+            .unwrap();
+        socket.set_neighbour(SOURCE_IP, bed.source_mac().unwrap());
+        AfPacketPort::new(socket, src_addr).unwrap()
+    };
+    let (mut rx, mut tx) = (open(ETH_P_ALL), open(0x88b5));
+
+    let packets: Vec<Packet> =
+        (0..100u64).map(|i| Packet { kind: Kind::Data, user: 1, seq: i, ..Packet::default() }).collect();
+    assert_eq!(source.tx_burst(&packets[..50]).unwrap(), 50);
+    assert_eq!(source.tx_burst(&packets[50..]).unwrap(), 50);
+    let mut got = Vec::new();
+    let mut buf = [Packet::default(); 64];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.len() < packets.len() && Instant::now() < deadline {
+        let n = rx.rx_burst(&mut buf).unwrap();
+        got.extend_from_slice(&buf[..n]);
+        if n == 0 {
+            rx.wait(Duration::from_millis(1));
+        }
+    }
+    assert_eq!(got.len(), packets.len(), "the ring on every ethertype took every datagram");
+    assert_eq!(tx.rx_burst(&mut buf).unwrap(), 0, "nothing for the send-only ring");
+    assert_eq!(tx.socket_mut().stats().unwrap().ring.kernel_received, 0, "the kernel copied nothing into it");
+    // It sends all the same.
+    let mut sent = 0;
+    while sent < got.len() {
+        sent += tx.tx_burst(&got[sent..(sent + 64).min(got.len())]).unwrap();
+    }
+    let mut back = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while back < packets.len() && Instant::now() < deadline {
+        back += source.rx_burst(&mut buf).unwrap();
+    }
+    assert_eq!(back, packets.len());
 }

@@ -45,6 +45,16 @@ fn check_with(config: &ForwardConfig, trace: &Trace, most_arrive: bool) {
     }
     assert!(row.misaddressed <= row.received);
     assert!(row.avg_age_ns > 0.0 && row.peak_age_ns > 0.0);
+    // The latency's median and 99th percentile come from the same samples as its mean: ordered,
+    // and half the samples at or above the median put the mean at half of it at least.
+    assert!(0 < row.p50_latency_ns && row.p50_latency_ns <= row.p99_latency_ns, "{row:?}");
+    assert!(row.mean_latency_ns >= 0.49 * row.p50_latency_ns as f64, "{row:?}");
+    // Idle states are held off only as root (memory runs ask too, as every run does).
+    assert_eq!(
+        row.idle_cores_polled,
+        kairos_sys::user::is_root() && std::path::Path::new("/dev/cpu_dma_latency").exists(),
+        "{row:?}"
+    );
     if config.fib.is_some() {
         assert!(row.fib_age_ns > 0.0, "location age measured: {row:?}");
     }

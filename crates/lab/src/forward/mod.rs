@@ -16,7 +16,8 @@
 //! `misaddressed`, `received`, `sent`, `avg_batch` (sender, packets per `tx_burst` that took any),
 //! `fwd_avg_batch`, `fib_age_ns`, `tx_drops`, `pool_drops`, `mean_latency_ns`, `label`,
 //! `cpu_ns_per_packet`, `fwd_naps` and `fwd_held_ns` (the run-to-completion forwarder's sleeps
-//! and its mean time from a packet's receive stamp to its send call).
+//! and its mean time from a packet's receive stamp to its send call), `p50_latency_ns` and
+//! `p99_latency_ns`, `idle_cores_polled`.
 
 pub mod peer;
 pub mod sweep;
@@ -36,7 +37,8 @@ use kairos_io::af_packet::AfPacketSocket;
 use kairos_io::testbed::{FORWARDER_IP, SOURCE_IP};
 use kairos_io::{AfPacketPort, ForwarderSide, Port, Testbed, UdpPort};
 use kairos_rcu::ReclaimPolicy;
-use kairos_sys::net::packet_ring::{ETH_P_IP, RingConfig};
+use kairos_sys::memory::NoIdleStates;
+use kairos_sys::net::packet_ring::{ETH_P_ALL, RingConfig};
 use serde::Serialize;
 
 use kairos_forward::forwarder::{ForwarderStats, RingCounts};
@@ -106,6 +108,12 @@ pub struct ForwardConfig {
     /// sender left to the scheduler lands, more often than not, on the core of the polling
     /// forwarder in its own process, and the two take turns there.
     pub source_core: Option<usize>,
+    /// Hold idle states off for the run (`/dev/cpu_dma_latency` at 0, root): an idle core
+    /// polls instead of halting, so a thread woken on it runs at once. The run-to-completion
+    /// forwarder still sleeps on an idle port (its core is free for any thread), but on this
+    /// VM its first packet after a nap waited a median 11 us for it, against 39 us on a halted
+    /// core. Applied to every forwarder alike, the peer's included; the row says whether it held.
+    pub poll_idle_cores: bool,
 }
 
 /// Another program in the forwarder's place ([`peer`]).
@@ -130,6 +138,7 @@ impl Default for ForwardConfig {
             label: String::new(),
             peer: None,
             source_core: None,
+            poll_idle_cores: true,
         }
     }
 }
@@ -162,6 +171,13 @@ pub struct Row {
     pub tx_drops: u64,
     pub pool_drops: u64,
     pub mean_latency_ns: f64,
+    /// The median and 99th percentile of the same latencies, ns: the median is the path's
+    /// floor, which the stalls that make the mean leave alone.
+    pub p50_latency_ns: u64,
+    pub p99_latency_ns: u64,
+    /// Whether idle cores polled during the run instead of entering idle states
+    /// ([`ForwardConfig::poll_idle_cores`], held; false when not asked or refused).
+    pub idle_cores_polled: bool,
     /// Forwarder threads refused the `SCHED_FIFO` priority asked for (0 when none was asked).
     pub fifo_refused: u64,
     /// The `SCHED_FIFO` priority the forwarder threads asked for (0: normal scheduling).
@@ -227,6 +243,9 @@ fn row(config: &ForwardConfig, trace: &Trace, src: SourceResult, fwd: ForwarderS
         tx_drops: fwd.tx_drops,
         pool_drops: fwd.pool_drops,
         mean_latency_ns: src.mean_latency_ns,
+        p50_latency_ns: src.p50_latency_ns,
+        p99_latency_ns: src.p99_latency_ns,
+        idle_cores_polled: false,
         fifo_refused: fwd.fifo_refused,
         fifo_priority: config.forwarder.fifo_priority,
         idle_spin_us: config.forwarder.idle_spin_ns / 1_000,
@@ -420,7 +439,9 @@ fn with_ports<F: Fib>(
             let src_in = UdpPort::new(bed.source_socket(d)?, Testbed::forwarder_addr(c), rcvbuf)?;
             let source_mac = bed.source_mac()?;
             // The bare end has no address and so no ARP: the source's hardware address is
-            // pinned. The receiving ring takes IPv4 only; the sending one an ethertype nothing
+            // pinned. The receiving ring takes every ethertype, as testpmd's does: a tap, it has
+            // each frame before the namespace's IPv4 receive runs (bound to IPv4 it came after
+            // it, a median 0.7-3.7 us later). The sending ring is bound to an ethertype nothing
             // carries, so the kernel copies no frame into a ring no one reads.
             let open = |port: u16, ethertype: u16| -> Result<AfPacketSocket> {
                 let local = SocketAddrV4::new(FORWARDER_IP, port);
@@ -430,7 +451,7 @@ fn with_ports<F: Fib>(
                 socket.set_neighbour(SOURCE_IP, source_mac);
                 Ok(socket)
             };
-            let fwd_in = AfPacketPort::new(open(b, ETH_P_IP)?, SocketAddrV4::new(SOURCE_IP, a))?;
+            let fwd_in = AfPacketPort::new(open(b, ETH_P_ALL)?, SocketAddrV4::new(SOURCE_IP, a))?;
             let fwd_out = AfPacketPort::new(open(c, SEND_ONLY_ETHERTYPE)?, SocketAddrV4::new(SOURCE_IP, d))?;
             let row = run_with(config, trace, fib, (src_out, fwd_in, fwd_out, src_in), tick);
             drop(bed);
@@ -547,6 +568,14 @@ pub fn run_once(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
 /// One run of `trace` under `config`, reporting the rows sent to `tick` as it goes.
 pub fn run_once_watched(config: &ForwardConfig, trace: &Trace, tick: &dyn Fn(usize)) -> Result<Row> {
     config.check(trace).map_err(anyhow::Error::msg)?;
+    // Refused without root: the run goes on with idle states, and its row says so.
+    let idle = config.poll_idle_cores.then(NoIdleStates::request).and_then(Result::ok);
+    let mut row = run_checked(config, trace, tick)?;
+    row.idle_cores_polled = idle.is_some();
+    Ok(row)
+}
+
+fn run_checked(config: &ForwardConfig, trace: &Trace, tick: &dyn Fn(usize)) -> Result<Row> {
     if config.peer.is_some() {
         return run_peer(config, trace);
     }
@@ -567,7 +596,7 @@ pub fn run_once_watched(config: &ForwardConfig, trace: &Trace, tick: &dyn Fn(usi
 /// A one-line text form of a row.
 pub fn row_line(r: &Row) -> String {
     format!(
-        "{:<28} {:>7} {:>10.0} {:>10.0} {:>11.1} {:>9} {:>8} {:>8} {:>9} {:>6.2} {:>9.1} {:>8.0}",
+        "{:<28} {:>7} {:>10.0} {:>10.0} {:>11.1} {:>10.1} {:>9} {:>8} {:>8} {:>9} {:>6.2} {:>9.1} {:>8.0}",
         if r.label.is_empty() {
             format!("{} {} {}", r.fib, r.ring_policy, r.ring_size)
         } else {
@@ -577,6 +606,7 @@ pub fn row_line(r: &Row) -> String {
         r.rate_pps,
         r.sent_pps,
         r.avg_age_ns / 1e3,
+        r.p50_latency_ns as f64 / 1e3,
         r.data_drops,
         r.ctrl_drops,
         r.misaddressed,
@@ -589,12 +619,13 @@ pub fn row_line(r: &Row) -> String {
 
 pub fn row_header() -> String {
     format!(
-        "{:<28} {:>7} {:>10} {:>10} {:>11} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>8}",
+        "{:<28} {:>7} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>8}",
         "configuration",
         "backend",
         "rate pps",
         "sent pps",
         "age us",
+        "lat p50 us",
         "data drop",
         "ctl drop",
         "misaddr",

@@ -360,6 +360,9 @@ fn lane_socket_for(
             let config = kairos_sys::net::packet_ring::RingConfig {
                 rx: kairos_sys::net::packet_ring::RxLayout::Frames { count: 1024 },
                 tx_frames: 256,
+                // IPv4 only, handed over after the stack's receive (which the UDP socket's
+                // filter above ends); not measured against a tap here.
+                ethertype: kairos_sys::net::packet_ring::ETH_P_IP,
                 ..Default::default()
             };
             let mut ring =
