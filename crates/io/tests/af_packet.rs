@@ -250,3 +250,54 @@ fn a_ring_takes_only_its_own_ethertype_so_a_send_only_ring_copies_nothing_in() {
     }
     assert_eq!(back, packets.len());
 }
+
+/// Sends 100 datagrams from the source to a ring on every ethertype at the forwarder's end set
+/// up as `side`; returns how many the ring took and how many IPv4 packets the forwarder
+/// namespace's stack took in (`Ip: InReceives`).
+fn ring_and_stack_receives(side: ForwarderSide) -> Option<(usize, u64)> {
+    let bed = testbed(side)?;
+    let (src_addr, fwd_addr) = (SocketAddrV4::new(SOURCE_IP, 7001), SocketAddrV4::new(FORWARDER_IP, 7002));
+    let mut source = UdpPort::new(bed.source_socket(7001).unwrap(), fwd_addr.into(), 1 << 20).unwrap();
+    let mut socket = bed
+        .in_forwarder(|| {
+            AfPacketSocket::open(
+                &bed.forwarder_dev,
+                fwd_addr,
+                RingConfig { ethertype: ETH_P_ALL, ..small_ring() },
+            )
+        })
+        .unwrap()
+        .unwrap();
+    socket.set_neighbour(SOURCE_IP, bed.source_mac().unwrap());
+    let mut rx = AfPacketPort::new(socket, src_addr).unwrap();
+    let stack_receives = || {
+        let snmp =
+            bed.in_forwarder(|| std::fs::read_to_string("/proc/thread-self/net/snmp")).unwrap().unwrap();
+        // Two "Ip:" lines: the names, then the values.
+        let mut ip = snmp.lines().filter(|l| l.starts_with("Ip:")).map(|l| l.split_whitespace());
+        let (names, values) = (ip.next().unwrap(), ip.next().unwrap());
+        names.zip(values).find(|(n, _)| *n == "InReceives").unwrap().1.parse::<u64>().unwrap()
+    };
+    let before = stack_receives();
+    let packets: Vec<Packet> =
+        (0..100u64).map(|i| Packet { kind: Kind::Data, user: 1, seq: i, ..Packet::default() }).collect();
+    assert_eq!(source.tx_burst(&packets[..50]).unwrap(), 50);
+    assert_eq!(source.tx_burst(&packets[50..]).unwrap(), 50);
+    let (mut got, mut buf) = (0, [Packet::default(); 64]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got < packets.len() && Instant::now() < deadline {
+        got += rx.rx_burst(&mut buf).unwrap();
+    }
+    Some((got, stack_receives() - before))
+}
+
+#[test]
+#[ignore = "creates network namespaces as root: scripts/test runs it in release"]
+fn an_unclaimed_end_gives_every_frame_to_the_ring_and_none_to_the_stack() {
+    let Some((ring, stack)) = ring_and_stack_receives(ForwarderSide::Unclaimed) else { return };
+    assert_eq!((ring, stack), (100, 0), "the ring took every frame, the namespace's stack none");
+    // Addressed to the end's own hardware address, the stack takes in every frame as well.
+    let Some((ring, stack)) = ring_and_stack_receives(ForwarderSide::Bare) else { return };
+    assert_eq!(ring, 100);
+    assert!(stack >= 100, "the stack took in {stack} of 100 frames on a bare end");
+}

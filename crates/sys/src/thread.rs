@@ -42,6 +42,50 @@ pub fn pin_current_thread_to(cores: &[usize]) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// The cores the calling thread may run on, in order.
+pub fn current_thread_cores() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data for which all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 names the calling thread; the kernel writes at most `size_of` bytes to `set`.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: every index tested is below CPU_SETSIZE, inside `set`.
+    Ok((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+/// Keeps the calling thread off one core while alive (a polling thread's, so that a thread
+/// that only supervises never preempts it there), and gives it back the cores it had when
+/// dropped. Nothing changes when the thread could run nowhere else.
+#[derive(Debug)]
+pub struct OffCore {
+    restore: Option<Vec<usize>>,
+}
+
+impl OffCore {
+    /// Moves the calling thread off `core`; an error leaves it where it was.
+    pub fn new(core: usize) -> io::Result<Self> {
+        let cores = current_thread_cores()?;
+        let others: Vec<usize> = cores.iter().copied().filter(|&c| c != core).collect();
+        if others.is_empty() || others.len() == cores.len() {
+            return Ok(Self { restore: None });
+        }
+        pin_current_thread_to(&others)?;
+        Ok(Self { restore: Some(cores) })
+    }
+}
+
+impl Drop for OffCore {
+    fn drop(&mut self) {
+        if let Some(cores) = &self.restore {
+            // The cores were the thread's a moment ago, so giving them back does not fail but
+            // for a cpuset changed meanwhile, which the thread then keeps as it is.
+            let _ = pin_current_thread_to(cores);
+        }
+    }
+}
+
 /// Makes the calling thread `SCHED_FIFO` at `priority` (1-99) with `SCHED_RESET_ON_FORK`, so
 /// the processes it starts run at normal priority. Fails without `CAP_SYS_NICE`.
 pub fn set_fifo_reset_on_fork(priority: i32) -> io::Result<()> {
@@ -135,6 +179,32 @@ mod tests {
         assert_eq!(allowed.join().unwrap(), "0");
         assert!(pin_current_thread_to(&[]).is_err());
         assert!(pin_current_thread_to(&[0, 100_000]).is_err());
+    }
+
+    #[test]
+    fn a_thread_kept_off_a_core_runs_elsewhere_until_the_guard_goes() {
+        let seen = std::thread::spawn(|| {
+            let before = current_thread_cores().unwrap();
+            let guard = OffCore::new(before[0]).unwrap();
+            let during = current_thread_cores().unwrap();
+            drop(guard);
+            (before, during, current_thread_cores().unwrap())
+        });
+        let (before, during, after) = seen.join().unwrap();
+        if before.len() < 2 {
+            assert_eq!(during, before, "one core: nowhere else to go, so nothing changes");
+        } else {
+            assert_eq!(during, before[1..].to_vec());
+        }
+        assert_eq!(after, before);
+        // A core the thread may not use anyway changes nothing.
+        let unchanged = std::thread::spawn(|| {
+            let before = current_thread_cores().unwrap();
+            let _guard = OffCore::new(100_000).unwrap();
+            (before, current_thread_cores().unwrap())
+        });
+        let (before, during) = unchanged.join().unwrap();
+        assert_eq!(before, during);
     }
 
     #[test]

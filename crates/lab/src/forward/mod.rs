@@ -39,6 +39,7 @@ use kairos_io::{AfPacketPort, ForwarderSide, Port, Testbed, UdpPort};
 use kairos_rcu::ReclaimPolicy;
 use kairos_sys::memory::NoIdleStates;
 use kairos_sys::net::packet_ring::{ETH_P_ALL, RingConfig};
+use kairos_sys::thread::OffCore;
 use serde::Serialize;
 
 use kairos_forward::forwarder::{ForwarderStats, RingCounts};
@@ -315,6 +316,10 @@ fn run_with<F: Fib, S: Port, P: Port>(
                 result
             })
         });
+        // The supervisor wakes every 50 ms: kept off the polling forwarder's core (once the
+        // threads that inherit its cores are started), as testpmd keeps its housekeeping off its
+        // forwarding lcore, it cannot preempt the forwarder there.
+        let off_core = config.forwarder_core().and_then(|core| OffCore::new(core).ok());
         if let Some(src) = &src {
             while !src.is_finished() {
                 if fwd.is_finished() {
@@ -325,6 +330,7 @@ fn run_with<F: Fib, S: Port, P: Port>(
                 std::thread::park_timeout(Duration::from_millis(50));
             }
         }
+        drop(off_core);
         let src = src.map(|h| h.join());
         stop.store(true, Ordering::Release);
         let fwd = fwd.join().map_err(|p| anyhow!("the forwarder panicked: {}", panic_message(&*p)))??;
@@ -361,7 +367,7 @@ fn pace(config: &ForwardConfig) -> Pace {
 
 /// Runs the source against a peer forwarder in the testbed's forwarder namespace.
 fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
-    let bed = Testbed::create_with(ForwarderSide::Bare)?;
+    let bed = Testbed::create_with(ForwarderSide::Unclaimed)?;
     let pmd = peer::Testpmd::start(&bed)?;
     // The peer swaps addresses and ports, so answers come back to the sending socket.
     let mut src_out = UdpPort::new(bed.source_socket(7001)?, Testbed::forwarder_addr(7002), 8 << 20)?;
@@ -432,7 +438,7 @@ fn with_ports<F: Fib>(
             row
         }
         Backend::Packet => {
-            let bed = Testbed::create_with(ForwarderSide::Bare)?;
+            let bed = Testbed::create_with(ForwarderSide::Unclaimed)?;
             let (a, b, c, d) = (7001, 7002, 7003, 7004);
             let rcvbuf = 8 << 20;
             let src_out = UdpPort::new(bed.source_socket(a)?, Testbed::forwarder_addr(b), rcvbuf)?;

@@ -6,9 +6,11 @@
 //! `5tswap` mode: each frame goes back out with its MAC and IP addresses and UDP ports swapped,
 //! so it reaches the socket that sent it. Its RX ring is the source's 4096 frames (Table I) and
 //! its burst 64; its forwarding lcore busy-polls one core, as DPDK does. The forwarder's veth end
-//! has no address (so its namespace's kernel ignores the frames; see
-//! [`kairos_io::ForwarderSide::Bare`]) and the source sends without UDP checksums (a veth leaves
-//! them to an offload; a frame read off the interface and sent back would arrive with a bad one).
+//! has no address and the source sends to a hardware address it does not carry (so its
+//! namespace's kernel drops the frames on sight, after the packet sockets took them, as for
+//! Kairos's forwarder; see [`kairos_io::ForwarderSide::Unclaimed`]), and the source sends
+//! without UDP checksums (a veth leaves them to an offload; a frame read off the interface and
+//! sent back would arrive with a bad one).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
