@@ -12,7 +12,8 @@
 //! peer forwarder's name, `dpdk-testpmd`),
 //! `ring_policy` (`drop-newest`, `drop-oldest`, `keep-latest`), `ring_size`, `control`
 //! (`thread`, `inline`), `flush` (`count`, `age`), `cdr`, `users`, `rate_pps` (offered; 0 when
-//! unlimited), `sent_pps` (achieved), `avg_age_ns`, `peak_age_ns`, `data_drops`, `ctrl_drops`,
+//! unlimited), `sent_pps` (achieved), `avg_age_ns`, `peak_age_ns`, `data_drops` (of which
+//! `data_replaced`), `ctrl_drops`,
 //! `misaddressed`, `received`, `sent`, `avg_batch` (sender, packets per `tx_burst` that took any),
 //! `fwd_avg_batch`, `fib_age_ns`, `tx_drops`, `pool_drops`, `mean_latency_ns`, `label`,
 //! `cpu_ns_per_packet`, `fwd_naps` and `fwd_held_ns` (the run-to-completion forwarder's sleeps
@@ -162,6 +163,9 @@ pub struct Row {
     pub avg_age_ns: f64,
     pub peak_age_ns: f64,
     pub data_drops: u64,
+    /// Of `data_drops`, packets replaced by a newer one of the same user before they left
+    /// (`keep-latest`): superseded, not lost, as that newer packet carries the user's news.
+    pub data_replaced: u64,
     pub ctrl_drops: u64,
     pub misaddressed: u64,
     pub received: u64,
@@ -234,6 +238,7 @@ fn row(config: &ForwardConfig, trace: &Trace, src: SourceResult, fwd: ForwarderS
         avg_age_ns: src.ages.avg_age_ns,
         peak_age_ns: src.ages.peak_age_ns,
         data_drops: fwd.data_ring.drops(),
+        data_replaced: fwd.data_ring.replaced,
         ctrl_drops: fwd.ctrl_ring.drops(),
         misaddressed: src.misaddressed,
         received: src.received,
