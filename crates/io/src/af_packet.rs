@@ -29,7 +29,8 @@
 //! [`AfPacketError::NeighbourUnknown`], which says so: this module sends no ARP request of its
 //! own. Traffic through a kernel socket (or a ping, or `ip neigh add ... nud permanent`) fills
 //! the table; [`AfPacketSocket::set_neighbour`] pins an entry by hand, for a namespace whose
-//! interface has no address and so no ARP (the testbed's [`crate::ForwarderSide::Bare`]).
+//! interface has no address and so no ARP (the testbed's [`crate::ForwarderSide::Bare`] and
+//! [`crate::ForwarderSide::Unclaimed`]).
 //!
 //! # Latency on the testbed
 //!
@@ -487,8 +488,9 @@ impl AfPacketSocket {
     /// (`ETH_P_ALL`, as `dpdk-testpmd`'s `af_packet` PMD binds), the ring is one of the
     /// interface's taps: the kernel copies a frame into it before its own stack sees it. Bound
     /// to IPv4 (`ETH_P_IP`), it is handed the frame after the namespace's IPv4 receive has run
-    /// (a clone, a route lookup): a forwarder on it measured a median 0.7-3.7 us later on the
-    /// testbed's veth. Frames that are not UDP to `local` are skipped and counted either way.
+    /// (a clone, a route lookup): later, by the lab's measurement (README). `RingConfig`'s
+    /// default is every ethertype, so ARP and IPv6 frames reach the ring too: frames that are
+    /// not UDP to `local` are skipped and counted either way.
     pub fn open(interface: &str, local: SocketAddrV4, config: RingConfig) -> Result<Self, AfPacketError> {
         let ring = PacketRing::open(interface, config)?;
         let mac = ring.hardware_address()?;

@@ -66,7 +66,7 @@ pub enum ForwarderSide {
     Unclaimed,
 }
 
-/// The hardware address the source sends to on an [`ForwarderSide::Unclaimed`] end: locally
+/// The hardware address the source sends to on a [`ForwarderSide::Unclaimed`] end: locally
 /// administered, unicast, and carried by no interface of the testbed.
 pub const UNCLAIMED_MAC: [u8; 6] = [0x02, 0x6b, 0x61, 0x69, 0x72, 0x6f];
 
@@ -166,7 +166,7 @@ impl Testbed {
         if side != ForwarderSide::Kernel {
             let mac = match side {
                 ForwarderSide::Unclaimed => UNCLAIMED_MAC.map(|b| format!("{b:02x}")).join(":"),
-                _ => link_address(fwd, veth_fwd)?,
+                ForwarderSide::Bare | ForwarderSide::Kernel => link_address(fwd, veth_fwd)?,
             };
             ip(&[
                 "-n",

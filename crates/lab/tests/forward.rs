@@ -45,16 +45,12 @@ fn check_with(config: &ForwardConfig, trace: &Trace, most_arrive: bool) {
     }
     assert!(row.misaddressed <= row.received);
     assert!(row.avg_age_ns > 0.0 && row.peak_age_ns > 0.0);
-    // The latency's median and 99th percentile come from the same samples as its mean: ordered,
-    // and half the samples at or above the median put the mean at half of it at least.
-    assert!(0 < row.p50_latency_ns && row.p50_latency_ns <= row.p99_latency_ns, "{row:?}");
-    assert!(row.mean_latency_ns >= 0.49 * row.p50_latency_ns as f64, "{row:?}");
-    // Idle states are held off only as root (memory runs ask too, as every run does).
-    assert_eq!(
-        row.idle_cores_polled,
-        kairos_sys::user::is_root() && std::path::Path::new("/dev/cpu_dma_latency").exists(),
-        "{row:?}"
-    );
+    // The latency's median and 99th percentile, of the packets that were not misaddressed.
+    if row.received > row.misaddressed {
+        assert!(0 < row.p50_latency_ns && row.p50_latency_ns <= row.p99_latency_ns, "{row:?}");
+    }
+    // Idle states are held off only when asked, and only as root.
+    assert!(!row.idle_cores_polled || (config.poll_idle_cores && kairos_sys::user::is_root()), "{row:?}");
     if config.fib.is_some() {
         assert!(row.fib_age_ns > 0.0, "location age measured: {row:?}");
     }
@@ -73,6 +69,8 @@ fn every_fib_forwards_over_memory() {
     {
         check(&config(fib), &t);
     }
+    // Asked not to, a run holds nothing off (check asserts the row says so).
+    check(&ForwardConfig { poll_idle_cores: false, ..config(None) }, &t);
 }
 
 #[test]

@@ -57,10 +57,14 @@ pub fn current_thread_cores() -> io::Result<Vec<usize>> {
 
 /// Keeps the calling thread off one core while alive (a polling thread's, so that a thread
 /// that only supervises never preempts it there), and gives it back the cores it had when
-/// dropped. Nothing changes when the thread could run nowhere else.
+/// dropped. Nothing changes when the thread could run nowhere else. Meanwhile the thread counts
+/// one core fewer ([`crate::proc::online_cores`] reads its own affinity) and threads it spawns
+/// inherit the narrower set: take it once the threads that must not are started. Not `Send`:
+/// dropped on another thread, it would move that one.
 #[derive(Debug)]
 pub struct OffCore {
     restore: Option<Vec<usize>>,
+    _this_thread: std::marker::PhantomData<*const ()>,
 }
 
 impl OffCore {
@@ -69,10 +73,10 @@ impl OffCore {
         let cores = current_thread_cores()?;
         let others: Vec<usize> = cores.iter().copied().filter(|&c| c != core).collect();
         if others.is_empty() || others.len() == cores.len() {
-            return Ok(Self { restore: None });
+            return Ok(Self { restore: None, _this_thread: std::marker::PhantomData });
         }
         pin_current_thread_to(&others)?;
-        Ok(Self { restore: Some(cores) })
+        Ok(Self { restore: Some(cores), _this_thread: std::marker::PhantomData })
     }
 }
 

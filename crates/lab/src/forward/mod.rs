@@ -57,7 +57,7 @@ use kairos_sys::stoppable_thread::panic_message;
 pub enum Backend {
     Memory,
     Udp,
-    /// The forwarder on memory-mapped `AF_PACKET` rings on its bare veth end (the sender and
+    /// The forwarder on memory-mapped `AF_PACKET` rings on its unclaimed veth end (the sender and
     /// receiver on UDP sockets), as `dpdk-testpmd`'s `af_packet` PMD takes it.
     Packet,
 }
@@ -449,10 +449,10 @@ fn with_ports<F: Fib>(
             let src_out = UdpPort::new(bed.source_socket(a)?, Testbed::forwarder_addr(b), rcvbuf)?;
             let src_in = UdpPort::new(bed.source_socket(d)?, Testbed::forwarder_addr(c), rcvbuf)?;
             let source_mac = bed.source_mac()?;
-            // The bare end has no address and so no ARP: the source's hardware address is
+            // The unclaimed end has no address and so no ARP: the source's hardware address is
             // pinned. The receiving ring takes every ethertype, as testpmd's does: a tap, it has
-            // each frame before the namespace's IPv4 receive runs (bound to IPv4 it came after
-            // it, a median 0.7-3.7 us later). The sending ring is bound to an ethertype nothing
+            // each frame before the namespace's stack runs (bound to IPv4 it came after the
+            // stack's IPv4 receive; README). The sending ring is bound to an ethertype nothing
             // carries, so the kernel copies no frame into a ring no one reads.
             let open = |port: u16, ethertype: u16| -> Result<AfPacketSocket> {
                 let local = SocketAddrV4::new(FORWARDER_IP, port);
@@ -723,6 +723,9 @@ impl crate::harness::Experiment for ForwardRun {
                 "{} forwarder threads were refused SCHED_FIFO priority {}: they ran at normal priority",
                 row.fifo_refused, self.config.forwarder.fifo_priority
             ));
+        }
+        if self.config.poll_idle_cores && !row.idle_cores_polled {
+            run.log("idle states were not held off (/dev/cpu_dma_latency needs root): a forwarder woken from a nap may have waited for a halted core");
         }
         let mut csv = String::from("user,avg_age_ns\n");
         for (u, a) in row.per_user_age_ns.iter().enumerate() {

@@ -769,9 +769,10 @@ fn checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
 
 /// Kairos's forwarder against `dpdk-testpmd` on the same veth (the udp and packet backends):
 /// its maximum sustained baseline rate (forwarding every packet) at least the peer's, and at
-/// every rate both sustain (under 2% of the data lost; a packet replaced by its user's newer one
-/// is not lost) a lower average age with its latest-only admission, the source's configuration
-/// reported beside it, and the median latencies. Observations: the goals of the fast path,
+/// every rate testpmd sustains (under 2% of the data lost; a packet replaced by its user's newer
+/// one is not lost, and a rate Kairos does not sustain counts against it) a lower average age
+/// with its latest-only admission, the source's configuration reported beside it, and the median
+/// latencies. Observations: the goals of the fast path,
 /// reported with their ratios whether they hold or not.
 fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
     let mut out = Vec::new();
@@ -810,25 +811,41 @@ fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
         let mut cpu = Vec::new();
         let mut floors = Vec::new();
         // Kairos's age beside testpmd's, for each of its configurations set beside it: lower at
-        // [..], not lower at [..].
+        // [..], not lower (or not sustained) at [..].
         let mut ages: Vec<(&str, Vec<String>, Vec<String>)> =
             KAIROS_BESIDE_PEER.iter().map(|(_, _, name)| (*name, Vec::new(), Vec::new())).collect();
+        let mut peer_sustained = false;
         for &load in &config.rate_fractions {
             let Some(p) = at("peer-baseline", load, PEER_LABEL) else { continue };
             if !sustained(&p.row, p.row.sent as f64) {
                 continue;
             }
+            peer_sustained = true;
             for ((experiment, label, _), (_, lower, higher)) in KAIROS_BESIDE_PEER.iter().zip(ages.iter_mut())
             {
                 let Some(k) = at(experiment, load, label) else { continue };
-                if !sustained_fresh(&k.row, k.row.sent as f64) {
+                let data = k.row.sent as f64;
+                if !sustained_fresh(&k.row, data) {
+                    // Where testpmd keeps up and Kairos does not, Kairos is not fresher there.
+                    let lost = data - (k.row.received + k.row.data_replaced) as f64;
+                    higher.push(format!(
+                        "{:.0} kpps not sustained ({:.1}% lost)",
+                        k.row.rate_pps / 1e3,
+                        100.0 * lost / data.max(1.0)
+                    ));
                     continue;
                 }
                 let ratio = k.row.avg_age_ns / p.row.avg_age_ns.max(1.0);
                 // Where Kairos's share of the age is: its run-to-completion forwarder's hold
                 // (receive stamp to send call) and whether it slept between bursts (the pipeline
-                // times neither).
+                // times neither); and what latest-only replaced.
                 let mut entry = format!("{:.0} kpps {ratio:.2}x", k.row.rate_pps / 1e3);
+                if k.row.data_replaced > 0 {
+                    entry.push_str(&format!(
+                        ", {:.1}% replaced",
+                        100.0 * k.row.data_replaced as f64 / data.max(1.0)
+                    ));
+                }
                 if k.row.threading == Threading::RunToCompletion {
                     entry.push_str(&format!(
                         " (Kairos held a packet {:.1} us, slept {} times)",
@@ -869,7 +886,7 @@ fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
         // Held by Kairos's own configuration: its admission at the port's ring, which the fast
         // path exists for; the source's, forwarding every packet as testpmd does, beside it.
         let (_, lower, higher) = &ages[0];
-        if !(lower.is_empty() && higher.is_empty()) {
+        if peer_sustained {
             let detail = ages
                 .iter()
                 .map(|(name, lower, higher)| {
@@ -882,9 +899,9 @@ fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
                 .join("; ");
             out.push(Check {
                 name: format!(
-                    "{backend}: at every rate both sustain, Kairos's average age (its latest-only admission) is lower than dpdk-testpmd's"
+                    "{backend}: at every rate dpdk-testpmd sustains, Kairos's average age (its latest-only admission) is lower than dpdk-testpmd's"
                 ),
-                held: higher.is_empty(),
+                held: higher.is_empty() && !lower.is_empty(),
                 claim: false,
                 detail: format!("Kairos's age over testpmd's, {detail}"),
             });
@@ -903,6 +920,7 @@ const KAIROS_BESIDE_PEER: [(&str, &str, &str); 2] = [
 
 /// [`sustained`], counting a packet replaced by a newer one of its user as delivered: that
 /// newer packet carried the user's news (keep-latest's whole point); any other drop is a loss.
+/// Each entry of the age check shows how much was replaced.
 fn sustained_fresh(row: &Row, data: f64) -> bool {
     (data - (row.received + row.data_replaced) as f64) / data < 0.02 && row.sent_pps >= 0.95 * row.rate_pps
 }
@@ -1242,11 +1260,13 @@ pub fn report(s: &SweepSummary) -> String {
             });
             if let Some(k) = kairos {
                 line.push_str(&format!(
-                    "; Kairos ({name}) {:.1} us, received {}, replaced {}",
+                    "; Kairos ({name}) {:.1} us, received {}",
                     k.row.avg_age_ns / 1e3,
-                    k.row.received,
-                    k.row.data_replaced
+                    k.row.received
                 ));
+                if k.row.data_replaced > 0 {
+                    line.push_str(&format!(", replaced {}", k.row.data_replaced));
+                }
             }
         }
         out.push_str(&line);
@@ -1332,45 +1352,67 @@ mod tests {
 
     #[test]
     fn the_age_goal_is_kairos_latest_only_admission_with_replaced_packets_not_lost() {
-        let peer = |kpps, age| row("peer-baseline", PEER_LABEL, kpps, age, 1_000, 0);
+        let peer = |kpps, age| {
+            let mut p = row("peer-baseline", PEER_LABEL, kpps, age, 1_000, 0);
+            p.row.p50_latency_ns = 5_200;
+            p
+        };
         let mut rows = vec![
             peer(50.0, 20.0),
             peer(100.0, 30.0),
             row("baseline", "source: tail-drop 4096", 50.0, 25.0, 1_000, 0),
             row("baseline", "source: tail-drop 4096", 100.0, 29.0, 1_000, 0),
+            // Other variants at the same rates, which the check must not take for latest-only.
+            row("beyond-baseline", "drop-oldest 8", 50.0, 99.0, 1_000, 0),
+            row("beyond-baseline", "drop-oldest 8", 100.0, 99.0, 1_000, 0),
             // 5% replaced, none lost: sustained, and fresher than testpmd at both rates.
             row("beyond-baseline", "latest-only slot per user", 50.0, 19.0, 950, 50),
             row("beyond-baseline", "latest-only slot per user", 100.0, 28.0, 950, 50),
         ];
         let check = age_check(&rows);
         assert!(check.held, "{check:?}");
-        assert!(check.detail.contains("latest-only admission: lower at [50 kpps 0.95x"), "{}", check.detail);
+        let detail = &check.detail;
+        assert!(detail.contains("latest-only admission: lower at [50 kpps 0.95x, 5.0% replaced"), "{detail}");
+        assert!(detail.contains("forwarding every packet: lower at [100 kpps 0.97x"), "{detail}");
+        assert!(detail.contains("not lower at [50 kpps 1.25x"), "{detail}");
         assert!(
-            check.detail.contains("forwarding every packet: lower at [100 kpps 0.97x"),
-            "{}",
-            check.detail
+            detail.contains("against testpmd: 50 kpps 4.5 vs 5.2 us, 100 kpps 4.5 vs 5.2 us"),
+            "{detail}"
         );
-        assert!(check.detail.contains("not lower at [50 kpps 1.25x"), "{}", check.detail);
-        assert!(
-            check
-                .detail
-                .contains("median latency, Kairos (every packet) against testpmd: 50 kpps 4.5 vs 4.5 us")
-        );
+        assert!(!detail.contains("99"), "another variant's row was taken: {detail}");
 
         // Older at one rate: not held.
-        rows[5].row.avg_age_ns = 31_000.0;
+        rows[7].row.avg_age_ns = 31_000.0;
         let check = age_check(&rows);
         assert!(!check.held && check.detail.contains("not lower at [100 kpps 1.03x"), "{}", check.detail);
 
-        // 5% lost outright (not replaced) is not sustained: that rate is left out of the goal.
-        rows[5].row.data_replaced = 0;
+        // 5% lost outright (not replaced) where testpmd lost nothing: not sustained, not held.
+        rows[7].row.data_replaced = 0;
         let check = age_check(&rows);
-        assert!(check.held, "{check:?}");
+        assert!(!check.held, "{check:?}");
         assert!(
-            check
-                .detail
-                .starts_with("Kairos's age over testpmd's, latest-only admission: lower at [50 kpps 0.95x")
+            check.detail.contains("not lower at [100 kpps not sustained (5.0% lost)]"),
+            "{}",
+            check.detail
         );
-        assert!(!check.detail.contains("100 kpps 1.03x"), "{}", check.detail);
+
+        // No latest-only rows: the check is still there, not held, with what there is.
+        rows.truncate(6);
+        let check = age_check(&rows);
+        assert!(
+            !check.held && check.detail.contains("forwarding every packet: lower at [100 kpps"),
+            "{check:?}"
+        );
+
+        // A rate testpmd does not sustain is nobody's goal.
+        let mut rows =
+            vec![peer(50.0, 20.0), row("beyond-baseline", "latest-only slot per user", 50.0, 30.0, 1_000, 0)];
+        rows[0].row.received = 900;
+        let config = SweepConfig {
+            backends: vec![Backend::Packet],
+            rate_fractions: vec![0.25],
+            ..SweepConfig::quick()
+        };
+        assert!(peer_checks(&rows, &config).iter().all(|c| !c.name.contains("average age")));
     }
 }
