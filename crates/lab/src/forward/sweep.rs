@@ -652,6 +652,22 @@ fn best_per_rate(rows: &[SweepRow]) -> Vec<Best> {
     out
 }
 
+/// The row of `experiment` on `backend` at `load` whose label starts with `label`.
+fn row_at<'a>(
+    rows: &'a [SweepRow],
+    experiment: &str,
+    backend: Backend,
+    load: f64,
+    label: &str,
+) -> Option<&'a SweepRow> {
+    rows.iter().find(|r| {
+        r.experiment == experiment
+            && r.load == load
+            && r.row.backend == backend
+            && r.row.label.starts_with(label)
+    })
+}
+
 fn checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
     let mut out = Vec::new();
     // The queueing effect of the data ring shows in the one-user baseline; with 1,000 Zipf users
@@ -659,14 +675,7 @@ fn checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
     // Over UDP the kernel's path, not the forwarder's ring, is the bottleneck (the ring never
     // fills), so there the baseline's checks are observations, not claims.
     for &backend in &config.backends {
-        let find = |experiment: &str, load: f64, label: &str| {
-            rows.iter().find(|r| {
-                r.experiment == experiment
-                    && r.load == load
-                    && r.row.backend == backend
-                    && r.row.label.starts_with(label)
-            })
-        };
+        let find = |experiment: &str, load: f64, label: &str| row_at(rows, experiment, backend, load, label);
         let claim = backend == Backend::Memory;
         for &load in &config.rate_fractions {
             let (Some(src), Some(latest)) =
@@ -735,14 +744,7 @@ fn checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
     }
     let top = top_sustainable(config);
     for &backend in &config.backends {
-        let at_top = |experiment: &str, label: &str| {
-            rows.iter().find(|r| {
-                r.experiment == experiment
-                    && r.load == top
-                    && r.row.backend == backend
-                    && r.row.label.starts_with(label)
-            })
-        };
+        let at_top = |experiment: &str, label: &str| row_at(rows, experiment, backend, top, label);
         if let (Some(rcu), Some(rwl), Some(best)) = (
             at_top("routing", "rcu cdr 0.1"),
             at_top("routing", "rwlock cdr 0.1"),
@@ -799,14 +801,7 @@ fn peer_checks(rows: &[SweepRow], config: &SweepConfig) -> Vec<Check> {
                 ),
             });
         }
-        let at = |experiment: &str, load: f64, label: &str| {
-            rows.iter().find(|r| {
-                r.experiment == experiment
-                    && r.load == load
-                    && r.row.backend == backend
-                    && r.row.label.starts_with(label)
-            })
-        };
+        let at = |experiment: &str, load: f64, label: &str| row_at(rows, experiment, backend, load, label);
         // The CPU time and the median latencies, from the rows that forward every packet.
         let mut cpu = Vec::new();
         let mut floors = Vec::new();
@@ -922,13 +917,18 @@ const KAIROS_BESIDE_PEER: [(&str, &str, &str); 2] = [
 /// newer packet carried the user's news (keep-latest's whole point); any other drop is a loss.
 /// Each entry of the age check shows how much was replaced.
 fn sustained_fresh(row: &Row, data: f64) -> bool {
-    (data - (row.received + row.data_replaced) as f64) / data < 0.02 && row.sent_pps >= 0.95 * row.rate_pps
+    kept_up(row, data, row.received + row.data_replaced)
 }
 
 /// Whether a run kept up, the maximum-rate search's rule: the sender within 5% of its rate and
 /// under 2% of the trace's `data` packets lost.
 fn sustained(row: &Row, data: f64) -> bool {
-    (data - row.received as f64) / data < 0.02 && row.sent_pps >= 0.95 * row.rate_pps
+    kept_up(row, data, row.received)
+}
+
+/// The sender within 5% of its rate, and `delivered` of the `data` packets short by under 2%.
+fn kept_up(row: &Row, data: f64, delivered: u64) -> bool {
+    (data - delivered as f64) / data < 0.02 && row.sent_pps >= 0.95 * row.rate_pps
 }
 
 fn series_by(
@@ -1252,13 +1252,7 @@ pub fn report(s: &SweepSummary) -> String {
             p.row.received
         );
         for (experiment, label, name) in KAIROS_BESIDE_PEER {
-            let kairos = s.rows.iter().find(|r| {
-                r.experiment == experiment
-                    && r.row.backend == p.row.backend
-                    && r.load.to_bits() == p.load.to_bits()
-                    && r.row.label.starts_with(label)
-            });
-            if let Some(k) = kairos {
+            if let Some(k) = row_at(&s.rows, experiment, p.row.backend, p.load, label) {
                 line.push_str(&format!(
                     "; Kairos ({name}) {:.1} us, received {}",
                     k.row.avg_age_ns / 1e3,
