@@ -163,11 +163,13 @@ impl Testbed {
             ip(&["-n", ns, "link", "set", dev, "up"])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
         }
-        if side != ForwarderSide::Kernel {
-            let mac = match side {
-                ForwarderSide::Unclaimed => UNCLAIMED_MAC.map(|b| format!("{b:02x}")).join(":"),
-                ForwarderSide::Bare | ForwarderSide::Kernel => link_address(fwd, veth_fwd)?,
-            };
+        // The hardware address the source sends to the forwarder at, when not through ARP.
+        let next_hop = match side {
+            ForwarderSide::Kernel => None,
+            ForwarderSide::Bare => Some(link_address(fwd, veth_fwd)?),
+            ForwarderSide::Unclaimed => Some(UNCLAIMED_MAC.map(|b| format!("{b:02x}")).join(":")),
+        };
+        if let Some(mac) = next_hop {
             ip(&[
                 "-n",
                 src,
