@@ -201,30 +201,37 @@ fn a_ring_port_on_a_bare_interface_answers_a_udp_port() {
     assert_eq!(forwarder.socket_mut().stats().unwrap().ring.kernel_drops, 0);
 }
 
+/// A ring port on the forwarder's end of `bed` bound to `ethertype`, answering the source's
+/// port 7001 from port 7002 (the source's hardware address pinned: the end has no ARP).
+fn forwarder_port(bed: &Testbed, ethertype: u16) -> AfPacketPort {
+    let fwd_addr = SocketAddrV4::new(FORWARDER_IP, 7002);
+    let config = RingConfig { ethertype, ..small_ring() };
+    let mut socket =
+        bed.in_forwarder(|| AfPacketSocket::open(&bed.forwarder_dev, fwd_addr, config)).unwrap().unwrap();
+    socket.set_neighbour(SOURCE_IP, bed.source_mac().unwrap());
+    AfPacketPort::new(socket, SocketAddrV4::new(SOURCE_IP, 7001)).unwrap()
+}
+
+/// The source's port 7001 on `bed`, and 100 data packets sent from it to the forwarder.
+fn source_sending_100(bed: &Testbed) -> (UdpPort, Vec<Packet>) {
+    let mut source =
+        UdpPort::new(bed.source_socket(7001).unwrap(), SocketAddrV4::new(FORWARDER_IP, 7002).into(), 1 << 20)
+            .unwrap();
+    let packets: Vec<Packet> =
+        (0..100u64).map(|i| Packet { kind: Kind::Data, user: 1, seq: i, ..Packet::default() }).collect();
+    assert_eq!(source.tx_burst(&packets[..50]).unwrap(), 50);
+    assert_eq!(source.tx_burst(&packets[50..]).unwrap(), 50);
+    (source, packets)
+}
+
 #[test]
 #[ignore = "creates network namespaces as root: scripts/test runs it in release"]
 fn a_ring_takes_only_its_own_ethertype_so_a_send_only_ring_copies_nothing_in() {
     // The lab's forwarder: one ring on every ethertype (a tap, ahead of the kernel's stack) to
     // receive, one bound to an ethertype no frame carries to send.
     let Some(bed) = testbed(ForwarderSide::Bare) else { return };
-    let (src_addr, fwd_addr) = (SocketAddrV4::new(SOURCE_IP, 7001), SocketAddrV4::new(FORWARDER_IP, 7002));
-    let mut source = UdpPort::new(bed.source_socket(7001).unwrap(), fwd_addr.into(), 1 << 20).unwrap();
-    let open = |ethertype| {
-        let mut socket = bed
-            .in_forwarder(|| {
-                AfPacketSocket::open(&bed.forwarder_dev, fwd_addr, RingConfig { ethertype, ..small_ring() })
-            })
-            .unwrap()
-            .unwrap();
-        socket.set_neighbour(SOURCE_IP, bed.source_mac().unwrap());
-        AfPacketPort::new(socket, src_addr).unwrap()
-    };
-    let (mut rx, mut tx) = (open(ETH_P_ALL), open(0x88b5));
-
-    let packets: Vec<Packet> =
-        (0..100u64).map(|i| Packet { kind: Kind::Data, user: 1, seq: i, ..Packet::default() }).collect();
-    assert_eq!(source.tx_burst(&packets[..50]).unwrap(), 50);
-    assert_eq!(source.tx_burst(&packets[50..]).unwrap(), 50);
+    let (mut rx, mut tx) = (forwarder_port(&bed, ETH_P_ALL), forwarder_port(&bed, 0x88b5));
+    let (mut source, packets) = source_sending_100(&bed);
     let mut got = Vec::new();
     let mut buf = [Packet::default(); 64];
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -256,20 +263,7 @@ fn a_ring_takes_only_its_own_ethertype_so_a_send_only_ring_copies_nothing_in() {
 /// namespace's stack took in (`Ip: InReceives`).
 fn ring_and_stack_receives(side: ForwarderSide) -> Option<(usize, u64)> {
     let bed = testbed(side)?;
-    let (src_addr, fwd_addr) = (SocketAddrV4::new(SOURCE_IP, 7001), SocketAddrV4::new(FORWARDER_IP, 7002));
-    let mut source = UdpPort::new(bed.source_socket(7001).unwrap(), fwd_addr.into(), 1 << 20).unwrap();
-    let mut socket = bed
-        .in_forwarder(|| {
-            AfPacketSocket::open(
-                &bed.forwarder_dev,
-                fwd_addr,
-                RingConfig { ethertype: ETH_P_ALL, ..small_ring() },
-            )
-        })
-        .unwrap()
-        .unwrap();
-    socket.set_neighbour(SOURCE_IP, bed.source_mac().unwrap());
-    let mut rx = AfPacketPort::new(socket, src_addr).unwrap();
+    let mut rx = forwarder_port(&bed, ETH_P_ALL);
     let stack_receives = || {
         let snmp =
             bed.in_forwarder(|| std::fs::read_to_string("/proc/thread-self/net/snmp")).unwrap().unwrap();
@@ -279,10 +273,7 @@ fn ring_and_stack_receives(side: ForwarderSide) -> Option<(usize, u64)> {
         names.zip(values).find(|(n, _)| *n == "InReceives").unwrap().1.parse::<u64>().unwrap()
     };
     let before = stack_receives();
-    let packets: Vec<Packet> =
-        (0..100u64).map(|i| Packet { kind: Kind::Data, user: 1, seq: i, ..Packet::default() }).collect();
-    assert_eq!(source.tx_burst(&packets[..50]).unwrap(), 50);
-    assert_eq!(source.tx_burst(&packets[50..]).unwrap(), 50);
+    let (_source, packets) = source_sending_100(&bed);
     let (mut got, mut buf) = (0, [Packet::default(); 64]);
     let deadline = Instant::now() + Duration::from_secs(5);
     while got < packets.len() && Instant::now() < deadline {
