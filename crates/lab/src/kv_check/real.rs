@@ -16,8 +16,7 @@
 //! clients are scoped threads stopped by a flag that a guard sets on every way out.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -27,7 +26,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use kairos_io::lane_testbed::{LaneTestbed, LaneTestbedConfig, host_address, nftables_available};
 use kairos_services::kv::Reply;
-use kairos_services::resp::client::{parse_reply, write_request};
+use kairos_services::resp::client::{self, Connection, leader_from_info};
 use kairos_services::sim::{FaultKind, OpKind, SimOp, lost_writes};
 use kairos_sys::child::OwnedChild;
 use rand::rngs::StdRng;
@@ -101,54 +100,38 @@ impl Cluster<'_> {
 
     fn leader(&self) -> Option<usize> {
         self.members.iter().filter(|m| m.child.is_some()).find_map(|m| {
-            let info = request(m.client, &["INFO", "replication"], Duration::from_millis(300)).ok()?;
-            let Reply::Bulk(text) = info else { return None };
-            let text = String::from_utf8_lossy(&text).into_owned();
-            text.lines()
-                .find_map(|l| l.strip_prefix("raft_leader_id:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .filter(|&l| l > 0)
-                .map(|l| l - 1)
+            let mut conn = Connection::connect(m.client, Duration::from_millis(300)).ok()?;
+            let info = conn.info("replication").ok()?;
+            usize::try_from(leader_from_info(&info)? - 1).ok()
         })
     }
 }
 
 /// One request on a fresh connection (for INFO and the final reads).
 fn request(addr: SocketAddr, args: &[&str], timeout: Duration) -> Result<Reply> {
-    let mut conn = Conn::open(addr, timeout)?;
-    conn.call(args)
+    let mut conn = Connection::connect(addr, timeout)?;
+    call(&mut conn, args)
 }
 
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
+/// One request, its reply in the store's terms (the history's).
+fn call<A: AsRef<[u8]>>(conn: &mut Connection, args: &[A]) -> Result<Reply> {
+    let args: Vec<&[u8]> = args.iter().map(AsRef::as_ref).collect();
+    Ok(store_reply(conn.call(&args)?))
 }
 
-impl Conn {
-    fn open(addr: SocketAddr, timeout: Duration) -> Result<Self> {
-        let stream = TcpStream::connect_timeout(&addr, timeout)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
-        stream.set_nodelay(true)?;
-        Ok(Self { stream, buf: Vec::new() })
-    }
-
-    fn call<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<Reply> {
-        let mut out = Vec::new();
-        write_request(&mut out, args);
-        self.stream.write_all(&out)?;
-        let mut chunk = [0u8; 4096];
-        loop {
-            if let Some((reply, used)) = parse_reply(&self.buf)? {
-                self.buf.drain(..used);
-                return Ok(reply);
-            }
-            let n = self.stream.read(&mut chunk)?;
-            if n == 0 {
-                bail!("connection closed");
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
+/// A reply in the store's terms, which the history and its checker speak. A status other than
+/// OK and PONG, and a null array, which a member never sends, become errors.
+fn store_reply(reply: client::Reply) -> Reply {
+    match reply {
+        client::Reply::Status(s) if s == "OK" => Reply::Ok,
+        client::Reply::Status(s) if s == "PONG" => Reply::Simple("PONG"),
+        client::Reply::Status(s) => Reply::Error(format!("unexpected status {s}")),
+        client::Reply::Error(e) => Reply::Error(e),
+        client::Reply::Integer(n) => Reply::Integer(n),
+        client::Reply::Bulk(b) => Reply::Bulk(b),
+        client::Reply::NullBulk => Reply::Nil,
+        client::Reply::Array(items) => Reply::Array(items.into_iter().map(store_reply).collect()),
+        client::Reply::NullArray => Reply::Error("unexpected null array".into()),
     }
 }
 
@@ -250,11 +233,11 @@ fn run_on(config: &RealConfig, data: &Path, bed: Option<&LaneTestbed>) -> Result
             let (history, stop, next_client, ports) = (&history, &stop, &next_client, &ports);
             let mut rng = StdRng::seed_from_u64(config.seed.wrapping_mul(1000).wrapping_add(c as u64));
             scope.spawn(move || {
-                let mut conn: Option<(Conn, u64, u64)> = None;
+                let mut conn: Option<(Connection, u64, u64)> = None;
                 while !stop.load(Ordering::Relaxed) {
                     if conn.is_none() {
                         let port = ports[rng.random_range(0..ports.len())];
-                        match Conn::open(port, Duration::from_secs(1)) {
+                        match Connection::connect(port, Duration::from_secs(1)) {
                             Ok(c) => conn = Some((c, next_client.fetch_add(1, Ordering::Relaxed), 0)),
                             Err(_) => {
                                 std::thread::sleep(Duration::from_millis(20));
@@ -280,7 +263,7 @@ fn run_on(config: &RealConfig, data: &Path, bed: Option<&LaneTestbed>) -> Result
                         ),
                     };
                     let call_us = now_us();
-                    let answer = c.call(&args);
+                    let answer = call(c, &args);
                     let return_us = now_us();
                     let (output, return_us) = match answer {
                         Ok(reply) => (Some(reply), Some(return_us)),
