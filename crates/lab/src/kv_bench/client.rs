@@ -31,7 +31,7 @@ use kairos_sys::net::poll::PollSet;
 use serde::Serialize;
 
 use super::http::{base64, encode_post, parse_response};
-use super::resp::{self, Reply};
+use kairos_services::resp::client::{Reply, parse_reply, write_request};
 
 /// Keys each client cycles through.
 pub const KEYS_PER_CLIENT: usize = 100;
@@ -96,20 +96,20 @@ impl Wire for RespWire {
         self.op = op;
         match op {
             Op::Write => {
-                resp::encode(&[b"SET", key, value], out);
+                write_request(out, &[b"SET", key, value]);
                 if self.wait {
-                    resp::encode(&[b"WAIT", b"1", b"0"], out);
+                    write_request::<&[u8]>(out, &[b"WAIT", b"1", b"0"]);
                 }
             }
-            Op::Read => resp::encode(&[b"GET", key], out),
+            Op::Read => write_request(out, &[b"GET", key]),
         }
     }
 
     fn answer(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Outcome>> {
-        let Some((first, used)) = resp::parse(buf).map_err(invalid)? else { return Ok(None) };
+        let Some((first, used)) = parse_reply(buf).map_err(invalid)? else { return Ok(None) };
         let outcome = match (self.op, self.wait) {
             (Op::Write, true) => {
-                let Some((second, more)) = resp::parse(&buf[used..]).map_err(invalid)? else {
+                let Some((second, more)) = parse_reply(&buf[used..]).map_err(invalid)? else {
                     return Ok(None);
                 };
                 buf.drain(..used + more);
@@ -124,7 +124,11 @@ impl Wire for RespWire {
             }
             (Op::Read, _) => {
                 buf.drain(..used);
-                if matches!(first, Reply::Bulk(_)) { Ok(()) } else { Err(format!("GET answered {first:?}")) }
+                if matches!(first, Reply::Bulk(_) | Reply::NullBulk) {
+                    Ok(())
+                } else {
+                    Err(format!("GET answered {first:?}"))
+                }
             }
         };
         Ok(Some(outcome))

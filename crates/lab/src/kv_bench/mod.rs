@@ -32,7 +32,6 @@ pub mod failover;
 pub mod http;
 pub mod redis_benchmark;
 pub mod report;
-pub mod resp;
 pub mod systems;
 
 use std::collections::BTreeMap;

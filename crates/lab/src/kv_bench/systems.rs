@@ -31,7 +31,7 @@ use serde::Serialize;
 
 use super::client::Protocol;
 use super::http::{HttpConn, base64};
-use super::resp::{RespConn, info_field};
+use kairos_services::resp::client::{Connection, Reply, info_field, leader_from_info};
 
 /// How long a system has to become ready.
 const READY_WITHIN: Duration = Duration::from_secs(30);
@@ -527,7 +527,7 @@ impl Running {
     fn probe(&mut self, through: Option<usize>) -> Result<()> {
         match self.setup.system {
             SystemKind::Redis | SystemKind::RedisWait => {
-                let mut conn = RespConn::connect(self.members[0].client, PROBE_TIMEOUT)?;
+                let mut conn = Connection::connect(self.members[0].client, PROBE_TIMEOUT)?;
                 if self.setup.system == SystemKind::RedisWait {
                     let info = conn.info("replication")?;
                     let online = info_field(&info, "slave0").is_some_and(|v| v.contains("state=online"));
@@ -538,7 +538,7 @@ impl Running {
                 if self.setup.system == SystemKind::RedisWait {
                     // The replication path works end to end: the write is on the replica.
                     let replies = conn.pipeline(&[&[b"SET", b"ready", b"1"], &[b"WAIT", b"1", b"100"]])?;
-                    if !matches!(replies.as_slice(), [ok, super::resp::Reply::Integer(1..)] if ok.is_ok()) {
+                    if !matches!(replies.as_slice(), [ok, Reply::Integer(1..)] if ok.is_ok()) {
                         bail!("SET + WAIT 1 100 answered {replies:?}");
                     }
                 } else if !conn.call(&[b"SET", b"ready", b"1"])?.is_ok() {
@@ -565,7 +565,7 @@ impl Running {
             SystemKind::Kairos => {
                 let leader = self.leader()?;
                 let at = through.unwrap_or(leader);
-                let mut conn = RespConn::connect(self.members[at].client, PROBE_TIMEOUT)?;
+                let mut conn = Connection::connect(self.members[at].client, PROBE_TIMEOUT)?;
                 if !conn.call(&[b"SET", b"ready", b"1"])?.is_ok() {
                     bail!("SET was not answered OK");
                 }
@@ -582,17 +582,14 @@ impl Running {
             SystemKind::Redis | SystemKind::RedisWait => Ok(0),
             SystemKind::Kairos => {
                 for i in self.live() {
-                    let Ok(mut conn) = RespConn::connect(self.members[i].client, PROBE_TIMEOUT) else {
+                    let Ok(mut conn) = Connection::connect(self.members[i].client, PROBE_TIMEOUT) else {
                         continue;
                     };
                     let Ok(info) = conn.info("replication") else { continue };
-                    if let Some(id) =
-                        info_field(&info, "raft_leader_id").and_then(|v| v.parse::<usize>().ok())
-                        && id >= 1
-                        && id <= self.members.len()
-                        && self.members[id - 1].child.is_some()
+                    if let Some(at) = leader_from_info(&info).and_then(|id| usize::try_from(id - 1).ok())
+                        && self.members.get(at).is_some_and(|m| m.child.is_some())
                     {
-                        return Ok(id - 1);
+                        return Ok(at);
                     }
                 }
                 bail!("no live member names a live leader")
@@ -675,11 +672,11 @@ impl LeaderWatch {
     pub fn sees_new_leader(&self) -> bool {
         match self.system {
             SystemKind::Redis | SystemKind::RedisWait => false,
-            SystemKind::Kairos => RespConn::connect(self.addr, PROBE_TIMEOUT)
+            SystemKind::Kairos => Connection::connect(self.addr, PROBE_TIMEOUT)
                 .and_then(|mut c| c.info("replication"))
                 .ok()
-                .and_then(|info| info_field(&info, "raft_leader_id").and_then(|v| v.parse::<usize>().ok()))
-                .is_some_and(|id| id >= 1 && id - 1 != self.old_member),
+                .and_then(|info| leader_from_info(&info))
+                .is_some_and(|id| usize::try_from(id - 1).is_ok_and(|at| at != self.old_member)),
             SystemKind::Etcd => etcd_status(self.addr).is_ok_and(|(_, leader)| {
                 leader != "0" && Some(leader.as_str()) != self.old_etcd_id.as_deref()
             }),
