@@ -1,5 +1,5 @@
-//! `kairos kv bench`: the replicated store against Redis, Redis with `WAIT`, and etcd, in one
-//! run on this machine. The flags only parse here: they land in the experiment's configuration,
+//! `kairos kv bench`: the replicated store against Redis, Redis with `WAIT` (its append-only
+//! file off, and fsynced on every write), and etcd, in one run on this machine. The flags only parse here: they land in the experiment's configuration,
 //! whose `plan` checks each against its limits before anything starts (exit code 2).
 
 use std::path::PathBuf;
@@ -11,9 +11,9 @@ use kairos_lab::kv_bench::{self, BenchConfig};
 use crate::exit;
 
 /// The flags of `kairos kv bench`: latency, throughput and failover of the store beside what
-/// its users run today (redis, redis+wait, etcd), every system started and stopped by the bench
-/// on this machine, servers and load generator pinned to separate cores. Systems whose programs
-/// are missing are skipped (`skipped` says why).
+/// its users run today (redis, redis+wait, redis-aof+wait, etcd), every system started and
+/// stopped by the bench on this machine, servers and load generator pinned to separate cores.
+/// Systems whose programs are missing are skipped (`skipped` says why).
 #[derive(clap::Args)]
 pub struct KvBenchArgs {
     /// 2 s a point, 5 failover trials, etcd on tmpfs only: about 2 minutes on two cores (the
@@ -27,7 +27,8 @@ pub struct KvBenchArgs {
     /// when missing). Servers' data that goes to the disk goes here too, while they run.
     #[arg(long, value_name = "DIR", default_value = "results")]
     results: PathBuf,
-    /// The systems (comma-separated: redis, redis+wait, etcd, kairos); default: all.
+    /// The systems (comma-separated: redis, redis+wait, redis-aof+wait, etcd, kairos); default:
+    /// all.
     #[arg(long, value_delimiter = ',')]
     systems: Vec<String>,
     /// Closed-loop clients per point, 1-1000 each (comma-separated).

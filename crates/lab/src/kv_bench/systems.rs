@@ -5,6 +5,10 @@
 //! - `redis`: `redis-server --save "" --appendonly no` on a free port, its own directory;
 //! - `redis+wait`: the same, and a second `redis-server --replicaof` the first; ready once the
 //!   primary's `INFO replication` shows the replica online;
+//! - `redis-aof+wait`: `redis+wait` with `--appendonly yes --appendfsync always` on both, the
+//!   data on the disk: the primary answers a SET once it is in its AOF and fsynced; ready as
+//!   redis+wait is, and once neither server has an AOF rewrite under way or scheduled (the
+//!   replica rewrites its AOF after the first sync);
 //! - `etcd`: three `etcd` members (3.4, the Debian package) on loopback, client and peer URLs on
 //!   free ports, data on tmpfs (`/dev/shm`) or on the disk; ready once every member's
 //!   `/v3/maintenance/status` names a leader and a put is answered;
@@ -47,6 +51,10 @@ pub enum SystemKind {
     /// redis-server with a replica, every SET followed by `WAIT 1 0`.
     #[serde(rename = "redis+wait")]
     RedisWait,
+    /// redis+wait with the append-only file fsynced before every answer (`appendfsync
+    /// always`).
+    #[serde(rename = "redis-aof+wait")]
+    RedisAofWait,
     /// An etcd cluster.
     #[serde(rename = "etcd")]
     Etcd,
@@ -57,14 +65,20 @@ pub enum SystemKind {
 
 impl SystemKind {
     /// Every system, in the table's order.
-    pub const ALL: [SystemKind; 4] =
-        [SystemKind::Redis, SystemKind::RedisWait, SystemKind::Etcd, SystemKind::Kairos];
+    pub const ALL: [SystemKind; 5] = [
+        SystemKind::Redis,
+        SystemKind::RedisWait,
+        SystemKind::RedisAofWait,
+        SystemKind::Etcd,
+        SystemKind::Kairos,
+    ];
 
     /// Its name in the rows and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             SystemKind::Redis => "redis",
             SystemKind::RedisWait => "redis+wait",
+            SystemKind::RedisAofWait => "redis-aof+wait",
             SystemKind::Etcd => "etcd",
             SystemKind::Kairos => "kairos",
         }
@@ -81,7 +95,9 @@ impl SystemKind {
     /// The programs it needs and the Debian package of each.
     pub fn programs(self) -> &'static [(&'static str, &'static str)] {
         match self {
-            SystemKind::Redis | SystemKind::RedisWait => &[("redis-server", "redis-server")],
+            SystemKind::Redis | SystemKind::RedisWait | SystemKind::RedisAofWait => {
+                &[("redis-server", "redis-server")]
+            }
             SystemKind::Etcd => &[("etcd", "etcd-server")],
             SystemKind::Kairos => &[],
         }
@@ -91,7 +107,7 @@ impl SystemKind {
     pub fn protocol(self) -> Protocol {
         match self {
             SystemKind::Redis | SystemKind::Kairos => Protocol::Resp,
-            SystemKind::RedisWait => Protocol::RespWait,
+            SystemKind::RedisWait | SystemKind::RedisAofWait => Protocol::RespWait,
             SystemKind::Etcd => Protocol::Etcd,
         }
     }
@@ -164,6 +180,7 @@ impl Setup {
         match self.system {
             SystemKind::Redis => "redis".into(),
             SystemKind::RedisWait => "redis+wait (1 replica)".into(),
+            SystemKind::RedisAofWait => "redis-aof+wait (1 replica, fsync always)".into(),
             SystemKind::Etcd => format!("etcd, {} members, {}", self.members, self.storage.name()),
             SystemKind::Kairos => format!("kairos, {} members, fsync {}", self.members, self.fsync.name()),
         }
@@ -172,7 +189,9 @@ impl Setup {
     /// A name for files: `kairos-3-always`.
     pub fn slug(&self) -> String {
         match self.system {
-            SystemKind::Redis | SystemKind::RedisWait => self.system.name().replace('+', "-"),
+            SystemKind::Redis | SystemKind::RedisWait | SystemKind::RedisAofWait => {
+                self.system.name().replace('+', "-")
+            }
             SystemKind::Etcd => format!("etcd-{}-{}", self.members, self.storage.name()),
             SystemKind::Kairos => format!("kairos-{}-{}", self.members, self.fsync.name()),
         }
@@ -330,7 +349,12 @@ impl Running {
         let data = DataDir::create(base.join(setup.slug()))?;
         let log = |name: &str| env.logs.join(format!("{}-{name}.log", setup.slug()));
         let members = match setup.system {
-            SystemKind::Redis | SystemKind::RedisWait => {
+            SystemKind::Redis | SystemKind::RedisWait | SystemKind::RedisAofWait => {
+                let aof: &[&str] = if setup.system == SystemKind::RedisAofWait {
+                    &["--appendonly", "yes", "--appendfsync", "always"]
+                } else {
+                    &["--appendonly", "no"]
+                };
                 let (ports, _) = free_ports(setup.members, 0)?;
                 (0..setup.members)
                     .map(|i| {
@@ -339,7 +363,8 @@ impl Running {
                         let mut args: Vec<OsString> =
                             ["--port", &ports[i].to_string(), "--bind", "127.0.0.1"]
                                 .into_iter()
-                                .chain(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
+                                .chain(["--save", "", "--protected-mode", "no"])
+                                .chain(aof.iter().copied())
                                 .chain(["--repl-diskless-sync-delay", "0", "--logfile", ""])
                                 .map(OsString::from)
                                 .collect();
@@ -526,16 +551,28 @@ impl Running {
     /// answered.
     fn probe(&mut self, through: Option<usize>) -> Result<()> {
         match self.setup.system {
-            SystemKind::Redis | SystemKind::RedisWait => {
+            SystemKind::Redis | SystemKind::RedisWait | SystemKind::RedisAofWait => {
                 let mut conn = Connection::connect(self.members[0].client, PROBE_TIMEOUT)?;
-                if self.setup.system == SystemKind::RedisWait {
+                let replicated = self.setup.system != SystemKind::Redis;
+                if replicated {
                     let info = conn.info("replication")?;
                     let online = info_field(&info, "slave0").is_some_and(|v| v.contains("state=online"));
                     if !online {
                         bail!("the replica is not online yet");
                     }
                 }
-                if self.setup.system == SystemKind::RedisWait {
+                if self.setup.system == SystemKind::RedisAofWait {
+                    for m in &self.members {
+                        let info = Connection::connect(m.client, PROBE_TIMEOUT)?.info("persistence")?;
+                        let busy = ["aof_rewrite_in_progress", "aof_rewrite_scheduled"]
+                            .iter()
+                            .any(|field| info_field(&info, field) != Some("0"));
+                        if busy {
+                            bail!("{} is rewriting its AOF", m.name);
+                        }
+                    }
+                }
+                if replicated {
                     // The replication path works end to end: the write is on the replica.
                     let replies = conn.pipeline(&[&[b"SET", b"ready", b"1"], &[b"WAIT", b"1", b"100"]])?;
                     if !matches!(replies.as_slice(), [ok, Reply::Integer(1..)] if ok.is_ok()) {
@@ -579,7 +616,7 @@ impl Running {
     /// primary).
     pub fn leader(&mut self) -> Result<usize> {
         match self.setup.system {
-            SystemKind::Redis | SystemKind::RedisWait => Ok(0),
+            SystemKind::Redis | SystemKind::RedisWait | SystemKind::RedisAofWait => Ok(0),
             SystemKind::Kairos => {
                 for i in self.live() {
                     let Ok(mut conn) = Connection::connect(self.members[i].client, PROBE_TIMEOUT) else {
@@ -671,7 +708,7 @@ impl LeaderWatch {
     /// Whether the member, asked now, names a leader other than the old one.
     pub fn sees_new_leader(&self) -> bool {
         match self.system {
-            SystemKind::Redis | SystemKind::RedisWait => false,
+            SystemKind::Redis | SystemKind::RedisWait | SystemKind::RedisAofWait => false,
             SystemKind::Kairos => Connection::connect(self.addr, PROBE_TIMEOUT)
                 .and_then(|mut c| c.info("replication"))
                 .ok()
@@ -704,7 +741,7 @@ mod tests {
     #[test]
     fn systems_are_named_as_the_rows_name_them() {
         let names: Vec<&str> = SystemKind::ALL.iter().map(|s| s.name()).collect();
-        assert_eq!(names, ["redis", "redis+wait", "etcd", "kairos"]);
+        assert_eq!(names, ["redis", "redis+wait", "redis-aof+wait", "etcd", "kairos"]);
         for s in SystemKind::ALL {
             assert_eq!(SystemKind::from_name(s.name()), Ok(s));
             assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{}\"", s.name()));
