@@ -53,7 +53,7 @@ pub fn trial(running: &mut Running, value_bytes: usize) -> Result<Trial> {
     if !matches!(system, SystemKind::Kairos | SystemKind::Etcd) {
         bail!("{} has no failover of its own to measure", system.name());
     }
-    let leader = running.leader()?;
+    let leader = running.wait_leader()?;
     let n = running.len();
     let through = (leader + 1) % n;
     let watch = (n >= 3).then(|| running.leader_watch((leader + 2) % n, leader));

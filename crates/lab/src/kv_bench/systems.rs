@@ -649,6 +649,22 @@ impl Running {
         }
     }
 
+    /// The leader, once a live member names one: an election under way (a leader suspected
+    /// while the cluster sat idle) is waited out, for as long as a system has to become ready.
+    pub fn wait_leader(&mut self) -> Result<usize> {
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            self.check()?;
+            match self.leader() {
+                Ok(leader) => return Ok(leader),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(e.context(format!("no leader within {} s", READY_WITHIN.as_secs())));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+
     /// A watch on member `at` for a leader other than member `old`, which needs no borrow of
     /// the system (so the old leader can be killed while it runs).
     pub fn leader_watch(&self, at: usize, old: usize) -> LeaderWatch {
