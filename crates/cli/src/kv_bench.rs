@@ -12,12 +12,14 @@ use crate::exit;
 
 /// The flags of `kairos kv bench`: latency, throughput and failover of the store beside what
 /// its users run today (redis, redis+wait, redis-aof+wait, etcd), every system started and
-/// stopped by the bench on this machine, servers and load generator pinned to separate cores.
-/// Systems whose programs are missing are skipped (`skipped` says why).
+/// stopped by the bench on this machine, servers on one half of the cores and the load
+/// generator on the other. Every point is run `--runs` times, the runs of all systems
+/// interleaved, and reported as the median with its range. Systems whose programs are missing
+/// are skipped (`skipped` says why).
 #[derive(clap::Args)]
 pub struct KvBenchArgs {
-    /// 2 s a point, 5 failover trials, etcd on tmpfs only: about 2 minutes on two cores (the
-    /// full run: 10 s, 20 trials, etcd on tmpfs and on the disk, about 12 minutes).
+    /// 2 s a point, 5 failover trials, etcd on tmpfs only: about 7 minutes on two cores with
+    /// 3 runs (the full run: 10 s, 20 trials, etcd on tmpfs and on the disk, about 35 minutes).
     #[arg(long)]
     quick: bool,
     /// Print the summary as one JSON object on stdout; default: a table.
@@ -37,6 +39,10 @@ pub struct KvBenchArgs {
     /// Each point's counted window, seconds, 0.1-3600 (default: 2 with --quick, else 10).
     #[arg(long)]
     seconds: Option<f64>,
+    /// Runs of every point, 3-100, one a round, each round visiting every system once (the
+    /// rows are the medians, with each figure's range).
+    #[arg(long, value_name = "N", default_value_t = kv_bench::MIN_RUNS)]
+    runs: usize,
     /// Failover trials per kairos and etcd setup, 0-1000 (default: 5 with --quick, else 20).
     #[arg(long, value_name = "N")]
     failover_trials: Option<usize>,
@@ -91,6 +97,7 @@ pub fn config(a: &KvBenchArgs) -> Result<BenchConfig> {
     }
     c.clients = a.clients.clone();
     c.seconds = a.seconds.unwrap_or(c.seconds);
+    c.runs = a.runs;
     c.failover_trials = a.failover_trials.unwrap_or(c.failover_trials);
     c.benchmark_requests = a.benchmark_requests.unwrap_or(c.benchmark_requests);
     c.kairos_members = a.members.clone();

@@ -1,5 +1,5 @@
 //! `kairos kv bench` in miniature: the experiment run through the harness with this build's
-//! `kairos` as the members' program, a few tenths of a second a point. The kairos-only run
+//! `kairos` as the members' program, a few tenths of a second a point, three runs of each. The kairos-only run
 //! needs nothing installed; the run of every system needs redis-server, redis-benchmark and
 //! etcd (Debian: redis-server, redis-tools, etcd-server), so it is ignored by default and
 //! `scripts/test` runs it where they are installed.
@@ -18,6 +18,7 @@ fn tiny(systems: Vec<SystemKind>) -> BenchConfig {
     c.warmup_seconds = 0.1;
     c.failover_trials = 2;
     c.benchmark_requests = 1_000;
+    c.idle_seconds = 0.5;
     c
 }
 
@@ -52,6 +53,22 @@ fn check_rows(summary: &BenchSummary, system: SystemKind, points: usize) {
     for r in rows {
         assert!(r.ops_per_s > 0.0 && r.latency_us.p50.is_some_and(|p| p > 0.0), "{r:?}");
         assert_eq!(r.errors, 0, "{r:?}");
+        assert_eq!(r.runs, 3, "{r:?}");
+        let [min, max] = r.range.ops_per_s;
+        assert!(min <= r.ops_per_s && r.ops_per_s <= max, "the median within its range: {r:?}");
+        let [min, max] = r.range.latency_us.p50.unwrap();
+        assert!((min..=max).contains(&r.latency_us.p50.unwrap()), "{r:?}");
+    }
+    let cluster = summary.clusters.iter().find(|c| c.system == system);
+    assert!(cluster.is_some_and(|c| c.idle_cpu_percent >= 0.0 && c.idle_seconds == 0.5), "{cluster:?}");
+}
+
+/// Every round visited every setup, each round starting one further along.
+fn check_rounds(summary: &BenchSummary, setups: usize) {
+    assert_eq!(summary.rounds.len(), 3, "{:?}", summary.rounds);
+    for (r, round) in summary.rounds.iter().enumerate() {
+        assert_eq!(round.len(), setups, "round {r}: {round:?}");
+        assert_eq!(round[0], summary.rounds[0][r % setups], "round {r} starts one further: {round:?}");
     }
 }
 
@@ -59,6 +76,7 @@ fn check_rows(summary: &BenchSummary, system: SystemKind, points: usize) {
 fn a_tiny_bench_of_kairos_measures_points_and_failover_and_leaves_nothing() {
     let (summary, _results) = run(&tiny(vec![SystemKind::Kairos]));
     check_rows(&summary, SystemKind::Kairos, 4);
+    check_rounds(&summary, 1);
     let failover = &summary.failover_ms.rows;
     assert_eq!(failover.len(), 1);
     assert_eq!(failover[0].trials, 2, "{:?}", failover[0].notes);
@@ -66,32 +84,72 @@ fn a_tiny_bench_of_kairos_measures_points_and_failover_and_leaves_nothing() {
     assert!(summary.goals.iter().any(|g| g.name.contains("failover") && g.met.is_some()));
     assert_eq!(summary.failover_ms.redis_sentinel_down_after, 30_000.0);
     let json = serde_json::to_value(&summary).unwrap();
-    for field in ["rows", "failover_ms", "machine", "noise", "placement", "skipped", "goals"] {
+    for field in
+        ["rows", "failover_ms", "machine", "noise", "placement", "skipped", "goals", "clusters", "rounds"]
+    {
         assert!(json.get(field).is_some(), "no {field} in the summary");
     }
     let row = &json["rows"][0];
-    for field in ["system", "members", "fsync", "clients", "op", "ops_per_s"] {
+    for field in ["system", "members", "fsync", "clients", "op", "ops_per_s", "runs", "range"] {
         assert!(row.get(field).is_some(), "no {field} in a row: {row}");
     }
     for field in ["p50", "p99", "p999", "max"] {
         assert!(row["latency_us"].get(field).is_some(), "no latency_us.{field}: {row}");
+        let range = &row["range"]["latency_us"][field];
+        assert!(range.as_array().is_some_and(|r| r.len() == 2), "range.latency_us.{field}: {row}");
     }
+    assert!(row["range"]["ops_per_s"].as_array().is_some_and(|r| r.len() == 2), "range.ops_per_s: {row}");
     assert_eq!(row["system"], "kairos");
+    assert_eq!(row["runs"], 3);
+    let cluster = &json["clusters"][0];
+    assert_eq!(cluster["system"], "kairos");
+    assert!(cluster["idle_cpu_percent"].as_f64().is_some_and(|p| p >= 0.0), "{cluster}");
+    let rule = json["placement"]["rule"].as_str().unwrap();
+    assert!(rule.contains("servers on") && rule.contains("client"), "{rule}");
 }
 
 #[test]
 #[ignore = "needs redis-server, redis-benchmark and etcd installed"]
 fn a_tiny_bench_of_every_system() {
-    let (summary, _results) = run(&tiny(SystemKind::ALL.to_vec()));
+    let mut config = tiny(SystemKind::ALL.to_vec());
+    config.kairos_fsync = vec![Fsync::Always, Fsync::Never];
+    let (summary, _results) = run(&config);
     assert!(summary.skipped.is_empty(), "skipped: {:?}", summary.skipped);
     for system in SystemKind::ALL {
-        check_rows(&summary, system, 4);
+        check_rows(&summary, system, if system == SystemKind::Kairos { 8 } else { 4 });
     }
-    let benchmark = summary.rows.iter().filter(|r| r.tool.starts_with("redis-benchmark")).count();
-    assert_eq!(benchmark, 4, "SET and GET against redis and kairos");
+    check_rounds(&summary, SystemKind::ALL.len() + 1);
+    let aof = summary.rows.iter().find(|r| r.system == SystemKind::RedisAofWait).unwrap();
+    assert_eq!((aof.members, aof.fsync), (2, Fsync::Always), "{aof:?}");
+    let benchmark: Vec<_> = summary.rows.iter().filter(|r| r.tool.starts_with("redis-benchmark")).collect();
+    assert_eq!(benchmark.len(), 6, "SET and GET against redis and both kairos setups");
+    assert!(benchmark.iter().all(|r| r.runs == 3), "{benchmark:?}");
     let etcd = summary.failover_ms.rows.iter().find(|f| f.system == SystemKind::Etcd).unwrap();
     assert_eq!(etcd.trials, 2, "{:?}", etcd.notes);
     let names: Vec<&str> = summary.goals.iter().map(|g| g.name.as_str()).collect();
     assert!(names.iter().any(|n| n.contains("over redis+wait's")), "{names:?}");
+    assert!(names.iter().any(|n| n.contains("over redis-aof+wait's")), "{names:?}");
     assert!(names.iter().any(|n| n.contains("over etcd's")), "{names:?}");
+}
+
+#[test]
+fn bad_runs_and_systems_are_one_line_usage_errors() {
+    let results = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (&["--runs", "2"][..], "--runs 2"),
+        (&["--runs", "101"], "--runs 101"),
+        (&["--systems", "redis-aof"], "redis-aof+wait"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kairos"))
+            .args(["kv", "bench", "--quick", "--json", "--results"])
+            .arg(results.path())
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
 }

@@ -9,13 +9,22 @@
 //! systems that speak plain RESP, one `redis-benchmark -t set,get -n N -c 50 -q` run read into
 //! rows of its own ([`redis_benchmark`]); for kairos and etcd, the failover time: the leader
 //! SIGKILLed and the time until a write through another member is answered, several trials
-//! ([`failover`]), beside Redis Sentinel's default detection time (a constant).
+//! ([`failover`]), beside Redis Sentinel's default detection time (a constant); and each
+//! cluster's CPU at rest: its members' processes' user and system time (`/proc/PID/stat`) over
+//! a few idle seconds after it starts and before any load, as a percent of one core.
+//!
+//! Runs ([`rounds`]): every point (and redis-benchmark run) is run `runs` times (at least 3),
+//! in rounds: a round starts, measures and stops every setup once, each round beginning one
+//! setup further along the table's order, so the runs of all systems interleave. A row is the
+//! median of its runs, with their number (`runs`) and range (`range`, `[min, max]` of each
+//! figure) beside it. Failover trials and the idle CPU are measured in the first round.
 //!
 //! Placement: the servers' processes are started from a thread pinned to the servers' cores and
 //! inherit that affinity; the client threads (and redis-benchmark) are pinned to the load
 //! generator's cores; by default the first half of the cores serve and the rest load (on two
-//! cores: core 0 and core 1). Members beyond the servers' cores share them: the report says
-//! which setups are oversubscribed.
+//! cores: the servers on core 0, the clients on core 1), and the report states the rule.
+//! Members beyond the servers' cores share them: the report says which setups are
+//! oversubscribed.
 //!
 //! Clients speak to the leader (redis: the primary), every system's best case. A system whose
 //! programs are missing is skipped, with the reason in `skipped`; one that fails while it runs
@@ -23,17 +32,20 @@
 //!
 //! # Summary fields (stable)
 //! `rows` (`system`, `members`, `fsync`, `storage`, `clients`, `op`, `latency_us` {`p50`,
-//! `p99`, `p999`, `max`}, `ops_per_s`, `tool`, ...), `failover_ms` (`rows` of `system`,
-//! `members`, `fsync`, `trials`, `write` {`p50`, `p99`, `max`}, `elected`, `samples`; and
-//! `redis_sentinel_down_after`), `goals`, `placement`, `fsync_probe_us`, `skipped`, `notes`,
-//! `config`, `machine`, `noise`, `plots`, `results_dir`. Files: `summary.json`, `rows.csv`,
-//! `logs/` (every server's output), the plots.
+//! `p99`, `p999`, `max`}, `ops_per_s`, `runs`, `range` {`latency_us` {`p50`, ...},
+//! `ops_per_s`, `server_cpu`}, `tool`, ...), `failover_ms` (`rows` of `system`, `members`,
+//! `fsync`, `trials`, `write` {`p50`, `p99`, `max`}, `elected`, `samples`; and
+//! `redis_sentinel_down_after`), `clusters` (`system`, `members`, `fsync`, `storage`, `label`,
+//! `idle_cpu_percent`, `idle_seconds`), `rounds`, `goals`, `placement` (`rule`, ...),
+//! `fsync_probe_us`, `skipped`, `notes`, `config`, `machine`, `noise`, `plots`, `results_dir`.
+//! Files: `summary.json`, `rows.csv`, `logs/` (every server's output), the plots.
 
 pub mod client;
 pub mod failover;
 pub mod http;
 pub mod redis_benchmark;
 pub mod report;
+pub mod rounds;
 pub mod systems;
 
 use std::collections::BTreeMap;
@@ -47,6 +59,7 @@ use serde::Serialize;
 
 use self::client::{Op, PointSettings};
 use self::failover::{Quantiles, Trial};
+use self::rounds::{Ranges, RunFigures};
 use self::systems::{DataDir, Env, Fsync, Running, Setup, Storage, SystemKind};
 use crate::harness::{Experiment, Plan, Run, RunInfo};
 
@@ -58,6 +71,8 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 const BENCHMARK_SLACK: Duration = Duration::from_secs(30);
 /// Writes the fsync probe times.
 const FSYNC_PROBE_WRITES: usize = 200;
+/// The fewest runs of a point: a median and a range need three.
+pub const MIN_RUNS: usize = 3;
 
 /// What `kv bench` runs.
 #[derive(Debug, Clone, Serialize)]
@@ -72,6 +87,12 @@ pub struct BenchConfig {
     pub etcd_storage: Vec<Storage>,
     /// Clients per point.
     pub clients: Vec<usize>,
+    /// Runs of every point, one a round, the rounds interleaving the setups (at least
+    /// [`MIN_RUNS`]).
+    pub runs: usize,
+    /// How long each cluster is left idle, before any load, while its CPU time is counted,
+    /// seconds.
+    pub idle_seconds: f64,
     /// Each point's counted window, seconds.
     pub seconds: f64,
     /// Each point's warm-up before the window, seconds.
@@ -100,8 +121,9 @@ pub struct BenchConfig {
 }
 
 impl BenchConfig {
-    /// The full run (10 s a point, 20 failover trials, etcd on tmpfs and on the disk) or the
-    /// quick one (2 s, 5 trials, etcd on tmpfs), the members run by `kairos_exe`.
+    /// The full run (3 runs of 10 s a point, 20 failover trials, etcd on tmpfs and on the disk)
+    /// or the quick one (3 runs of 2 s, 5 trials, etcd on tmpfs), the members run by
+    /// `kairos_exe`; 5 s of idle CPU before each cluster's load.
     pub fn preset(quick: bool, kairos_exe: PathBuf) -> Self {
         let cores = kairos_sys::proc::online_cores().max(1);
         let (server_cores, client_cores) = default_cores(cores);
@@ -111,6 +133,8 @@ impl BenchConfig {
             kairos_fsync: vec![Fsync::Always, Fsync::Never],
             etcd_storage: if quick { vec![Storage::Tmpfs] } else { vec![Storage::Tmpfs, Storage::Disk] },
             clients: vec![1, 10, 50],
+            runs: MIN_RUNS,
+            idle_seconds: 5.0,
             seconds: if quick { 2.0 } else { 10.0 },
             warmup_seconds: if quick { 0.25 } else { 1.0 },
             failover_trials: if quick { 5 } else { 20 },
@@ -224,7 +248,7 @@ impl LatencyUs {
     }
 }
 
-/// One row of the table.
+/// One row of the table: a point, the median of its runs.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
     /// `redis`, `redis+wait`, `redis-aof+wait`, `etcd` or `kairos`.
@@ -239,17 +263,23 @@ pub struct Row {
     pub clients: usize,
     /// `write` or `read`.
     pub op: Op,
-    /// Latency of the answers, us (redis-benchmark rows: its p50 only).
+    /// Latency of the answers, us, each figure the median of the runs' (redis-benchmark rows:
+    /// its p50 only).
     pub latency_us: LatencyUs,
-    /// Answers per second.
+    /// Answers per second, the median of the runs'.
     pub ops_per_s: f64,
+    /// The runs behind the medians.
+    pub runs: usize,
+    /// Each figure's `[min, max]` over the runs.
+    pub range: Ranges,
     /// `kairos kv bench` (this bench's clients) or the redis-benchmark command line.
     pub tool: String,
-    /// Answers counted.
+    /// Answers counted, all runs together.
     pub ops: u64,
-    /// Failed requests.
+    /// Failed requests, all runs together.
     pub errors: u64,
-    /// The servers' CPU time over the point's time, cores (absent for redis-benchmark rows).
+    /// The servers' CPU time over the point's time, cores, the median of the runs' (absent for
+    /// redis-benchmark rows).
     pub server_cpu: Option<f64>,
     /// What the row could not have as asked.
     pub notes: Vec<String>,
@@ -333,6 +363,8 @@ pub struct Goal {
 /// Where the processes ran.
 #[derive(Debug, Clone, Serialize)]
 pub struct Placement {
+    /// The rule, in words, and the cores it gave here.
+    pub rule: String,
     /// The servers' cores.
     pub server_cores: Vec<usize>,
     /// The load generator's cores (client threads and redis-benchmark).
@@ -354,6 +386,28 @@ pub struct StorageInfo {
     pub tmpfs: String,
 }
 
+/// One cluster (setup) as it ran, and its CPU at rest.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cluster {
+    /// The system.
+    pub system: SystemKind,
+    /// Its server processes.
+    pub members: usize,
+    /// Whether an acknowledged write is on a disk.
+    pub fsync: Fsync,
+    /// Where its data lives.
+    pub storage: Storage,
+    /// `kairos, 3 members, fsync always` and the like, as the rows' setups are labelled.
+    pub label: String,
+    /// CPU time of all its members' processes together (user and system, every thread, from
+    /// `/proc/PID/stat`) over [`Cluster::idle_seconds`] with no client, once it answered
+    /// writes and before any load, as a percent of one core; counted in clock ticks (1/100 s:
+    /// 0.2 % over 5 s).
+    pub idle_cpu_percent: f64,
+    /// The idle window, seconds.
+    pub idle_seconds: f64,
+}
+
 /// What `kv bench` found.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchSummary {
@@ -362,8 +416,13 @@ pub struct BenchSummary {
     pub run: RunInfo,
     /// The configuration run.
     pub config: BenchConfig,
-    /// Every point, then the redis-benchmark rows.
+    /// Every point of a setup, then its redis-benchmark rows, setup by setup in the table's
+    /// order.
     pub rows: Vec<Row>,
+    /// Each cluster measured, with its CPU at rest.
+    pub clusters: Vec<Cluster>,
+    /// The setups each round visited, in the order it visited them.
+    pub rounds: Vec<Vec<String>>,
     /// Failover.
     pub failover_ms: FailoverSummary,
     /// The ratios the goals ask for.
@@ -401,6 +460,19 @@ impl Experiment for BenchConfig {
             60.0,
             "the warm-up",
             "connections and caches settle in well under a second",
+        )?;
+        if !(MIN_RUNS..=100).contains(&self.runs) {
+            return Err(format!(
+                "--runs {} is out of range: {MIN_RUNS} (a median and a range need three) to 100",
+                self.runs
+            ));
+        }
+        crate::harness::check_seconds(
+            self.idle_seconds,
+            0.1,
+            60.0,
+            "the idle window",
+            "a cluster's CPU at rest, counted in clock ticks",
         )?;
         if self.failover_trials > 1000 {
             return Err(format!("--failover-trials {} is out of range: 0 to 1000", self.failover_trials));
@@ -468,11 +540,13 @@ impl Experiment for BenchConfig {
         let mut steps = 0usize;
         let mut total_s = 0.0;
         for s in &setups {
-            steps += self.clients.len() * Op::ALL.len();
-            total_s += self.clients.len() as f64 * Op::ALL.len() as f64 * point_s + 1.0;
+            let runs = self.runs as f64;
+            steps += self.runs * self.clients.len() * Op::ALL.len() + 1;
+            total_s += runs * (self.clients.len() as f64 * Op::ALL.len() as f64 * point_s + 1.0);
+            total_s += self.idle_seconds;
             if self.benchmarks(s) && crate::lane_latency::load::on_path("redis-benchmark") {
-                steps += 1;
-                total_s += 2.0 * self.benchmark_requests as f64 / 30_000.0;
+                steps += self.runs;
+                total_s += runs * 2.0 * self.benchmark_requests as f64 / 30_000.0;
             }
             if self.fails_over(s) {
                 steps += self.failover_trials;
@@ -527,6 +601,116 @@ fn fsync_probe(dir: &Path, writes: usize) -> Result<LatencyUs> {
 /// The 1-client latency histograms the plots draw, per setup and op.
 pub(crate) type Histograms = Vec<(Setup, Op, LatencyRecorder)>;
 
+/// A point's runs so far, and what its row carries besides the medians.
+#[derive(Debug)]
+struct PointRuns {
+    setup: Setup,
+    clients: usize,
+    op: Op,
+    tool: String,
+    runs: Vec<RunFigures>,
+    ops: u64,
+    errors: u64,
+    notes: Vec<String>,
+}
+
+impl PointRuns {
+    /// The row: each figure's median over the runs, and the ranges.
+    fn row(&self) -> Row {
+        let summary = rounds::summarise(&self.runs);
+        Row {
+            system: self.setup.system,
+            members: self.setup.members,
+            fsync: self.setup.fsync,
+            storage: self.setup.storage,
+            clients: self.clients,
+            op: self.op,
+            latency_us: summary.latency,
+            ops_per_s: summary.ops_per_s,
+            runs: self.runs.len(),
+            range: summary.range,
+            tool: self.tool.clone(),
+            ops: self.ops,
+            errors: self.errors,
+            server_cpu: summary.server_cpu,
+            notes: self.notes.clone(),
+        }
+    }
+}
+
+/// What the rounds gather.
+struct Gathered {
+    /// Every point's runs, in the order first measured (round 0 visits the table's order).
+    points: Vec<PointRuns>,
+    /// The 1-client histograms, every run's merged.
+    histograms: Histograms,
+    failover_rows: Vec<FailoverRow>,
+    clusters: Vec<Cluster>,
+    placement: Placement,
+}
+
+impl Gathered {
+    /// Adds one run of a point.
+    fn record(&mut self, setup: Setup, clients: usize, op: Op, tool: &str, one: PointRun) {
+        let at = match self
+            .points
+            .iter()
+            .position(|p| p.setup == setup && p.clients == clients && p.op == op && p.tool == tool)
+        {
+            Some(at) => at,
+            None => {
+                self.points.push(PointRuns {
+                    setup,
+                    clients,
+                    op,
+                    tool: tool.to_string(),
+                    runs: Vec::new(),
+                    ops: 0,
+                    errors: 0,
+                    notes: Vec::new(),
+                });
+                self.points.len() - 1
+            }
+        };
+        let point = &mut self.points[at];
+        point.runs.push(one.figures);
+        point.ops += one.ops;
+        point.errors += one.errors;
+        for note in one.notes {
+            if !point.notes.contains(&note) {
+                point.notes.push(note);
+            }
+        }
+    }
+}
+
+/// One run of a point, as measured.
+struct PointRun {
+    figures: RunFigures,
+    ops: u64,
+    errors: u64,
+    notes: Vec<String>,
+}
+
+/// The placement rule in words, with the cores it gave.
+fn placement_rule(config: &BenchConfig) -> String {
+    let cores = |c: &[usize]| {
+        let list: Vec<String> = c.iter().map(usize::to_string).collect();
+        format!("core{} {}", if c.len() == 1 { "" } else { "s" }, list.join(","))
+    };
+    let (servers, clients) = (cores(&config.server_cores), cores(&config.client_cores));
+    let online = kairos_sys::proc::online_cores().max(1);
+    if (config.server_cores.clone(), config.client_cores.clone()) == default_cores(online) {
+        format!(
+            "servers on one half of the cores, clients on the other: every server process on {servers}, every client thread and redis-benchmark on {clients}"
+        )
+    } else {
+        format!(
+            "cores as given (--server-cores, --client-cores): every server process on {servers}, every client thread and redis-benchmark on {clients}"
+        )
+    }
+}
+
 fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSummary> {
     let mut skipped = config.skipped();
     let mut notes = Vec::new();
@@ -570,12 +754,19 @@ fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSummary> {
         None
     };
 
-    let mut placement = Placement {
-        server_cores: config.server_cores.clone(),
-        client_cores: config.client_cores.clone(),
-        how: "sched_setaffinity: each server started from a thread pinned to the server cores (a child inherits its parent thread's affinity, and its threads inherit the process's); each client thread, and the thread starting redis-benchmark, pinned to the client cores".into(),
-        observed: BTreeMap::new(),
-        oversubscribed: Vec::new(),
+    let mut gathered = Gathered {
+        points: Vec::new(),
+        histograms: Vec::new(),
+        failover_rows: Vec::new(),
+        clusters: Vec::new(),
+        placement: Placement {
+            rule: placement_rule(config),
+            server_cores: config.server_cores.clone(),
+            client_cores: config.client_cores.clone(),
+            how: "sched_setaffinity: each server started from a thread pinned to the server cores (a child inherits its parent thread's affinity, and its threads inherit the process's); each client thread, and the thread starting redis-benchmark, pinned to the client cores".into(),
+            observed: BTreeMap::new(),
+            oversubscribed: Vec::new(),
+        },
     };
     let shared: Vec<usize> =
         config.server_cores.iter().copied().filter(|c| config.client_cores.contains(c)).collect();
@@ -584,46 +775,52 @@ fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSummary> {
             "servers and clients share cores {shared:?}: the load generator takes CPU from the servers"
         ));
     }
+    notes.push(format!(
+        "every row is the median of {} runs of its point (\"runs\", fewer where a setup failed), with \"range\" [min, max] beside it; one run a round, each round starting, measuring and stopping every setup, beginning one setup further along the table's order than the round before; failover trials and idle CPU in the first round",
+        config.runs
+    ));
     if setups.iter().any(|s| s.system == SystemKind::RedisAofWait) {
         notes.push("redis-aof+wait: appendonly yes, appendfsync always on primary and replica (a SET is answered once it is fsynced in the primary's AOF); WAIT 1 0 returns once the replica has received the write, not once it is on the replica's disk".into());
     }
-    let mut rows = Vec::new();
-    let mut histograms: Histograms = Vec::new();
-    let mut failover_rows = Vec::new();
     for setup in &setups {
-        let label = setup.label();
         if setup.members > config.server_cores.len() {
-            placement.oversubscribed.push(format!(
-                "{label}: {} server processes share {} core{} (oversubscribed)",
+            gathered.placement.oversubscribed.push(format!(
+                "{}: {} server processes share {} core{} (oversubscribed)",
+                setup.label(),
                 setup.members,
                 config.server_cores.len(),
                 if config.server_cores.len() == 1 { "" } else { "s" }
             ));
         }
-        run.doing(&format!("starting {label}"));
-        let outcome = measure_setup(
-            config,
-            setup,
-            &env,
-            run,
-            has_benchmark,
-            &mut rows,
-            &mut histograms,
-            &mut failover_rows,
-            &mut placement,
-        );
-        if let Err(e) = outcome {
-            let why = format!("{e:#}");
-            run.log(&format!("{label}: {why}"));
-            skipped.insert(label, format!("failed: {why}"));
+    }
+    let mut failed = vec![false; setups.len()];
+    let mut round_orders = Vec::new();
+    for round in 0..config.runs {
+        let mut visited = Vec::new();
+        for i in rounds::order(setups.len(), round) {
+            if failed[i] {
+                continue;
+            }
+            let setup = &setups[i];
+            let label = setup.label();
+            visited.push(label.clone());
+            run.doing(&format!("round {} of {}: starting {label}", round + 1, config.runs));
+            if let Err(e) = visit(config, setup, &env, run, round, has_benchmark, &mut gathered) {
+                let why = format!("{e:#}");
+                run.log(&format!("{label}: round {}: {why}", round + 1));
+                skipped.insert(label, format!("failed in round {}: {why}", round + 1));
+                failed[i] = true;
+            }
         }
+        round_orders.push(visited);
     }
     drop(disk);
     drop(tmpfs);
+    let rows: Vec<Row> = gathered.points.iter().map(PointRuns::row).collect();
     run.dir().write_csv("rows.csv", &rows.iter().map(report::CsvRow::of).collect::<Vec<_>>())?;
-    report::plots(run, &rows, &histograms)?;
+    report::plots(run, &rows, &gathered.histograms)?;
     let failover = FailoverSummary {
-        rows: failover_rows,
+        rows: gathered.failover_rows,
         redis_sentinel_down_after: failover::SENTINEL_DOWN_AFTER_MS,
         redis_sentinel_note: "Redis Sentinel's down-after-milliseconds in Redis 7.0's default sentinel.conf: the time before Sentinel deems a primary down, before any failover starts (a constant from its configuration, not measured)".into(),
         attempt_timeout: failover::ATTEMPT_TIMEOUT.as_secs_f64() * 1e3,
@@ -633,9 +830,11 @@ fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSummary> {
         run: run.finish(),
         config: config.clone(),
         rows,
+        clusters: gathered.clusters,
+        rounds: round_orders,
         failover_ms: failover,
         goals,
-        placement,
+        placement: gathered.placement,
         storage,
         fsync_probe_us,
         skipped,
@@ -643,28 +842,60 @@ fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSummary> {
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn measure_setup(
+/// CPU time of `running`'s members over `seconds` with no load, as a percent of one core.
+fn idle_cpu_percent(running: &mut Running, seconds: f64) -> Result<f64> {
+    let ticks_per_s = kairos_sys::proc::clock_ticks_per_second() as f64;
+    let before = running.cpu_ticks();
+    let started = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(seconds));
+    // A member that died in the window would take its ticks with it.
+    running.check()?;
+    let ticks = running.cpu_ticks().saturating_sub(before);
+    Ok(100.0 * ticks as f64 / ticks_per_s / started.elapsed().as_secs_f64())
+}
+
+/// One round's visit to `setup`: starts it, (in the first round) counts its CPU at rest, runs
+/// every point once and redis-benchmark once, (in the first round) the failover trials, and
+/// stops it.
+fn visit(
     config: &BenchConfig,
     setup: &Setup,
     env: &Env,
     run: &Run<'_>,
+    round: usize,
     has_benchmark: bool,
-    rows: &mut Vec<Row>,
-    histograms: &mut Histograms,
-    failover_rows: &mut Vec<FailoverRow>,
-    placement: &mut Placement,
+    gathered: &mut Gathered,
 ) -> Result<()> {
     let label = setup.label();
     let mut running = Running::start(*setup, env)?;
-    if let Some(cores) = running.affinity() {
-        placement.observed.insert(label.clone(), cores);
+    if round == 0 {
+        if let Some(cores) = running.affinity() {
+            gathered.placement.observed.insert(label.clone(), cores);
+        }
+        run.doing(&format!("{label}: {} s idle", config.idle_seconds));
+        let idle = idle_cpu_percent(&mut running, config.idle_seconds)?;
+        run.log(&format!("{label}: {idle:.1} % of a core at rest ({} s, no clients)", config.idle_seconds));
+        gathered.clusters.push(Cluster {
+            system: setup.system,
+            members: setup.members,
+            fsync: setup.fsync,
+            storage: setup.storage,
+            label: label.clone(),
+            idle_cpu_percent: idle,
+            idle_seconds: config.idle_seconds,
+        });
+        run.step("");
     }
-    let leader = running.leader()?;
+    let leader = running.wait_leader()?;
     let ticks_per_s = kairos_sys::proc::clock_ticks_per_second() as f64;
     for &clients in &config.clients {
         for op in Op::ALL {
-            run.doing(&format!("{label}: {clients} clients, {}", op.name()));
+            run.doing(&format!(
+                "round {} of {}: {label}: {clients} clients, {}",
+                round + 1,
+                config.runs,
+                op.name()
+            ));
             running.check()?;
             let settings = PointSettings {
                 protocol: setup.system.protocol(),
@@ -686,7 +917,8 @@ fn measure_setup(
             let mut notes = Vec::new();
             if point.errors > 0 {
                 notes.push(format!(
-                    "{} requests failed; the first: {}",
+                    "round {}: {} requests failed; the first: {}",
+                    round + 1,
                     point.errors,
                     point.first_error.as_deref().unwrap_or("?")
                 ));
@@ -697,39 +929,34 @@ fn measure_setup(
             if point.unpinned > 0 {
                 notes.push(format!("{} client threads could not be pinned", point.unpinned));
             }
-            let row = Row {
-                system: setup.system,
-                members: setup.members,
-                fsync: setup.fsync,
-                storage: setup.storage,
-                clients,
-                op,
-                latency_us: LatencyUs::of(&point.latency),
+            let figures = RunFigures {
+                latency: LatencyUs::of(&point.latency),
                 ops_per_s: point.ops_per_s(),
-                tool: TOOL.into(),
-                ops: point.ops,
-                errors: point.errors,
                 server_cpu: Some(cpu),
-                notes,
             };
             run.log(&format!(
-                "{label}: {clients} clients {}: p50 {:.1} us, p99 {:.1} us, {:.0} ops/s, server cpu {:.2}",
+                "round {}: {label}: {clients} clients {}: p50 {:.1} us, p99 {:.1} us, {:.0} ops/s, server cpu {:.2}",
+                round + 1,
                 op.name(),
-                row.latency_us.p50.unwrap_or(0.0),
-                row.latency_us.p99.unwrap_or(0.0),
-                row.ops_per_s,
+                figures.latency.p50.unwrap_or(0.0),
+                figures.latency.p99.unwrap_or(0.0),
+                figures.ops_per_s,
                 cpu
             ));
             if clients == 1 {
-                histograms.push((*setup, op, point.latency.clone()));
+                match gathered.histograms.iter_mut().find(|(s, o, _)| s == setup && *o == op) {
+                    Some((_, _, merged)) => merged.merge(&point.latency),
+                    None => gathered.histograms.push((*setup, op, point.latency.clone())),
+                }
             }
-            rows.push(row);
+            let one = PointRun { figures, ops: point.ops, errors: point.errors, notes };
+            gathered.record(*setup, clients, op, TOOL, one);
             run.step("");
         }
     }
     if config.benchmarks(setup) && has_benchmark {
-        run.doing(&format!("{label}: redis-benchmark"));
-        let out = env.logs.join(format!("{}-redis-benchmark.out", setup.slug()));
+        run.doing(&format!("round {} of {}: {label}: redis-benchmark", round + 1, config.runs));
+        let out = env.logs.join(format!("{}-redis-benchmark-{}.out", setup.slug(), round + 1));
         let deadline = BENCHMARK_SLACK + Duration::from_secs(2 * config.benchmark_requests / 1_000);
         let command = redis_benchmark::command_line(config.benchmark_requests, BENCHMARK_CLIENTS);
         match redis_benchmark::run(
@@ -747,28 +974,25 @@ fn measure_setup(
                         "GET" => Op::Read,
                         _ => continue,
                     };
-                    rows.push(Row {
-                        system: setup.system,
-                        members: setup.members,
-                        fsync: setup.fsync,
-                        storage: setup.storage,
-                        clients: BENCHMARK_CLIENTS,
-                        op,
-                        latency_us: LatencyUs { p50: line.p50_ms.map(|ms| ms * 1e3), ..LatencyUs::default() },
+                    let figures = RunFigures {
+                        latency: LatencyUs { p50: line.p50_ms.map(|ms| ms * 1e3), ..LatencyUs::default() },
                         ops_per_s: line.requests_per_s,
-                        tool: command.clone(),
+                        server_cpu: None,
+                    };
+                    let one = PointRun {
+                        figures,
                         ops: config.benchmark_requests,
                         errors: 0,
-                        server_cpu: None,
                         notes: vec!["one key (no -r), 3-byte values: redis-benchmark's defaults".into()],
-                    });
+                    };
+                    gathered.record(*setup, BENCHMARK_CLIENTS, op, &command, one);
                 }
             }
-            Err(e) => run.log(&format!("{label}: {e:#}")),
+            Err(e) => run.log(&format!("{label}: round {}: {e:#}", round + 1)),
         }
         run.step("");
     }
-    if config.fails_over(setup) {
+    if round == 0 && config.fails_over(setup) {
         let mut samples = Vec::new();
         let mut notes = Vec::new();
         for t in 0..config.failover_trials {
@@ -793,7 +1017,7 @@ fn measure_setup(
         }
         let writes: Vec<f64> = samples.iter().map(|s| s.write_ms).collect();
         let elected: Vec<f64> = samples.iter().filter_map(|s| s.elected_ms).collect();
-        failover_rows.push(FailoverRow {
+        gathered.failover_rows.push(FailoverRow {
             system: setup.system,
             members: setup.members,
             fsync: setup.fsync,
@@ -964,6 +1188,9 @@ mod tests {
         assert!(refused(|c| c.clients = vec![0]).contains("--clients"));
         assert!(refused(|c| c.seconds = 0.0).contains("--seconds"));
         assert!(refused(|c| c.failover_trials = 5000).contains("--failover-trials"));
+        assert!(refused(|c| c.runs = 2).contains("--runs"));
+        assert!(refused(|c| c.runs = 101).contains("--runs"));
+        assert!(refused(|c| c.idle_seconds = 0.0).contains("idle"));
         assert!(refused(|c| c.benchmark_requests = 5).contains("--benchmark-requests"));
         assert!(refused(|c| c.kairos_members = vec![9]).contains("--members"));
         assert!(refused(|c| c.kairos_period_us = 1).contains("--period-us"));
@@ -975,8 +1202,12 @@ mod tests {
         let mut ok = config();
         ok.systems = vec![SystemKind::Kairos];
         let plan = ok.plan().unwrap();
-        let benchmark_runs = if crate::lane_latency::load::on_path("redis-benchmark") { 4 } else { 0 };
-        assert_eq!(plan.steps, 4 * 6 + benchmark_runs + 4 * 5, "points, redis-benchmark runs and trials");
+        let benchmark_runs = if crate::lane_latency::load::on_path("redis-benchmark") { 3 * 4 } else { 0 };
+        assert_eq!(
+            plan.steps,
+            3 * 4 * 6 + benchmark_runs + 4 * 5 + 4,
+            "3 runs of the points and redis-benchmark, the trials, an idle window per setup"
+        );
     }
 
     #[test]
@@ -1004,6 +1235,8 @@ mod tests {
             op: Op::Write,
             latency_us: LatencyUs { p50: Some(p50), p99: Some(p50), p999: Some(p50), max: Some(p50) },
             ops_per_s: ops,
+            runs: 3,
+            range: Ranges::default(),
             tool: TOOL.into(),
             ops: 1,
             errors: 0,

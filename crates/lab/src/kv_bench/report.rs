@@ -1,5 +1,6 @@
 //! The bench's table, its CSV and its plots: latency at one client by nines (write and read,
-//! one line per setup) and throughput against clients (write and read).
+//! one line per setup, every run's answers together) and throughput against clients (write and
+//! read, the medians of the runs).
 
 use anyhow::Result;
 use serde::Serialize;
@@ -24,6 +25,11 @@ pub struct CsvRow {
     p999_us: Option<f64>,
     max_us: Option<f64>,
     ops_per_s: f64,
+    runs: usize,
+    p50_min_us: Option<f64>,
+    p50_max_us: Option<f64>,
+    ops_per_s_min: f64,
+    ops_per_s_max: f64,
     errors: u64,
     server_cpu: Option<f64>,
     tool: String,
@@ -44,6 +50,11 @@ impl CsvRow {
             p999_us: r.latency_us.p999,
             max_us: r.latency_us.max,
             ops_per_s: r.ops_per_s,
+            runs: r.runs,
+            p50_min_us: r.range.latency_us.p50.map(|[min, _]| min),
+            p50_max_us: r.range.latency_us.p50.map(|[_, max]| max),
+            ops_per_s_min: r.range.ops_per_s[0],
+            ops_per_s_max: r.range.ops_per_s[1],
             errors: r.errors,
             server_cpu: r.server_cpu,
             tool: r.tool.clone(),
@@ -106,6 +117,15 @@ fn us(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| if v >= 1000.0 { format!("{v:.0}") } else { format!("{v:.1}") })
 }
 
+/// A range as `min-max`.
+fn span(v: Option<[f64; 2]>, figure: fn(Option<f64>) -> String) -> String {
+    v.map_or("-".into(), |[min, max]| format!("{}-{}", figure(Some(min)), figure(Some(max))))
+}
+
+fn rate(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.0}"))
+}
+
 /// The table `kairos kv bench` prints.
 pub fn table(s: &BenchSummary) -> String {
     let c = &s.config;
@@ -114,37 +134,66 @@ pub fn table(s: &BenchSummary) -> String {
         c.seconds, c.warmup_seconds, c.clients, c.value_bytes
     );
     out.push_str(&format!(
-        "placement: servers on cores {:?}, load generator on cores {:?} (sched_setaffinity)\n",
-        s.placement.server_cores, s.placement.client_cores
+        "runs: each point {} times, one run a round, the rounds interleaving the setups (each starts one setup further along); figures are medians, [min-max] beside p50 and ops/s\n",
+        c.runs
     ));
+    out.push_str(&format!("placement: {} (sched_setaffinity)\n", s.placement.rule));
     out.push_str(&format!(
-        "{:<34} {:<5} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10} {:>7}\n",
-        "system", "op", "clients", "p50 us", "p99 us", "p99.9 us", "max us", "ops/s", "cpu"
+        "{:<40} {:<5} {:>7} {:>9} {:>15} {:>9} {:>9} {:>9} {:>10} {:>15} {:>7}\n",
+        "system",
+        "op",
+        "clients",
+        "p50 us",
+        "[p50 range]",
+        "p99 us",
+        "p99.9 us",
+        "max us",
+        "ops/s",
+        "[ops/s range]",
+        "cpu"
     ));
     for r in s.rows.iter().filter(|r| r.is_bench()) {
         out.push_str(&format!(
-            "{:<34} {:<5} {:>7} {:>9} {:>9} {:>9} {:>9} {:>10.0} {:>7}\n",
+            "{:<40} {:<5} {:>7} {:>9} {:>15} {:>9} {:>9} {:>9} {:>10.0} {:>15} {:>7}\n",
             r.setup().label(),
             r.op.name(),
             r.clients,
             us(r.latency_us.p50),
+            span(r.range.latency_us.p50, us),
             us(r.latency_us.p99),
             us(r.latency_us.p999),
             us(r.latency_us.max),
             r.ops_per_s,
+            span(Some(r.range.ops_per_s), rate),
             r.server_cpu.map_or("-".into(), |c| format!("{c:.2}"))
         ));
     }
+    if !s.clusters.is_empty() {
+        out.push_str(
+            "idle: each cluster's processes' CPU with no clients, before any load, % of one core:\n",
+        );
+        for cl in &s.clusters {
+            out.push_str(&format!(
+                "  {:<38} {:>6.1} % ({} s)\n",
+                cl.label, cl.idle_cpu_percent, cl.idle_seconds
+            ));
+        }
+    }
     let benchmark: Vec<&Row> = s.rows.iter().filter(|r| !r.is_bench()).collect();
     if let Some(first) = benchmark.first() {
-        out.push_str(&format!("{} (its own clients, against the leader):\n", first.tool));
+        out.push_str(&format!(
+            "{} (its own clients, against the leader; medians of its runs):\n",
+            first.tool
+        ));
         for r in &benchmark {
             out.push_str(&format!(
-                "  {:<32} {:<5} {:>10.0} ops/s, p50 {} us\n",
+                "  {:<38} {:<5} {:>10.0} ops/s [{}], p50 {} us, {} runs\n",
                 r.setup().label(),
                 r.op.name(),
                 r.ops_per_s,
-                us(r.latency_us.p50)
+                span(Some(r.range.ops_per_s), rate),
+                us(r.latency_us.p50),
+                r.runs
             ));
         }
     }
@@ -155,7 +204,7 @@ pub fn table(s: &BenchSummary) -> String {
             q.map_or("-".into(), |q| format!("p50 {:.1}, p99 {:.1}, max {:.1}", q.p50, q.p99, q.max))
         };
         out.push_str(&format!(
-            "  {:<32} {} trials: write {}; new leader known {}; election timeout {}\n",
+            "  {:<38} {} trials: write {}; new leader known {}; election timeout {}\n",
             setup.label(),
             f.trials,
             q(f.write),
