@@ -3,7 +3,7 @@
 //! limits before anything starts (a bad value is a usage error, exit code 2).
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
@@ -55,17 +55,26 @@ enum Fsync {
 /// The Raft loop's flags, shared by serve and cluster.
 #[derive(Args, Clone)]
 struct RaftArgs {
-    /// The loop's period (one Raft tick), microseconds, 10-1000000.
-    #[arg(long, value_name = "US", default_value_t = 100)]
-    period_us: u64,
+    /// The failure detector's heartbeat period (and on the lane its tunnel's), microseconds,
+    /// 10-1000000; default 1000 on UDP (a leader sends one only to a follower that had no
+    /// other word from it within half a period), 100 on the lane. See the README's trade-off
+    /// of this period against idle CPU and failover time.
+    #[arg(long, value_name = "US")]
+    period_us: Option<u64>,
+    /// One tick of Raft's logical clock (elections, Raft's own heartbeats, retries),
+    /// microseconds, 100-100000. The loop wakes for a tick only when one has work.
+    #[arg(long, value_name = "US", default_value_t = kairos_services::node::DEFAULT_TICK_US)]
+    tick_us: u64,
     /// Ticks between the leader's Raft heartbeats, 1-1000 (with the failure detector on, at
-    /// least a quarter of --election-ticks: the detector's heartbeats do their work).
+    /// least half of --election-ticks: the detector's heartbeats do their work).
     #[arg(long, value_name = "N", default_value_t = 2)]
     heartbeat_ticks: usize,
     /// Ticks a follower waits for the leader before it campaigns (drawn in [N, 2N)), more than
-    /// the heartbeat's, at most 100000.
-    #[arg(long, value_name = "N", default_value_t = 100)]
-    election_ticks: usize,
+    /// the heartbeat's, at most 100000. Default 100 with the failure detector on (Raft's
+    /// timeout is then only its backstop, and the leader's Raft heartbeats, half of it apart,
+    /// wake no one often), 10 with --no-fd.
+    #[arg(long, value_name = "N")]
+    election_ticks: Option<usize>,
     /// Whether the log is synced before votes and acknowledgements go out.
     #[arg(long, value_enum, default_value_t = Fsync::Always)]
     fsync: Fsync,
@@ -160,12 +169,23 @@ enum BatchingArg {
 }
 
 impl RaftArgs {
+    /// Raft's election timeout in ticks: the one given, else the default with or without the
+    /// detector.
+    fn election_ticks(&self) -> usize {
+        self.election_ticks.unwrap_or(kairos_services::node::default_election_ticks(!self.no_fd))
+    }
+
+    /// The detector's period, us: the one given, else the default for the network.
+    fn period_us(&self, on_lane: bool) -> u64 {
+        self.period_us.unwrap_or(kairos_services::node::default_period_us(on_lane))
+    }
+
     fn check(&self) -> Result<()> {
-        if !(10..=1_000_000).contains(&self.period_us) {
-            return Err(exit::usage(format!(
-                "--period-us {} is out of range: 10 to 1000000",
-                self.period_us
-            )));
+        if let Some(us) = self.period_us.filter(|us| !(10..=1_000_000).contains(us)) {
+            return Err(exit::usage(format!("--period-us {us} is out of range: 10 to 1000000")));
+        }
+        if !(100..=100_000).contains(&self.tick_us) {
+            return Err(exit::usage(format!("--tick-us {} is out of range: 100 to 100000", self.tick_us)));
         }
         if !(1..=1000).contains(&self.heartbeat_ticks) {
             return Err(exit::usage(format!(
@@ -178,10 +198,11 @@ impl RaftArgs {
                 "--fd-lambda-us {us} is out of range: 0 to 10000000 (or --no-fd)"
             )));
         }
-        if self.election_ticks <= self.heartbeat_ticks || self.election_ticks > 100_000 {
+        let election_ticks = self.election_ticks();
+        if election_ticks <= self.heartbeat_ticks || election_ticks > 100_000 {
             return Err(exit::usage(format!(
-                "--election-ticks {} must be more than --heartbeat-ticks ({}) and at most 100000",
-                self.election_ticks, self.heartbeat_ticks
+                "--election-ticks {election_ticks} must be more than --heartbeat-ticks ({}) and at most 100000",
+                self.heartbeat_ticks
             )));
         }
         Ok(())
@@ -189,9 +210,9 @@ impl RaftArgs {
 
     fn to_flags(&self) -> Vec<String> {
         let mut flags = vec![
-            format!("--period-us={}", self.period_us),
+            format!("--tick-us={}", self.tick_us),
             format!("--heartbeat-ticks={}", self.heartbeat_ticks),
-            format!("--election-ticks={}", self.election_ticks),
+            format!("--election-ticks={}", self.election_ticks()),
             format!(
                 "--fsync={}",
                 match self.fsync {
@@ -200,6 +221,9 @@ impl RaftArgs {
                 }
             ),
         ];
+        if let Some(us) = self.period_us {
+            flags.push(format!("--period-us={us}"));
+        }
         if self.stale_reads {
             flags.push("--stale-reads".into());
         }
@@ -368,9 +392,10 @@ fn serve(a: &ServeArgs) -> Result<i32> {
             Fsync::Always => Sync::Always,
             Fsync::Never => Sync::Never,
         },
-        period: Duration::from_micros(a.raft.period_us),
+        tick: Duration::from_micros(a.raft.tick_us),
+        period: Duration::from_micros(a.raft.period_us(a.lane_node.is_some())),
         heartbeat_ticks: a.raft.heartbeat_ticks,
-        election_ticks: a.raft.election_ticks,
+        election_ticks: a.raft.election_ticks(),
         read_mode: if a.raft.stale_reads { ReadMode::Stale } else { ReadMode::ReadIndex },
         join: a.join,
         allow_faults: a.allow_faults,
@@ -380,7 +405,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         },
         raft_tos: a.lane_class.then_some(kairos_io::lane_testbed::LANE_TOS),
         detector: (!a.raft.no_fd).then_some(kairos_services::node::watch::WatchConfig {
-            period_ns: a.raft.period_us * 1_000,
+            period_ns: a.raft.period_us(a.lane_node.is_some()) * 1_000,
             lambda_ns: a.raft.fd_lambda_us.unwrap_or(kairos_services::node::watch::default_lambda_us(
                 matches!(a.raft.fsync, Fsync::Always),
                 a.lane_node.is_some(),
@@ -405,18 +430,10 @@ fn serve(a: &ServeArgs) -> Result<i32> {
 
 /// Asks a member for INFO over RESP; returns the raft leader id it reports.
 fn leader_of(host: &str, port: u16) -> Option<u64> {
-    use std::io::{Read, Write};
+    use kairos_services::resp::client::{Connection, leader_from_info};
     let addr = SocketAddr::new(host.parse().ok()?, port);
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
-    s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
-    s.write_all(b"INFO replication\r\n").ok()?;
-    let mut buf = vec![0u8; 4096];
-    let n = s.read(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf[..n]);
-    text.lines()
-        .find_map(|l| l.strip_prefix("raft_leader_id:"))
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&l| l > 0)
+    let info = Connection::connect(addr, Duration::from_millis(500)).ok()?.info("replication").ok()?;
+    leader_from_info(&info)
 }
 
 fn cluster(a: &ClusterArgs) -> Result<i32> {
@@ -548,7 +565,7 @@ fn cluster(a: &ClusterArgs) -> Result<i32> {
                 Some(_) => println!(
                     "kairos kv cluster: {} members on the express lane (a lane node in each host; each member's heartbeats and Raft on a tunnel every {} us, {} bytes), logs in {}",
                     a.nodes,
-                    a.raft.period_us,
+                    a.raft.period_us(true),
                     a.lane_args.lane_packet_bytes,
                     data.display()
                 ),

@@ -65,12 +65,14 @@ pub struct KvBenchArgs {
     /// Cores the load generator runs on (comma-separated; default: the rest).
     #[arg(long, value_delimiter = ',', value_name = "CORES")]
     client_cores: Vec<usize>,
-    /// The kairos members' loop period, microseconds, 10-1000000.
-    #[arg(long, value_name = "US", default_value_t = 100)]
-    period_us: u64,
-    /// The kairos members' election timeout in ticks (drawn in [N, 2N)), 3-100000.
-    #[arg(long, value_name = "N", default_value_t = 100)]
-    election_ticks: usize,
+    /// The kairos members' failure-detector period, microseconds, 10-1000000; default: the
+    /// members' own (1000).
+    #[arg(long, value_name = "US")]
+    period_us: Option<u64>,
+    /// The kairos members' election timeout in ticks of 1 ms (drawn in [N, 2N)), 3-100000;
+    /// default: the members' own (100 with the failure detector, 10 with --no-fd).
+    #[arg(long, value_name = "N")]
+    election_ticks: Option<usize>,
     /// The kairos members' failure-detector threshold Lambda, microseconds (a suspected leader
     /// is replaced at once), 0-10000000; default: the members' own (200 with fsync never, 2000
     /// with always).

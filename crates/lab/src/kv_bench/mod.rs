@@ -107,10 +107,10 @@ pub struct BenchConfig {
     pub server_cores: Vec<usize>,
     /// The load generator's cores.
     pub client_cores: Vec<usize>,
-    /// The kairos members' loop period, us (`--period-us`).
-    pub kairos_period_us: u64,
-    /// The kairos members' election timeout, ticks (`--election-ticks`).
-    pub kairos_election_ticks: usize,
+    /// The kairos members' failure-detector period, us (`--period-us`; `None`: theirs).
+    pub kairos_period_us: Option<u64>,
+    /// The kairos members' election timeout, ticks (`--election-ticks`; `None`: theirs).
+    pub kairos_election_ticks: Option<usize>,
     /// The kairos members' failure-detector threshold, us (`--fd-lambda-us`; `None`: the
     /// members' default for their fsync setting).
     pub kairos_fd_lambda_us: Option<u64>,
@@ -142,8 +142,8 @@ impl BenchConfig {
             value_bytes: 16,
             server_cores,
             client_cores,
-            kairos_period_us: 100,
-            kairos_election_ticks: 100,
+            kairos_period_us: None,
+            kairos_election_ticks: None,
             kairos_fd_lambda_us: None,
             kairos_no_fd: false,
             kairos_exe,
@@ -500,13 +500,12 @@ impl Experiment for BenchConfig {
         if self.systems.contains(&SystemKind::Etcd) && self.etcd_storage.is_empty() {
             return Err("give etcd at least one place for its data".into());
         }
-        if !(10..=1_000_000).contains(&self.kairos_period_us) {
-            return Err(format!("--period-us {} is out of range: 10 to 1000000", self.kairos_period_us));
+        if let Some(us) = self.kairos_period_us.filter(|us| !(10..=1_000_000).contains(us)) {
+            return Err(format!("--period-us {us} is out of range: 10 to 1000000"));
         }
-        if !(3..=100_000).contains(&self.kairos_election_ticks) {
+        if let Some(ticks) = self.kairos_election_ticks.filter(|t| !(3..=100_000).contains(t)) {
             return Err(format!(
-                "--election-ticks {} is out of range: 3 (more than the 2 heartbeat ticks) to 100000",
-                self.kairos_election_ticks
+                "--election-ticks {ticks} is out of range: 3 (more than the 2 heartbeat ticks) to 100000"
             ));
         }
         if self.kairos_fd_lambda_us.is_some_and(|us| us > 10_000_000) {
@@ -1038,15 +1037,14 @@ fn visit(
 fn election_timeout(config: &BenchConfig, system: SystemKind, fsync: Fsync) -> String {
     match system {
         SystemKind::Kairos => {
-            let lo = config.kairos_election_ticks as f64 * config.kairos_period_us as f64 / 1e3;
+            use kairos_services::node::{DEFAULT_TICK_US, default_election_ticks, default_period_us};
+            let ticks = config.kairos_election_ticks.unwrap_or(default_election_ticks(!config.kairos_no_fd));
+            let period_us = config.kairos_period_us.unwrap_or(default_period_us(false));
+            let lo = ticks as f64 * DEFAULT_TICK_US as f64 / 1e3;
             let raft = format!(
-                "{}-{} ticks of {} us: {lo}-{} ms (--election-ticks {}, --period-us {})",
-                config.kairos_election_ticks,
-                2 * config.kairos_election_ticks,
-                config.kairos_period_us,
+                "{ticks}-{} ticks of {DEFAULT_TICK_US} us: {lo}-{} ms (--election-ticks {ticks})",
+                2 * ticks,
                 2.0 * lo,
-                config.kairos_election_ticks,
-                config.kairos_period_us
             );
             if config.kairos_no_fd {
                 return format!("{raft}; no failure detector (--no-fd)");
@@ -1055,8 +1053,7 @@ fn election_timeout(config: &BenchConfig, system: SystemKind, fsync: Fsync) -> S
                 .kairos_fd_lambda_us
                 .unwrap_or(kairos_services::node::watch::default_lambda_us(fsync == Fsync::Always, false));
             format!(
-                "the failure detector's suspicion after T {} us + Lambda {lambda} us, then an election at once (--fd-lambda-us); Raft's timeout behind it: {raft}",
-                config.kairos_period_us
+                "the failure detector's suspicion after T {period_us} us + Lambda {lambda} us, then an election at once (--period-us, --fd-lambda-us); Raft's timeout behind it: {raft}"
             )
         }
         SystemKind::Etcd => "1000 ms, heartbeat 100 ms (etcd's defaults)".into(),
@@ -1193,9 +1190,9 @@ mod tests {
         assert!(refused(|c| c.idle_seconds = 0.0).contains("idle"));
         assert!(refused(|c| c.benchmark_requests = 5).contains("--benchmark-requests"));
         assert!(refused(|c| c.kairos_members = vec![9]).contains("--members"));
-        assert!(refused(|c| c.kairos_period_us = 1).contains("--period-us"));
+        assert!(refused(|c| c.kairos_period_us = Some(1)).contains("--period-us"));
         assert!(refused(|c| c.kairos_fd_lambda_us = Some(20_000_000)).contains("--fd-lambda-us"));
-        assert!(refused(|c| c.kairos_election_ticks = 2).contains("--election-ticks"));
+        assert!(refused(|c| c.kairos_election_ticks = Some(2)).contains("--election-ticks"));
         assert!(refused(|c| c.server_cores = vec![4096]).contains("--server-cores"));
         assert!(refused(|c| c.client_cores.clear()).contains("--client-cores"));
         assert!(refused(|c| c.kairos_exe = "/nonexistent/kairos".into()).contains("does not exist"));

@@ -204,9 +204,9 @@ pub struct Env {
     /// The `kairos` executable whose `kv serve` the members run.
     pub kairos_exe: PathBuf,
     /// The members' loop period, us.
-    pub kairos_period_us: u64,
+    pub kairos_period_us: Option<u64>,
     /// The members' election timeout, ticks.
-    pub kairos_election_ticks: usize,
+    pub kairos_election_ticks: Option<usize>,
     /// The members' failure-detector threshold, us (`None`: their default).
     pub kairos_fd_lambda_us: Option<u64>,
     /// The members run without their failure detector.
@@ -453,8 +453,12 @@ impl Running {
                         let mut dir = OsString::from("--data=");
                         dir.push(data.path().join(format!("member{}", i + 1)));
                         args.push(dir);
-                        args.push(format!("--period-us={}", env.kairos_period_us).into());
-                        args.push(format!("--election-ticks={}", env.kairos_election_ticks).into());
+                        if let Some(us) = env.kairos_period_us {
+                            args.push(format!("--period-us={us}").into());
+                        }
+                        if let Some(ticks) = env.kairos_election_ticks {
+                            args.push(format!("--election-ticks={ticks}").into());
+                        }
                         if env.kairos_no_fd {
                             args.push("--no-fd".into());
                         } else if let Some(us) = env.kairos_fd_lambda_us {

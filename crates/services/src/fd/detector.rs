@@ -234,6 +234,34 @@ impl Detector {
         Heard::Fresh { restarted }
     }
 
+    /// Takes any other word from `member` received at `received_ns` (a Raft message: its
+    /// sender's loop ran to send it) as a fresh heartbeat, without a counter or an
+    /// incarnation to compare: it moves the member's last fresh time and ends a suspicion,
+    /// as [`Detector::handle_heartbeat`] does. Returns whether the member is in the table.
+    pub fn handle_alive(
+        &mut self,
+        member: u64,
+        received_ns: u64,
+        now_ns: u64,
+        events: &mut Vec<Event>,
+    ) -> bool {
+        let config = self.config;
+        let Some(entry) = self.entries.iter_mut().find(|e| e.member == member) else {
+            return false;
+        };
+        let received_ns = received_ns.min(now_ns);
+        entry.last_heartbeat_ns = entry.last_heartbeat_ns.max(received_ns);
+        if entry.verdict == Verdict::Alive && received_ns >= entry.deadline_ns(&config) {
+            suspect(entry, &config, now_ns, events);
+        }
+        entry.last_fresh_ns = entry.last_fresh_ns.max(received_ns);
+        if let Verdict::Suspected { since_ns, .. } = entry.verdict {
+            entry.verdict = Verdict::Alive;
+            events.push(Event::Trusted { member, at_ns: received_ns, suspected_since_ns: since_ns });
+        }
+        true
+    }
+
     /// Suspects every member whose deadline is at or before `now_ns`; appends the changes.
     pub fn poll(&mut self, now_ns: u64, events: &mut Vec<Event>) {
         let config = self.config;

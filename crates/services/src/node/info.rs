@@ -32,8 +32,8 @@ pub struct Facts {
     pub read_mode: ReadMode,
     /// Whether the log is synced.
     pub sync: Sync,
-    /// The loop's period.
-    pub period: Duration,
+    /// One tick of Raft's clock.
+    pub tick: Duration,
     /// Live keys.
     pub keys: usize,
     /// Connected clients.
@@ -61,11 +61,11 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
     if want("server") {
         let _ = write!(
             out,
-            "# Server\r\nredis_version:7.0.15\r\nkairos_version:{}\r\nredis_mode:kairos-raft\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nraft_period_us:{}\r\n\r\n",
+            "# Server\r\nredis_version:7.0.15\r\nkairos_version:{}\r\nredis_mode:kairos-raft\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nraft_tick_us:{}\r\n\r\n",
             env!("CARGO_PKG_VERSION"),
             f.listen.port(),
             f.uptime_s,
-            f.period.as_micros()
+            f.tick.as_micros()
         );
     }
     if want("clients") {
@@ -141,7 +141,7 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
         let r = &f.replica;
         let _ = write!(
             out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_late_periods:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_late_periods:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\nraft_lease_reads:{}\r\n\r\n",
             s.connections,
             s.commands,
             s.datagrams_in,
@@ -153,7 +153,8 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
             r.read_rounds,
             r.read_retries,
             r.compactions,
-            r.snapshots_installed
+            r.snapshots_installed,
+            r.lease_reads
         );
     }
     if want("keyspace") {

@@ -1,16 +1,23 @@
 //! A member of the replicated store as a process: the [`Replica`] behind a Redis-compatible
-//! TCP front end, its Raft messages on a UDP socket, all on one thread driven by a periodic
-//! loop.
+//! TCP front end, its Raft messages on a UDP socket, all on one thread driven by events and
+//! deadlines.
 //!
 //! The loop sleeps in `ppoll` on the Raft socket, the listening socket and every client until
-//! one is readable or the next period begins; each period it calls [`Replica::tick`] (which
-//! proposes the period's writes as one entry and asks one read index for its reads). Raft
-//! messages are cut into datagrams by [`crate::replica::frame`]. Any member takes any command:
-//! a follower's writes are forwarded to the leader by Raft and answered when applied here, its
-//! reads answered after a read index from the leader, so a client never hears "wrong member".
+//! one is readable or the earliest deadline comes: Raft's next tick that has work (its clock
+//! is coarse, 1 ms by default, and [`Replica::ticks_until_due`] says which tick matters next:
+//! an idle follower sleeps until its election timeout or its detector's next verdict), the
+//! detector's next heartbeat round. A pass steps every message and takes every request that
+//! came, proposes the pass's writes at once (as one entry; while one is in flight, the next
+//! gather behind it: adaptive batching), and handles Raft's Ready once for all of it, sending a
+//! leader's appends before it persists its own entries. Raft messages are cut into datagrams
+//! by [`crate::replica::frame`]. Any member takes any command: a follower's writes are
+//! forwarded to the leader by Raft and answered when applied here (the leader tells it of the
+//! commit at once), its reads answered after a read index from the leader, so a client never
+//! hears "wrong member".
 //!
-//! A failure detector ([`watch`]) rides the same socket: heartbeats to every member each
-//! period, the leader's commit index on them, and an election as soon as the leader is
+//! A failure detector ([`watch`]) rides the same socket: the leader's heartbeats to each
+//! follower that heard nothing else from it within half a period (any Raft message is a
+//! heartbeat), the leader's commit index on them, and an election as soon as the leader is
 //! suspected rather than after Raft's timeout.
 //!
 //! Or the member runs on the express lane ([`lane_link`]): its peers are lane hosts, and its
@@ -50,6 +57,24 @@ use lane_link::{Incoming, LaneLink, LaneLinkConfig};
 pub use peer::PeerAddr;
 use watch::{Act, Watch, WatchConfig};
 
+/// One tick of Raft's clock a member uses unless told otherwise, us.
+pub const DEFAULT_TICK_US: u64 = 1_000;
+
+/// The failure detector's period a member uses unless told otherwise, us: 1,000 on UDP, where
+/// each heartbeat round wakes the leader (see the README's trade-off of this period against
+/// idle CPU and failover time), 100 on the lane, where it is also the tunnel's period and so
+/// its rate.
+pub fn default_period_us(on_lane: bool) -> u64 {
+    if on_lane { 100 } else { 1_000 }
+}
+
+/// Raft's election timeout a member uses unless told otherwise, ticks: 100 with the failure
+/// detector (Raft's timeout is then only its backstop, and the leader's Raft heartbeats, half
+/// of it apart, wake no one often), 10 without it (10-20 ms at the default tick).
+pub fn default_election_ticks(detector: bool) -> usize {
+    if detector { 100 } else { 10 }
+}
+
 /// One member's settings.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -64,7 +89,11 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// Whether the log is synced before votes and acknowledgements go out.
     pub sync: Sync,
-    /// The loop's period (one Raft tick).
+    /// One tick of Raft's logical clock: a coarse clock for elections, Raft's own heartbeats and
+    /// retries, decoupled from message handling (the loop wakes for a tick only when one has
+    /// work: [`Replica::ticks_until_due`]).
+    pub tick: Duration,
+    /// The failure detector's heartbeat period, and on the lane its tunnel's.
     pub period: Duration,
     /// Ticks between heartbeats.
     pub heartbeat_ticks: usize,
@@ -261,8 +290,8 @@ pub struct Node {
     message_number: u64,
     stats: NodeStats,
     started_ns: u64,
-    /// Membership changes proposed here: (member, client, seq, deadline).
-    membership_waiting: Vec<(u64, u64, u64, u64)>,
+    /// Membership changes proposed here and not yet applied.
+    membership_waiting: Vec<MembershipWait>,
     faults: Faults,
     /// The receive buffer for Raft's datagrams, made once.
     datagram: Vec<u8>,
@@ -272,7 +301,27 @@ pub struct Node {
     watch: Option<Watch>,
     /// The send buffer for heartbeats, made once.
     heartbeat: Vec<u8>,
+    /// The buffer Raft's messages are encoded into, made once.
+    raft_out: Vec<u8>,
 }
+
+/// A membership change proposed at this member, waiting to be applied here.
+#[derive(Debug, Clone)]
+struct MembershipWait {
+    change: raft::eraftpb::ConfChangeType,
+    node: u64,
+    context: Vec<u8>,
+    client: u64,
+    seq: u64,
+    /// When the client hears it did not happen (monotonic ns).
+    deadline_ns: u64,
+    /// When it was last proposed (monotonic ns).
+    proposed_ns: u64,
+}
+
+/// How long a proposed membership change may be missing from this member's log before it is
+/// taken as lost (or emptied by a busy leader) and proposed again.
+const MEMBERSHIP_RETRY_NS: u64 = 300_000_000;
 
 /// The file of members' addresses as this member last knew them (`id=addr` lines).
 const PEERS_FILE: &str = "peers";
@@ -409,14 +458,27 @@ impl Node {
         };
         let mut rc = ReplicaConfig::new(config.id);
         // With the detector on, its heartbeats carry the commit index and restart followers'
-        // election clocks every period, so Raft's own are only a backstop: a quarter of the
-        // election timeout apart rather than every few ticks (each costs a datagram to every
-        // follower and one back).
+        // election clocks every period, so Raft's own are only a backstop (and the answers
+        // that keep the leader's quorum check content): half the election timeout apart rather
+        // than every few ticks (each costs a datagram to every follower and one back).
         rc.heartbeat_ticks = match config.detector {
-            Some(_) => config.heartbeat_ticks.max(config.election_ticks / 4),
+            Some(_) => config.heartbeat_ticks.max(config.election_ticks / 2),
             None => config.heartbeat_ticks,
         };
         rc.commit_by_heartbeats = config.detector.is_some();
+        // A proposal or read index lost on the way is asked again after about 3 ms, whatever
+        // the tick (a new leader gets them at once: `Replica`'s leader change).
+        let tick_us = (config.tick.as_micros() as u64).max(1);
+        rc.retry_ticks = (3_000 / tick_us).max(2);
+        // The leader's lease: a follower votes for another only once it suspects its leader
+        // (`T + Lambda` after its last word) or Raft's election timeout passed, so a leader a
+        // quorum heard at time t is the only one until t plus the shorter of the two; a tenth
+        // less, for clock rates and the time a tick is counted late.
+        if let Some(d) = config.detector {
+            let election_ns = config.election_ticks as u64 * config.tick.as_nanos() as u64;
+            let follower_waits = (d.period_ns + d.lambda_ns).min(election_ns);
+            rc.lease_ns = Some(follower_waits - follower_waits / 10);
+        }
         if let Some(lane) = &lane {
             // A few packets an append, a few appends in flight: what the log tunnel carries
             // in a few periods, so nothing waits long behind Raft's own backlog.
@@ -458,6 +520,7 @@ impl Node {
             client_input: vec![0; 64 * 1024],
             watch,
             heartbeat: Vec::with_capacity(crate::fd::wire::MAX_HEARTBEAT_BYTES),
+            raft_out: Vec::new(),
         })
     }
 
@@ -495,17 +558,23 @@ impl Node {
     }
 
     /// Runs the loop until `stop` is set.
+    ///
+    /// Each pass sleeps until a socket speaks or the earliest deadline: Raft's next tick that
+    /// has work, the detector's next heartbeat round or verdict, on the lane a look at the
+    /// inbox. Then Raft's clock catches up (one tick for each that passed), every message and
+    /// request of the pass is stepped and taken, the pass's writes are proposed, and Raft's
+    /// Ready is handled once for all of it ([`Node::drain`]).
     pub fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
-        let period_ns = self.config.period.as_nanos() as u64;
-        // Ticks, rounds and (on the lane) looks at the inbox on time: a normal thread's timed
-        // wake-ups are otherwise rounded up by 50 us, half a period.
+        let tick_ns = (self.config.tick.as_nanos() as u64).max(1);
+        // Deadlines on time: a normal thread's timed wake-ups are otherwise rounded up by 50 us.
         let _ = kairos_sys::thread::set_timer_slack_ns(1);
-        // Ticks on the multiples of the period, as the detector's rounds are (see
-        // `watch::next_multiple`).
-        let mut next_tick = watch::next_multiple(monotonic_ns(), period_ns);
+        let mut last_tick = monotonic_ns();
+        // A stalled member catches up on this many ticks at most: enough for every timeout.
+        let most_ticks = 2 * self.config.election_ticks.max(self.config.heartbeat_ticks) as u64 + 1;
         let lane_poll_ns = self.config.lane.as_ref().map(|l| l.poll.as_nanos() as u64);
         while !stop.load(Ordering::Relaxed) {
-            let wake = self.watch.as_ref().map_or(next_tick, |w| w.next_wake_ns().min(next_tick));
+            let raft_due = last_tick + self.replica.ticks_until_due() * tick_ns;
+            let wake = self.watch.as_ref().map_or(raft_due, |w| w.next_wake_ns().min(raft_due));
             let started = monotonic_ns();
             // On the lane nothing wakes the loop when a message arrives: it looks at the inbox
             // at least every `poll`, and when the log tunnel can take more of what waits.
@@ -518,6 +587,21 @@ impl Node {
             }
             let timeout = Duration::from_nanos(until.saturating_sub(started));
             let (udp_ready, listen_ready, ready_conns) = self.wait(timeout)?;
+            // Raft's clock first: ticks that passed while the loop slept count before any
+            // message of this pass restarts an election clock.
+            let now = monotonic_ns();
+            self.replica.observe_clock(now);
+            let passed = now.saturating_sub(last_tick) / tick_ns;
+            if passed > 0 {
+                let now_ms = realtime_ns() / 1_000_000;
+                for _ in 0..passed.min(most_ticks) {
+                    self.replica.tick(now_ms);
+                }
+                last_tick += passed * tick_ns;
+                if passed > most_ticks {
+                    self.stats.late_periods += 1;
+                }
+            }
             if udp_ready {
                 self.receive_raft()?;
             }
@@ -529,21 +613,16 @@ impl Node {
                 self.serve(client);
             }
             if took_requests && self.config.batching == Batching::Pass {
-                self.replica.flush()?;
+                // After the requests were read: a read answered under the lease is linearized
+                // at this clock reading, which follows its arrival.
+                self.replica.observe_clock(monotonic_ns());
+                self.replica.flush(realtime_ns() / 1_000_000);
             }
+            // Heartbeats matter only when a round or a detector deadline is due (no suspicion
+            // can start before its deadline), so a pass that ends before one spends no system
+            // call on them; they are read just before the detector judges, so one that came
+            // during the pass is never left unread behind a suspicion.
             let now = monotonic_ns();
-            if now >= next_tick {
-                self.replica.tick(realtime_ns() / 1_000_000)?;
-                next_tick += period_ns;
-                if now > next_tick + period_ns {
-                    self.stats.late_periods += 1;
-                    next_tick = watch::next_multiple(now, period_ns);
-                }
-            }
-            // Heartbeats matter only when a tick, a round or a detector deadline is due (no
-            // suspicion can start before its deadline), so a pass that ends before one spends
-            // no system call on them; they are read just before the detector judges, so one
-            // that came during the pass is never left unread behind a suspicion.
             if now >= wake {
                 self.receive_beats(now)?;
             }
@@ -620,7 +699,14 @@ impl Node {
         match self.reassembler.push(bytes) {
             Ok(Some((from, _))) if self.faults.drops(from, monotonic_ns()) => {}
             Ok(Some((_, bytes))) => match decode_message(&bytes) {
-                Ok(msg) => self.replica.step(msg)?,
+                Ok(msg) => {
+                    // Any word from a member is a heartbeat: its loop ran to send it.
+                    if let Some(watch) = self.watch.as_mut() {
+                        let now = monotonic_ns();
+                        watch.heard_from(msg.from, now, now);
+                    }
+                    self.replica.step(msg);
+                }
                 Err(_) => self.stats.malformed += 1,
             },
             Ok(None) => {}
@@ -708,7 +794,7 @@ impl Node {
         }
         watch.heard(&heartbeat, at, now);
         if term != 0 {
-            self.replica.leader_commit(heartbeat.member, term, commit)?;
+            self.replica.leader_commit(heartbeat.member, term, commit);
         }
         Ok(())
     }
@@ -747,7 +833,7 @@ impl Node {
         if let Some(Act::Suspect { leader, campaign }) =
             watch.poll(now, replica.leader(), || replica.voters())
         {
-            self.replica.leader_suspected(leader, campaign)?;
+            self.replica.leader_suspected(leader, campaign);
         }
         Ok(())
     }
@@ -880,11 +966,20 @@ impl Node {
             }
             _ => return Some(usage()),
         };
-        match self.replica.propose_membership(change, node, context) {
+        match self.replica.propose_membership(change, node, context.clone()) {
             Ok(()) => {
                 let conn = self.conns.get_mut(&client)?;
                 let seq = conn.await_answer();
-                self.membership_waiting.push((node, client, seq, monotonic_ns() + MEMBERSHIP_TIMEOUT_NS));
+                let now = monotonic_ns();
+                self.membership_waiting.push(MembershipWait {
+                    change,
+                    node,
+                    context,
+                    client,
+                    seq,
+                    deadline_ns: now + MEMBERSHIP_TIMEOUT_NS,
+                    proposed_ns: now,
+                });
                 None
             }
             Err(raft::Error::ProposalDropped) => Some(Reply::Error(BUSY.to_string())),
@@ -992,12 +1087,14 @@ impl Node {
                 }
                 ConfChangeType::RemoveNode => {}
             }
-            let (done, rest): (Vec<_>, Vec<_>) =
-                self.membership_waiting.drain(..).partition(|w| w.0 == event.node);
+            let (done, rest): (Vec<_>, Vec<_>) = self
+                .membership_waiting
+                .drain(..)
+                .partition(|w| w.node == event.node && w.change == event.change);
             self.membership_waiting = rest;
-            for (_, client, seq, _) in done {
-                if let Some(conn) = self.conns.get_mut(&client) {
-                    conn.complete(seq, &Reply::Ok);
+            for w in done {
+                if let Some(conn) = self.conns.get_mut(&w.client) {
+                    conn.complete(w.seq, &Reply::Ok);
                 }
             }
         }
@@ -1014,15 +1111,32 @@ impl Node {
                 lane.set_receivers(hosts);
             }
         }
+        if self.membership_waiting.is_empty() {
+            return Ok(());
+        }
         let now = monotonic_ns();
-        let (late, rest): (Vec<_>, Vec<_>) = self.membership_waiting.drain(..).partition(|w| w.3 <= now);
+        // A change missing from the log a while after it was proposed was lost or emptied on
+        // the way: proposed again (when the leader would take it), so the client hears of it
+        // when it is applied rather than never.
+        for w in &mut self.membership_waiting {
+            if now >= w.proposed_ns + MEMBERSHIP_RETRY_NS
+                && !self.replica.membership_busy()
+                && !self.replica.membership_change_in_log(w.node)
+                && self.replica.propose_membership(w.change, w.node, w.context.clone()).is_ok()
+            {
+                w.proposed_ns = now;
+            }
+        }
+        let (late, rest): (Vec<_>, Vec<_>) =
+            self.membership_waiting.drain(..).partition(|w| w.deadline_ns <= now);
         self.membership_waiting = rest;
-        for (node, client, seq, _) in late {
-            if let Some(conn) = self.conns.get_mut(&client) {
+        for w in late {
+            if let Some(conn) = self.conns.get_mut(&w.client) {
                 let error = format!(
-                    "ERR the change of member {node} was not applied within 5 s (no leader, or the leader had not applied the change before it: Raft takes one at a time): check KAIROS.MEMBER LIST and try again"
+                    "ERR the change of member {} was not applied within 5 s (no leader all that time, or changes ahead of it that did not apply): check KAIROS.MEMBER LIST and try again",
+                    w.node
                 );
-                conn.complete(seq, &Reply::Error(error));
+                conn.complete(w.seq, &Reply::Error(error));
             }
         }
         Ok(())
@@ -1038,7 +1152,7 @@ impl Node {
             peers: self.config.peers.clone(),
             read_mode: self.config.read_mode,
             sync: self.config.sync,
-            period: self.config.period,
+            tick: self.config.tick,
             keys: self.replica.store().len(realtime_ns() / 1_000_000),
             clients: self.conns.len(),
             uptime_s: (monotonic_ns() - self.started_ns) / 1_000_000_000,
@@ -1050,47 +1164,24 @@ impl Node {
         }
     }
 
+    /// The end of a pass: Raft's Ready (its ordinary messages sent before this member
+    /// persists, the rest after), the answers it made, the clients' output.
     fn drain(&mut self) -> io::Result<()> {
-        self.membership_applied()?;
-        let now = monotonic_ns();
-        // One wall-clock read a pass on the lane, for the hand-over stamps and the flush.
-        let wall = if self.lane.is_some() { realtime_ns() } else { 0 };
-        for msg in self.replica.take_messages() {
-            let Some(addr) = self.config.peers.get(&msg.to) else { continue };
-            if self.faults.drops(msg.to, now) {
-                continue;
-            }
-            let mut bytes = Vec::new();
-            encode_message(&msg, &mut bytes);
-            self.message_number += 1;
-            if let Some(lane) = self.lane.as_mut() {
-                let Some(parts) =
-                    fragments_of(self.config.id, self.message_number, &bytes, lane.fragment_bytes())
-                else {
-                    lane.note_too_large();
-                    continue;
-                };
-                for fragment in parts {
-                    lane.queue_message(self.message_number, msg.to, &fragment, wall);
-                    self.stats.datagrams_out += 1;
-                }
-                continue;
-            }
-            let (Some(udp), Some(addr)) = (self.udp.as_ref(), addr.udp()) else { continue };
-            for datagram in fragments(self.config.id, self.message_number, &bytes).unwrap_or_default() {
-                // A full socket buffer or a peer that is down loses the message; Raft resends.
-                if udp.send_to(&datagram, addr).is_ok() {
-                    self.stats.datagrams_out += 1;
-                }
-            }
-        }
-        if let Some(lane) = self.lane.as_mut() {
-            lane.flush(wall);
-        }
-        // Answers can release held requests, whose answers (stale reads) can come at once.
         loop {
+            while self.replica.begin_ready() {
+                self.send_raft();
+                self.replica.finish_ready()?;
+                self.send_raft();
+            }
+            // Changes of membership applied (their clients answered), or proposed again.
+            self.membership_applied()?;
+            // Answers release a connection's requests held behind them (answers come in
+            // request order): proposed now, not at the next pass.
             let completions = self.replica.take_completions();
             if completions.is_empty() {
+                if self.replica.has_ready() {
+                    continue;
+                }
                 break;
             }
             for (ticket, reply) in completions {
@@ -1099,6 +1190,10 @@ impl Node {
                     self.release(ticket.client);
                 }
             }
+            self.replica.flush(realtime_ns() / 1_000_000);
+        }
+        if let Some(lane) = self.lane.as_mut() {
+            lane.flush(realtime_ns());
         }
         let mut dead = Vec::new();
         for (id, conn) in &mut self.conns {
@@ -1113,6 +1208,50 @@ impl Node {
         }
         Ok(())
     }
+
+    /// Sends the replica's messages: datagrams on UDP, fragments queued on the lane.
+    fn send_raft(&mut self) {
+        let messages = self.replica.take_messages();
+        if messages.is_empty() {
+            return;
+        }
+        let now = monotonic_ns();
+        // One wall-clock read for the lane's hand-over stamps.
+        let wall = if self.lane.is_some() { realtime_ns() } else { 0 };
+        for msg in messages {
+            let Some(addr) = self.config.peers.get(&msg.to) else { continue };
+            if self.faults.drops(msg.to, now) {
+                continue;
+            }
+            if let Some(watch) = self.watch.as_mut() {
+                watch.sent_to(msg.to, now);
+            }
+            self.raft_out.clear();
+            encode_message(&msg, &mut self.raft_out);
+            self.message_number += 1;
+            if let Some(lane) = self.lane.as_mut() {
+                let Some(parts) =
+                    fragments_of(self.config.id, self.message_number, &self.raft_out, lane.fragment_bytes())
+                else {
+                    lane.note_too_large();
+                    continue;
+                };
+                for fragment in parts {
+                    lane.queue_message(self.message_number, msg.to, &fragment, wall);
+                    self.stats.datagrams_out += 1;
+                }
+                continue;
+            }
+            let (Some(udp), Some(addr)) = (self.udp.as_ref(), addr.udp()) else { continue };
+            for datagram in fragments(self.config.id, self.message_number, &self.raft_out).unwrap_or_default()
+            {
+                // A full socket buffer or a peer that is down loses the message; Raft resends.
+                if udp.send_to(&datagram, addr).is_ok() {
+                    self.stats.datagrams_out += 1;
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1126,6 +1265,7 @@ mod tests {
             listen: "127.0.0.1:0".parse().unwrap(),
             data_dir: dir.to_path_buf(),
             sync,
+            tick: Duration::from_millis(1),
             period: Duration::from_micros(100),
             heartbeat_ticks: 2,
             election_ticks: 20,

@@ -43,19 +43,26 @@
 use crate::fd::wire::{Heartbeat, encode_replica_heartbeat};
 use crate::fd::{Detector, DetectorConfig, Event};
 
-/// Periods between the campaigns of two members next in line.
+/// Periods between the campaigns of two members next in line (at most [`STAGGER_MAX_NS`]).
 pub const STAGGER_PERIODS: u64 = 10;
-/// Periods between a member's tries while no new leader has appeared.
+/// Periods between a member's tries while no new leader has appeared (at most
+/// [`STAGGER_MAX_NS`]).
 pub const RETRY_PERIODS: u64 = 10;
+/// The longest stagger or retry, unless a period is longer: members suspect a dead leader
+/// within their scheduling jitter of each other, so a candidate refused by one that had not
+/// suspected yet stands again soon, whatever the period.
+pub const STAGGER_MAX_NS: u64 = 1_000_000;
 
-/// The threshold Lambda a member uses unless told otherwise, us: 200 when its log is not synced
-/// and its heartbeats go by UDP, 2,000 when it is synced (the loop waits in `fdatasync`, whose
-/// tail on a disk is milliseconds; at 200 us each slow sync of the leader started an election)
-/// or they go on the lane (a heartbeat waits up to a period for its tunnel's release and is
-/// read at the receiver's next look at its inbox; with nodes that sleep on shared cores, 200 us
-/// made a thousand or more false suspicions a second at each member, 2,000 about three).
-pub fn default_lambda_us(synced: bool, on_lane: bool) -> u64 {
-    if synced || on_lane { 2_000 } else { 200 }
+/// The threshold Lambda a member uses unless told otherwise, us: 4,000 when its heartbeats go
+/// by UDP (with the 1 ms default period a leader is suspected 5 ms after its last word, and
+/// failover stays under 10 ms; at 200 us, an idle cluster on a shared two-core machine changed
+/// leader nine times in 30 s, each a stall of the leader's process longer than the threshold),
+/// 2,000 on the lane (a heartbeat waits up to a period for its tunnel's release and is read at
+/// the receiver's next look at its inbox; with nodes that sleep on shared cores, 200 us made a
+/// thousand or more false suspicions a second at each member, 2,000 about three). The log's
+/// sync does not change it: the leader's sync no longer stands between its heartbeats.
+pub fn default_lambda_us(_synced: bool, on_lane: bool) -> u64 {
+    if on_lane { 2_000 } else { 4_000 }
 }
 
 /// Who sends heartbeats to whom; see the module doc.
@@ -153,6 +160,9 @@ pub struct Watch {
     role: Role,
     /// The replica's term, as last told ([`Watch::observe_term`]).
     term: u64,
+    /// When this member last sent each peer anything of Raft's ([`Watch::sent_to`]): such a
+    /// message is a heartbeat, so a round skips a peer that had one within half a period.
+    sent: Vec<(u64, u64)>,
 }
 
 /// The first multiple of `period_ns` after `now_ns`.
@@ -187,6 +197,7 @@ impl Watch {
             stats: WatchStats::default(),
             role: Role::Unknown,
             term: 0,
+            sent: Vec::new(),
         }
     }
 
@@ -310,8 +321,9 @@ impl Watch {
             sent_ns: now_ns,
         };
         self.seq += 1;
+        let recent = now_ns.saturating_sub(self.config.period_ns / 2);
         for peer in peers {
-            if peer == self.id {
+            if peer == self.id || self.sent.iter().any(|&(p, at)| p == peer && at > recent) {
                 continue;
             }
             let (term, commit) = commit_for(peer).unwrap_or((0, 0));
@@ -320,6 +332,22 @@ impl Watch {
             send(peer, out);
             self.stats.heartbeats_out += 1;
         }
+    }
+
+    /// This member sent `peer` a message of Raft's at `now_ns`: a heartbeat as good as the
+    /// detector's (see [`Watch::heard_from`]), so the next round leaves `peer` out if it comes
+    /// within half a period. Under load the detector then sends nothing.
+    pub fn sent_to(&mut self, peer: u64, now_ns: u64) {
+        match self.sent.iter_mut().find(|(p, _)| *p == peer) {
+            Some(entry) => entry.1 = now_ns,
+            None => self.sent.push((peer, now_ns)),
+        }
+    }
+
+    /// A message of Raft's from `member`, received at `at_ns` and handled at `now_ns`: the
+    /// member's loop ran to send it, so it counts as a fresh heartbeat.
+    pub fn heard_from(&mut self, member: u64, at_ns: u64, now_ns: u64) {
+        self.detector.handle_alive(member, at_ns, now_ns, &mut self.events);
     }
 
     /// A heartbeat received at `at_ns` (its kernel stamp), handled at `now_ns`.
@@ -363,10 +391,11 @@ impl Watch {
             self.detector.entry(m).is_some_and(|e| e.is_suspected())
         });
         let period = self.config.period_ns;
+        let spaced = |periods: u64| (periods * period).min(STAGGER_MAX_NS.max(period));
         match s.next_campaign_ns {
             // First notice: the lease goes now, the campaign after those ahead in line.
             None if rank > 0 => {
-                s.next_campaign_ns = Some(now_ns + rank * STAGGER_PERIODS * period);
+                s.next_campaign_ns = Some(now_ns + rank * spaced(STAGGER_PERIODS));
                 return Some(Act::Suspect { leader: s.leader, campaign: false });
             }
             // An election began since the campaign was planned (a vote asked in a newer term,
@@ -377,13 +406,13 @@ impl Watch {
             // members syncing every write on one core: 10-20 ms instead of 4).
             Some(_) if self.term > s.term => {
                 s.term = self.term;
-                s.next_campaign_ns = Some(now_ns + (rank + 1) * STAGGER_PERIODS * period);
+                s.next_campaign_ns = Some(now_ns + (rank + 1) * spaced(STAGGER_PERIODS));
                 return None;
             }
             Some(at) if now_ns < at => return None,
             _ => {}
         }
-        s.next_campaign_ns = Some(now_ns + RETRY_PERIODS * period);
+        s.next_campaign_ns = Some(now_ns + spaced(RETRY_PERIODS));
         self.stats.campaigns += 1;
         Some(Act::Suspect { leader: s.leader, campaign: true })
     }
@@ -434,6 +463,27 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(w.stats().heartbeats_out, 4);
+    }
+
+    #[test]
+    fn a_raft_message_is_a_heartbeat_both_ways() {
+        // Sending: a peer that had a Raft message within half a period gets no heartbeat.
+        let mut w = watch(1);
+        let mut sent = Vec::new();
+        let mut out = Vec::new();
+        w.sent_to(2, T - T / 4);
+        w.sent_to(3, T / 4);
+        w.send_due(T, [1, 2, 3], |_| None, &mut out, |p, _| sent.push(p));
+        assert_eq!(sent, [3], "member 2 heard from this member a quarter period ago");
+        // Receiving: a Raft message moves the sender's deadline and ends its suspicion.
+        let mut w = watch(2);
+        w.heard_from(1, 2 * T, 2 * T);
+        w.poll(4 * T, 0, || vec![1, 2, 3]);
+        assert_eq!(w.suspected().collect::<Vec<_>>(), [3], "member 1 in time: T + Lambda after its message");
+        w.poll(5 * T, 0, || vec![1, 2, 3]);
+        assert_eq!(w.suspected().collect::<Vec<_>>(), [1, 3], "suspected past T + Lambda");
+        w.heard_from(1, 5 * T, 5 * T);
+        assert_eq!(w.suspected().collect::<Vec<_>>(), [3], "trusted again on its next message");
     }
 
     #[test]

@@ -1,22 +1,32 @@
 //! One member of the replicated store, sans I/O: Raft (`raft::RawNode`) over a [`LogStore`],
 //! the [`Store`] it applies, and the client requests waiting on both.
 //!
-//! The shell (a real node with sockets, or the simulator) calls, in any order:
+//! The shell (a real node with sockets, or the simulator) calls, in any order, during one pass
+//! of its loop:
 //! - [`Replica::submit_write`] and [`Replica::submit_read`] for each client request taken at
 //!   this member;
 //! - [`Replica::step`] for each Raft message that arrived;
-//! - [`Replica::tick`] once per period, which also proposes the period's writes as **one**
-//!   entry and asks **one** read index for the period's reads.
+//! - [`Replica::tick`] for each tick of Raft's logical clock that passed
+//!   ([`Replica::ticks_until_due`] says when the next one matters, so an idle member sleeps);
+//! - [`Replica::flush`] after the pass's requests, which proposes the writes waiting as
+//!   **one** entry (unless one of this member's entries is still in flight: then they wait for
+//!   it and go as one batch, adaptive batching) and asks **one** read index for the reads.
 //!
-//! After any of them it takes [`Replica::take_messages`] (to send) and
-//! [`Replica::take_completions`] (answers to give). Every call handles Ready to completion, so
-//! there is no separate "poll" step and no state left half done between calls.
+//! None of these handles Raft's Ready: the shell does it once a pass, after everything of the
+//! pass was stepped, with [`Replica::begin_ready`] then [`Replica::finish_ready`] (or
+//! [`Replica::ready`], both at once), taking [`Replica::take_messages`] to send after each and
+//! [`Replica::take_completions`] (answers to give) at the end.
 //!
-//! The Ready protocol is followed as `raft` requires: a Ready's ordinary messages are sent at
-//! once (a leader's appends go out while it writes its own log), its snapshot, entries and
-//! hard state are persisted in one group before its *persisted* messages (votes, append
-//! acknowledgements) are released, then committed entries are applied, `advance` is called,
-//! and the LightReady it returns is handled in turn (its messages, its committed entries).
+//! The Ready protocol is followed as `raft` requires: a Ready's ordinary messages are released
+//! by [`Replica::begin_ready`], before anything is persisted (a leader's appends go out while it
+//! writes, and with `fsync` syncs, its own log: Raft thesis 10.2.1, so a write waits for the
+//! leader's sync and the followers' in parallel, not in series); [`Replica::finish_ready`]
+//! persists its snapshot, entries and hard state in one group before its *persisted* messages
+//! (votes, append acknowledgements) are released, then applies committed entries, calls
+//! `advance`, and handles the LightReady it returns in turn (its messages, its committed
+//! entries). A leader that applies a write proposed through a follower tells that follower
+//! of the commit at once ([`ReplicaConfig::commit_by_heartbeats`]), so the follower's client
+//! is not answered a detector period late.
 //!
 //! Requests: a write is answered when its entry has been committed and applied *here* (the
 //! member the client talks to), whichever member leads; a follower's proposal is forwarded to
@@ -95,6 +105,19 @@ pub struct ReplicaConfig {
     pub max_append_bytes: u64,
     /// See `max_append_bytes`.
     pub max_inflight_appends: usize,
+    /// Adaptive batching: while one of this member's entries of writes is proposed and not
+    /// yet applied here, new writes wait and go as one entry when it is (as etcd and TiKV
+    /// batch). `false` proposes at every [`Replica::flush`].
+    pub hold_while_in_flight: bool,
+    /// The leader's lease, ns, or `None` for none: how long after a quorum of voters last
+    /// heard it (the clock when the entry they acknowledged was proposed, or the read index
+    /// round they confirmed was asked) no other member can be elected, so the leader answers
+    /// a linearizable read from its own state at once. It must be at most the time a follower
+    /// waits for its leader before it votes for another: the failure detector's `T + Lambda`
+    /// (and Raft's election timeout), less a margin for clock rates; a member also refuses
+    /// every vote for this long after its start (it may have acknowledged a leader before a
+    /// restart and forgotten it). Needs [`Replica::observe_clock`] every pass.
+    pub lease_ns: Option<u64>,
 }
 
 impl ReplicaConfig {
@@ -112,6 +135,8 @@ impl ReplicaConfig {
             commit_by_heartbeats: false,
             max_append_bytes: 1 << 20,
             max_inflight_appends: 256,
+            hold_while_in_flight: true,
+            lease_ns: None,
         }
     }
 }
@@ -150,6 +175,11 @@ struct InFlight {
 struct ReadRound {
     reads: Vec<(Ticket, ReadOp)>,
     asked_tick: u64,
+    /// The member's clock when the round was first asked: a quorum that confirms it heard
+    /// this leader at or after then (the leader's lease, [`ReplicaConfig::lease_ns`]).
+    asked_ns: u64,
+    /// The term this member led in when it asked, if it led.
+    asked_leading: Option<u64>,
     index: Option<u64>,
 }
 
@@ -181,6 +211,8 @@ pub struct ReplicaStats {
     pub compactions: u64,
     /// Snapshots installed from a leader.
     pub snapshots_installed: u64,
+    /// Reads the leader answered under its lease, without a round to the followers.
+    pub lease_reads: u64,
 }
 
 /// One member: Raft, its log, the store and the requests in flight.
@@ -202,6 +234,21 @@ pub struct Replica<D: Disk> {
     snapshot_due: bool,
     completions: Vec<(Ticket, Reply)>,
     stats: ReplicaStats,
+    /// The Ready begun ([`Replica::begin_ready`]) and not yet finished.
+    pending_ready: Option<raft::Ready>,
+    /// Followers whose proposals the leader applied in this Ready: told of the commit at once.
+    commit_notices: std::collections::BTreeSet<u64>,
+    /// The leader and term as last seen after a Ready: a new one gets what is in flight again
+    /// at once.
+    leader_seen: (u64, u64),
+    /// The member's monotonic clock as last observed, ns.
+    clock_ns: u64,
+    /// The clock at the first observation: votes wait until the lease has passed since.
+    started_ns: Option<u64>,
+    /// The latest time a quorum is known to have heard this leader (its lease runs from it).
+    lease_from_ns: Option<u64>,
+    /// This leader's proposals not yet committed: (last log index after it, clock then).
+    proposed_at: std::collections::VecDeque<(u64, u64)>,
 }
 
 impl<D: Disk> std::fmt::Debug for Replica<D> {
@@ -260,6 +307,13 @@ impl<D: Disk> Replica<D> {
             snapshot_due: false,
             completions: Vec::new(),
             stats: ReplicaStats::default(),
+            pending_ready: None,
+            commit_notices: std::collections::BTreeSet::new(),
+            leader_seen: (0, 0),
+            clock_ns: 0,
+            started_ns: None,
+            lease_from_ns: None,
+            proposed_at: std::collections::VecDeque::new(),
         })
     }
 
@@ -357,38 +411,88 @@ impl<D: Disk> Replica<D> {
         }
     }
 
-    /// A Raft message from another member.
-    pub fn step(&mut self, msg: Message) -> io::Result<()> {
+    /// A Raft message from another member (its Ready is the pass's, see the module doc).
+    pub fn step(&mut self, msg: Message) {
         // A message for another member, or from one we never heard of, is the sender's
         // problem; `raft` reports it as an error, which we drop.
         if msg.to != self.config.id {
-            return Ok(());
+            return;
+        }
+        // No vote for anyone until a lease has passed since this member started: before a
+        // restart it may have acknowledged a leader whose lease still runs.
+        if let (Some(lease), Some(started)) = (self.config.lease_ns, self.started_ns)
+            && self.clock_ns < started + lease
+            && matches!(
+                msg.get_msg_type(),
+                raft::eraftpb::MessageType::MsgRequestVote | raft::eraftpb::MessageType::MsgRequestPreVote
+            )
+        {
+            return;
         }
         let _ = self.node.step(msg);
-        self.handle_ready()
     }
 
-    /// One period: Raft's clock, then this period's writes as one entry and reads as one
+    /// The member's monotonic clock now, ns: for the leader's lease. A shell calls it every
+    /// pass, after it took the pass's requests and before [`Replica::flush`].
+    pub fn observe_clock(&mut self, now_ns: u64) {
+        self.clock_ns = self.clock_ns.max(now_ns);
+        self.started_ns.get_or_insert(now_ns);
+    }
+
+    /// Whether this member leads under a lease that runs now: a quorum heard it recently
+    /// enough that no other member can have been elected, and it committed an entry of its
+    /// term (so its commit index holds every write acknowledged by any leader before it).
+    fn lease_holds(&self) -> bool {
+        let Some(lease) = self.config.lease_ns else { return false };
+        let raft = &self.node.raft;
+        raft.state == StateRole::Leader
+            && self.lease_from_ns.is_some_and(|from| self.clock_ns < from + lease)
+            && raft.raft_log.term(raft.raft_log.committed).is_ok_and(|t| t == raft.term)
+    }
+
+    /// One tick of Raft's logical clock, then the waiting writes as one entry and reads as one
     /// read index, then retries of what was dropped. `now_ms` is the member's real time,
     /// written into the entry for the writes' expiry.
-    pub fn tick(&mut self, now_ms: u64) -> io::Result<()> {
+    pub fn tick(&mut self, now_ms: u64) {
         self.ticks += 1;
         self.now_ms = now_ms;
         self.node.tick();
         self.check_snapshots_sent();
         self.propose_waiting();
         self.ask_read_index();
-        self.handle_ready()
+    }
+
+    /// Ticks from now until one that has work: the leader's heartbeat or quorum check, a
+    /// follower's election timeout, or (1) a retry to watch over, a request waiting or a
+    /// snapshot unacknowledged. A shell sleeps that long when nothing else wakes it and then
+    /// calls [`Replica::tick`] once for every tick that passed, so an idle member costs no
+    /// wake-up a tick and Raft's clock still runs as if it had ticked each one.
+    pub fn ticks_until_due(&self) -> u64 {
+        let raft = &self.node.raft;
+        let busy = !self.in_flight.is_empty()
+            || !self.waiting_reads.is_empty()
+            || !self.read_rounds.is_empty()
+            || !self.snapshots_sent.is_empty();
+        if busy {
+            return 1;
+        }
+        let due = match raft.state {
+            StateRole::Leader => (raft.heartbeat_timeout().saturating_sub(raft.heartbeat_elapsed()))
+                .min(raft.election_timeout().saturating_sub(raft.election_elapsed)),
+            _ => raft.randomized_election_timeout().saturating_sub(raft.election_elapsed),
+        };
+        due.max(1) as u64
     }
 
     /// Proposes the writes and asks the read index of the requests taken since the last tick
     /// or flush, now rather than at the next tick: a shell that reads every ready client in
-    /// one pass calls this after the pass, so a lone request does not wait for the period
-    /// while the requests of a busy pass still share one entry and one read index.
-    pub fn flush(&mut self) -> io::Result<()> {
+    /// one pass calls this after the pass, so a lone request waits for nothing while the
+    /// requests of a busy pass (or of every pass while an entry is in flight) share one entry
+    /// and one read index. `now_ms` is the member's real time, for the writes' expiry.
+    pub fn flush(&mut self, now_ms: u64) {
+        self.now_ms = now_ms;
         self.propose_waiting();
         self.ask_read_index();
-        self.handle_ready()
     }
 
     /// The failure detector suspects `leader`. This member stops honouring its lease at once
@@ -399,17 +503,16 @@ impl<D: Disk> Replica<D> {
     /// hearing the leader refuse the pre-vote, and the leader's next message makes this member
     /// its follower again. Does nothing unless `leader` is the leader this member follows, or
     /// it has none (a campaign that has not won yet).
-    pub fn leader_suspected(&mut self, leader: u64, campaign: bool) -> io::Result<()> {
+    pub fn leader_suspected(&mut self, leader: u64, campaign: bool) {
         let known = self.leader();
         if leader == 0 || leader == self.config.id || self.is_leader() || (known != 0 && known != leader) {
-            return Ok(());
+            return;
         }
         let raft = &mut self.node.raft;
         raft.election_elapsed = raft.election_elapsed.max(raft.election_timeout());
         if campaign {
             let _ = self.node.campaign();
         }
-        self.handle_ready()
     }
 
     /// What the leader puts on its failure-detector heartbeat to `peer`: its term and the
@@ -432,14 +535,14 @@ impl<D: Disk> Replica<D> {
     /// the follower holds from its append answers. Ignored unless it is of this member's term
     /// and names an index this member holds (bytes from the network never reach `raft`'s
     /// out-of-range check).
-    pub fn leader_commit(&mut self, from: u64, term: u64, commit: u64) -> io::Result<()> {
+    pub fn leader_commit(&mut self, from: u64, term: u64, commit: u64) {
         let raft = &self.node.raft;
         if from == self.config.id
             || term != raft.term
             || raft.state == raft::StateRole::Leader
             || commit > raft.raft_log.last_index()
         {
-            return Ok(());
+            return;
         }
         let mut msg = Message::default();
         msg.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
@@ -449,7 +552,6 @@ impl<D: Disk> Replica<D> {
         msg.commit = commit;
         msg.context = PIGGYBACK_CONTEXT.to_vec().into();
         let _ = self.node.step(msg);
-        self.handle_ready()
     }
 
     /// Messages to send, each with its destination in `to`.
@@ -509,12 +611,21 @@ impl<D: Disk> Replica<D> {
                 stale.push(*ticket);
             }
         }
-        if !stale.is_empty() {
+        let retrying = !stale.is_empty();
+        if retrying {
             stale.sort_unstable();
             self.stats.proposal_retries += stale.len() as u64;
             self.waiting_writes.extend(stale);
         }
         if self.waiting_writes.is_empty() || self.leader() == 0 {
+            return;
+        }
+        // Adaptive batching: while an entry of this member's is in flight, the writes since
+        // wait for it (a retry above goes at once: what it waits for was lost).
+        if self.config.hold_while_in_flight
+            && !retrying
+            && self.in_flight.values().any(|f| f.proposed_tick.is_some())
+        {
             return;
         }
         let tickets = std::mem::take(&mut self.waiting_writes);
@@ -527,6 +638,9 @@ impl<D: Disk> Replica<D> {
         match self.node.propose(Vec::new(), data) {
             Ok(()) => {
                 self.stats.proposals += 1;
+                if self.config.lease_ns.is_some() && self.is_leader() {
+                    self.proposed_at.push_back((self.node.raft.raft_log.last_index(), self.clock_ns));
+                }
                 for t in &tickets {
                     if let Some(f) = self.in_flight.get_mut(t) {
                         f.proposed_tick = Some(self.ticks);
@@ -568,18 +682,55 @@ impl<D: Disk> Replica<D> {
         let id = self.next_read_round;
         self.next_read_round += 1;
         let reads = std::mem::take(&mut self.waiting_reads);
-        self.read_rounds.insert(id, ReadRound { reads, asked_tick: self.ticks, index: None });
+        if self.lease_holds() {
+            // The commit index is the read index: answered once applied (it usually is).
+            self.stats.lease_reads += reads.len() as u64;
+            let index = Some(self.node.raft.raft_log.committed);
+            let round = ReadRound {
+                reads,
+                asked_tick: self.ticks,
+                asked_ns: self.clock_ns,
+                asked_leading: None,
+                index,
+            };
+            self.read_rounds.insert(id, round);
+            self.serve_reads();
+            return;
+        }
+        let asked_leading = self.is_leader().then_some(self.term());
+        let round =
+            ReadRound { reads, asked_tick: self.ticks, asked_ns: self.clock_ns, asked_leading, index: None };
+        self.read_rounds.insert(id, round);
         self.stats.read_rounds += 1;
         self.node.read_index(id.to_le_bytes().to_vec());
     }
 
-    fn handle_ready(&mut self) -> io::Result<()> {
+    /// Whether Raft has a Ready to handle (or one is begun and not finished).
+    pub fn has_ready(&self) -> bool {
+        self.pending_ready.is_some() || self.node.has_ready()
+    }
+
+    /// Begins the pass's Ready, if Raft has one: its ordinary messages (a leader's appends, a
+    /// candidate's votes asked for) are released to [`Replica::take_messages`] before this
+    /// member's own entries are persisted. Returns whether one was begun; the shell sends what
+    /// it released, then calls [`Replica::finish_ready`].
+    pub fn begin_ready(&mut self) -> bool {
+        if self.pending_ready.is_some() {
+            return true;
+        }
         if !self.node.has_ready() {
-            return Ok(());
+            return false;
         }
         let mut rd = self.node.ready();
-        // Ordinary messages may leave before this member's own write is durable.
         self.send(rd.take_messages());
+        self.pending_ready = Some(rd);
+        true
+    }
+
+    /// Finishes the Ready [`Replica::begin_ready`] began: persists, releases the persisted
+    /// messages, applies, advances, and proposes the writes that waited for an entry in flight.
+    pub fn finish_ready(&mut self) -> io::Result<()> {
+        let Some(mut rd) = self.pending_ready.take() else { return Ok(()) };
         let snapshot = (!rd.snapshot().is_empty()).then(|| rd.snapshot().clone());
         let entries = rd.take_entries();
         let hard_state = rd.hs().cloned();
@@ -603,15 +754,117 @@ impl<D: Disk> Replica<D> {
         self.send(light.take_messages());
         self.apply(light.take_committed_entries())?;
         self.node.advance_apply();
+        self.renew_lease();
+        self.notify_commits();
+        self.follow_leader_change();
         self.serve_reads();
         self.compact()?;
+        // Writes that waited for this member's entry in flight go now, as one entry.
+        if !self.waiting_writes.is_empty() {
+            self.propose_waiting();
+        }
         Ok(())
+    }
+
+    /// A leader whose proposal a quorum acknowledged (it is committed) was heard by that
+    /// quorum at or after the proposal: its lease runs from then.
+    fn renew_lease(&mut self) {
+        let committed = self.node.raft.raft_log.committed;
+        while let Some(&(index, at)) = self.proposed_at.front() {
+            if index > committed {
+                break;
+            }
+            self.proposed_at.pop_front();
+            if self.node.raft.state == StateRole::Leader {
+                self.lease_from_ns = self.lease_from_ns.max(Some(at));
+            }
+        }
+    }
+
+    /// A new leader (after one lost, or a first one): the proposals and read indexes in flight
+    /// went to a leader that may have dropped them, so they go to the new one now rather than
+    /// after [`ReplicaConfig::retry_ticks`]; the store's sessions apply a write proposed twice
+    /// once.
+    fn follow_leader_change(&mut self) {
+        let leader = self.leader();
+        let term = self.term();
+        if (leader, term) == self.leader_seen {
+            return;
+        }
+        self.leader_seen = (leader, term);
+        // A lease is this term's leader's alone.
+        self.lease_from_ns = None;
+        self.proposed_at.clear();
+        if leader == 0 {
+            return;
+        }
+        let mut again: Vec<Ticket> = Vec::new();
+        for (ticket, f) in &mut self.in_flight {
+            if f.proposed_tick.take().is_some() {
+                again.push(*ticket);
+            }
+        }
+        if !again.is_empty() {
+            self.stats.proposal_retries += again.len() as u64;
+            again.append(&mut self.waiting_writes);
+            again.sort_unstable();
+            self.waiting_writes = again;
+        }
+        let rounds: Vec<u64> =
+            self.read_rounds.iter().filter(|(_, r)| r.index.is_none()).map(|(id, _)| *id).collect();
+        for id in rounds {
+            self.stats.read_retries += 1;
+            if let Some(round) = self.read_rounds.get_mut(&id) {
+                round.asked_tick = self.ticks;
+            }
+            self.node.read_index(id.to_le_bytes().to_vec());
+        }
+    }
+
+    /// Every Ready Raft has, begun and finished in turn, its messages left for
+    /// [`Replica::take_messages`] (for a shell that has nothing to gain by sending a Ready's
+    /// ordinary messages before it persists: the simulator, tests).
+    pub fn ready(&mut self) -> io::Result<()> {
+        while self.begin_ready() {
+            self.finish_ready()?;
+        }
+        Ok(())
+    }
+
+    /// The leader's word to each follower whose write it applied in this Ready: a heartbeat
+    /// of Raft's carrying the commit index that follower may take (capped by what it holds,
+    /// as Raft's own), marked as the detector's so its answer is not sent. Without it a
+    /// follower whose leader does not broadcast commits would answer its client only at the
+    /// next detector heartbeat.
+    fn notify_commits(&mut self) {
+        if self.commit_notices.is_empty() {
+            return;
+        }
+        let notices = std::mem::take(&mut self.commit_notices);
+        if !self.config.commit_by_heartbeats || !self.is_leader() {
+            return;
+        }
+        for to in notices {
+            let Some((term, commit)) = self.commit_for(to) else { continue };
+            let mut msg = Message::default();
+            msg.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
+            msg.from = self.config.id;
+            msg.to = to;
+            msg.term = term;
+            msg.commit = commit;
+            msg.context = PIGGYBACK_CONTEXT.to_vec().into();
+            self.outbox.push(msg);
+        }
     }
 
     fn read_index_confirmed(&mut self, ctx: &[u8], index: u64) {
         let Ok(bytes) = <[u8; 8]>::try_from(ctx) else { return };
         if let Some(round) = self.read_rounds.get_mut(&u64::from_le_bytes(bytes)) {
             round.index.get_or_insert(index);
+            // A leader's round is confirmed by a quorum that heard it after it was asked.
+            if self.node.raft.state == StateRole::Leader && round.asked_leading == Some(self.node.raft.term) {
+                self.lease_from_ns = self.lease_from_ns.max(Some(round.asked_ns));
+            }
         }
     }
 
@@ -645,6 +898,9 @@ impl<D: Disk> Replica<D> {
                     if let Ok(batch) = Batch::decode(&entry.data) {
                         for request in &batch.requests {
                             let applied = self.store.apply(request, batch.now_ms, entry.index);
+                            if request.origin != self.config.id {
+                                self.commit_notices.insert(request.origin);
+                            }
                             if request.origin == self.config.id {
                                 let ticket = Ticket { client: request.client, seq: request.seq };
                                 if self.in_flight.remove(&ticket).is_some()
@@ -728,8 +984,22 @@ impl<D: Disk> Replica<D> {
         cc.set_change_type(change);
         cc.node_id = node;
         cc.context = context.into();
-        self.node.propose_conf_change(Vec::new(), cc)?;
-        self.handle_ready().map_err(raft::Error::Io)
+        self.node.propose_conf_change(Vec::new(), cc)
+    }
+
+    /// Whether this member's log holds, not yet applied, a change of member `node`'s
+    /// membership: a change proposed and not in it was lost or emptied on the way (a leader
+    /// busy with an earlier change turns a forwarded one into an empty entry, silently), and
+    /// may be proposed again without landing twice.
+    pub fn membership_change_in_log(&self, node: u64) -> bool {
+        let log = &self.node.raft.raft_log;
+        let Ok(entries) = log.entries(self.applied + 1, None, raft::GetEntriesContext::empty(false)) else {
+            return false;
+        };
+        entries.iter().any(|e| {
+            e.get_entry_type() == EntryType::EntryConfChange
+                && ConfChange::parse_from_bytes(&e.data).is_ok_and(|cc| cc.node_id == node)
+        })
     }
 
     /// Membership changes applied since the last call, in log order.
@@ -757,11 +1027,12 @@ mod tests {
             for _ in 0..ticks {
                 let ids: Vec<u64> = self.0.keys().copied().collect();
                 for id in &ids {
-                    self.0.get_mut(id).unwrap().tick(0).unwrap();
+                    self.0.get_mut(id).unwrap().tick(0);
                 }
                 loop {
                     let mut messages = Vec::new();
                     for r in self.0.values_mut() {
+                        r.ready().unwrap();
                         messages.extend(r.take_messages());
                     }
                     if messages.is_empty() {
@@ -769,7 +1040,7 @@ mod tests {
                     }
                     for m in messages {
                         if let Some(r) = self.0.get_mut(&m.to) {
-                            r.step(m).unwrap();
+                            r.step(m);
                         }
                     }
                 }
@@ -858,6 +1129,7 @@ mod tests {
         loop {
             let mut messages = Vec::new();
             for r in c.0.values_mut() {
+                r.ready().unwrap();
                 messages.extend(r.take_messages());
             }
             if messages.is_empty() {
@@ -865,7 +1137,7 @@ mod tests {
             }
             for m in messages.into_iter().filter(|m| !drop(m)) {
                 if let Some(r) = c.0.get_mut(&m.to) {
-                    r.step(m).unwrap();
+                    r.step(m);
                 }
             }
         }
@@ -879,7 +1151,7 @@ mod tests {
         let leader = c.leader();
         let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
         c.0.get_mut(&leader).unwrap().submit_write(Ticket { client: 1, seq: 1 }, 1, set("k", "v"));
-        c.0.get_mut(&leader).unwrap().flush().unwrap();
+        c.0.get_mut(&leader).unwrap().flush(0);
         // The entry reaches the followers and the leader commits it, but the appends that
         // would carry the commit index on are lost.
         let first_appends = std::cell::Cell::new(0);
@@ -899,10 +1171,12 @@ mod tests {
 
         // A wrong term, or an index the follower lacks, changes nothing and panics nowhere.
         let f = c.0.get_mut(&follower).unwrap();
-        f.leader_commit(leader, term + 1, commit).unwrap();
-        f.leader_commit(leader, term, u64::MAX).unwrap();
+        f.leader_commit(leader, term + 1, commit);
+        f.leader_commit(leader, term, u64::MAX);
+        f.ready().unwrap();
         assert!(f.applied() < commit);
-        f.leader_commit(leader, term, commit).unwrap();
+        f.leader_commit(leader, term, commit);
+        f.ready().unwrap();
         assert_eq!(f.applied(), commit, "applied from the heartbeat's commit index");
         assert_eq!(f.store().read(&ReadOp::Get { key: "k".into() }, 0), Reply::Bulk(b"v".to_vec()));
         assert!(
@@ -921,17 +1195,149 @@ mod tests {
 
         // A false suspicion at one follower: pre-vote asks, the other follower still hears
         // the leader and refuses, and the leader's next heartbeat brings the asker back.
-        c.0.get_mut(&followers[0]).unwrap().leader_suspected(leader, true).unwrap();
+        c.0.get_mut(&followers[0]).unwrap().leader_suspected(leader, true);
         c.settle(3);
         assert_eq!(c.leader(), leader);
         assert!(c.0.values().all(|r| r.term() == term && r.leader() == leader), "no term was spent");
 
         // The leader dies; both followers suspect it, the first in line campaigns at once.
         c.0.remove(&leader);
-        c.0.get_mut(&followers[1]).unwrap().leader_suspected(leader, false).unwrap();
-        c.0.get_mut(&followers[0]).unwrap().leader_suspected(leader, true).unwrap();
+        c.0.get_mut(&followers[1]).unwrap().leader_suspected(leader, false);
+        c.0.get_mut(&followers[0]).unwrap().leader_suspected(leader, true);
         c.settle(1);
         assert_eq!(c.leader(), followers[0], "elected within a tick, not the 10-tick timeout");
         assert_eq!(c.0[&followers[1]].leader(), followers[0]);
+    }
+
+    /// Every member's clock set to `now_ns`.
+    fn clock(c: &mut Cluster, now_ns: u64) {
+        for r in c.0.values_mut() {
+            r.observe_clock(now_ns);
+        }
+    }
+
+    fn leased(voters: &[u64], lease_ns: u64) -> Cluster {
+        Cluster(
+            voters
+                .iter()
+                .map(|&id| {
+                    let log = LogStore::create(MemDisk::default(), Sync::Always, voters).unwrap();
+                    let mut config = ReplicaConfig::new(id);
+                    config.election_ticks = 10;
+                    config.fixed_election_ticks = Some(10 + id as usize);
+                    config.lease_ns = Some(lease_ns);
+                    (id, Replica::new(config, log).unwrap())
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_leader_answers_reads_under_its_lease_at_once_and_asks_a_quorum_once_it_ran_out() {
+        const LEASE: u64 = 5_000_000;
+        let mut c = leased(&[1, 2, 3], LEASE);
+        // No vote for anyone within a lease of the start: no leader until then.
+        clock(&mut c, 1);
+        c.settle(40);
+        assert_eq!(c.leader(), 0, "votes refused within a lease of the start");
+        clock(&mut c, 1 + LEASE);
+        c.settle(40);
+        let leader = c.leader();
+        assert_ne!(leader, 0);
+        // A write committed now starts the lease (a quorum acknowledged it).
+        let t0 = 2 * LEASE;
+        clock(&mut c, t0);
+        let l = c.0.get_mut(&leader).unwrap();
+        l.submit_write(Ticket { client: 1, seq: 1 }, 1, set("k", "v"));
+        l.flush(0);
+        c.settle(1);
+        let answers = c.0.get_mut(&leader).unwrap().take_completions();
+        assert!(answers.contains(&(Ticket { client: 1, seq: 1 }, Reply::Ok)), "{answers:?}");
+
+        // Within the lease a read is answered by the flush itself, no message sent.
+        clock(&mut c, t0 + LEASE / 2);
+        let l = c.0.get_mut(&leader).unwrap();
+        l.submit_read(Ticket { client: 1, seq: 2 }, ReadOp::Get { key: "k".into() });
+        l.flush(0);
+        l.ready().unwrap();
+        assert!(l.take_messages().is_empty(), "no round to the followers under the lease");
+        assert_eq!(l.take_completions(), vec![(Ticket { client: 1, seq: 2 }, Reply::Bulk(b"v".to_vec()))]);
+        assert_eq!(l.stats().lease_reads, 1);
+
+        // Past it, the read waits for a quorum's confirmation, which renews the lease.
+        let t1 = t0 + LEASE + 1;
+        clock(&mut c, t1);
+        let l = c.0.get_mut(&leader).unwrap();
+        l.submit_read(Ticket { client: 1, seq: 3 }, ReadOp::Get { key: "k".into() });
+        l.flush(0);
+        l.ready().unwrap();
+        assert!(l.take_completions().is_empty(), "not answered before a quorum confirms");
+        let sent = l.take_messages();
+        assert!(!sent.is_empty(), "the read index round goes to the followers");
+        for m in sent {
+            c.0.get_mut(&m.to).unwrap().step(m);
+        }
+        deliver_unless(&mut c, |_| false);
+        let answers = c.0.get_mut(&leader).unwrap().take_completions();
+        assert_eq!(answers, vec![(Ticket { client: 1, seq: 3 }, Reply::Bulk(b"v".to_vec()))]);
+        clock(&mut c, t1 + LEASE / 2);
+        let l = c.0.get_mut(&leader).unwrap();
+        l.submit_read(Ticket { client: 1, seq: 4 }, ReadOp::Get { key: "k".into() });
+        l.flush(0);
+        assert_eq!(l.take_completions().len(), 1, "the confirmed round renewed the lease");
+        assert_eq!(l.stats().lease_reads, 2);
+    }
+
+    #[test]
+    fn writes_taken_while_an_entry_is_in_flight_go_as_one_entry_when_it_applies() {
+        let mut c = Cluster::new(&[1, 2, 3]);
+        c.settle(40);
+        let leader = c.leader();
+        let l = c.0.get_mut(&leader).unwrap();
+        let proposals = l.stats().proposals;
+        l.submit_write(Ticket { client: 1, seq: 1 }, 1, set("a", "1"));
+        l.flush(0);
+        // Three more while the first is in flight: they wait for it.
+        for seq in 2..=4 {
+            l.submit_write(Ticket { client: 1, seq }, seq, set("a", &seq.to_string()));
+            l.flush(0);
+        }
+        assert_eq!(l.stats().proposals, proposals + 1, "one entry in flight, the rest held");
+        deliver_unless(&mut c, |_| false);
+        let l = c.0.get_mut(&leader).unwrap();
+        assert_eq!(l.stats().proposals, proposals + 2, "the held writes went as one entry");
+        c.settle(2);
+        let answers = c.0.get_mut(&leader).unwrap().take_completions();
+        let seqs: Vec<u64> = answers.iter().map(|(t, _)| t.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3, 4], "every write answered, in order");
+        assert_eq!(
+            c.0[&leader].store().read(&ReadOp::Get { key: "a".into() }, 0),
+            Reply::Bulk(b"4".to_vec())
+        );
+    }
+
+    #[test]
+    fn a_follower_hears_of_its_write_s_commit_at_once_when_commits_ride_on_heartbeats() {
+        let mut c = Cluster(
+            [1, 2, 3]
+                .into_iter()
+                .map(|id| {
+                    let mut r = member(id, &[1, 2, 3]);
+                    r.config.commit_by_heartbeats = true;
+                    r.node.raft.skip_bcast_commit(true);
+                    (id, r)
+                })
+                .collect(),
+        );
+        c.settle(40);
+        let leader = c.leader();
+        let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+        let f = c.0.get_mut(&follower).unwrap();
+        f.submit_write(Ticket { client: 7, seq: 1 }, 1, set("f", "1"));
+        f.flush(0);
+        // Delivered until quiet, no tick: the leader's word of the commit is what answers.
+        deliver_unless(&mut c, |_| false);
+        let answers = c.0.get_mut(&follower).unwrap().take_completions();
+        assert_eq!(answers, vec![(Ticket { client: 7, seq: 1 }, Reply::Ok)]);
     }
 }

@@ -234,6 +234,13 @@ fn replica_config(config: &SimConfig, id: u64, rng: &mut StdRng) -> ReplicaConfi
     rc.compact_after_entries = config.compact_after_entries;
     rc.fixed_election_ticks = Some(rng.random_range(rc.election_ticks..2 * rc.election_ticks));
     rc.commit_by_heartbeats = config.detector.is_some();
+    // The leader's lease, as a member process sets it: the shorter of the detector's timeout
+    // and Raft's, less a tenth.
+    if let Some(d) = config.detector {
+        let election_ns = rc.election_ticks as u64 * config.tick_us * 1_000;
+        let follower_waits = (d.period_ns + d.lambda_ns).min(election_ns);
+        rc.lease_ns = Some(follower_waits - follower_waits / 10);
+    }
     rc
 }
 
@@ -307,6 +314,8 @@ impl Sim {
     /// Sends what member `id` produced and records its answers.
     fn drain(&mut self, id: u64) {
         let Some(replica) = self.replica(id) else { return };
+        // The member's pass ends with its one Ready, as a member process's does.
+        replica.ready().expect("memory disk cannot fail");
         let messages = replica.take_messages();
         let completions = replica.take_completions();
         if replica.is_leader() {
@@ -314,6 +323,9 @@ impl Sim {
             self.leader_terms.insert(term);
         }
         for msg in messages {
+            if let Some(watch) = self.watches[(id - 1) as usize].as_mut() {
+                watch.sent_to(msg.to, self.now_us * 1_000);
+            }
             let mut bytes = Vec::new();
             encode_message(&msg, &mut bytes);
             let to = msg.to;
@@ -401,6 +413,10 @@ impl Sim {
     }
 
     fn deliver(&mut self, to: u64, bytes: Vec<u8>) {
+        let now_ns = self.now_us * 1_000;
+        if let MemberState::Up(replica) = &mut self.members[(to - 1) as usize] {
+            replica.observe_clock(now_ns);
+        }
         match &mut self.members[(to - 1) as usize] {
             MemberState::Up(replica) if bytes.starts_with(&MAGIC) => {
                 let Ok(Datagram::Replica { heartbeat, term, commit }) = decode(&bytes) else {
@@ -410,13 +426,16 @@ impl Sim {
                     watch.heard(&heartbeat, self.now_us * 1_000, self.now_us * 1_000);
                 }
                 if term != 0 {
-                    replica.leader_commit(heartbeat.member, term, commit).expect("memory disk cannot fail");
+                    replica.leader_commit(heartbeat.member, term, commit);
                     self.drain(to);
                 }
             }
             MemberState::Up(replica) => {
                 let msg = decode_message(&bytes).expect("the simulator's own encoding decodes");
-                replica.step(msg).expect("memory disk cannot fail");
+                if let Some(watch) = self.watches[(to - 1) as usize].as_mut() {
+                    watch.heard_from(msg.from, self.now_us * 1_000, self.now_us * 1_000);
+                }
+                replica.step(msg);
                 self.drain(to);
             }
             MemberState::Paused { held, .. } => held.push(bytes),
@@ -458,9 +477,10 @@ impl Sim {
             if self.now_us < phase || !(self.now_us - phase).is_multiple_of(self.config.tick_us) {
                 continue;
             }
-            let now_ms = self.now_us / 1000;
+            let (now_ms, now_ns) = (self.now_us / 1000, self.now_us * 1_000);
             if let Some(replica) = self.replica(id) {
-                replica.tick(now_ms).expect("memory disk cannot fail");
+                replica.observe_clock(now_ns);
+                replica.tick(now_ms);
                 self.drain(id);
                 self.watch_pass(id);
             }
@@ -489,7 +509,7 @@ impl Sim {
         let leader = replica.leader();
         watch.observe_term(replica.term());
         if let Some(Act::Suspect { leader, campaign }) = watch.poll(now_ns, leader, || replica.voters()) {
-            replica.leader_suspected(leader, campaign).expect("memory disk cannot fail");
+            replica.leader_suspected(leader, campaign);
             self.drain(id);
         }
     }
@@ -564,11 +584,13 @@ impl Sim {
         });
         self.clients[slot].waiting = Some((op, seq));
         let ticket = Ticket { client: client_id, seq };
+        let now_ns = self.now_us * 1_000;
         let Some(replica) = self.replica(member) else {
             // Paused: the request waits in its socket until the member resumes; modelled as
             // a time-out unless it resumes in time, which the pause bounds.
             return;
         };
+        replica.observe_clock(now_ns);
         match kind {
             OpKind::Get => replica.submit_read(ticket, ReadOp::Get { key }),
             OpKind::Set(value) => replica.submit_write(
@@ -581,10 +603,11 @@ impl Sim {
         }
         // Half the requests are proposed at once (a member batching per pass of its loop), the
         // rest at the next tick (per period): both paths run under the faults.
+        let now_ms = self.now_us / 1000;
         if self.rng.random_bool(0.5)
             && let Some(replica) = self.replica(member)
         {
-            replica.flush().expect("memory disk cannot fail");
+            replica.flush(now_ms);
         }
         self.drain(member);
     }
