@@ -237,7 +237,8 @@ impl Detector {
     /// Takes any other word from `member` received at `received_ns` (a Raft message: its
     /// sender's loop ran to send it) as a fresh heartbeat, without a counter or an
     /// incarnation to compare: it moves the member's last fresh time and ends a suspicion,
-    /// as [`Detector::handle_heartbeat`] does. Returns whether the member is in the table.
+    /// as [`Detector::handle_heartbeat`] does, but never makes one (see the body). Returns
+    /// whether the member is in the table.
     pub fn handle_alive(
         &mut self,
         member: u64,
@@ -245,21 +246,29 @@ impl Detector {
         now_ns: u64,
         events: &mut Vec<Event>,
     ) -> bool {
-        let config = self.config;
         let Some(entry) = self.entries.iter_mut().find(|e| e.member == member) else {
             return false;
         };
         let received_ns = received_ns.min(now_ns);
         entry.last_heartbeat_ns = entry.last_heartbeat_ns.max(received_ns);
-        if entry.verdict == Verdict::Alive && received_ns >= entry.deadline_ns(&config) {
-            suspect(entry, &config, now_ns, events);
-        }
+        // Unlike a heartbeat's, a late message suspects no one after the fact: heartbeats
+        // the caller has not read yet may show the member was never silent that long.
         entry.last_fresh_ns = entry.last_fresh_ns.max(received_ns);
         if let Verdict::Suspected { since_ns, .. } = entry.verdict {
             entry.verdict = Verdict::Alive;
             events.push(Event::Trusted { member, at_ns: received_ns, suspected_since_ns: since_ns });
         }
         true
+    }
+
+    /// Gives every member not suspected until at least `now_ns + grace_ns` to be heard: its
+    /// deadline moves there if it was sooner (the caller was stopped, and the members with it).
+    pub fn grant_grace(&mut self, now_ns: u64, grace_ns: u64) {
+        let timeout = self.config.timeout_ns();
+        let from = (now_ns + grace_ns).saturating_sub(timeout);
+        for entry in self.entries.iter_mut().filter(|e| e.verdict == Verdict::Alive) {
+            entry.last_fresh_ns = entry.last_fresh_ns.max(from);
+        }
     }
 
     /// Suspects every member whose deadline is at or before `now_ns`; appends the changes.

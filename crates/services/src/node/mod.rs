@@ -55,6 +55,7 @@ use crate::replica::{FileDisk, LogStore, ReadMode, Replica, ReplicaConfig, Repli
 use conn::Conn;
 use lane_link::{Incoming, LaneLink, LaneLinkConfig};
 pub use peer::PeerAddr;
+use raft::eraftpb::MessageType;
 use watch::{Act, Watch, WatchConfig};
 
 /// One tick of Raft's clock a member uses unless told otherwise, us.
@@ -590,6 +591,12 @@ impl Node {
             // Raft's clock first: ticks that passed while the loop slept count before any
             // message of this pass restarts an election clock.
             let now = monotonic_ns();
+            // Woken late (the machine took this member's core away): the members it watches
+            // may have been stopped with it, so their silence is not counted against them
+            // until they could have spoken.
+            if let Some(watch) = self.watch.as_mut() {
+                watch.woke_late(now, now.saturating_sub(until));
+            }
             self.replica.observe_clock(now);
             let passed = now.saturating_sub(last_tick) / tick_ns;
             if passed > 0 {
@@ -623,7 +630,11 @@ impl Node {
             // call on them; they are read just before the detector judges, so one that came
             // during the pass is never left unread behind a suspicion.
             let now = monotonic_ns();
-            if now >= wake {
+            if self
+                .watch
+                .as_ref()
+                .is_some_and(|w| w.watches_anyone() && (now >= wake || w.deadline_passed(now)))
+            {
                 self.receive_beats(now)?;
             }
             self.watch_pass(now)?;
@@ -700,10 +711,21 @@ impl Node {
             Ok(Some((from, _))) if self.faults.drops(from, monotonic_ns()) => {}
             Ok(Some((_, bytes))) => match decode_message(&bytes) {
                 Ok(msg) => {
+                    let now = monotonic_ns();
                     // Any word from a member is a heartbeat: its loop ran to send it.
                     if let Some(watch) = self.watch.as_mut() {
-                        let now = monotonic_ns();
                         watch.heard_from(msg.from, now, now);
+                    }
+                    // A vote asked: the leader is judged first, on the heartbeats as they are now
+                    // (a backup watcher has not looked since its last wake-up), so a member that
+                    // no longer hears it grants the vote at once.
+                    if matches!(
+                        msg.get_msg_type(),
+                        MessageType::MsgRequestPreVote | MessageType::MsgRequestVote
+                    ) && self.watch.as_ref().is_some_and(|w| w.watches_anyone() && w.deadline_passed(now))
+                    {
+                        self.receive_beats(now)?;
+                        self.judge(now);
                     }
                     self.replica.step(msg);
                 }
@@ -804,8 +826,8 @@ impl Node {
     fn watch_pass(&mut self, now: u64) -> io::Result<()> {
         let Some(watch) = self.watch.as_mut() else { return Ok(()) };
         watch.bump();
-        watch.follow(self.replica.leader(), now);
         let replica = &self.replica;
+        watch.follow(replica.leader(), now, || replica.voters());
         let (udp, lane, peers, faults) = (&self.udp, &mut self.lane, &self.config.peers, &mut self.faults);
         // One wall-clock read a round that sends, for the lane's hand-over stamps.
         let mut wall = None;
@@ -828,6 +850,13 @@ impl Node {
                 }
             },
         );
+        self.judge(now);
+        Ok(())
+    }
+
+    /// The detector's verdict at `now` on the leader, and what a suspicion asks of the replica.
+    fn judge(&mut self, now: u64) {
+        let Some(watch) = self.watch.as_mut() else { return };
         watch.observe_term(self.replica.term());
         let replica = &self.replica;
         if let Some(Act::Suspect { leader, campaign }) =
@@ -835,7 +864,6 @@ impl Node {
         {
             self.replica.leader_suspected(leader, campaign);
         }
-        Ok(())
     }
 
     fn accept(&mut self) {

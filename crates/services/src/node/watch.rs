@@ -46,8 +46,20 @@ use crate::fd::{Detector, DetectorConfig, Event};
 /// Periods between the campaigns of two members next in line (at most [`STAGGER_MAX_NS`]).
 pub const STAGGER_PERIODS: u64 = 10;
 /// Periods between a member's tries while no new leader has appeared (at most
-/// [`STAGGER_MAX_NS`]).
+/// [`RETRY_MAX_NS`]).
 pub const RETRY_PERIODS: u64 = 10;
+/// How many timeouts (`T + Lambda`) after its deadline a backup watcher wakes to judge its
+/// leader when nothing else woke it (see `Watch::backup`).
+pub const BACKUP_TIMEOUTS: u64 = 3;
+
+/// A wake-up later than this (or a quarter of Lambda, if less) is the machine's doing, not the
+/// timer's: see [`Watch::woke_late`].
+pub const LATE_WAKE_NS: u64 = 500_000;
+
+/// The longest time between a member's tries: a try that failed was most often refused by a
+/// member that had not suspected the leader yet, and does within its scheduling jitter; a
+/// pre-vote that fails costs no term.
+pub const RETRY_MAX_NS: u64 = 250_000;
 /// The longest stagger or retry, unless a period is longer: members suspect a dead leader
 /// within their scheduling jitter of each other, so a candidate refused by one that had not
 /// suspected yet stands again soon, whatever the period.
@@ -120,6 +132,9 @@ pub struct WatchStats {
     pub leader_suspicions: u64,
     /// Campaigns started on a suspicion.
     pub campaigns: u64,
+    /// Times the member's loop woke late enough to give the members it watches a grace
+    /// ([`Watch::woke_late`]).
+    pub late_wakes: u64,
 }
 
 /// What the replica is asked to do about a suspected leader.
@@ -160,6 +175,12 @@ pub struct Watch {
     role: Role,
     /// The replica's term, as last told ([`Watch::observe_term`]).
     term: u64,
+    /// Under [`Fanout::Leader`], whether this member watches its leader as a backup: only the
+    /// follower first in line to succeed it keeps its detector's deadlines; the others wake
+    /// for theirs [`BACKUP_TIMEOUTS`] timeouts late (so a backup that must act stands within
+    /// that), and judge the leader on time whenever they are woken anyway, a vote asked of
+    /// them included. An idle follower then costs a wake-up every few timeouts, not one each.
+    backup: bool,
     /// When this member last sent each peer anything of Raft's ([`Watch::sent_to`]): such a
     /// message is a heartbeat, so a round skips a peer that had one within half a period.
     sent: Vec<(u64, u64)>,
@@ -197,6 +218,7 @@ impl Watch {
             stats: WatchStats::default(),
             role: Role::Unknown,
             term: 0,
+            backup: false,
             sent: Vec::new(),
         }
     }
@@ -227,7 +249,7 @@ impl Watch {
     /// member that leads starts sending (and stops when it no longer leads), and a member
     /// without a leader (a candidate) keeps watching the one it had, so that leader's
     /// heartbeat still ends a false suspicion.
-    pub fn follow(&mut self, leader: u64, now_ns: u64) {
+    pub fn follow(&mut self, leader: u64, now_ns: u64, voters: impl FnOnce() -> Vec<u64>) {
         if self.config.fanout != Fanout::Leader {
             return;
         }
@@ -243,6 +265,13 @@ impl Watch {
             return;
         }
         self.role = role;
+        // First in line after the leader: the voter with the lowest id other than it.
+        self.backup = match role {
+            Role::Following(leader) => {
+                voters().into_iter().any(|v| v != leader && v != self.id && v < self.id)
+            }
+            Role::Leading | Role::Unknown => false,
+        };
         let watched = match role {
             Role::Following(leader) => Some(leader),
             Role::Leading | Role::Unknown => None,
@@ -255,6 +284,18 @@ impl Watch {
     /// waits for it (see [`Watch::poll`]).
     pub fn observe_term(&mut self, term: u64) {
         self.term = self.term.max(term);
+    }
+
+    /// Whether a watched member's deadline has passed at `now_ns` (its heartbeats are to be
+    /// read before it is judged), whenever the loop wakes for it.
+    pub fn deadline_passed(&self, now_ns: u64) -> bool {
+        self.detector.next_deadline_ns().is_some_and(|d| d <= now_ns)
+    }
+
+    /// Whether this member watches anyone now (a leader under [`Fanout::Leader`] does not, so
+    /// it has no heartbeats to read).
+    pub fn watches_anyone(&self) -> bool {
+        !self.detector.entries().is_empty()
     }
 
     /// Whether this member sends heartbeats now.
@@ -286,7 +327,8 @@ impl Watch {
     pub fn next_wake_ns(&self) -> u64 {
         let mut at = if self.sends() { self.next_send_ns } else { u64::MAX };
         if let Some(d) = self.detector.next_deadline_ns() {
-            at = at.min(d);
+            let late = if self.backup { BACKUP_TIMEOUTS * self.detector.config().timeout_ns() } else { 0 };
+            at = at.min(d + late);
         }
         if let Some(at_campaign) = self.suspicion.and_then(|s| s.next_campaign_ns) {
             at = at.min(at_campaign);
@@ -332,6 +374,21 @@ impl Watch {
             send(peer, out);
             self.stats.heartbeats_out += 1;
         }
+    }
+
+    /// The member's loop woke `late_ns` after the time it asked for, at `now_ns`: the machine
+    /// stopped it (on a virtual machine, its core taken for milliseconds), and may have
+    /// stopped the members it watches with it (on one core, it does). A member stopped with
+    /// this one could not speak, so past a small lateness each watched member is given a
+    /// period from now to be heard before it is suspected. The lease this leaves intact: it
+    /// only ever delays a suspicion. A member that really died is suspected at most a period
+    /// later.
+    pub fn woke_late(&mut self, now_ns: u64, late_ns: u64) {
+        if late_ns < (self.config.lambda_ns / 4).min(LATE_WAKE_NS) {
+            return;
+        }
+        self.stats.late_wakes += 1;
+        self.detector.grant_grace(now_ns, self.config.period_ns);
     }
 
     /// This member sent `peer` a message of Raft's at `now_ns`: a heartbeat as good as the
@@ -412,7 +469,7 @@ impl Watch {
             Some(at) if now_ns < at => return None,
             _ => {}
         }
-        s.next_campaign_ns = Some(now_ns + spaced(RETRY_PERIODS));
+        s.next_campaign_ns = Some(now_ns + (RETRY_PERIODS * period).min(RETRY_MAX_NS));
         self.stats.campaigns += 1;
         Some(Act::Suspect { leader: s.leader, campaign: true })
     }
@@ -585,6 +642,32 @@ mod tests {
     }
 
     #[test]
+    fn only_the_first_in_line_wakes_for_the_leader_s_deadline_and_a_late_wake_gives_grace() {
+        // Leader 1; member 2 is first in line, member 3 a backup that wakes three timeouts late.
+        let (mut two, mut three) = (leader_watch(2), leader_watch(3));
+        two.follow(1, 0, || vec![1, 2, 3]);
+        three.follow(1, 0, || vec![1, 2, 3]);
+        let timeout = 3 * T;
+        assert_eq!(two.next_wake_ns(), timeout);
+        assert_eq!(three.next_wake_ns(), timeout + BACKUP_TIMEOUTS * timeout);
+        // Woken for something else past the deadline, the backup judges on time.
+        assert!(three.deadline_passed(timeout));
+        three.poll(timeout, 1, || vec![1, 2, 3]);
+        assert_eq!(three.suspected().collect::<Vec<_>>(), [1]);
+        // A member woken late gives its leader a period from then before suspecting it.
+        two.woke_late(timeout - 1, LATE_WAKE_NS);
+        assert_eq!(two.stats().late_wakes, 1);
+        assert_eq!(two.next_wake_ns(), timeout - 1 + T, "the deadline moved to a period from the wake-up");
+        two.poll(timeout, 1, || vec![1, 2, 3]);
+        assert!(two.suspected().next().is_none(), "not suspected within its grace");
+        // A wake-up late by less than the threshold changes nothing.
+        let mut four = leader_watch(2);
+        four.follow(1, 0, || vec![1, 2, 3]);
+        four.woke_late(timeout - 1, 1_000);
+        assert_eq!(four.next_wake_ns(), timeout);
+    }
+
+    #[test]
     fn under_leader_fanout_only_the_leader_sends_and_a_follower_watches_only_its_leader() {
         let mut w = leader_watch(2);
         // No leader known: nothing sent, no one watched, no wake-up for either.
@@ -593,7 +676,7 @@ mod tests {
         w.heard(&heartbeat(1, 1), 0, 0);
         assert_eq!(w.stats().heartbeats_in, 0, "no one watched yet");
         // Following 1: still silent, and 1 alone is watched (3's silence is not news).
-        w.follow(1, T);
+        w.follow(1, T, || vec![1, 2, 3]);
         assert!(sent_at(&mut w, T).is_empty());
         assert_eq!(w.next_wake_ns(), T + 3 * T, "the leader's deadline, a full timeout from now");
         w.heard(&heartbeat(1, 2), 2 * T, 2 * T);
@@ -605,22 +688,22 @@ mod tests {
         assert_eq!(w.poll(5 * T, 1, || vec![1, 2, 3]), Some(Act::Suspect { leader: 1, campaign: true }));
         assert_eq!(w.suspected().collect::<Vec<_>>(), [1]);
         // A candidate (no leader) keeps watching 1, whose heartbeat ends a false suspicion.
-        w.follow(0, 5 * T);
+        w.follow(0, 5 * T, || vec![1, 2, 3]);
         w.heard(&heartbeat(1, 3), 5 * T + 1, 5 * T + 1);
         assert_eq!(w.suspected().count(), 0);
         // Leading: heartbeats to both others every period, no one watched.
-        w.follow(2, 6 * T);
+        w.follow(2, 6 * T, || vec![1, 2, 3]);
         assert_eq!(sent_at(&mut w, 6 * T), [1, 3]);
         assert_eq!(w.next_wake_ns(), 7 * T);
         assert_eq!(sent_at(&mut w, 7 * T), [1, 3]);
         assert_eq!(w.poll(100 * T, 2, || vec![1, 2, 3]), None);
         assert_eq!(w.suspected().count(), 0);
         // Stepped down with no successor: silent, so its followers suspect it.
-        w.follow(0, 7 * T + 1);
+        w.follow(0, 7 * T + 1, || vec![1, 2, 3]);
         assert!(sent_at(&mut w, 8 * T).is_empty());
         assert_eq!(w.next_wake_ns(), u64::MAX);
         // A follower again, of 3: watched from now, with its grace.
-        w.follow(3, 8 * T);
+        w.follow(3, 8 * T, || vec![1, 2, 3]);
         assert!(sent_at(&mut w, 8 * T).is_empty());
         assert_eq!(w.poll(10 * T, 3, || vec![1, 2, 3]), None);
         assert!(w.poll(11 * T, 3, || vec![1, 2, 3]).is_some());

@@ -495,7 +495,7 @@ impl Sim {
             return;
         };
         watch.bump();
-        watch.follow(replica.leader(), now_ns);
+        watch.follow(replica.leader(), now_ns, || replica.voters());
         let (network, rng, now_us) = (&mut self.network, &mut self.rng, self.now_us);
         let mut out = Vec::new();
         let peers = 1..=self.config.members as u64;
