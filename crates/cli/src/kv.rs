@@ -56,9 +56,9 @@ enum Fsync {
 #[derive(Args, Clone)]
 struct RaftArgs {
     /// The failure detector's heartbeat period (and on the lane its tunnel's), microseconds,
-    /// 10-1000000; default 1000 on UDP (a leader sends one only to a follower that had no
+    /// 10-1000000; default 3000 on UDP (a leader sends one only to a follower that had no
     /// other word from it within half a period), 100 on the lane. See the README's trade-off
-    /// of this period against idle CPU and failover time.
+    /// of this period against idle CPU and failover time (scripts/kv-detector-tradeoff).
     #[arg(long, value_name = "US")]
     period_us: Option<u64>,
     /// One tick of Raft's logical clock (elections, Raft's own heartbeats, retries),
@@ -88,9 +88,8 @@ struct RaftArgs {
     batching: BatchingArg,
     /// The failure detector's threshold Lambda, microseconds: a member is suspected when no
     /// heartbeat with news came for a period (--period-us) plus this; a suspected leader is
-    /// replaced at once. 0-10000000; default 200 with --fsync never, 2000 with always (a
-    /// member's loop waits in fdatasync, whose tail on a disk is milliseconds) or on the lane
-    /// (a heartbeat waits for its tunnel's release and the receiver's look at its inbox).
+    /// replaced at once. 0-10000000; default 3000 on UDP, 2000 on the lane (a heartbeat waits
+    /// for its tunnel's release and the receiver's look at its inbox).
     #[arg(long, value_name = "US")]
     fd_lambda_us: Option<u64>,
     /// No failure detector: a lost leader is noticed by Raft's election timeout alone.

@@ -66,7 +66,7 @@ pub struct KvBenchArgs {
     #[arg(long, value_delimiter = ',', value_name = "CORES")]
     client_cores: Vec<usize>,
     /// The kairos members' failure-detector period, microseconds, 10-1000000; default: the
-    /// members' own (1000).
+    /// members' own (3000).
     #[arg(long, value_name = "US")]
     period_us: Option<u64>,
     /// The kairos members' election timeout in ticks of 1 ms (drawn in [N, 2N)), 3-100000;
@@ -74,8 +74,7 @@ pub struct KvBenchArgs {
     #[arg(long, value_name = "N")]
     election_ticks: Option<usize>,
     /// The kairos members' failure-detector threshold Lambda, microseconds (a suspected leader
-    /// is replaced at once), 0-10000000; default: the members' own (200 with fsync never, 2000
-    /// with always).
+    /// is replaced at once), 0-10000000; default: the members' own (3000).
     #[arg(long, value_name = "US")]
     fd_lambda_us: Option<u64>,
     /// Run the kairos members without their failure detector (failover by Raft's timeout).

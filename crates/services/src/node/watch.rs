@@ -65,16 +65,18 @@ pub const RETRY_MAX_NS: u64 = 250_000;
 /// suspected yet stands again soon, whatever the period.
 pub const STAGGER_MAX_NS: u64 = 1_000_000;
 
-/// The threshold Lambda a member uses unless told otherwise, us: 4,000 when its heartbeats go
-/// by UDP (with the 1 ms default period a leader is suspected 5 ms after its last word, and
-/// failover stays under 10 ms; at 200 us, an idle cluster on a shared two-core machine changed
-/// leader nine times in 30 s, each a stall of the leader's process longer than the threshold),
-/// 2,000 on the lane (a heartbeat waits up to a period for its tunnel's release and is read at
-/// the receiver's next look at its inbox; with nodes that sleep on shared cores, 200 us made a
-/// thousand or more false suspicions a second at each member, 2,000 about three). The log's
-/// sync does not change it: the leader's sync no longer stands between its heartbeats.
+/// The threshold Lambda a member uses unless told otherwise, us: 3,000 when its heartbeats go
+/// by UDP (with the 3 ms default period a leader is suspected 6 ms after its last word, and a
+/// client's write waits for the failover under 10 ms; at 200 us, an idle cluster on a shared
+/// two-core machine changed leader nine times in 30 s, each a stall of the leader's process
+/// longer than the threshold, which a member that was stalled with it now forgives:
+/// `Watch::woke_late`), 2,000 on the lane (a heartbeat waits up to a period for its tunnel's
+/// release and is read at the receiver's next look at its inbox; with nodes that sleep on
+/// shared cores, 200 us made a thousand or more false suspicions a second at each member,
+/// 2,000 about three). The log's sync does not change it: the leader's sync no longer stands
+/// between its heartbeats.
 pub fn default_lambda_us(_synced: bool, on_lane: bool) -> u64 {
-    if on_lane { 2_000 } else { 4_000 }
+    if on_lane { 2_000 } else { 3_000 }
 }
 
 /// Who sends heartbeats to whom; see the module doc.
