@@ -16,8 +16,8 @@ use kairos_lab::fd_detect::{self, DetectConfig, Failure, recommended_threshold_u
 use kairos_services::fd::member::{self, MemberConfig};
 use kairos_services::fd::table::bytes_for;
 use kairos_services::fd::{AliveTable, TableHeader};
-use kairos_services::node::PeerAddr;
-use kairos_services::node::lane_link::LaneLinkConfig;
+use kairos_services::lane_link::LaneLinkConfig;
+use kairos_services::peer::PeerAddr;
 
 use crate::exit;
 

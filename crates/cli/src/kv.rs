@@ -138,7 +138,7 @@ impl LaneArgs {
                 self.lane_poll_us
             )));
         }
-        let link = kairos_services::node::lane_link::LaneLinkConfig {
+        let link = kairos_services::lane_link::LaneLinkConfig {
             node_dir,
             // The detector's, set by the member.
             period: Duration::from_micros(100),

@@ -33,7 +33,7 @@ use kairos_io::lane_testbed::{HOST_DEVICE, LANE_TOS, LaneTestbed, LaneTestbedCon
 use kairos_services::fd::member::MemberReport;
 use kairos_services::fd::table::bytes_for;
 use kairos_services::fd::{AliveTable, Row};
-use kairos_services::node::PeerAddr;
+use kairos_services::peer::PeerAddr;
 use kairos_sys::child::OwnedChild;
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
 use kairos_sys::memory::NoIdleStates;

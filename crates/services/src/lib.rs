@@ -10,15 +10,23 @@
 //! - [`fd`]: the failure detector: heartbeats carrying a liveness counter, the alive table, and
 //!   the peers it is measured against (phi accrual, SWIM).
 //! - [`lincheck`]: a linearizability checker for the store's histories.
+//! - [`frame`]: a message larger than one datagram or lane packet cut into fragments and put
+//!   back together.
+//! - [`peer`]: where a member is reached: a UDP address or a host of the express lane.
+//! - [`lane_link`]: a member's messages and heartbeats on the express lane, as an application
+//!   of its host's lane node.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod codec;
 pub mod fd;
+pub mod frame;
 pub mod kv;
+pub mod lane_link;
 pub mod lincheck;
 pub mod node;
+pub mod peer;
 pub mod replica;
 pub mod resp;
 pub mod sim;

@@ -55,8 +55,8 @@ use super::swim::{SwimEvent, SwimId, SwimPeer, SwimSettings};
 use super::table::{AliveTable, PEER_SLOTS, Row};
 use super::transport::{Transport, TransportError};
 use super::wire::{Datagram, Heartbeat, decode};
-use crate::node::PeerAddr;
-use crate::node::lane_link::{LaneLinkConfig, LaneLinkStats};
+use crate::lane_link::{LaneLinkConfig, LaneLinkStats};
+use crate::peer::PeerAddr;
 
 /// The detectors a member runs, by name, in the order of the table's peer slots after the
 /// first (Kairos's own).

@@ -27,6 +27,9 @@ pub const KIND_SWIM: u8 = 2;
 pub const KIND_REPLICA_HEARTBEAT: u8 = 3;
 /// The longest heartbeat: magic, kind and seven varints (a replica's) of at most 10 bytes.
 pub const MAX_HEARTBEAT_BYTES: usize = 3 + 7 * 10;
+// The lane link sizes Raft's fragments to share a packet with a heartbeat for every other
+// member, at most its own bound each: a longer heartbeat would not fit beside them.
+const _: () = assert!(MAX_HEARTBEAT_BYTES <= crate::lane_link::MAX_BEAT_BYTES);
 
 /// One member's heartbeat: who sends it, in which life, and its application's counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -10,7 +10,7 @@
 //! came, proposes the pass's writes at once (as one entry; while one is in flight, the next
 //! gather behind it: adaptive batching), and handles Raft's Ready once for all of it, sending a
 //! leader's appends before it persists its own entries. Raft messages are cut into datagrams
-//! by [`crate::replica::frame`]. Any member takes any command: a follower's writes are
+//! by [`crate::frame`]. Any member takes any command: a follower's writes are
 //! forwarded to the leader by Raft and answered when applied here (the leader tells it of the
 //! commit at once), its reads answered after a read index from the leader, so a client never
 //! hears "wrong member".
@@ -20,7 +20,7 @@
 //! heartbeat), the leader's commit index on them, and an election as soon as the leader is
 //! suspected rather than after Raft's timeout.
 //!
-//! Or the member runs on the express lane ([`lane_link`]): its peers are lane hosts, and its
+//! Or the member runs on the express lane ([`crate::lane_link`]): its peers are lane hosts, and its
 //! Raft messages and heartbeats go through its host's lane node on a tunnel of its own, read
 //! from the node's inbox each pass (no socket: the node's doorbell wakes the loop, and the loop
 //! looks at least every `LaneConfig::poll` in case none was given).
@@ -32,8 +32,6 @@
 
 pub mod conn;
 pub mod info;
-pub mod lane_link;
-pub mod peer;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -48,13 +46,14 @@ use kairos_sys::clock::{monotonic_ns, realtime_ns, realtime_offset, stamp_to_mon
 use kairos_sys::net::poll::PollSet;
 use kairos_sys::net::{MmsgBatch, split};
 
+use crate::frame::{Reassembler, fragments, fragments_of};
 use crate::kv::{Command, LocalOp, Reply, parse_command};
-use crate::replica::frame::{Reassembler, fragments, fragments_of};
+use crate::lane_link::{self, Incoming, LaneLink, LaneLinkConfig};
+use crate::peer;
+pub use crate::peer::PeerAddr;
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{FileDisk, LogStore, ReadMode, Replica, ReplicaConfig, ReplicaError, Sync, Ticket};
 use conn::Conn;
-use lane_link::{Incoming, LaneLink, LaneLinkConfig};
-pub use peer::PeerAddr;
 use raft::eraftpb::MessageType;
 use watch::{Act, Watch, WatchConfig};
 
