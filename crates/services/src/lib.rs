@@ -25,7 +25,7 @@ pub mod frame;
 pub mod kv;
 pub mod lane_link;
 pub mod lincheck;
-pub mod node;
+pub mod member;
 pub mod peer;
 pub mod replica;
 pub mod resp;

@@ -7,13 +7,13 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::NodeStats;
+use super::MemberStats;
 use super::conn::Conn;
 use super::watch::{WatchConfig, WatchStats};
 use crate::kv::{LocalOp, Reply};
 use crate::replica::{ReadMode, ReplicaStats, Sync};
 
-/// What INFO reports, gathered by the node.
+/// What INFO reports, gathered by the member.
 #[derive(Debug, Clone)]
 pub struct Facts {
     /// This member.
@@ -40,8 +40,8 @@ pub struct Facts {
     pub clients: usize,
     /// Seconds since start.
     pub uptime_s: u64,
-    /// The node's counters.
-    pub stats: NodeStats,
+    /// The member's counters.
+    pub stats: MemberStats,
     /// The replica's counters.
     pub replica: ReplicaStats,
     /// Where clients connect.
