@@ -5,10 +5,10 @@
 //! same meaning (a second decode gives the same message).
 #![no_main]
 
+use kairos_kv::kv::Batch;
+use kairos_kv::replica::wire::{decode_message, encode_message};
 use kairos_services::frame::{Reassembler, fragments};
-use kairos_services::kv::Batch;
 use kairos_services::lane_link::parse_lane_message;
-use kairos_services::replica::wire::{decode_message, encode_message};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

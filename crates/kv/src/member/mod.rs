@@ -10,7 +10,7 @@
 //! came, proposes the pass's writes at once (as one entry; while one is in flight, the next
 //! gather behind it: adaptive batching), and handles Raft's Ready once for all of it, sending a
 //! leader's appends before it persists its own entries. Raft messages are cut into datagrams
-//! by [`crate::frame`]. Any member takes any command: a follower's writes are
+//! by [`kairos_services::frame`]. Any member takes any command: a follower's writes are
 //! forwarded to the leader by Raft and answered when applied here (the leader tells it of the
 //! commit at once), its reads answered after a read index from the leader, so a client never
 //! hears "wrong member".
@@ -20,10 +20,10 @@
 //! heartbeat), the leader's commit index on them, and an election as soon as the leader is
 //! suspected rather than after Raft's timeout.
 //!
-//! Or the member runs on the express lane ([`crate::lane_link`]): its peers are lane hosts, and its
-//! Raft messages and heartbeats go through its host's lane node on a tunnel of its own, read
-//! from the node's inbox each pass (no socket: the node's doorbell wakes the loop, and the loop
-//! looks at least every `LaneConfig::poll` in case none was given).
+//! Or the member runs on the express lane ([`kairos_services::lane_link`]): its peers are lane
+//! hosts, and its Raft messages and heartbeats go through its host's lane node on a tunnel of
+//! its own, read from the node's inbox each pass (no socket: the node's doorbell wakes the
+//! loop, and the loop looks at least every `LaneConfig::poll` in case none was given).
 //!
 //! Contract: every answer to a write follows the write's commit by a majority and its apply
 //! here; answers on a connection come in request order; a client's id is unique across this
@@ -46,14 +46,14 @@ use kairos_sys::clock::{monotonic_ns, realtime_ns, realtime_offset, stamp_to_mon
 use kairos_sys::net::poll::PollSet;
 use kairos_sys::net::{MmsgBatch, split};
 
-use crate::frame::{Reassembler, fragments, fragments_of};
 use crate::kv::{Command, LocalOp, Reply, parse_command};
-use crate::lane_link::{self, Incoming, LaneLink, LaneLinkConfig};
-use crate::peer;
-pub use crate::peer::PeerAddr;
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{FileDisk, LogStore, ReadMode, Replica, ReplicaConfig, ReplicaError, Sync, Ticket};
 use conn::Conn;
+use kairos_services::frame::{Reassembler, fragments, fragments_of};
+use kairos_services::lane_link::{self, Incoming, LaneLink, LaneLinkConfig};
+use kairos_services::peer;
+pub use kairos_services::peer::PeerAddr;
 use raft::eraftpb::MessageType;
 use watch::{Act, Watch, WatchConfig};
 
@@ -224,7 +224,7 @@ const BEAT_BURST: usize = 16;
 /// receiver may take (0, 0 from a follower).
 #[derive(Debug, Clone, Copy)]
 struct ReplicaBeat {
-    heartbeat: crate::fd::wire::Heartbeat,
+    heartbeat: kairos_services::fd::wire::Heartbeat,
     term: u64,
     commit: u64,
 }
@@ -232,7 +232,7 @@ struct ReplicaBeat {
 /// The replica heartbeat in a detector datagram; other kinds are none of a member's business,
 /// and bytes that do not decode are counted.
 fn replica_beat(bytes: &[u8], stats: &mut MemberStats) -> Option<ReplicaBeat> {
-    use crate::fd::wire::{Datagram, decode};
+    use kairos_services::fd::wire::{Datagram, decode};
     match decode(bytes) {
         Ok(Datagram::Replica { heartbeat, term, commit }) => Some(ReplicaBeat { heartbeat, term, commit }),
         Ok(_) => None,
@@ -281,7 +281,7 @@ pub struct Member {
     /// The lane's tunnels, instead of the sockets.
     lane: Option<LaneLink>,
     beat_batch: MmsgBatch,
-    beat_buffers: [[u8; crate::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
+    beat_buffers: [[u8; kairos_services::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
     listener: TcpListener,
     conns: BTreeMap<u64, Conn>,
     client_base: u64,
@@ -505,7 +505,7 @@ impl Member {
             beats,
             lane,
             beat_batch: MmsgBatch::new(),
-            beat_buffers: [[0; crate::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
+            beat_buffers: [[0; kairos_services::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
             listener,
             conns: BTreeMap::new(),
             client_base,
@@ -519,7 +519,7 @@ impl Member {
             datagram: vec![0; 65_536],
             client_input: vec![0; 64 * 1024],
             watch,
-            heartbeat: Vec::with_capacity(crate::fd::wire::MAX_HEARTBEAT_BYTES),
+            heartbeat: Vec::with_capacity(kairos_services::fd::wire::MAX_HEARTBEAT_BYTES),
             raft_out: Vec::new(),
         })
     }
@@ -535,7 +535,7 @@ impl Member {
         // would otherwise be woken 60,000 times a second), and their kernel receive stamps keep
         // the detector's times exact. Where the kernel cannot split the address, one socket.
         let (udp, beats) = match config.detector {
-            Some(_) => match split::bind_split(addr, crate::fd::wire::MAGIC) {
+            Some(_) => match split::bind_split(addr, kairos_services::fd::wire::MAGIC) {
                 Ok(s) => (s.main, Some(s.side)),
                 Err(_) => (UdpSocket::bind(addr).map_err(bind_err)?, None),
             },
@@ -686,7 +686,7 @@ impl Member {
     fn receive_udp(&mut self, udp: &UdpSocket) -> io::Result<()> {
         loop {
             match udp.recv_from(&mut self.datagram) {
-                Ok((n, _)) if self.datagram[..n].starts_with(&crate::fd::wire::MAGIC) => {
+                Ok((n, _)) if self.datagram[..n].starts_with(&kairos_services::fd::wire::MAGIC) => {
                     if let Some(beat) = replica_beat(&self.datagram[..n], &mut self.stats) {
                         let now = monotonic_ns();
                         self.heard(beat, now, now)?;

@@ -47,7 +47,7 @@ pub struct Facts {
     /// Where clients connect.
     pub listen: SocketAddr,
     /// The lane tunnels' name and the link's counts, on the lane.
-    pub lane: Option<(String, crate::lane_link::LaneLinkStats)>,
+    pub lane: Option<(String, kairos_services::lane_link::LaneLinkStats)>,
     /// The failure detector's settings, counters and the members it suspects, when on.
     pub watch: Option<(WatchConfig, WatchStats, Vec<u64>)>,
 }
