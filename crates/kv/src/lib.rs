@@ -9,14 +9,15 @@
 //!   replica that follows the crate's Ready protocol.
 //! - [`member`]: a member of the store as a process: RESP over TCP, Raft over UDP or on the
 //!   express lane, one loop driven by events and deadlines, and its failure detector
-//!   ([`member::watch`]).
+//!   ([`member::watch`], on [`kairos_fd`]'s core and heartbeats).
 //! - [`sim`]: a deterministic simulation of a cluster of replicas under faults, with clients
 //!   that record a history.
 //! - [`lincheck`]: a linearizability checker for the store's histories.
 //!
-//! Everything here exists for the store. What it shares with the failure detector (the byte
-//! codec, Raft's fragments, the lane link and a member's address) is [`kairos_services`]',
-//! below both.
+//! Everything here exists for the store. The failure detector is a product of its own
+//! ([`kairos_fd`]), which the store uses and which knows nothing of the store; what the two
+//! share (the byte codec, Raft's fragments, the lane link and a member's address) is
+//! [`kairos_services`]', below both.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -31,7 +31,7 @@
 //! are dropped whole, as a lossy network would; Raft sends them again (the member sizes Raft's
 //! appends and their number in flight to the tunnel, so this is rare).
 //!
-//! The failure detector's members on the lane ([`crate::fd::member`]) use the same link with a
+//! The failure detector's members on the lane (`kairos_fd::member`) use the same link with a
 //! tunnel name of their own: their heartbeats as heartbeats, SWIM's datagrams as queued
 //! messages.
 //!

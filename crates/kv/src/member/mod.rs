@@ -224,7 +224,7 @@ const BEAT_BURST: usize = 16;
 /// receiver may take (0, 0 from a follower).
 #[derive(Debug, Clone, Copy)]
 struct ReplicaBeat {
-    heartbeat: kairos_services::fd::wire::Heartbeat,
+    heartbeat: kairos_fd::wire::Heartbeat,
     term: u64,
     commit: u64,
 }
@@ -232,7 +232,7 @@ struct ReplicaBeat {
 /// The replica heartbeat in a detector datagram; other kinds are none of a member's business,
 /// and bytes that do not decode are counted.
 fn replica_beat(bytes: &[u8], stats: &mut MemberStats) -> Option<ReplicaBeat> {
-    use kairos_services::fd::wire::{Datagram, decode};
+    use kairos_fd::wire::{Datagram, decode};
     match decode(bytes) {
         Ok(Datagram::Replica { heartbeat, term, commit }) => Some(ReplicaBeat { heartbeat, term, commit }),
         Ok(_) => None,
@@ -281,7 +281,7 @@ pub struct Member {
     /// The lane's tunnels, instead of the sockets.
     lane: Option<LaneLink>,
     beat_batch: MmsgBatch,
-    beat_buffers: [[u8; kairos_services::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
+    beat_buffers: [[u8; kairos_fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
     listener: TcpListener,
     conns: BTreeMap<u64, Conn>,
     client_base: u64,
@@ -505,7 +505,7 @@ impl Member {
             beats,
             lane,
             beat_batch: MmsgBatch::new(),
-            beat_buffers: [[0; kairos_services::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
+            beat_buffers: [[0; kairos_fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
             listener,
             conns: BTreeMap::new(),
             client_base,
@@ -519,7 +519,7 @@ impl Member {
             datagram: vec![0; 65_536],
             client_input: vec![0; 64 * 1024],
             watch,
-            heartbeat: Vec::with_capacity(kairos_services::fd::wire::MAX_HEARTBEAT_BYTES),
+            heartbeat: Vec::with_capacity(kairos_fd::wire::MAX_HEARTBEAT_BYTES),
             raft_out: Vec::new(),
         })
     }
@@ -535,7 +535,7 @@ impl Member {
         // would otherwise be woken 60,000 times a second), and their kernel receive stamps keep
         // the detector's times exact. Where the kernel cannot split the address, one socket.
         let (udp, beats) = match config.detector {
-            Some(_) => match split::bind_split(addr, kairos_services::fd::wire::MAGIC) {
+            Some(_) => match split::bind_split(addr, kairos_fd::wire::MAGIC) {
                 Ok(s) => (s.main, Some(s.side)),
                 Err(_) => (UdpSocket::bind(addr).map_err(bind_err)?, None),
             },
@@ -686,7 +686,7 @@ impl Member {
     fn receive_udp(&mut self, udp: &UdpSocket) -> io::Result<()> {
         loop {
             match udp.recv_from(&mut self.datagram) {
-                Ok((n, _)) if self.datagram[..n].starts_with(&kairos_services::fd::wire::MAGIC) => {
+                Ok((n, _)) if self.datagram[..n].starts_with(&kairos_fd::wire::MAGIC) => {
                     if let Some(beat) = replica_beat(&self.datagram[..n], &mut self.stats) {
                         let now = monotonic_ns();
                         self.heard(beat, now, now)?;

@@ -33,7 +33,7 @@ use crate::kv::{ReadOp, Reply, SetCondition, WriteOp};
 use crate::member::watch::{Act, Fanout, Watch, WatchConfig};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{Broken, LogStore, MemDisk, ReadMode, Replica, ReplicaConfig, Sync, Ticket};
-use kairos_services::fd::wire::{Datagram, MAGIC, decode};
+use kairos_fd::wire::{Datagram, MAGIC, decode};
 
 /// The kinds of fault a run may inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
