@@ -5,8 +5,8 @@
 //! to one that decodes the same.
 #![no_main]
 
-use kairos_services::fd::swim::{decode_packet, encode_packet};
-use kairos_services::fd::wire::{Datagram, decode, encode_heartbeat, encode_replica_heartbeat};
+use kairos_fd::swim::{decode_packet, encode_packet};
+use kairos_fd::wire::{Datagram, decode, encode_heartbeat, encode_replica_heartbeat};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

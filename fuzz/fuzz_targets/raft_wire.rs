@@ -1,14 +1,14 @@
 //! The replicated store's network input: datagrams (fragments of Raft messages), Raft messages
 //! in Kairos's wire codec, the log entries (write batches) they carry, and the lane's framing
-//! around fragments and heartbeats (`node::lane_link`). Any bytes decode or
+//! around fragments and heartbeats (`lane_link`). Any bytes decode or
 //! fail without a panic or an allocation past their length; what decodes encodes back to the
 //! same meaning (a second decode gives the same message).
 #![no_main]
 
-use kairos_services::kv::Batch;
-use kairos_services::node::lane_link::parse_lane_message;
-use kairos_services::replica::frame::{Reassembler, fragments};
-use kairos_services::replica::wire::{decode_message, encode_message};
+use kairos_kv::kv::Batch;
+use kairos_kv::replica::wire::{decode_message, encode_message};
+use kairos_services::frame::{Reassembler, fragments};
+use kairos_services::lane_link::parse_lane_message;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! until one is incomplete or refused, never with a panic. Each complete request takes at least
 //! one byte and no more than there are, and its borrowed arguments lie inside what it took;
 //! prefixes of the rest parse as incomplete or exactly as the whole; and each multibulk request
-//! agrees with the `redis-protocol` crate's decoder, as in `kairos_services::resp`'s differential
+//! agrees with the `redis-protocol` crate's decoder, as in `kairos_kv::resp`'s differential
 //! tests: whenever the decoder reads an array of bulk strings, the parser reads the same, unless
 //! its count or lengths are not written as Redis writes integers (the decoder takes `+1`, `01`,
 //! `-0`, Redis does not); and whenever the parser has a whole request, the decoder does not call
@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use kairos_services::resp::{ProtocolError, parse_request};
+use kairos_kv::resp::{ProtocolError, parse_request};
 use libfuzzer_sys::fuzz_target;
 use redis_protocol::resp2::{decode::decode, types::OwnedFrame};
 

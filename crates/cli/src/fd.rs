@@ -9,15 +9,15 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
+use kairos_fd::member::{self, MemberConfig};
+use kairos_fd::table::bytes_for;
+use kairos_fd::{AliveTable, TableHeader};
 use kairos_io::bridge::{attach_words, create_words};
 use kairos_lab::fd_accuracy::{self, AccuracyConfig, Load};
 use kairos_lab::fd_cluster::{Network, default_app_bump_us};
 use kairos_lab::fd_detect::{self, DetectConfig, Failure, recommended_threshold_us};
-use kairos_services::fd::member::{self, MemberConfig};
-use kairos_services::fd::table::bytes_for;
-use kairos_services::fd::{AliveTable, TableHeader};
-use kairos_services::node::PeerAddr;
-use kairos_services::node::lane_link::LaneLinkConfig;
+use kairos_services::lane_link::LaneLinkConfig;
+use kairos_services::peer::PeerAddr;
 
 use crate::exit;
 
@@ -344,7 +344,7 @@ fn member(a: &MemberArgs) -> Result<i32> {
             members.keys().collect::<Vec<_>>()
         )));
     }
-    if !(2..=kairos_services::fd::table::MAX_ROWS).contains(&members.len()) {
+    if !(2..=kairos_fd::table::MAX_ROWS).contains(&members.len()) {
         return Err(exit::usage(format!("--members names {} members: a group has 2 to 256", members.len())));
     }
     let network = if a.lane_node.is_some() { Network::Lane } else { Network::Loopback };

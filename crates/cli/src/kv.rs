@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
+use kairos_kv::member::{Member, MemberConfig, PeerAddr};
+use kairos_kv::replica::{ReadMode, Sync};
 use kairos_lab::kv_check;
-use kairos_services::node::{Node, NodeConfig, PeerAddr};
-use kairos_services::replica::{ReadMode, Sync};
 use kairos_sys::child::OwnedChild;
 
 use crate::exit;
@@ -63,7 +63,7 @@ struct RaftArgs {
     period_us: Option<u64>,
     /// One tick of Raft's logical clock (elections, Raft's own heartbeats, retries),
     /// microseconds, 100-100000. The loop wakes for a tick only when one has work.
-    #[arg(long, value_name = "US", default_value_t = kairos_services::node::DEFAULT_TICK_US)]
+    #[arg(long, value_name = "US", default_value_t = kairos_kv::member::DEFAULT_TICK_US)]
     tick_us: u64,
     /// Ticks between the leader's Raft heartbeats, 1-1000 (with the failure detector on, at
     /// least half of --election-ticks: the detector's heartbeats do their work).
@@ -130,21 +130,21 @@ struct LaneArgs {
 }
 
 impl LaneArgs {
-    fn config(&self, node_dir: PathBuf, members: usize) -> Result<kairos_services::node::LaneConfig> {
+    fn config(&self, node_dir: PathBuf, members: usize) -> Result<kairos_kv::member::LaneConfig> {
         if !(1..=100_000).contains(&self.lane_poll_us) {
             return Err(exit::usage(format!(
                 "--lane-poll-us {} is out of range: 1 to 100000",
                 self.lane_poll_us
             )));
         }
-        let link = kairos_services::node::lane_link::LaneLinkConfig {
+        let link = kairos_services::lane_link::LaneLinkConfig {
             node_dir,
             // The detector's, set by the member.
             period: Duration::from_micros(100),
             packet_bytes: self.lane_packet_bytes,
         };
         link.check(members).map_err(|e| exit::usage(format!("--lane-packet-bytes: {e}")))?;
-        Ok(kairos_services::node::LaneConfig {
+        Ok(kairos_kv::member::LaneConfig {
             link,
             poll: Duration::from_micros(self.lane_poll_us),
             cluster: None,
@@ -171,12 +171,12 @@ impl RaftArgs {
     /// Raft's election timeout in ticks: the one given, else the default with or without the
     /// detector.
     fn election_ticks(&self) -> usize {
-        self.election_ticks.unwrap_or(kairos_services::node::default_election_ticks(!self.no_fd))
+        self.election_ticks.unwrap_or(kairos_kv::member::default_election_ticks(!self.no_fd))
     }
 
     /// The detector's period, us: the one given, else the default for the network.
     fn period_us(&self, on_lane: bool) -> u64 {
-        self.period_us.unwrap_or(kairos_services::node::default_period_us(on_lane))
+        self.period_us.unwrap_or(kairos_kv::member::default_period_us(on_lane))
     }
 
     fn check(&self) -> Result<()> {
@@ -382,7 +382,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
             None
         }
     };
-    let config = NodeConfig {
+    let config = MemberConfig {
         id: a.id,
         peers,
         listen: a.listen,
@@ -399,37 +399,37 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         join: a.join,
         allow_faults: a.allow_faults,
         batching: match a.raft.batching {
-            BatchingArg::Pass => kairos_services::node::Batching::Pass,
-            BatchingArg::Period => kairos_services::node::Batching::Period,
+            BatchingArg::Pass => kairos_kv::member::Batching::Pass,
+            BatchingArg::Period => kairos_kv::member::Batching::Period,
         },
         raft_tos: a.lane_class.then_some(kairos_io::lane_testbed::LANE_TOS),
-        detector: (!a.raft.no_fd).then_some(kairos_services::node::watch::WatchConfig {
+        detector: (!a.raft.no_fd).then_some(kairos_kv::member::watch::WatchConfig {
             period_ns: a.raft.period_us(a.lane_node.is_some()) * 1_000,
-            lambda_ns: a.raft.fd_lambda_us.unwrap_or(kairos_services::node::watch::default_lambda_us(
+            lambda_ns: a.raft.fd_lambda_us.unwrap_or(kairos_kv::member::watch::default_lambda_us(
                 matches!(a.raft.fsync, Fsync::Always),
                 a.lane_node.is_some(),
             )) * 1_000,
             fanout: match (a.raft.fd_fanout, a.lane_node.is_some()) {
-                (Some(FanoutArg::Leader), _) | (None, false) => kairos_services::node::watch::Fanout::Leader,
-                (Some(FanoutArg::All), _) | (None, true) => kairos_services::node::watch::Fanout::All,
+                (Some(FanoutArg::Leader), _) | (None, false) => kairos_kv::member::watch::Fanout::Leader,
+                (Some(FanoutArg::All), _) | (None, true) => kairos_kv::member::watch::Fanout::All,
             },
         }),
         lane,
     };
-    let mut node = Node::open(config).with_context(|| format!("member {}", a.id))?;
-    eprintln!("kairos kv serve: member {} takes clients on {}", a.id, node.client_addr()?);
-    if let Some(lane) = node.lane_description() {
+    let mut member = Member::open(config).with_context(|| format!("member {}", a.id))?;
+    eprintln!("kairos kv serve: member {} takes clients on {}", a.id, member.client_addr()?);
+    if let Some(lane) = member.lane_description() {
         eprintln!("kairos kv serve: member {} is {lane}", a.id);
     }
     // SIGINT/SIGTERM end the process through the cleanup handler; the log is already on disk
     // as far as --fsync promises, so there is nothing to finish.
-    node.run(&AtomicBool::new(false))?;
+    member.run(&AtomicBool::new(false))?;
     Ok(exit::OK)
 }
 
 /// Asks a member for INFO over RESP; returns the raft leader id it reports.
 fn leader_of(host: &str, port: u16) -> Option<u64> {
-    use kairos_services::resp::client::{Connection, leader_from_info};
+    use kairos_kv::resp::client::{Connection, leader_from_info};
     let addr = SocketAddr::new(host.parse().ok()?, port);
     let info = Connection::connect(addr, Duration::from_millis(500)).ok()?.info("replication").ok()?;
     leader_from_info(&info)

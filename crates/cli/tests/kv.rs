@@ -63,7 +63,7 @@ fn connect(port: u16) -> redis::Connection {
 
 fn leader(con: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("replication").query(con).unwrap();
-    kairos_services::resp::client::leader_from_info(&info).unwrap_or(0)
+    kairos_kv::resp::client::leader_from_info(&info).unwrap_or(0)
 }
 
 fn wait_for_leader(con: &mut redis::Connection, not: u64) -> u64 {

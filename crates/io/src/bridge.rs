@@ -68,7 +68,7 @@ pub fn attach(path: &Path) -> Result<SharedBridge, BridgeFileError> {
 }
 
 /// Plain words in a shared file, for layouts other than a ring (the failure detector's alive
-/// table and liveness counter, `kairos_services::fd::table`): the region seen as atomic words,
+/// table and liveness counter, `kairos_fd::table`): the region seen as atomic words,
 /// through the same vouching step as a bridge's.
 pub type SharedWords = Mapped<SharedRegion>;
 

@@ -20,7 +20,7 @@
 //! watch period before (the previous wake-up was on time, the one at `due` was not: the core
 //! was taken somewhere in between). The watch samples: a stall that begins and ends between
 //! two of its wake-ups escapes it. So the members time their own threads too
-//! ([`kairos_services::fd::held`]): a stretch of more than 50 us in which a member's loop or
+//! ([`kairos_fd::held`]): a stretch of more than 50 us in which a member's loop or
 //! application was due and kept from its work (a wake-up late after a sleep, a pass off the CPU
 //! by the thread's CPU clock, or a pass long in the socket's system calls, kernel work in the
 //! thread's context; a pass long in the member's own code never counts). A mistake is also
@@ -55,9 +55,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use kairos_fd::held::{Held, HeldKind};
+use kairos_fd::member::{DetectorRecord, KAIROS, MemberReport, Suspicion};
 use kairos_metrics::{Stall, StallReport, StallWatch, StallWatchConfig};
-use kairos_services::fd::held::{Held, HeldKind};
-use kairos_services::fd::member::{DetectorRecord, KAIROS, MemberReport, Suspicion};
 use kairos_sys::child::OwnedChild;
 use serde::{Deserialize, Serialize};
 
@@ -866,7 +866,7 @@ pub fn report(s: &AccuracySummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kairos_services::fd::held::HeldThread;
+    use kairos_fd::held::HeldThread;
 
     #[test]
     fn stalls_of_two_cores_out_of_order_are_found_and_widened_by_the_watch_period() {

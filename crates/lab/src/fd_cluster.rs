@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 
 use crate::lane_up::LaneUp;
 use anyhow::{Context, Result, anyhow, bail};
+use kairos_fd::member::MemberReport;
+use kairos_fd::table::bytes_for;
+use kairos_fd::{AliveTable, Row};
 use kairos_io::bridge::{SharedWords, create_words};
 use kairos_io::lane_testbed::{HOST_DEVICE, LANE_TOS, LaneTestbed, LaneTestbedConfig, host_address};
-use kairos_services::fd::member::MemberReport;
-use kairos_services::fd::table::bytes_for;
-use kairos_services::fd::{AliveTable, Row};
-use kairos_services::node::PeerAddr;
+use kairos_services::peer::PeerAddr;
 use kairos_sys::child::OwnedChild;
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
 use kairos_sys::memory::NoIdleStates;

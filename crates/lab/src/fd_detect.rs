@@ -33,8 +33,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use kairos_services::fd::Row;
-use kairos_services::fd::member::{KAIROS, PHI_AKKA, PHI_TUNED, SWIM_AGGRESSIVE, SWIM_LAN};
+use kairos_fd::Row;
+use kairos_fd::member::{KAIROS, PHI_AKKA, PHI_TUNED, SWIM_AGGRESSIVE, SWIM_LAN};
 use kairos_sys::clock::monotonic_ns;
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,6 @@
-//! The byte codec shared by everything this crate puts on a wire or in a file: Raft messages
-//! ([`crate::replica::wire`]), the store's log entries ([`crate::kv::entry`]) and the replica's
-//! log file ([`crate::replica::storage`]).
+//! The byte codec shared by everything the services put on a wire or in a file: Raft messages
+//! (`kairos_kv::replica::wire`), the store's log entries (`kairos_kv::kv::entry`) and the
+//! replica's log file (`kairos_kv::replica::storage`).
 //!
 //! Integers are LEB128 varints (a `u64` takes 1 to 10 bytes), byte strings are a varint length
 //! and the bytes. The [`Reader`] never panics and never allocates more than the input holds: a

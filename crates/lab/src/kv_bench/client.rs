@@ -31,7 +31,7 @@ use kairos_sys::net::poll::PollSet;
 use serde::Serialize;
 
 use super::http::{base64, encode_post, parse_response};
-use kairos_services::resp::client::{Reply, parse_reply, write_request};
+use kairos_kv::resp::client::{Reply, parse_reply, write_request};
 
 /// Keys each client cycles through.
 pub const KEYS_PER_CLIENT: usize = 100;

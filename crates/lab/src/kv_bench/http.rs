@@ -172,7 +172,7 @@ fn dechunk(buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, HttpError> {
 
 /// Reads from `reader` into `buf` until a whole response is there, and takes it out of `buf`.
 pub fn read_response(reader: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<Response> {
-    kairos_services::resp::client::read_framed(reader, buf, parse_response)
+    kairos_kv::resp::client::read_framed(reader, buf, parse_response)
 }
 
 /// One keep-alive connection to an HTTP server.

@@ -1037,7 +1037,7 @@ fn visit(
 fn election_timeout(config: &BenchConfig, system: SystemKind, fsync: Fsync) -> String {
     match system {
         SystemKind::Kairos => {
-            use kairos_services::node::{DEFAULT_TICK_US, default_election_ticks, default_period_us};
+            use kairos_kv::member::{DEFAULT_TICK_US, default_election_ticks, default_period_us};
             let ticks = config.kairos_election_ticks.unwrap_or(default_election_ticks(!config.kairos_no_fd));
             let period_us = config.kairos_period_us.unwrap_or(default_period_us(false));
             let lo = ticks as f64 * DEFAULT_TICK_US as f64 / 1e3;
@@ -1051,7 +1051,7 @@ fn election_timeout(config: &BenchConfig, system: SystemKind, fsync: Fsync) -> S
             }
             let lambda = config
                 .kairos_fd_lambda_us
-                .unwrap_or(kairos_services::node::watch::default_lambda_us(fsync == Fsync::Always, false));
+                .unwrap_or(kairos_kv::member::watch::default_lambda_us(fsync == Fsync::Always, false));
             format!(
                 "the failure detector's suspicion after T {period_us} us + Lambda {lambda} us, then an election at once (--period-us, --fd-lambda-us); Raft's timeout behind it: {raft}"
             )

@@ -35,7 +35,7 @@ use serde::Serialize;
 
 use super::client::Protocol;
 use super::http::{HttpConn, base64};
-use kairos_services::resp::client::{Connection, Reply, info_field, leader_from_info};
+use kairos_kv::resp::client::{Connection, Reply, info_field, leader_from_info};
 
 /// How long a system has to become ready.
 const READY_WITHIN: Duration = Duration::from_secs(30);

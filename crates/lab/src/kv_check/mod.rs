@@ -1,8 +1,8 @@
 //! `kairos kv check`: the replicated store's correctness under faults. Each seed runs the
-//! sans-I/O replicas ([`kairos_services::replica`]) on a simulated network with crashes
+//! sans-I/O replicas ([`kairos_kv::replica`]) on a simulated network with crashes
 //! (leader and followers), power loss, partitions, packet loss and pauses, with clients doing
 //! SET, GET, INCR and APPEND on a few keys with a unique value per write; the in-repo checker
-//! ([`kairos_services::lincheck`]) judges every history, and the final state is searched for
+//! ([`kairos_kv::lincheck`]) judges every history, and the final state is searched for
 //! every acknowledged write. The self-test runs broken replicas (stale reads, acknowledgement
 //! before commit), which the checker must catch.
 //!
@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
-use kairos_services::sim::check::{BrokenMode, SeedResult, caught, check_seed};
-use kairos_services::sim::{FaultKind, SimConfig};
+use kairos_kv::sim::check::{BrokenMode, SeedResult, caught, check_seed};
+use kairos_kv::sim::{FaultKind, SimConfig};
 use serde::Serialize;
 
 use crate::harness::{Experiment, Plan, Run, RunInfo};
@@ -324,7 +324,7 @@ impl Experiment for CheckConfig {
                     .map(|l| l + "\n")
                     .collect();
                 run.dir().write_text("real_history.jsonl", &lines)?;
-                let (verdict, detail) = kairos_services::sim::check::judge(&outcome.history, budget);
+                let (verdict, detail) = kairos_kv::sim::check::judge(&outcome.history, budget);
                 run.step("kv check");
                 let mut faults = BTreeMap::new();
                 for f in &outcome.faults {

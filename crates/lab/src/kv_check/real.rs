@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use kairos_io::lane_testbed::{LaneTestbed, LaneTestbedConfig, host_address, nftables_available};
-use kairos_services::kv::Reply;
-use kairos_services::resp::client::{self, Connection, leader_from_info};
-use kairos_services::sim::{FaultKind, OpKind, SimOp, lost_writes};
+use kairos_kv::kv::Reply;
+use kairos_kv::resp::client::{self, Connection, leader_from_info};
+use kairos_kv::sim::{FaultKind, OpKind, SimOp, lost_writes};
 use kairos_sys::child::OwnedChild;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

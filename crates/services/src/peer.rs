@@ -1,6 +1,6 @@
 //! Where a member's Raft messages and heartbeats reach another member: a UDP address, or a host
 //! of the express lane (the member then sends through its own host's lane node, on tunnels, see
-//! [`super::lane_link`]). A cluster uses one kind throughout.
+//! [`crate::lane_link`]). A cluster uses one kind throughout.
 
 use std::fmt;
 use std::net::SocketAddr;

@@ -162,7 +162,7 @@ pub enum ReplicaError {
     Disk(#[from] io::Error),
     /// The snapshot on disk does not decode.
     #[error("snapshot on disk: {0}")]
-    Snapshot(#[from] crate::codec::DecodeError),
+    Snapshot(#[from] kairos_services::codec::DecodeError),
 }
 
 #[derive(Debug)]

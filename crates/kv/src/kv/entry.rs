@@ -7,7 +7,7 @@
 //! bytes), so a corrupt entry costs its requests, never the replicas' agreement.
 
 use super::command::{SetCondition, WriteOp};
-use crate::codec::{DecodeError, Reader, put_bytes, put_i64, put_u64};
+use kairos_services::codec::{DecodeError, Reader, put_bytes, put_i64, put_u64};
 
 /// One client write, with the session fields that make its retry harmless.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,18 +3,18 @@
 //!
 //! Every datagram starts with the two bytes [`MAGIC`] and a kind byte, so stray traffic on the
 //! port (another program's packets, an empty datagram) is an error, not a heartbeat. A
-//! heartbeat is then five varints ([`crate::codec`]): the sender's member id, its incarnation
-//! (a number that grows with each start of the member, so a restarted member is told from a
-//! delayed packet of its previous life), its sequence number, its application's liveness
-//! counter and its send time; a replicated store member's heartbeat adds two: its Raft term and
-//! the commit index the receiver may take. A SWIM packet is the instance byte (which of the peer
-//! configurations it belongs to) and the rest of the datagram, which `foca` decodes.
+//! heartbeat is then five varints ([`kairos_services::codec`]): the sender's member id, its
+//! incarnation (a number that grows with each start of the member, so a restarted member is
+//! told from a delayed packet of its previous life), its sequence number, its application's
+//! liveness counter and its send time; a replicated store member's heartbeat adds two: its Raft
+//! term and the commit index the receiver may take. A SWIM packet is the instance byte (which
+//! of the peer configurations it belongs to) and the rest of the datagram, which `foca` decodes.
 //!
 //! Contract: [`decode`] never panics and never allocates, whatever the bytes; what
 //! [`encode_heartbeat`] writes, [`decode`] reads back equal. Work per call: linear in the
 //! datagram (at most 5 varints for a heartbeat).
 
-use crate::codec::{DecodeError, Reader, put_u64};
+use kairos_services::codec::{DecodeError, Reader, put_u64};
 
 /// The first two bytes of every datagram: `"FD"`.
 pub const MAGIC: [u8; 2] = *b"FD";
@@ -27,6 +27,9 @@ pub const KIND_SWIM: u8 = 2;
 pub const KIND_REPLICA_HEARTBEAT: u8 = 3;
 /// The longest heartbeat: magic, kind and seven varints (a replica's) of at most 10 bytes.
 pub const MAX_HEARTBEAT_BYTES: usize = 3 + 7 * 10;
+// The lane link sizes Raft's fragments to share a packet with a heartbeat for every other
+// member, at most its own bound each: a longer heartbeat would not fit beside them.
+const _: () = assert!(MAX_HEARTBEAT_BYTES <= kairos_services::lane_link::MAX_BEAT_BYTES);
 
 /// One member's heartbeat: who sends it, in which life, and its application's counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -9,7 +9,7 @@
 //! identity is its id and a generation (its incarnation, so a restarted member wins the address
 //! conflict and is renamed, not refused; declared down by mistake, it renews itself with the
 //! next generation and rejoins). Packets are in a codec of this module (varints, as
-//! [`crate::codec`]), checked byte by byte: any input decodes or fails, never panics.
+//! [`kairos_services::codec`]), checked byte by byte: any input decodes or fails, never panics.
 //!
 //! SWIM probes the member's *process* (its loop answers pings): a hung application behind a
 //! live loop is invisible to it, by design of the protocol. Detection is SWIM's own; the loop
@@ -36,7 +36,7 @@ use foca::{
     Timer,
 };
 
-use crate::codec::{DecodeError, Reader, put_u64};
+use kairos_services::codec::{DecodeError, Reader, put_u64};
 
 /// A member as SWIM knows it: its id and its generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

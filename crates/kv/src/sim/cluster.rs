@@ -12,7 +12,7 @@
 //! - **loss**: every message is dropped with some probability for a while;
 //! - **pause**: a member stops (SIGSTOP) and resumes (SIGCONT): what was sent to it waits.
 //!
-//! Members run the failure detector of a real member ([`crate::node::watch`]) when
+//! Members run the failure detector of a real member ([`crate::member::watch`]) when
 //! [`SimConfig::detector`] says so (three seeds in four by default): its heartbeats travel the
 //! same network, suffer the same faults, carry the leader's commit index, and a suspicion of
 //! the leader starts an election at once. With delays up to 200 us against a 200 us threshold,
@@ -29,11 +29,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::network::Network;
-use crate::fd::wire::{Datagram, MAGIC, decode};
 use crate::kv::{ReadOp, Reply, SetCondition, WriteOp};
-use crate::node::watch::{Act, Fanout, Watch, WatchConfig};
+use crate::member::watch::{Act, Fanout, Watch, WatchConfig};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{Broken, LogStore, MemDisk, ReadMode, Replica, ReplicaConfig, Sync, Ticket};
+use kairos_fd::wire::{Datagram, MAGIC, decode};
 
 /// The kinds of fault a run may inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]

@@ -23,7 +23,7 @@ use raft::eraftpb::{
     EntryType, HardState, Message, MessageType, Snapshot, SnapshotMetadata,
 };
 
-use crate::codec::{DecodeError, Reader, put_bytes, put_i64, put_u64};
+use kairos_services::codec::{DecodeError, Reader, put_bytes, put_i64, put_u64};
 
 /// The first byte of every encoded message: the codec's version.
 pub const WIRE_VERSION: u8 = 1;

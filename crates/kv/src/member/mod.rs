@@ -10,7 +10,7 @@
 //! came, proposes the pass's writes at once (as one entry; while one is in flight, the next
 //! gather behind it: adaptive batching), and handles Raft's Ready once for all of it, sending a
 //! leader's appends before it persists its own entries. Raft messages are cut into datagrams
-//! by [`crate::replica::frame`]. Any member takes any command: a follower's writes are
+//! by [`kairos_services::frame`]. Any member takes any command: a follower's writes are
 //! forwarded to the leader by Raft and answered when applied here (the leader tells it of the
 //! commit at once), its reads answered after a read index from the leader, so a client never
 //! hears "wrong member".
@@ -20,10 +20,10 @@
 //! heartbeat), the leader's commit index on them, and an election as soon as the leader is
 //! suspected rather than after Raft's timeout.
 //!
-//! Or the member runs on the express lane ([`lane_link`]): its peers are lane hosts, and its
-//! Raft messages and heartbeats go through its host's lane node on a tunnel of its own, read
-//! from the node's inbox each pass (no socket: the node's doorbell wakes the loop, and the loop
-//! looks at least every `LaneConfig::poll` in case none was given).
+//! Or the member runs on the express lane ([`kairos_services::lane_link`]): its peers are lane
+//! hosts, and its Raft messages and heartbeats go through its host's lane node on a tunnel of
+//! its own, read from the node's inbox each pass (no socket: the node's doorbell wakes the
+//! loop, and the loop looks at least every `LaneConfig::poll` in case none was given).
 //!
 //! Contract: every answer to a write follows the write's commit by a majority and its apply
 //! here; answers on a connection come in request order; a client's id is unique across this
@@ -32,8 +32,6 @@
 
 pub mod conn;
 pub mod info;
-pub mod lane_link;
-pub mod peer;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -49,12 +47,13 @@ use kairos_sys::net::poll::PollSet;
 use kairos_sys::net::{MmsgBatch, split};
 
 use crate::kv::{Command, LocalOp, Reply, parse_command};
-use crate::replica::frame::{Reassembler, fragments, fragments_of};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{FileDisk, LogStore, ReadMode, Replica, ReplicaConfig, ReplicaError, Sync, Ticket};
 use conn::Conn;
-use lane_link::{Incoming, LaneLink, LaneLinkConfig};
-pub use peer::PeerAddr;
+use kairos_services::frame::{Reassembler, fragments, fragments_of};
+use kairos_services::lane_link::{self, Incoming, LaneLink, LaneLinkConfig};
+use kairos_services::peer;
+pub use kairos_services::peer::PeerAddr;
 use raft::eraftpb::MessageType;
 use watch::{Act, Watch, WatchConfig};
 
@@ -79,7 +78,7 @@ pub fn default_election_ticks(detector: bool) -> usize {
 
 /// One member's settings.
 #[derive(Debug, Clone)]
-pub struct NodeConfig {
+pub struct MemberConfig {
     /// This member's id (one of `peers`).
     pub id: u64,
     /// Every member's Raft address, this one's included: all UDP addresses, or all lane hosts
@@ -172,7 +171,7 @@ impl Faults {
 
 /// Why a member could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum NodeError {
+pub enum MemberError {
     /// A socket could not be bound.
     #[error("cannot bind the {what} socket to {addr}")]
     Bind {
@@ -204,7 +203,7 @@ pub enum NodeError {
 
 /// Counters for INFO.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct NodeStats {
+pub struct MemberStats {
     /// Client connections accepted.
     pub connections: u64,
     /// Commands taken.
@@ -226,15 +225,15 @@ const BEAT_BURST: usize = 16;
 /// receiver may take (0, 0 from a follower).
 #[derive(Debug, Clone, Copy)]
 struct ReplicaBeat {
-    heartbeat: crate::fd::wire::Heartbeat,
+    heartbeat: kairos_fd::wire::Heartbeat,
     term: u64,
     commit: u64,
 }
 
 /// The replica heartbeat in a detector datagram; other kinds are none of a member's business,
 /// and bytes that do not decode are counted.
-fn replica_beat(bytes: &[u8], stats: &mut NodeStats) -> Option<ReplicaBeat> {
-    use crate::fd::wire::{Datagram, decode};
+fn replica_beat(bytes: &[u8], stats: &mut MemberStats) -> Option<ReplicaBeat> {
+    use kairos_fd::wire::{Datagram, decode};
     match decode(bytes) {
         Ok(Datagram::Replica { heartbeat, term, commit }) => Some(ReplicaBeat { heartbeat, term, commit }),
         Ok(_) => None,
@@ -253,13 +252,13 @@ const BOOT_FILE: &str = "boot_id";
 /// have forgotten a vote or an entry it acknowledged, and returning as the voter it was could
 /// elect two leaders in one term or lose a committed write. So it refuses, and says what to do.
 /// Then records this boot as the log's.
-fn check_boot(config: &NodeConfig, exists: bool) -> io::Result<Result<(), NodeError>> {
+fn check_boot(config: &MemberConfig, exists: bool) -> io::Result<Result<(), MemberError>> {
     let path = config.data_dir.join(BOOT_FILE);
     let now = kairos_sys::proc::boot_id().unwrap_or_default();
     if exists && config.sync == Sync::Never {
         let before = std::fs::read_to_string(&path).map(|s| s.trim().to_string()).unwrap_or_default();
         if before.is_empty() || before != now {
-            return Ok(Err(NodeError::Config(format!(
+            return Ok(Err(MemberError::Config(format!(
                 "member {}'s log in {} was written with --fsync never before this machine restarted: it may have \
                  lost votes or entries it acknowledged, so it cannot return as the voter it was; move the directory \
                  away and add the member anew (or run with --fsync always)",
@@ -273,24 +272,24 @@ fn check_boot(config: &NodeConfig, exists: bool) -> io::Result<Result<(), NodeEr
 }
 
 /// A running member.
-pub struct Node {
-    config: NodeConfig,
+pub struct Member {
+    config: MemberConfig,
     replica: Replica<FileDisk>,
     /// Raft's socket; `None` on the lane.
     udp: Option<UdpSocket>,
-    /// The detector's heartbeats, on the Raft address but not polled (see [`Node::open`]).
+    /// The detector's heartbeats, on the Raft address but not polled (see [`Member::open`]).
     beats: Option<UdpSocket>,
     /// The lane's tunnels, instead of the sockets.
     lane: Option<LaneLink>,
     beat_batch: MmsgBatch,
-    beat_buffers: [[u8; crate::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
+    beat_buffers: [[u8; kairos_fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
     listener: TcpListener,
     conns: BTreeMap<u64, Conn>,
     client_base: u64,
     next_client: u64,
     reassembler: Reassembler,
     message_number: u64,
-    stats: NodeStats,
+    stats: MemberStats,
     started_ns: u64,
     /// Membership changes proposed here and not yet applied.
     membership_waiting: Vec<MembershipWait>,
@@ -350,17 +349,17 @@ const LANE_CLUSTER_FILE: &str = "lane-cluster";
 /// keeps, else one made from the peers (a new cluster; a member that joins must be given it).
 /// [`keep_lane_cluster`] keeps it once the node took the member, so a restart after
 /// membership changes still finds its cluster's tunnels.
-fn lane_cluster_name(config: &NodeConfig, lane: &LaneConfig) -> Result<String, NodeError> {
+fn lane_cluster_name(config: &MemberConfig, lane: &LaneConfig) -> Result<String, MemberError> {
     let path = config.data_dir.join(LANE_CLUSTER_FILE);
     let kept = std::fs::read_to_string(&path).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
     match (&lane.cluster, kept) {
-        (Some(given), Some(kept)) if *given != kept => Err(NodeError::Config(format!(
+        (Some(given), Some(kept)) if *given != kept => Err(MemberError::Config(format!(
             "the data in {} belongs to the lane cluster {kept}, not {given}: give --lane-cluster {kept}, or another --data",
             config.data_dir.display()
         ))),
         (Some(given), _) => Ok(given.clone()),
         (None, Some(kept)) => Ok(kept),
-        (None, None) if config.join => Err(NodeError::Config(
+        (None, None) if config.join => Err(MemberError::Config(
             "a member that joins a cluster on the lane needs its tunnels' name: give --lane-cluster NAME (INFO's lane_tunnel at any member)"
                 .into(),
         )),
@@ -369,9 +368,9 @@ fn lane_cluster_name(config: &NodeConfig, lane: &LaneConfig) -> Result<String, N
 }
 
 /// Keeps the cluster's tunnel name in the data directory.
-fn keep_lane_cluster(config: &NodeConfig, name: &str) -> Result<(), NodeError> {
+fn keep_lane_cluster(config: &MemberConfig, name: &str) -> Result<(), MemberError> {
     kairos_sys::fs::write_atomic(&config.data_dir.join(LANE_CLUSTER_FILE), format!("{name}\n").as_bytes())
-        .map_err(|e| NodeError::Config(format!("cannot keep the lane cluster's name: {e}")))
+        .map_err(|e| MemberError::Config(format!("cannot keep the lane cluster's name: {e}")))
 }
 
 fn save_peers(path: &std::path::Path, peers: &BTreeMap<u64, PeerAddr>) -> io::Result<()> {
@@ -381,21 +380,21 @@ fn save_peers(path: &std::path::Path, peers: &BTreeMap<u64, PeerAddr>) -> io::Re
     std::fs::rename(fresh, path)
 }
 
-impl std::fmt::Debug for Node {
+impl std::fmt::Debug for Member {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node")
+        f.debug_struct("Member")
             .field("id", &self.config.id)
             .field("replica", &self.replica)
             .finish_non_exhaustive()
     }
 }
 
-impl Node {
+impl Member {
     /// Binds the sockets and opens (or creates) the log.
-    pub fn open(config: NodeConfig) -> Result<Self, NodeError> {
+    pub fn open(config: MemberConfig) -> Result<Self, MemberError> {
         let mut config = config;
         if !config.peers.contains_key(&config.id) {
-            return Err(NodeError::Config(format!("member {} is not among the peers", config.id)));
+            return Err(MemberError::Config(format!("member {} is not among the peers", config.id)));
         }
         // This member's address is the command line's; the others' are those of members added
         // or removed since it was written.
@@ -406,7 +405,7 @@ impl Node {
         }
         let (udp, beats, lane) = match (&own, &config.lane) {
             (PeerAddr::Udp(addr), None) => {
-                peer::udp_others(config.id, &config.peers).map_err(NodeError::Config)?;
+                peer::udp_others(config.id, &config.peers).map_err(MemberError::Config)?;
                 let (udp, beats) = Self::bind_udp(&config, *addr)?;
                 (Some(udp), beats, None)
             }
@@ -421,33 +420,33 @@ impl Node {
                     &config.peers,
                     &link,
                 )
-                .map_err(|e| NodeError::Lane(Box::new(e)))?;
+                .map_err(|e| MemberError::Lane(Box::new(e)))?;
                 keep_lane_cluster(&config, &name)?;
                 (None, None, Some(joined))
             }
             (PeerAddr::Udp(_), Some(_)) => {
-                return Err(NodeError::Config(
+                return Err(MemberError::Config(
                     "a lane node was given, but the peers are UDP addresses".into(),
                 ));
             }
             (PeerAddr::Lane(h), None) => {
-                return Err(NodeError::Config(format!(
+                return Err(MemberError::Config(format!(
                     "member {} is on lane host {h}: give the directory of that host's lane node",
                     config.id
                 )));
             }
         };
-        let listener = TcpListener::bind(config.listen).map_err(|source| NodeError::Bind {
+        let listener = TcpListener::bind(config.listen).map_err(|source| MemberError::Bind {
             what: "client",
             addr: config.listen,
             source,
         })?;
-        listener.set_nonblocking(true).map_err(|source| NodeError::Bind {
+        listener.set_nonblocking(true).map_err(|source| MemberError::Bind {
             what: "client",
             addr: config.listen,
             source,
         })?;
-        let log_err = |source| NodeError::Log { dir: config.data_dir.clone(), source };
+        let log_err = |source| MemberError::Log { dir: config.data_dir.clone(), source };
         let exists = config.data_dir.join("raft.log").exists();
         let disk = FileDisk::open(&config.data_dir).map_err(log_err)?;
         check_boot(&config, exists).map_err(log_err)??;
@@ -507,34 +506,37 @@ impl Node {
             beats,
             lane,
             beat_batch: MmsgBatch::new(),
-            beat_buffers: [[0; crate::fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
+            beat_buffers: [[0; kairos_fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
             listener,
             conns: BTreeMap::new(),
             client_base,
             next_client: 0,
             reassembler: Reassembler::new(),
             message_number: 0,
-            stats: NodeStats::default(),
+            stats: MemberStats::default(),
             started_ns: monotonic_ns(),
             membership_waiting: Vec::new(),
             faults: Faults { rng: realtime_ns() | 1, ..Faults::default() },
             datagram: vec![0; 65_536],
             client_input: vec![0; 64 * 1024],
             watch,
-            heartbeat: Vec::with_capacity(crate::fd::wire::MAX_HEARTBEAT_BYTES),
+            heartbeat: Vec::with_capacity(kairos_fd::wire::MAX_HEARTBEAT_BYTES),
             raft_out: Vec::new(),
         })
     }
 
     /// Raft's socket (and the detector's, split from it where the kernel can) at `addr`.
-    fn bind_udp(config: &NodeConfig, addr: SocketAddr) -> Result<(UdpSocket, Option<UdpSocket>), NodeError> {
-        let bind_err = |source| NodeError::Bind { what: "raft", addr, source };
+    fn bind_udp(
+        config: &MemberConfig,
+        addr: SocketAddr,
+    ) -> Result<(UdpSocket, Option<UdpSocket>), MemberError> {
+        let bind_err = |source| MemberError::Bind { what: "raft", addr, source };
         // With the detector on, its heartbeats go to a second socket on the same address that
         // the loop reads each pass without sleeping on it: they wake no member (three members
         // would otherwise be woken 60,000 times a second), and their kernel receive stamps keep
         // the detector's times exact. Where the kernel cannot split the address, one socket.
         let (udp, beats) = match config.detector {
-            Some(_) => match split::bind_split(addr, crate::fd::wire::MAGIC) {
+            Some(_) => match split::bind_split(addr, kairos_fd::wire::MAGIC) {
                 Ok(s) => (s.main, Some(s.side)),
                 Err(_) => (UdpSocket::bind(addr).map_err(bind_err)?, None),
             },
@@ -565,7 +567,7 @@ impl Node {
     /// has work, the detector's next heartbeat round or verdict, on the lane a look at the
     /// inbox. Then Raft's clock catches up (one tick for each that passed), every message and
     /// request of the pass is stepped and taken, the pass's writes are proposed, and Raft's
-    /// Ready is handled once for all of it ([`Node::drain`]).
+    /// Ready is handled once for all of it ([`Member::drain`]).
     pub fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
         let tick_ns = (self.config.tick.as_nanos() as u64).max(1);
         // Deadlines on time: a normal thread's timed wake-ups are otherwise rounded up by 50 us.
@@ -685,7 +687,7 @@ impl Node {
     fn receive_udp(&mut self, udp: &UdpSocket) -> io::Result<()> {
         loop {
             match udp.recv_from(&mut self.datagram) {
-                Ok((n, _)) if self.datagram[..n].starts_with(&crate::fd::wire::MAGIC) => {
+                Ok((n, _)) if self.datagram[..n].starts_with(&kairos_fd::wire::MAGIC) => {
                     if let Some(beat) = replica_beat(&self.datagram[..n], &mut self.stats) {
                         let now = monotonic_ns();
                         self.heard(beat, now, now)?;
@@ -1287,8 +1289,8 @@ impl Node {
 mod tests {
     use super::*;
 
-    fn config(dir: &std::path::Path, sync: Sync) -> NodeConfig {
-        NodeConfig {
+    fn config(dir: &std::path::Path, sync: Sync) -> MemberConfig {
+        MemberConfig {
             id: 1,
             peers: BTreeMap::from([(1, "127.0.0.1:0".parse().unwrap())]),
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -1311,16 +1313,16 @@ mod tests {
     #[test]
     fn an_unsynced_log_from_an_earlier_boot_is_refused_and_one_from_this_boot_taken() {
         let dir = tempfile::tempdir().unwrap();
-        drop(Node::open(config(dir.path(), Sync::Never)).unwrap());
+        drop(Member::open(config(dir.path(), Sync::Never)).unwrap());
         // The same boot: the page cache kept everything; the member returns.
-        drop(Node::open(config(dir.path(), Sync::Never)).unwrap());
+        drop(Member::open(config(dir.path(), Sync::Never)).unwrap());
         // Another boot wrote it: refused, with what to do.
         std::fs::write(dir.path().join(BOOT_FILE), "an-earlier-boot\n").unwrap();
-        let err = Node::open(config(dir.path(), Sync::Never)).unwrap_err().to_string();
+        let err = Member::open(config(dir.path(), Sync::Never)).unwrap_err().to_string();
         assert!(err.contains("cannot return as the voter it was"), "{err}");
         // A synced log is whole whatever happened to the machine.
         std::fs::write(dir.path().join(BOOT_FILE), "an-earlier-boot\n").unwrap();
-        drop(Node::open(config(dir.path(), Sync::Always)).unwrap());
+        drop(Member::open(config(dir.path(), Sync::Always)).unwrap());
     }
 
     #[test]
@@ -1338,7 +1340,7 @@ mod tests {
             cluster: cluster.map(str::to_string),
         };
         // A new cluster: named from its peers, and the name kept.
-        let named = |c: &NodeConfig, l: &LaneConfig| {
+        let named = |c: &MemberConfig, l: &LaneConfig| {
             let name = lane_cluster_name(c, l)?;
             keep_lane_cluster(c, &name).map(|()| name)
         };

@@ -6,7 +6,7 @@
 //! One tunnel, released once a detector period: each release carries this member's newest
 //! heartbeat to each other member (each with the commit index its receiver may take, so the
 //! commit rides the heartbeats) and, in the rest of the packet, Raft's messages, cut by
-//! [`crate::replica::frame`] into fragments a packet holds. A tunnel of its own for the log, at
+//! [`crate::frame`] into fragments a packet holds. A tunnel of its own for the log, at
 //! a shorter period, was tried first: on a machine whose cores the nodes share, every release
 //! is a timed wake-up of a node, and the short period's releases starved the members; and a
 //! log tunnel idle between bursts is re-planned by the controller to the period it used (its
@@ -31,7 +31,7 @@
 //! are dropped whole, as a lossy network would; Raft sends them again (the member sizes Raft's
 //! appends and their number in flight to the tunnel, so this is rare).
 //!
-//! The failure detector's members on the lane ([`crate::fd::member`]) use the same link with a
+//! The failure detector's members on the lane (`kairos_fd::member`) use the same link with a
 //! tunnel name of their own: their heartbeats as heartbeats, SWIM's datagrams as queued
 //! messages.
 //!
@@ -47,7 +47,8 @@ use kairos_lane::node::app::{AppError, LaneApp, NodeToApp, Tunnel};
 use kairos_lane::node::chunk::Schema;
 use kairos_lane::service::wire::TunnelSpec;
 
-use crate::replica::frame;
+use crate::frame;
+use crate::peer::PeerAddr;
 
 /// What every member's tunnel name starts with; [`tunnel_name`] adds the cluster's mark.
 pub const LANE_TUNNEL: &str = "kv-lane";
@@ -61,6 +62,10 @@ const KIND_MESSAGE: u8 = 1;
 const KIND_BEAT: u8 = 2;
 /// The largest packet a tunnel asks for: a UDP datagram in a 1500-byte MTU.
 pub const MAX_PACKET_BYTES: u64 = 1_472;
+/// The longest beat the link makes room for beside Raft's fragments: the failure detector's
+/// longest heartbeat (magic, kind and seven varints, a replica's, of at most 10 bytes), which
+/// the detector's wire checks its own bound against.
+pub const MAX_BEAT_BYTES: usize = 3 + 7 * 10;
 /// How long the node may take to answer a request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often the node's events (a changed or ended grant) are looked for, ns.
@@ -181,7 +186,7 @@ pub fn parse_lane_message(bytes: &[u8]) -> Option<LaneMessage<'_>> {
 /// What arrived for this member.
 #[derive(Debug)]
 pub enum Incoming<'a> {
-    /// A queued message: a Raft fragment ([`crate::replica::frame`]) in the store, a SWIM
+    /// A queued message: a Raft fragment ([`crate::frame`]) in the store, a SWIM
     /// datagram in a detector's member.
     Message(&'a [u8]),
     /// A detector datagram and its packet's kernel receive stamp, wall-clock ns.
@@ -222,7 +227,7 @@ impl Packing {
     /// The smallest packet that holds a heartbeat for each of the other `members - 1` and a
     /// 64-byte fragment, in either schema.
     fn least_packet_bytes(members: usize) -> u64 {
-        let beat = LANE_HEADER_BYTES + crate::fd::wire::MAX_HEARTBEAT_BYTES;
+        let beat = LANE_HEADER_BYTES + MAX_BEAT_BYTES;
         let fragment = LANE_HEADER_BYTES + frame::HEADER_BYTES + 64;
         Schema::ALL
             .iter()
@@ -237,7 +242,7 @@ impl Packing {
     /// The encoded message's bytes one fragment carries, so that it shares a packet with a
     /// heartbeat for each of `others` members, in either schema (0: none fits).
     fn fragment_bytes(self, others: usize) -> usize {
-        let beat = LANE_HEADER_BYTES + crate::fd::wire::MAX_HEARTBEAT_BYTES;
+        let beat = LANE_HEADER_BYTES + MAX_BEAT_BYTES;
         let message = Schema::ALL
             .iter()
             .map(|&s| {
@@ -380,12 +385,12 @@ impl LaneLink {
         app: &str,
         name: &str,
         me: u64,
-        peers: &BTreeMap<u64, super::PeerAddr>,
+        peers: &BTreeMap<u64, PeerAddr>,
         config: &LaneLinkConfig,
     ) -> Result<Self, LaneLinkError> {
         let others = other_hosts(me, peers).map_err(LaneLinkError::Config)?;
         let link = Self::join(app, name, &others, config)?;
-        let own = peers.get(&me).and_then(super::PeerAddr::lane_host);
+        let own = peers.get(&me).and_then(PeerAddr::lane_host);
         if own != Some(link.host()) {
             return Err(LaneLinkError::Config(format!(
                 "member {me} is on lane host {}, but the node in {} is on {}",
@@ -753,10 +758,7 @@ fn release_at_or_after(first_ns: u64, period_ns: u64, now_ns: u64) -> u64 {
 /// The tunnels' name for a group of `peers`: `prefix` ([`LANE_TUNNEL`] for the store) and a
 /// mark of the membership (FNV-1a of `id=host` in order), so two groups on one lane never read
 /// each other's messages (a member reads the tunnels of its own name only).
-pub fn tunnel_name<'a>(
-    prefix: &str,
-    peers: impl IntoIterator<Item = (&'a u64, &'a super::PeerAddr)>,
-) -> String {
+pub fn tunnel_name<'a>(prefix: &str, peers: impl IntoIterator<Item = (&'a u64, &'a PeerAddr)>) -> String {
     let mut hash: u32 = 0x811c_9dc5;
     for (id, addr) in peers {
         for b in format!("{id}={addr};").bytes() {
@@ -770,7 +772,7 @@ pub fn tunnel_name<'a>(
 /// The other members' lane hosts, or why the peers do not make a lane cluster.
 pub fn other_hosts<'a>(
     me: u64,
-    peers: impl IntoIterator<Item = (&'a u64, &'a super::PeerAddr)>,
+    peers: impl IntoIterator<Item = (&'a u64, &'a PeerAddr)>,
 ) -> Result<Vec<String>, String> {
     let mut hosts = BTreeMap::new();
     for (&id, addr) in peers {
@@ -801,14 +803,14 @@ mod tests {
         // With no heartbeats beside it, a fragment fills the packet; with two, it fits beside
         // two of the largest heartbeats in both schemas.
         assert_eq!(p.fragment_bytes(0), 1_210 - LANE_HEADER_BYTES - frame::HEADER_BYTES);
-        let beat = LANE_HEADER_BYTES + crate::fd::wire::MAX_HEARTBEAT_BYTES;
+        let beat = LANE_HEADER_BYTES + MAX_BEAT_BYTES;
         let fragment = LANE_HEADER_BYTES + frame::HEADER_BYTES + p.fragment_bytes(2);
         assert!(p.fits([beat, beat, fragment].into_iter()));
         assert!(!p.fits([beat, beat, fragment + 31].into_iter()));
         // The least packet holds the heartbeats and a fragment, and more members need more.
         let least = Packing::least_packet_bytes(3);
         let q = Packing { packet_bytes: least as usize };
-        let beat = LANE_HEADER_BYTES + crate::fd::wire::MAX_HEARTBEAT_BYTES;
+        let beat = LANE_HEADER_BYTES + MAX_BEAT_BYTES;
         assert!(q.fits([beat, beat, LANE_HEADER_BYTES + frame::HEADER_BYTES + 64].into_iter()));
         assert!(Packing::least_packet_bytes(7) > least);
     }
@@ -834,7 +836,7 @@ mod tests {
 
     #[test]
     fn the_peers_must_all_be_lane_hosts_one_a_host() {
-        use super::super::PeerAddr;
+        use crate::peer::PeerAddr;
         let lane = |h: &str| PeerAddr::Lane(h.into());
         let peers: BTreeMap<u64, PeerAddr> = [(1, lane("h0")), (2, lane("h1")), (3, lane("h2"))].into();
         assert_eq!(other_hosts(2, &peers).unwrap(), ["h0", "h2"]);

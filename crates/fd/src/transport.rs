@@ -11,7 +11,7 @@
 //! On the lane the loop's rounds are phased to the node's releases of the tunnel, a little
 //! before each. A round hands the link the heartbeat and whatever SWIM queued since the last
 //! round, and the link gives the node one packet if the node has sent the last one
-//! ([`crate::node::lane_link`]); otherwise the heartbeat waits for the next round, which
+//! ([`kairos_services::lane_link`]); otherwise the heartbeat waits for the next round, which
 //! replaces it. Only the rounds hand packets over: a packet handed between rounds (after a
 //! release) would still be in the outbox at the next round, whose heartbeat would then wait a
 //! period, and so every one after it. SWIM's datagrams therefore wait up to a period more.
@@ -26,8 +26,8 @@ use kairos_sys::net::burst::MmsgBatch;
 use kairos_sys::net::options;
 
 use super::wire::{Heartbeat, encode_heartbeat, encode_swim};
-use crate::node::lane_link::{self, Incoming, LaneLink, LaneLinkConfig, LaneLinkError, LaneLinkStats};
-use crate::node::{PeerAddr, peer};
+use kairos_services::lane_link::{self, Incoming, LaneLink, LaneLinkConfig, LaneLinkError, LaneLinkStats};
+use kairos_services::peer::{self, PeerAddr};
 
 /// What the lane's tunnels of the failure detector are named, before the group's mark.
 pub const FD_LANE_TUNNEL: &str = "fd-lane";

@@ -55,8 +55,8 @@ use super::swim::{SwimEvent, SwimId, SwimPeer, SwimSettings};
 use super::table::{AliveTable, PEER_SLOTS, Row};
 use super::transport::{Transport, TransportError};
 use super::wire::{Datagram, Heartbeat, decode};
-use crate::node::PeerAddr;
-use crate::node::lane_link::{LaneLinkConfig, LaneLinkStats};
+use kairos_services::lane_link::{LaneLinkConfig, LaneLinkStats};
+use kairos_services::peer::PeerAddr;
 
 /// The detectors a member runs, by name, in the order of the table's peer slots after the
 /// first (Kairos's own).
@@ -743,7 +743,7 @@ fn record_kairos(recorder: &mut Recorder, events: &[Event], ending: Option<Endin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fd::table::{TableHeader, bytes_for};
+    use crate::table::{TableHeader, bytes_for};
     use kairos_ring::bridge::HeapMemory;
     use std::net::{SocketAddr, UdpSocket};
     use std::sync::Arc;

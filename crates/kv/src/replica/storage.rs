@@ -30,7 +30,7 @@ use super::wire::{
     decode_conf_state, decode_entry, decode_hard_state, decode_snapshot, encode_conf_state, encode_entry,
     encode_hard_state, encode_snapshot,
 };
-use crate::codec::{Reader, put_u64};
+use kairos_services::codec::{Reader, put_u64};
 
 const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
 const TAG_HARD_STATE: u8 = 1;
@@ -226,7 +226,7 @@ impl<D: Disk> LogStore<D> {
         Ok((store, Loaded { records, torn_bytes: bytes.len() - at }))
     }
 
-    fn replay(&mut self, payload: &[u8]) -> Result<(), crate::codec::DecodeError> {
+    fn replay(&mut self, payload: &[u8]) -> Result<(), kairos_services::codec::DecodeError> {
         let mut r = Reader::new(payload);
         match r.u8("record tag")? {
             TAG_HARD_STATE => self.hard_state = decode_hard_state(&mut r)?,
@@ -244,7 +244,7 @@ impl<D: Disk> LogStore<D> {
                 self.append_entries(&entries);
             }
             other => {
-                return Err(crate::codec::DecodeError::Invalid {
+                return Err(kairos_services::codec::DecodeError::Invalid {
                     field: "record tag",
                     value: u64::from(other),
                 });

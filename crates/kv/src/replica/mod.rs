@@ -1,7 +1,6 @@
 //! Raft replication (being built).
 
 pub mod core;
-pub mod frame;
 pub mod storage;
 pub mod wire;
 

@@ -1,5 +1,5 @@
-//! The failure detector (`kairos fd`): which members of a group are alive, to the microsecond,
-//! with the alive table in memory the applications read without a system call.
+//! `kairos-fd`: the failure detector (`kairos fd`): which members of a group are alive, to the
+//! microsecond, with the alive table in memory the applications read without a system call.
 //!
 //! # Role
 //!
@@ -11,8 +11,8 @@
 //!
 //! # Layers, bottom up
 //!
-//! - [`wire`]: the heartbeat's bytes (and the SWIM peer's, on the same socket), in the crate's
-//!   [`crate::codec`]; never panics on any input.
+//! - [`wire`]: the heartbeat's bytes (and the SWIM peer's, on the same socket), in
+//!   [`kairos_services::codec`]; never panics on any input.
 //! - [`detector`]: the sans-I/O core: the alive table and the rule: a member is suspected when
 //!   no heartbeat with a *new* counter came within `T + Lambda`, Lambda the threshold. Time is
 //!   passed in (`now_ns`); no clock, no socket.
@@ -52,6 +52,17 @@
 //! X-Lane's X-FD (heartbeats on the express lane, a threshold of missed periods; ASGARD's
 //! `update_aliveness_states`), G4 of the lane research notes, and Chen, Toueg and Aguilera's
 //! quality-of-service metrics for failure detectors.
+//!
+//! # Where it stands
+//!
+//! The detector is a product of its own (`kairos fd`, its experiments in `kairos-lab`), and the
+//! replicated store (`kairos-kv`) runs it inside each member: the store's watch uses this
+//! crate's core and its heartbeat's replica kind, so the store depends on the detector, never
+//! the other way round. What both use (the byte codec, the lane link, a member's address) is
+//! [`kairos_services`]', below both.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod detector;
 pub mod held;

@@ -5,12 +5,12 @@
 //! # Mechanism
 //!
 //! Every `period` (the loop's, 100 us by default) the member sends each other member a
-//! heartbeat ([`crate::fd::wire`]'s replica kind) on its Raft socket: its incarnation (the start
+//! heartbeat ([`kairos_fd::wire`]'s replica kind) on its Raft socket: its incarnation (the start
 //! time, so a restarted member is told from its previous life), a sequence number, its liveness
 //! counter (bumped by every pass of the member's loop, so a member whose loop hangs, stopped by
 //! SIGSTOP or stuck in a write, is suspected like a dead one) and, from the leader, its term and
 //! the commit index the receiver may take ([`Replica::commit_for`]). The receiver feeds the
-//! heartbeat to the detector ([`crate::fd::Detector`]: suspected after `period + lambda`
+//! heartbeat to the detector ([`kairos_fd::Detector`]: suspected after `period + lambda`
 //! without a fresh one) and the commit index to its replica ([`Replica::leader_commit`]), so
 //! followers learn commits without Raft messages of their own.
 //!
@@ -40,8 +40,8 @@
 //! Work per call: O(members); nothing allocates after [`Watch::new`] but the events pushed to
 //! a reused vector.
 
-use crate::fd::wire::{Heartbeat, encode_replica_heartbeat};
-use crate::fd::{Detector, DetectorConfig, Event};
+use kairos_fd::wire::{Heartbeat, encode_replica_heartbeat};
+use kairos_fd::{Detector, DetectorConfig, Event};
 
 /// Periods between the campaigns of two members next in line (at most [`STAGGER_MAX_NS`]).
 pub const STAGGER_PERIODS: u64 = 10;
@@ -412,7 +412,7 @@ impl Watch {
     /// A heartbeat received at `at_ns` (its kernel stamp), handled at `now_ns`.
     pub fn heard(&mut self, heartbeat: &Heartbeat, at_ns: u64, now_ns: u64) {
         let heard = self.detector.handle_heartbeat(heartbeat, at_ns, now_ns, &mut self.events);
-        if !matches!(heard, crate::fd::Heard::Unknown) {
+        if !matches!(heard, kairos_fd::Heard::Unknown) {
             self.stats.heartbeats_in += 1;
         }
     }
@@ -515,8 +515,8 @@ mod tests {
             sent.iter().map(|(n, p, _)| (*n, *p)).collect::<Vec<_>>(),
             [(0, 2), (0, 3), (T, 2), (T, 3)]
         );
-        match crate::fd::wire::decode(&sent[1].2).unwrap() {
-            crate::fd::wire::Datagram::Replica { heartbeat, term, commit } => {
+        match kairos_fd::wire::decode(&sent[1].2).unwrap() {
+            kairos_fd::wire::Datagram::Replica { heartbeat, term, commit } => {
                 assert_eq!((heartbeat.member, term, commit), (1, 5, 30));
             }
             other => panic!("{other:?}"),

@@ -7,13 +7,13 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::NodeStats;
+use super::MemberStats;
 use super::conn::Conn;
 use super::watch::{WatchConfig, WatchStats};
 use crate::kv::{LocalOp, Reply};
 use crate::replica::{ReadMode, ReplicaStats, Sync};
 
-/// What INFO reports, gathered by the node.
+/// What INFO reports, gathered by the member.
 #[derive(Debug, Clone)]
 pub struct Facts {
     /// This member.
@@ -40,14 +40,14 @@ pub struct Facts {
     pub clients: usize,
     /// Seconds since start.
     pub uptime_s: u64,
-    /// The node's counters.
-    pub stats: NodeStats,
+    /// The member's counters.
+    pub stats: MemberStats,
     /// The replica's counters.
     pub replica: ReplicaStats,
     /// Where clients connect.
     pub listen: SocketAddr,
     /// The lane tunnels' name and the link's counts, on the lane.
-    pub lane: Option<(String, super::lane_link::LaneLinkStats)>,
+    pub lane: Option<(String, kairos_services::lane_link::LaneLinkStats)>,
     /// The failure detector's settings, counters and the members it suspects, when on.
     pub watch: Option<(WatchConfig, WatchStats, Vec<u64>)>,
 }

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use super::command::{ReadOp, SetCondition, WriteOp, parse_i64};
 use super::entry::Request;
 use super::reply::Reply;
-use crate::codec::{DecodeError, Reader, put_bytes, put_i64, put_u64};
+use kairos_services::codec::{DecodeError, Reader, put_bytes, put_i64, put_u64};
 
 /// Sessions kept; past this, the least recently used tenth is forgotten (a retry of theirs
 /// would then apply again).
