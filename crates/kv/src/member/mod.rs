@@ -1198,6 +1198,8 @@ impl Member {
     /// The end of a pass: Raft's Ready (its ordinary messages sent before this member
     /// persists, the rest after), the answers it made, the clients' output.
     fn drain(&mut self) -> io::Result<()> {
+        // What the pass's steps sent outside a Ready (the leader's word of a commit).
+        self.send_raft();
         loop {
             while self.replica.begin_ready() {
                 self.send_raft();

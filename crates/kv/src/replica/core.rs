@@ -237,7 +237,9 @@ pub struct Replica<D: Disk> {
     /// The Ready begun ([`Replica::begin_ready`]) and not yet finished.
     pending_ready: Option<raft::Ready>,
     /// Followers whose proposals the leader applied in this Ready: told of the commit at once.
-    commit_notices: std::collections::BTreeSet<u64>,
+    /// (follower, log index of its latest write applied here) until the follower is known to
+    /// hold that entry and is told of its commit.
+    commit_notices: BTreeMap<u64, u64>,
     /// The leader and term as last seen after a Ready: a new one gets what is in flight again
     /// at once.
     leader_seen: (u64, u64),
@@ -308,7 +310,7 @@ impl<D: Disk> Replica<D> {
             completions: Vec::new(),
             stats: ReplicaStats::default(),
             pending_ready: None,
-            commit_notices: std::collections::BTreeSet::new(),
+            commit_notices: BTreeMap::new(),
             leader_seen: (0, 0),
             clock_ns: 0,
             started_ns: None,
@@ -429,7 +431,13 @@ impl<D: Disk> Replica<D> {
         {
             return;
         }
+        let acknowledged = msg.get_msg_type() == raft::eraftpb::MessageType::MsgAppendResponse
+            && self.commit_notices.contains_key(&msg.from);
         let _ = self.node.step(msg);
+        // A follower owed word of its write's commit acknowledged more of the log.
+        if acknowledged {
+            self.notify_commits();
+        }
     }
 
     /// The member's monotonic clock now, ns: for the leader's lease. A shell calls it every
@@ -831,21 +839,30 @@ impl<D: Disk> Replica<D> {
         Ok(())
     }
 
-    /// The leader's word to each follower whose write it applied in this Ready: a heartbeat
-    /// of Raft's carrying the commit index that follower may take (capped by what it holds,
-    /// as Raft's own), marked as the detector's so its answer is not sent. Without it a
-    /// follower whose leader does not broadcast commits would answer its client only at the
-    /// next detector heartbeat.
+    /// The leader's word to each follower whose write it applied: a heartbeat of Raft's
+    /// carrying the commit index that follower may take (capped by what it holds, as Raft's
+    /// own), marked as the detector's so its answer is not sent, once the follower is known to
+    /// hold the write's entry (a quorum without it may have committed it: the word then waits
+    /// for its acknowledgement, [`Replica::step`]). Without it a follower whose leader does not
+    /// broadcast commits would answer its client only at the next append or heartbeat.
     fn notify_commits(&mut self) {
         if self.commit_notices.is_empty() {
             return;
         }
-        let notices = std::mem::take(&mut self.commit_notices);
         if !self.config.commit_by_heartbeats || !self.is_leader() {
+            self.commit_notices.clear();
             return;
         }
-        for to in notices {
-            let Some((term, commit)) = self.commit_for(to) else { continue };
+        let ready: Vec<(u64, u64, u64)> = self
+            .commit_notices
+            .iter()
+            .filter_map(|(&to, &index)| {
+                let (term, commit) = self.commit_for(to)?;
+                (commit >= index).then_some((to, term, commit))
+            })
+            .collect();
+        for (to, term, commit) in ready {
+            self.commit_notices.remove(&to);
             let mut msg = Message::default();
             msg.set_msg_type(raft::eraftpb::MessageType::MsgHeartbeat);
             msg.from = self.config.id;
@@ -899,7 +916,7 @@ impl<D: Disk> Replica<D> {
                         for request in &batch.requests {
                             let applied = self.store.apply(request, batch.now_ms, entry.index);
                             if request.origin != self.config.id {
-                                self.commit_notices.insert(request.origin);
+                                self.commit_notices.insert(request.origin, entry.index);
                             }
                             if request.origin == self.config.id {
                                 let ticket = Ticket { client: request.client, seq: request.seq };
@@ -1339,5 +1356,42 @@ mod tests {
         deliver_unless(&mut c, |_| false);
         let answers = c.0.get_mut(&follower).unwrap().take_completions();
         assert_eq!(answers, vec![(Ticket { client: 7, seq: 1 }, Reply::Ok)]);
+
+        // The other follower's acknowledgement commits the write first; the word goes once
+        // the proposer's own acknowledgement comes.
+        use raft::eraftpb::MessageType;
+        let f = c.0.get_mut(&follower).unwrap();
+        f.submit_write(Ticket { client: 7, seq: 2 }, 2, set("f", "2"));
+        f.flush(0);
+        let mut held = Vec::new();
+        let late = |m: &Message| m.from == follower && m.get_msg_type() == MessageType::MsgAppendResponse;
+        loop {
+            let mut messages = Vec::new();
+            for r in c.0.values_mut() {
+                r.ready().unwrap();
+                messages.extend(r.take_messages());
+            }
+            if messages.is_empty() {
+                break;
+            }
+            for m in messages {
+                if late(&m) {
+                    held.push(m);
+                } else if let Some(r) = c.0.get_mut(&m.to) {
+                    r.step(m);
+                }
+            }
+        }
+        assert!(
+            c.0.get_mut(&follower).unwrap().take_completions().is_empty(),
+            "not before its entry is committed"
+        );
+        assert!(!held.is_empty());
+        for m in held {
+            c.0.get_mut(&m.to).unwrap().step(m);
+        }
+        deliver_unless(&mut c, |_| false);
+        let answers = c.0.get_mut(&follower).unwrap().take_completions();
+        assert_eq!(answers, vec![(Ticket { client: 7, seq: 2 }, Reply::Ok)]);
     }
 }
