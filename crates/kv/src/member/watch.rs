@@ -183,6 +183,8 @@ pub struct Watch {
     /// that), and judge the leader on time whenever they are woken anyway, a vote asked of
     /// them included. An idle follower then costs a wake-up every few timeouts, not one each.
     backup: bool,
+    /// When this member last gave the members it watches a grace ([`Watch::woke_late`]).
+    last_grace_ns: Option<u64>,
     /// When this member last sent each peer anything of Raft's ([`Watch::sent_to`]): such a
     /// message is a heartbeat, so a round skips a peer that had one within half a period.
     sent: Vec<(u64, u64)>,
@@ -221,6 +223,7 @@ impl Watch {
             role: Role::Unknown,
             term: 0,
             backup: false,
+            last_grace_ns: None,
             sent: Vec::new(),
         }
     }
@@ -390,6 +393,13 @@ impl Watch {
             return;
         }
         self.stats.late_wakes += 1;
+        // One grace a timeout at most: a machine that keeps waking this member late must not
+        // put off a real failure's suspicion by a period each time.
+        let timeout = self.config.period_ns + self.config.lambda_ns;
+        if self.last_grace_ns.is_some_and(|at| now_ns < at + timeout) {
+            return;
+        }
+        self.last_grace_ns = Some(now_ns);
         self.detector.grant_grace(now_ns, self.config.period_ns);
     }
 
@@ -662,6 +672,9 @@ mod tests {
         assert_eq!(two.next_wake_ns(), timeout - 1 + T, "the deadline moved to a period from the wake-up");
         two.poll(timeout, 1, || vec![1, 2, 3]);
         assert!(two.suspected().next().is_none(), "not suspected within its grace");
+        // A second late wake-up within a timeout gives no second grace.
+        two.woke_late(timeout + T / 2, LATE_WAKE_NS);
+        assert_eq!(two.next_wake_ns(), timeout - 1 + T, "one grace a timeout");
         // A wake-up late by less than the threshold changes nothing.
         let mut four = leader_watch(2);
         four.follow(1, 0, || vec![1, 2, 3]);
