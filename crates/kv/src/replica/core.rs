@@ -1037,7 +1037,12 @@ mod tests {
 
     impl Cluster {
         fn new(voters: &[u64]) -> Self {
-            Cluster(voters.iter().map(|&id| (id, member(id, voters))).collect())
+            Self::with(voters, |_| {})
+        }
+
+        /// Members whose settings `tweak` changes from [`member`]'s.
+        fn with(voters: &[u64], tweak: impl Fn(&mut ReplicaConfig)) -> Self {
+            Cluster(voters.iter().map(|&id| (id, member_with(id, voters, &tweak))).collect())
         }
 
         fn settle(&mut self, ticks: usize) {
@@ -1046,21 +1051,7 @@ mod tests {
                 for id in &ids {
                     self.0.get_mut(id).unwrap().tick(0);
                 }
-                loop {
-                    let mut messages = Vec::new();
-                    for r in self.0.values_mut() {
-                        r.ready().unwrap();
-                        messages.extend(r.take_messages());
-                    }
-                    if messages.is_empty() {
-                        break;
-                    }
-                    for m in messages {
-                        if let Some(r) = self.0.get_mut(&m.to) {
-                            r.step(m);
-                        }
-                    }
-                }
+                deliver_except(self, |_| false);
             }
         }
 
@@ -1070,11 +1061,16 @@ mod tests {
     }
 
     fn member(id: u64, voters: &[u64]) -> Replica<MemDisk> {
+        member_with(id, voters, |_| {})
+    }
+
+    fn member_with(id: u64, voters: &[u64], tweak: impl Fn(&mut ReplicaConfig)) -> Replica<MemDisk> {
         let log = LogStore::create(MemDisk::default(), Sync::Always, voters).unwrap();
         let mut config = ReplicaConfig::new(id);
         config.election_ticks = 10;
         config.fixed_election_ticks = Some(10 + id as usize);
         config.compact_after_entries = 20;
+        tweak(&mut config);
         Replica::new(config, log).unwrap()
     }
 
@@ -1141,8 +1137,10 @@ mod tests {
         assert!(answers.contains(&(Ticket { client: 9, seq: 1 }, Reply::Ok)), "{answers:?}");
     }
 
-    /// Delivers every message waiting, and those they cause, except those `drop` rejects.
-    fn deliver_unless(c: &mut Cluster, drop: impl Fn(&Message) -> bool) {
+    /// Delivers every message waiting, and those they cause, except those `keep_back` picks:
+    /// returned undelivered.
+    fn deliver_except(c: &mut Cluster, keep_back: impl Fn(&Message) -> bool) -> Vec<Message> {
+        let mut kept = Vec::new();
         loop {
             let mut messages = Vec::new();
             for r in c.0.values_mut() {
@@ -1150,10 +1148,12 @@ mod tests {
                 messages.extend(r.take_messages());
             }
             if messages.is_empty() {
-                return;
+                return kept;
             }
-            for m in messages.into_iter().filter(|m| !drop(m)) {
-                if let Some(r) = c.0.get_mut(&m.to) {
+            for m in messages {
+                if keep_back(&m) {
+                    kept.push(m);
+                } else if let Some(r) = c.0.get_mut(&m.to) {
                     r.step(m);
                 }
             }
@@ -1172,7 +1172,7 @@ mod tests {
         // The entry reaches the followers and the leader commits it, but the appends that
         // would carry the commit index on are lost.
         let first_appends = std::cell::Cell::new(0);
-        deliver_unless(&mut c, |m| {
+        deliver_except(&mut c, |m| {
             if m.get_msg_type() == MessageType::MsgAppend && m.from == leader {
                 first_appends.set(first_appends.get() + 1);
                 first_appends.get() > 2
@@ -1233,26 +1233,10 @@ mod tests {
         }
     }
 
-    fn leased(voters: &[u64], lease_ns: u64) -> Cluster {
-        Cluster(
-            voters
-                .iter()
-                .map(|&id| {
-                    let log = LogStore::create(MemDisk::default(), Sync::Always, voters).unwrap();
-                    let mut config = ReplicaConfig::new(id);
-                    config.election_ticks = 10;
-                    config.fixed_election_ticks = Some(10 + id as usize);
-                    config.lease_ns = Some(lease_ns);
-                    (id, Replica::new(config, log).unwrap())
-                })
-                .collect(),
-        )
-    }
-
     #[test]
     fn a_leader_answers_reads_under_its_lease_at_once_and_asks_a_quorum_once_it_ran_out() {
         const LEASE: u64 = 5_000_000;
-        let mut c = leased(&[1, 2, 3], LEASE);
+        let mut c = Cluster::with(&[1, 2, 3], |config| config.lease_ns = Some(LEASE));
         // No vote for anyone within a lease of the start: no leader until then.
         clock(&mut c, 1);
         c.settle(40);
@@ -1294,7 +1278,7 @@ mod tests {
         for m in sent {
             c.0.get_mut(&m.to).unwrap().step(m);
         }
-        deliver_unless(&mut c, |_| false);
+        deliver_except(&mut c, |_| false);
         let answers = c.0.get_mut(&leader).unwrap().take_completions();
         assert_eq!(answers, vec![(Ticket { client: 1, seq: 3 }, Reply::Bulk(b"v".to_vec()))]);
         clock(&mut c, t1 + LEASE / 2);
@@ -1320,7 +1304,7 @@ mod tests {
             l.flush(0);
         }
         assert_eq!(l.stats().proposals, proposals + 1, "one entry in flight, the rest held");
-        deliver_unless(&mut c, |_| false);
+        deliver_except(&mut c, |_| false);
         let l = c.0.get_mut(&leader).unwrap();
         assert_eq!(l.stats().proposals, proposals + 2, "the held writes went as one entry");
         c.settle(2);
@@ -1335,17 +1319,8 @@ mod tests {
 
     #[test]
     fn a_follower_hears_of_its_write_s_commit_at_once_when_commits_ride_on_heartbeats() {
-        let mut c = Cluster(
-            [1, 2, 3]
-                .into_iter()
-                .map(|id| {
-                    let mut r = member(id, &[1, 2, 3]);
-                    r.config.commit_by_heartbeats = true;
-                    r.node.raft.skip_bcast_commit(true);
-                    (id, r)
-                })
-                .collect(),
-        );
+        // Raft's commit broadcast skipped, as with the detector on.
+        let mut c = Cluster::with(&[1, 2, 3], |config| config.commit_by_heartbeats = true);
         c.settle(40);
         let leader = c.leader();
         let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
@@ -1353,7 +1328,7 @@ mod tests {
         f.submit_write(Ticket { client: 7, seq: 1 }, 1, set("f", "1"));
         f.flush(0);
         // Delivered until quiet, no tick: the leader's word of the commit is what answers.
-        deliver_unless(&mut c, |_| false);
+        deliver_except(&mut c, |_| false);
         let answers = c.0.get_mut(&follower).unwrap().take_completions();
         assert_eq!(answers, vec![(Ticket { client: 7, seq: 1 }, Reply::Ok)]);
 
@@ -1363,25 +1338,9 @@ mod tests {
         let f = c.0.get_mut(&follower).unwrap();
         f.submit_write(Ticket { client: 7, seq: 2 }, 2, set("f", "2"));
         f.flush(0);
-        let mut held = Vec::new();
-        let late = |m: &Message| m.from == follower && m.get_msg_type() == MessageType::MsgAppendResponse;
-        loop {
-            let mut messages = Vec::new();
-            for r in c.0.values_mut() {
-                r.ready().unwrap();
-                messages.extend(r.take_messages());
-            }
-            if messages.is_empty() {
-                break;
-            }
-            for m in messages {
-                if late(&m) {
-                    held.push(m);
-                } else if let Some(r) = c.0.get_mut(&m.to) {
-                    r.step(m);
-                }
-            }
-        }
+        let held = deliver_except(&mut c, |m| {
+            m.from == follower && m.get_msg_type() == MessageType::MsgAppendResponse
+        });
         assert!(
             c.0.get_mut(&follower).unwrap().take_completions().is_empty(),
             "not before its entry is committed"
@@ -1390,7 +1349,7 @@ mod tests {
         for m in held {
             c.0.get_mut(&m.to).unwrap().step(m);
         }
-        deliver_unless(&mut c, |_| false);
+        deliver_except(&mut c, |_| false);
         let answers = c.0.get_mut(&follower).unwrap().take_completions();
         assert_eq!(answers, vec![(Ticket { client: 7, seq: 2 }, Reply::Ok)]);
     }
