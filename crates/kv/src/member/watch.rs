@@ -66,11 +66,10 @@ pub const RETRY_MAX_NS: u64 = 250_000;
 pub const STAGGER_MAX_NS: u64 = 1_000_000;
 
 /// The threshold Lambda a member uses unless told otherwise, us: 3,000 when its heartbeats go
-/// by UDP (with the 3 ms default period a leader is suspected 6 ms after its last word, and a
-/// client's write waits for the failover under 10 ms; at 200 us, an idle cluster on a shared
-/// two-core machine changed leader nine times in 30 s, each a stall of the leader's process
-/// longer than the threshold, which a member that was stalled with it now forgives:
-/// `Watch::woke_late`), 2,000 on the lane (a heartbeat waits up to a period for its tunnel's
+/// by UDP (with the 3 ms default period a leader is suspected 6 ms after its last word; a
+/// shorter threshold mistakes more of a shared machine's stalls of the leader's process for its
+/// death, the stalls a member stopped with it forgives: `Watch::woke_late`; the README's
+/// trade-off table, `scripts/kv-detector-tradeoff`, shows the period's side of it), 2,000 on the lane (a heartbeat waits up to a period for its tunnel's
 /// release and is read at the receiver's next look at its inbox; with nodes that sleep on
 /// shared cores, 200 us made a thousand or more false suspicions a second at each member,
 /// 2,000 about three). The log's sync does not change it: the leader's sync no longer stands
