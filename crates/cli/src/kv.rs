@@ -92,6 +92,13 @@ struct RaftArgs {
     /// for its tunnel's release and the receiver's look at its inbox).
     #[arg(long, value_name = "US")]
     fd_lambda_us: Option<u64>,
+    /// Thrifty replication: the leader sends a write's append at once only to the followers
+    /// its quorum needs (those furthest along) and holds the others' up to this long,
+    /// microseconds, so they go several at a time, off the write's path. 0-100000, 0 to send
+    /// every append at once; default 1000 on UDP, 0 on the lane (an append waits for its
+    /// tunnel's release anyway).
+    #[arg(long, value_name = "US")]
+    thrifty_us: Option<u64>,
     /// No failure detector: a lost leader is noticed by Raft's election timeout alone.
     #[arg(long)]
     no_fd: bool,
@@ -192,6 +199,9 @@ impl RaftArgs {
                 self.heartbeat_ticks
             )));
         }
+        if let Some(us) = self.thrifty_us.filter(|&us| us > 100_000) {
+            return Err(exit::usage(format!("--thrifty-us {us} is out of range: 0 to 100000")));
+        }
         if let Some(us) = self.fd_lambda_us.filter(|&us| us > 10_000_000) {
             return Err(exit::usage(format!(
                 "--fd-lambda-us {us} is out of range: 0 to 10000000 (or --no-fd)"
@@ -225,6 +235,9 @@ impl RaftArgs {
         }
         if self.stale_reads {
             flags.push("--stale-reads".into());
+        }
+        if let Some(us) = self.thrifty_us {
+            flags.push(format!("--thrifty-us={us}"));
         }
         if let Some(us) = self.fd_lambda_us {
             flags.push(format!("--fd-lambda-us={us}"));
@@ -402,6 +415,11 @@ fn serve(a: &ServeArgs) -> Result<i32> {
             BatchingArg::Pass => kairos_kv::member::Batching::Pass,
             BatchingArg::Period => kairos_kv::member::Batching::Period,
         },
+        thrifty: Some(
+            a.raft.thrifty_us.unwrap_or(kairos_kv::member::default_thrifty_us(a.lane_node.is_some())),
+        )
+        .filter(|&us| us > 0)
+        .map(Duration::from_micros),
         raft_tos: a.lane_class.then_some(kairos_io::lane_testbed::LANE_TOS),
         detector: (!a.raft.no_fd).then_some(kairos_kv::member::watch::WatchConfig {
             period_ns: a.raft.period_us(a.lane_node.is_some()) * 1_000,

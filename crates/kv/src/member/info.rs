@@ -142,7 +142,7 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
         let r = &f.replica;
         let _ = write!(
             out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_late_periods:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\nraft_lease_reads:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_late_periods:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\nraft_lease_reads:{}\r\nraft_appends_held:{}\r\n\r\n",
             s.connections,
             s.commands,
             s.datagrams_in,
@@ -155,7 +155,8 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
             r.read_retries,
             r.compactions,
             r.snapshots_installed,
-            r.lease_reads
+            r.lease_reads,
+            r.appends_held
         );
     }
     if want("keyspace") {

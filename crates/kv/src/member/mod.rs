@@ -69,6 +69,15 @@ pub fn default_period_us(on_lane: bool) -> u64 {
     if on_lane { 100 } else { 3_000 }
 }
 
+/// How long a leader may hold a write's append back from a follower its quorum does not need
+/// ([`crate::replica::thrift`]) unless told otherwise, us: 1,000 on UDP (a dead follower
+/// delays a write by that much once; a third member's run per write is off the write's path),
+/// 0 (off) on the lane, where an append already waits for its tunnel's next release and goes
+/// with whatever else the period made.
+pub fn default_thrifty_us(on_lane: bool) -> u64 {
+    if on_lane { 0 } else { 1_000 }
+}
+
 /// Raft's election timeout a member uses unless told otherwise, ticks: 100 with the failure
 /// detector (Raft's timeout is then only its backstop, and the leader's Raft heartbeats, half
 /// of it apart, wake no one often), 10 without it (10-20 ms at the default tick).
@@ -110,6 +119,9 @@ pub struct MemberConfig {
     pub allow_faults: bool,
     /// When a pass's requests are proposed.
     pub batching: Batching,
+    /// Thrifty replication: how long a leader may hold a write's append back from a follower
+    /// its quorum does not need, or `None` to send every append at once.
+    pub thrifty: Option<Duration>,
     /// The type-of-service byte of the Raft socket's datagrams (the lane's testbed puts DSCP
     /// EF in its strict-priority lane class), or `None` to leave the default.
     pub raft_tos: Option<u8>,
@@ -491,6 +503,7 @@ impl Member {
         }
         rc.election_ticks = config.election_ticks;
         rc.read_mode = config.read_mode;
+        rc.thrifty_ns = config.thrifty.map(|d| d.as_nanos() as u64);
         let replica = Replica::new(rc, log)?;
         // Client ids: the start time in microseconds, shifted, plus a counter, so no id repeats
         // across this member's restarts.
@@ -577,7 +590,9 @@ impl Member {
         let most_ticks = 2 * self.config.election_ticks.max(self.config.heartbeat_ticks) as u64 + 1;
         let lane_poll_ns = self.config.lane.as_ref().map(|l| l.poll.as_nanos() as u64);
         while !stop.load(Ordering::Relaxed) {
-            let raft_due = last_tick + self.replica.ticks_until_due() * tick_ns;
+            // Raft's next tick that has work, or appends held back that are due to go.
+            let raft_due = (last_tick + self.replica.ticks_until_due() * tick_ns)
+                .min(self.replica.next_release_ns().unwrap_or(u64::MAX));
             let wake = self.watch.as_ref().map_or(raft_due, |w| w.next_wake_ns().min(raft_due));
             let started = monotonic_ns();
             // On the lane nothing wakes the loop when a message arrives: it looks at the inbox
@@ -1306,6 +1321,7 @@ mod tests {
             join: false,
             allow_faults: false,
             batching: Batching::Pass,
+            thrifty: None,
             raft_tos: None,
             detector: None,
             lane: None,

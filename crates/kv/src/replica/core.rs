@@ -49,6 +49,7 @@ use raft::{RawNode, ReadOnlyOption, StateRole, Storage};
 use std::collections::BTreeMap;
 
 use super::storage::{Disk, LogStore};
+use super::thrift::{self, Thrift};
 use crate::kv::{Batch, ReadOp, Reply, Request, Store, WriteOp};
 
 /// How reads are answered.
@@ -118,6 +119,11 @@ pub struct ReplicaConfig {
     /// every vote for this long after its start (it may have acknowledged a leader before a
     /// restart and forgotten it). Needs [`Replica::observe_clock`] every pass.
     pub lease_ns: Option<u64>,
+    /// Thrifty replication ([`super::thrift`]): a leader holds an append of writes back from
+    /// the followers its quorum does not need for at most this long, ns, so they go several
+    /// at a time; `None` sends every append at once. Needs [`Replica::observe_clock`] every
+    /// pass, and a shell that wakes by [`Replica::next_release_ns`].
+    pub thrifty_ns: Option<u64>,
 }
 
 impl ReplicaConfig {
@@ -137,6 +143,7 @@ impl ReplicaConfig {
             max_inflight_appends: 256,
             hold_while_in_flight: true,
             lease_ns: None,
+            thrifty_ns: None,
         }
     }
 }
@@ -213,6 +220,8 @@ pub struct ReplicaStats {
     pub snapshots_installed: u64,
     /// Reads the leader answered under its lease, without a round to the followers.
     pub lease_reads: u64,
+    /// Appends held back from a follower the quorum did not need ([`super::thrift`]).
+    pub appends_held: u64,
 }
 
 /// One member: Raft, its log, the store and the requests in flight.
@@ -251,6 +260,8 @@ pub struct Replica<D: Disk> {
     lease_from_ns: Option<u64>,
     /// This leader's proposals not yet committed: (last log index after it, clock then).
     proposed_at: std::collections::VecDeque<(u64, u64)>,
+    /// The appends held back from followers the quorum does not need, when thrifty.
+    thrift: Option<Thrift>,
 }
 
 impl<D: Disk> std::fmt::Debug for Replica<D> {
@@ -286,6 +297,7 @@ impl<D: Disk> Replica<D> {
     /// A member over `log` (new or loaded): the store comes from the log's snapshot, and
     /// entries after it are applied again as they are committed.
     pub fn new(config: ReplicaConfig, log: LogStore<D>) -> Result<Self, ReplicaError> {
+        let thrift = config.thrifty_ns.map(Thrift::new);
         let snapshot = log.latest_snapshot();
         let applied = snapshot.get_metadata().index;
         let store = if snapshot.data.is_empty() { Store::new() } else { Store::decode(&snapshot.data)? };
@@ -316,6 +328,7 @@ impl<D: Disk> Replica<D> {
             started_ns: None,
             lease_from_ns: None,
             proposed_at: std::collections::VecDeque::new(),
+            thrift,
         })
     }
 
@@ -365,7 +378,7 @@ impl<D: Disk> Replica<D> {
 
     /// Counters.
     pub fn stats(&self) -> ReplicaStats {
-        self.stats
+        ReplicaStats { appends_held: self.thrift.as_ref().map_or(0, |t| t.appends_held), ..self.stats }
     }
 
     /// The log store (the simulator's crashes take its disk).
@@ -433,6 +446,14 @@ impl<D: Disk> Replica<D> {
         }
         let acknowledged = msg.get_msg_type() == raft::eraftpb::MessageType::MsgAppendResponse
             && self.commit_notices.contains_key(&msg.from);
+        // A follower whose client waits on this leader gets its appends at once.
+        if matches!(
+            msg.get_msg_type(),
+            raft::eraftpb::MessageType::MsgPropose | raft::eraftpb::MessageType::MsgReadIndex
+        ) && let Some(thrift) = self.thrift.as_mut()
+        {
+            thrift.asked(msg.from, self.clock_ns);
+        }
         let _ = self.node.step(msg);
         // A follower owed word of its write's commit acknowledged more of the log.
         if acknowledged {
@@ -445,6 +466,16 @@ impl<D: Disk> Replica<D> {
     pub fn observe_clock(&mut self, now_ns: u64) {
         self.clock_ns = self.clock_ns.max(now_ns);
         self.started_ns.get_or_insert(now_ns);
+        if let Some(thrift) = self.thrift.as_mut() {
+            thrift.release_due(self.clock_ns, &mut self.outbox);
+        }
+    }
+
+    /// When appends held back from a follower ([`ReplicaConfig::thrifty_ns`]) are due to go,
+    /// on this member's clock: the shell observes the clock by then, and sends what that
+    /// released.
+    pub fn next_release_ns(&self) -> Option<u64> {
+        self.thrift.as_ref().and_then(Thrift::next_due_ns)
     }
 
     /// Whether this member leads under a lease that runs now: a quorum heard it recently
@@ -606,8 +637,51 @@ impl<D: Disk> Replica<D> {
                 }
                 _ => {}
             }
+            if matches!(
+                msg.get_msg_type(),
+                raft::eraftpb::MessageType::MsgAppend | raft::eraftpb::MessageType::MsgSnapshot
+            ) && let Some(thrift) = self.thrift.as_ref()
+            {
+                // An append of writes the quorum does not need is held; one that carries only
+                // a commit index joins what is held for its follower (alone it would arrive
+                // before the entries it follows, and be refused).
+                let commit_only = msg.get_msg_type() == raft::eraftpb::MessageType::MsgAppend
+                    && msg.entries.is_empty()
+                    && thrift.holds_for(msg.to);
+                let hold = !thrift.eager(msg.to, self.clock_ns)
+                    && (commit_only || (Thrift::holdable(&msg) && !self.quorum_needs(msg.to)));
+                let thrift = self.thrift.as_mut().expect("checked above");
+                if hold {
+                    thrift.hold(msg, self.clock_ns);
+                    continue;
+                }
+                // After what is held for the same follower: appends arrive in the order made.
+                thrift.release(msg.to, &mut self.outbox);
+            }
             self.outbox.push(msg);
         }
+    }
+
+    /// Whether this leader's quorum needs follower `to` now ([`thrift::quorum_needs`]); every
+    /// follower is needed by a member that does not lead, in a joint membership, or with
+    /// fewer than three voters.
+    fn quorum_needs(&self, to: u64) -> bool {
+        let conf = self.node.store().conf_state();
+        let raft = &self.node.raft;
+        let voters = conf.get_voters();
+        if raft.state != StateRole::Leader
+            || !conf.get_voters_outgoing().is_empty()
+            || voters.len() < 3
+            || !voters.contains(&self.config.id)
+        {
+            return true;
+        }
+        let mut followers: Vec<(u64, u64)> = voters
+            .iter()
+            .filter(|&&v| v != self.config.id)
+            .map(|&v| (v, raft.prs().get(v).map_or(0, |p| p.matched)))
+            .collect();
+        thrift::quorum_needs(to, voters.len(), &mut followers)
     }
 
     fn propose_waiting(&mut self) {
@@ -800,6 +874,10 @@ impl<D: Disk> Replica<D> {
             return;
         }
         self.leader_seen = (leader, term);
+        // Appends held back go now: a new term's leader holds none of the old one's.
+        if let Some(thrift) = self.thrift.as_mut() {
+            thrift.release_all(&mut self.outbox);
+        }
         // A lease is this term's leader's alone.
         self.lease_from_ns = None;
         self.proposed_at.clear();
@@ -1352,5 +1430,80 @@ mod tests {
         deliver_except(&mut c, |_| false);
         let answers = c.0.get_mut(&follower).unwrap().take_completions();
         assert_eq!(answers, vec![(Ticket { client: 7, seq: 2 }, Reply::Ok)]);
+    }
+
+    #[test]
+    fn a_thrifty_leader_commits_with_the_follower_a_quorum_needs_and_sends_the_other_s_appends_later() {
+        const HOLD: u64 = 1_000_000;
+        // Commits ride on the detector's heartbeats, as in a member with the detector on.
+        let mut c = Cluster::with(&[1, 2, 3], |config| {
+            config.thrifty_ns = Some(HOLD);
+            config.commit_by_heartbeats = true;
+        });
+        clock(&mut c, 1);
+        c.settle(40);
+        let leader = c.leader();
+        let others: Vec<u64> = [1, 2, 3].into_iter().filter(|&id| id != leader).collect();
+        let write = |c: &mut Cluster, seq: u64| {
+            let l = c.0.get_mut(&leader).unwrap();
+            l.submit_write(Ticket { client: 1, seq }, seq, set("k", &seq.to_string()));
+            l.flush(0);
+            deliver_except(c, |_| false);
+            c.0.get_mut(&leader).unwrap().take_completions()
+        };
+        // Every follower holds the log so far: the lowest id is the one the quorum needs.
+        let (needed, spared) = (others[0], others[1]);
+        let spared_before = c.0[&spared].log().last_index().unwrap();
+        for seq in 1..=3 {
+            assert_eq!(write(&mut c, seq), vec![(Ticket { client: 1, seq }, Reply::Ok)], "committed at once");
+        }
+        assert_eq!(c.0[&spared].log().last_index().unwrap(), spared_before, "its appends held back");
+        assert!(c.0[&needed].log().last_index().unwrap() > spared_before);
+        assert_eq!(c.0[&leader].stats().appends_held, 3);
+        assert_eq!(c.0[&leader].next_release_ns(), Some(1 + HOLD));
+        // Due: the three appends go together, in order, and the follower catches up.
+        clock(&mut c, 1 + HOLD);
+        deliver_except(&mut c, |_| false);
+        assert_eq!(c.0[&spared].log().last_index().unwrap(), c.0[&needed].log().last_index().unwrap());
+        assert_eq!(c.0[&leader].next_release_ns(), None);
+
+        // A follower that forwards a write gets its appends at once: answered with no clock moved.
+        let l = c.0.get_mut(&leader).unwrap();
+        let held = l.stats().appends_held;
+        let f = c.0.get_mut(&spared).unwrap();
+        f.submit_write(Ticket { client: 9, seq: 1 }, 1, set("f", "1"));
+        f.flush(0);
+        deliver_except(&mut c, |_| false);
+        assert_eq!(
+            c.0.get_mut(&spared).unwrap().take_completions(),
+            vec![(Ticket { client: 9, seq: 1 }, Reply::Ok)]
+        );
+        assert_eq!(c.0[&leader].stats().appends_held, held);
+
+        // The needed follower stops answering: the write waits for the hold, then commits with
+        // the other, which is needed from then on (once no longer eager).
+        let t = 1 + HOLD + thrift::EAGER_NS;
+        clock(&mut c, t);
+        let l = c.0.get_mut(&leader).unwrap();
+        l.submit_write(Ticket { client: 1, seq: 4 }, 4, set("k", "4"));
+        l.flush(0);
+        let lost = |m: &Message| m.to == needed || m.from == needed;
+        deliver_except(&mut c, lost);
+        assert!(c.0.get_mut(&leader).unwrap().take_completions().is_empty(), "no quorum within the hold");
+        clock(&mut c, t + HOLD);
+        deliver_except(&mut c, lost);
+        assert_eq!(
+            c.0.get_mut(&leader).unwrap().take_completions(),
+            vec![(Ticket { client: 1, seq: 4 }, Reply::Ok)]
+        );
+        let l = c.0.get_mut(&leader).unwrap();
+        l.submit_write(Ticket { client: 1, seq: 5 }, 5, set("k", "5"));
+        l.flush(0);
+        deliver_except(&mut c, lost);
+        assert_eq!(
+            c.0.get_mut(&leader).unwrap().take_completions(),
+            vec![(Ticket { client: 1, seq: 5 }, Reply::Ok)],
+            "the other follower is now the one needed: at once"
+        );
     }
 }

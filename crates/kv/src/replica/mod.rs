@@ -1,7 +1,9 @@
-//! Raft replication (being built).
+//! Raft replication: the replica (Raft, its log, the store), its log's storage, its wire
+//! format, and thrifty replication's policy.
 
 pub mod core;
 pub mod storage;
+pub mod thrift;
 pub mod wire;
 
 pub use self::core::{

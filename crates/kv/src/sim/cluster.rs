@@ -234,6 +234,8 @@ fn replica_config(config: &SimConfig, id: u64, rng: &mut StdRng) -> ReplicaConfi
     rc.compact_after_entries = config.compact_after_entries;
     rc.fixed_election_ticks = Some(rng.random_range(rc.election_ticks..2 * rc.election_ticks));
     rc.commit_by_heartbeats = config.detector.is_some();
+    // Thrifty replication, as a member process on UDP holds appends.
+    rc.thrifty_ns = Some(crate::member::default_thrifty_us(false) * 1_000);
     // The leader's lease, as a member process sets it: the shorter of the detector's timeout
     // and Raft's, less a tenth.
     if let Some(d) = config.detector {
