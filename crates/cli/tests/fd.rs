@@ -1,7 +1,8 @@
 //! `kairos fd`: a small `fd detect` and `fd accuracy` on loopback (any user), their JSON rows,
-//! a member's alive table read from `/dev/shm` by another process's view, and, as root, a
-//! small detect run on the lane's testbed with a link cut (ignored by the debug test run;
-//! `scripts/test` runs it in release as root).
+//! a member's alive table read from `/dev/shm` by another process's view, and, as root, small
+//! detect runs on the lane's testbed with a link cut and on the lane itself (at a 1 ms period
+//! and a 5 ms threshold: see `ROOT_PERIOD_US`), and an accuracy run with the interrupt clock
+//! (ignored by the debug test run; `scripts/test` runs them in release as root).
 //!
 //! The loopback runs use a 1 ms period and a 5 ms threshold, so the debug build's members and a
 //! busy machine keep up; the bounds checked are the contract's (a crash is noticed within
@@ -151,8 +152,31 @@ fn bad_flags_are_usage_errors_before_anything_starts() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// The heartbeat period `T` of the root runs, us: not the default 100 us, which needs a
+/// machine that keeps three members (and on the lane their three nodes) waking every 100 us.
+/// CI's is a 2-vCPU virtual machine where one timed wake-up costs about 21 us of CPU
+/// (`cyclictest -p 70 -i 100`: 0.43 s of CPU for 20,000). There, at 100 us, the two members
+/// sharing a core sent a heartbeat every 480 us or so instead of every 100 (`fd accuracy
+/// --network namespaces`: 2,094 and 2,041 a second, the one alone on its core 8,444): the
+/// machine was saturated, no threshold near the recommended 200 us held (the group never
+/// settled: thousands of suspicions), and a larger one would only have hidden that. At 1 ms
+/// every member sends its 1,000 a second (980 to 997 measured, on the testbed and on the
+/// lane). The loopback runs above use the same period and threshold.
+const ROOT_PERIOD_US: u64 = 1_000;
+/// The threshold Lambda of the root runs, us. At `ROOT_PERIOD_US` on that machine, what
+/// suspects a healthy member is a stall of the machine (the hypervisor's: a `SCHED_FIFO` 95
+/// thread woke up to 39 ms late, and the experiments' stall watch saw stalls of up to 45 ms),
+/// which no threshold of milliseconds avoids. What the run needs is that they are rare enough
+/// for the group to be calm, in all 6 ordered pairs of members, for the 100 ms the experiment
+/// waits before each failure. `fd accuracy --period-us 1000` measured, mistakes a second of a
+/// pair: on the testbed 0.6 at 5 ms (4.6 at 2 ms), on the lane 0.04 to 0.25 at 5 ms (0.27 to
+/// 1.9 at 2 ms). At 5 ms a 100 ms window then holds 0.4 mistakes of the group on average
+/// (calm about two times in three); at 2 ms, 2.8 (calm one time in sixteen).
+const ROOT_THRESHOLD_US: u64 = 5_000;
+
 /// A small `fd detect` as root on `network`: four trials of each of `failures`, none of the
-/// detectors that take seconds; its JSON, its rows printed.
+/// detectors that take seconds, at `ROOT_PERIOD_US` and `ROOT_THRESHOLD_US`; its JSON, its
+/// rows printed.
 fn small_detect_as_root(network: &str, failures: &str) -> Value {
     let dir = results(network);
     let out = kairos(&[
@@ -168,6 +192,10 @@ fn small_detect_as_root(network: &str, failures: &str) -> Value {
         "0",
         "--failures",
         failures,
+        "--period-us",
+        &ROOT_PERIOD_US.to_string(),
+        "--threshold-us",
+        &ROOT_THRESHOLD_US.to_string(),
         "--results",
         dir.to_str().unwrap(),
     ]);
@@ -177,14 +205,16 @@ fn small_detect_as_root(network: &str, failures: &str) -> Value {
     v
 }
 
-/// Kairos's detector saw every trial of each of `failures`, at a median within `after_us` of
-/// the victim's last heartbeat (the detector's own part: T + Lambda, plus wake-ups).
-fn assert_all_detected(rows: &[Value], failures: &[&str], after_us: std::ops::Range<f64>) {
+/// Kairos's detector saw every trial of each of `failures`, at a median from the victim's
+/// last fresh heartbeat of `T + Lambda` (the deadline: never less, 50 us of rounding allowed)
+/// plus at most 5 ms (the observer's wake-up on a busy machine).
+fn assert_all_detected(rows: &[Value], failures: &[&str]) {
+    let timeout_us = (ROOT_PERIOD_US + ROOT_THRESHOLD_US) as f64;
     for failure in failures {
         let r = row(rows, "kairos", failure);
         assert_eq!(r["detected"].as_u64(), Some(4), "{r}");
         let after = r["after_last_heartbeat_us"]["p50"].as_f64().unwrap();
-        assert!(after_us.contains(&after), "{r}");
+        assert!((timeout_us - 50.0..timeout_us + 5_000.0).contains(&after), "{r}");
     }
 }
 
@@ -193,8 +223,7 @@ fn assert_all_detected(rows: &[Value], failures: &[&str], after_us: std::ops::Ra
 #[ignore = "needs root: makes network namespaces; scripts/test runs it as root"]
 fn a_small_detect_run_on_the_testbed_cuts_a_link() {
     let v = small_detect_as_root("namespaces", "kill,link_down");
-    // T + Lambda: 300 us.
-    assert_all_detected(v["rows"].as_array().unwrap(), &["kill", "link_down"], 250.0..5_000.0);
+    assert_all_detected(v["rows"].as_array().unwrap(), &["kill", "link_down"]);
 }
 
 /// As root: the members on the express lane (a controller and a node per host of the testbed,
@@ -205,8 +234,7 @@ fn a_small_detect_run_on_the_lane_detects_every_failure() {
     let v = small_detect_as_root("lane", "kill,link_down,app_hang");
     assert_eq!(v["network"], "lane", "{v}");
     let rows = v["rows"].as_array().unwrap();
-    // T + Lambda: 1,100 us, the lane's default.
-    assert_all_detected(rows, &["kill", "link_down", "app_hang"], 1_000.0..6_000.0);
+    assert_all_detected(rows, &["kill", "link_down", "app_hang"]);
     // SWIM's datagrams travel on the tunnel too: it sees the kill.
     assert_eq!(row(rows, "swim-aggressive", "kill")["detected"].as_u64(), Some(4));
 }

@@ -67,7 +67,8 @@ pub const PHI_AKKA: &str = "phi-akka";
 pub const PHI_TUNED: &str = "phi-tuned";
 /// SWIM with `foca`'s LAN defaults (peer slot 2).
 pub const SWIM_LAN: &str = "swim-lan";
-/// SWIM with every duration a thousandth of the LAN defaults (peer slot 3).
+/// SWIM with every duration a thousandth of the LAN defaults, scaled with a period above
+/// 100 us ([`SwimSettings::aggressive`]; peer slot 3).
 pub const SWIM_AGGRESSIVE: &str = "swim-aggressive";
 /// The peers, in peer-slot order.
 pub const PEERS: [&str; PEER_SLOTS] = [PHI_AKKA, PHI_TUNED, SWIM_LAN, SWIM_AGGRESSIVE];
@@ -363,8 +364,14 @@ pub fn run<M: BridgeMemory + Sync>(
     if table.rows() < others.len() {
         return Err(MemberError::Table { rows: table.rows(), members: others.len() });
     }
-    let transport =
-        Transport::open(config.id, &config.members, config.lane.as_ref(), config.type_of_service)?;
+    let timeout_ns = config.period_ns.saturating_add(config.threshold_ns);
+    let transport = Transport::open(
+        config.id,
+        &config.members,
+        config.lane.as_ref(),
+        config.type_of_service,
+        timeout_ns,
+    )?;
     let app_stop = AtomicBool::new(false);
     // The loop's heartbeat rounds: one a period from this instant, offset by the member's rank
     // so the members do not all wake at once; on the lane, a little before each of the node's
@@ -462,7 +469,9 @@ fn run_loop<M: BridgeMemory>(
         phis.push(PhiWatch::new(PhiSettings::tuned(config.period_ns, config.threshold_ns), ids.clone())?);
         let me = SwimId { member: config.id, generation: config.incarnation };
         let n = config.members.len();
-        for (i, settings) in [SwimSettings::lan(n), SwimSettings::aggressive(n)].iter().enumerate() {
+        for (i, settings) in
+            [SwimSettings::lan(n), SwimSettings::aggressive(n, config.period_ns)].iter().enumerate()
+        {
             let mut peer =
                 SwimPeer::new(me, settings, config.seed ^ config.id.rotate_left(17) ^ i as u64, start);
             peer.announce(&ids, start);
@@ -499,7 +508,9 @@ fn run_loop<M: BridgeMemory>(
     l.send_swim(&mut transport);
     l.publish(start);
     let mut deadline = start;
-    let mut slept = false;
+    // When the loop last gave up its core, and until when: a sleep to `deadline`, or, behind
+    // it, a yield from the pass's end (`None` before the first pass).
+    let mut gave_up: Option<u64> = None;
     let mut held = HeldWatch::new(HeldThread::Loop, LATE_NS, config.measure_from_ns, MAX_HELD);
     // Interrupt handlers are charged to the thread they interrupt: a clock on the loop's core,
     // counting the handlers that interrupted the loop, tells them from its own work.
@@ -519,7 +530,7 @@ fn run_loop<M: BridgeMemory>(
     };
     loop {
         let now = monotonic_ns();
-        held.woke(deadline, now, thread_cpu_time_ns(), slept, |from, to| {
+        held.woke(gave_up.unwrap_or(now), now, thread_cpu_time_ns(), gave_up.is_some(), |from, to| {
             irq.as_mut().map_or(0, |c| c.handler_ns_between(from, to))
         });
         l.report.wakeups += 1;
@@ -561,9 +572,19 @@ fn run_loop<M: BridgeMemory>(
         let pass_end = monotonic_ns();
         // The pass's time in the socket's system calls: kernel work in this thread's context.
         held.pass_ended(pass_end, transport.take_syscall_ns());
-        slept = deadline > pass_end;
-        if slept {
+        if deadline > pass_end {
             sleep_until_ns(deadline);
+            gave_up = Some(deadline);
+        } else {
+            // Behind (the pass outlasted the next deadline): the next pass at once, but after
+            // the threads of the loop's priority waiting for its core. A `SCHED_FIFO` loop that
+            // never sleeps keeps its core from another member's loop at the same priority on
+            // it (two virtual cores carry three members): on a machine where a pass costs more
+            // than a period, one such loop held its neighbour off for 658 ms, a silence every
+            // detector of the group took for a failure. Yielding costs one system call, and
+            // only when behind. The time off the core is then a stall like a late wake-up.
+            std::thread::yield_now();
+            gave_up = Some(pass_end);
         }
     }
     l.report.lane = transport.lane_stats();

@@ -106,12 +106,14 @@ impl std::fmt::Debug for Udp {
 impl Transport {
     /// Binds member `me`'s socket (`members` all UDP addresses, `lane` none), or joins its host's
     /// lane node (`members` all lane hosts, `lane` its node), with `type_of_service` on the
-    /// socket's datagrams.
+    /// socket's datagrams. `timeout_ns` is the group's `T + Lambda`: on the lane, a period
+    /// granted longer than asked is taken (and said on standard error) while it is shorter.
     pub fn open(
         me: u64,
         members: &std::collections::BTreeMap<u64, PeerAddr>,
         lane: Option<&LaneLinkConfig>,
         type_of_service: Option<u8>,
+        timeout_ns: u64,
     ) -> Result<Self, TransportError> {
         let own = members
             .get(&me)
@@ -143,15 +145,42 @@ impl Transport {
                 let name = lane_link::tunnel_name(FD_LANE_TUNNEL, members);
                 let link = LaneLink::join_group(&format!("fd-{me}"), &name, me, members, config)
                     .map_err(Box::new)?;
-                // The rounds follow the releases: a longer period would leave heartbeats behind.
+                // The rounds follow the node's releases, so heartbeats leave once a granted
+                // period. The lane grants at least the period asked, longer where its analysis
+                // needs it: a period must outlast the jitter of the links (the proof needs a
+                // packet to have left a queue before the next arrives), and the testbed's
+                // links' jitter is what its calibration measured when the lane came up (a
+                // high percentile of idle datagrams, which a slow or busy host makes longer).
+                // Such a grant is taken: the receivers' rule (no fresh heartbeat within
+                // T + Lambda) still holds, with T + Lambda less the granted period left for
+                // lateness instead of Lambda, and a crash is still noticed T + Lambda after its
+                // last heartbeat; the member says so. A grant of T + Lambda or more is refused:
+                // every gap between two heartbeats would then be a suspicion.
                 let granted = link.period_ns();
-                if granted != config.period.as_nanos() as u64 {
+                let asked = config.period.as_nanos() as u64;
+                if granted >= timeout_ns {
                     return Err(TransportError::Members(format!(
-                        "the lane granted a period of {:.1} us, not the heartbeat period {:.1} us: the lane's \
-                         topology has no room for that period; give a longer --period-us",
+                        "the lane granted a period of {:.1} us for the heartbeat period {:.1} us, at or \
+                         past the group's timeout T + Lambda, {:.1} us: every gap between heartbeats would \
+                         be a suspicion; give a longer --threshold-us or --period-us (the lane's analysis \
+                         needs that period on its links)",
                         granted as f64 / 1e3,
-                        config.period.as_nanos() as f64 / 1e3
+                        asked as f64 / 1e3,
+                        timeout_ns as f64 / 1e3
                     )));
+                }
+                if granted != asked {
+                    eprintln!(
+                        "kairos fd member {me}: the lane granted a period of {:.1} us, not {:.1} us ({}): \
+                         heartbeats leave every {:.1} us, which leaves {:.1} us of the timeout T + Lambda, \
+                         {:.1} us, for lateness",
+                        granted as f64 / 1e3,
+                        asked as f64 / 1e3,
+                        link.describe(),
+                        granted as f64 / 1e3,
+                        (timeout_ns - granted) as f64 / 1e3,
+                        timeout_ns as f64 / 1e3
+                    );
                 }
                 let others = members.keys().copied().filter(|&m| m != me).collect();
                 let offset_ns = realtime_offset().1;
@@ -317,8 +346,8 @@ mod tests {
         let members: BTreeMap<u64, PeerAddr> = (1..=2)
             .map(|m| (m, PeerAddr::Udp(SocketAddr::from(([127, 0, 0, 1], ports[m as usize - 1])))))
             .collect();
-        let mut sender = Transport::open(1, &members, None, None).unwrap();
-        let mut receiver = Transport::open(2, &members, None, None).unwrap();
+        let mut sender = Transport::open(1, &members, None, None, u64::MAX).unwrap();
+        let mut receiver = Transport::open(2, &members, None, None, u64::MAX).unwrap();
         // The receiver's pass begins, then a heartbeat comes during it, and the pass reads it
         // 5 ms later: it arrived after the pass began and before it was read.
         let pass_began = monotonic_ns();
