@@ -149,6 +149,17 @@ fn a_cluster_of_processes_serves_redis_clients_through_a_leader_kill_and_a_resta
         "leader {leader_id} killed; member {new_leader} leads, a write answered after {:?}",
         killed_at.elapsed()
     );
+    // Found by its closed port (ICMP port unreachable on a probe), not by Lambda's silence.
+    let refused: u64 = (1..=3)
+        .filter(|&id| id != leader_id)
+        .map(|id| {
+            let info: String = redis::cmd("INFO").query(&mut connect(client_ports[id - 1])).unwrap();
+            kairos_kv::resp::client::info_field(&info, "fd_probes_refused")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        })
+        .sum();
+    assert!(refused >= 1, "no survivor's probe of the dead leader's port was refused");
 
     // The killed member comes back from its log and catches up.
     members.0[leader_id - 1] = Some(start(leader_id, &peers, client_ports[leader_id - 1], data.path()));

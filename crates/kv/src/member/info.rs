@@ -97,7 +97,7 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
             Some((config, stats, suspected)) => {
                 let _ = write!(
                     out,
-                    "fd_period_us:{}\r\nfd_lambda_us:{}\r\nfd_fanout:{}\r\nfd_suspected:{}\r\nfd_heartbeats_in:{}\r\nfd_heartbeats_out:{}\r\nfd_suspicions:{}\r\nfd_leader_suspicions:{}\r\nfd_campaigns:{}\r\nfd_late_wakes:{}\r\n",
+                    "fd_period_us:{}\r\nfd_lambda_us:{}\r\nfd_fanout:{}\r\nfd_suspected:{}\r\nfd_heartbeats_in:{}\r\nfd_heartbeats_out:{}\r\nfd_suspicions:{}\r\nfd_leader_suspicions:{}\r\nfd_campaigns:{}\r\nfd_late_wakes:{}\r\nfd_leader_gap_max_us:{}\r\nfd_leader_gaps_over_timeout:{}\r\nfd_probes:{}\r\nfd_probes_refused:{}\r\n",
                     config.period_ns / 1_000,
                     config.lambda_ns / 1_000,
                     config.fanout,
@@ -107,7 +107,11 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
                     stats.suspicions,
                     stats.leader_suspicions,
                     stats.campaigns,
-                    stats.late_wakes
+                    stats.late_wakes,
+                    stats.leader_gap_max_ns / 1_000,
+                    stats.leader_gaps_over_timeout,
+                    stats.probes,
+                    stats.probes_refused
                 );
             }
             None => out.push_str("fd:off\r\n"),

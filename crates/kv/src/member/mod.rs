@@ -316,6 +316,9 @@ pub struct Member {
     heartbeat: Vec<u8>,
     /// The buffer Raft's messages are encoded into, made once.
     raft_out: Vec<u8>,
+    /// A socket connected to the leader's Raft address, for the detector's probes of its port
+    /// ([`Watch::probe_due`]), and which member it is connected to.
+    probe: Option<(u64, UdpSocket)>,
 }
 
 /// A membership change proposed at this member, waiting to be applied here.
@@ -486,7 +489,9 @@ impl Member {
         // The leader's lease: a follower votes for another only once it suspects its leader
         // (`T + Lambda` after its last word) or Raft's election timeout passed, so a leader a
         // quorum heard at time t is the only one until t plus the shorter of the two; a tenth
-        // less, for clock rates and the time a tick is counted late.
+        // less, for clock rates and the time a tick is counted late. Sooner only when the
+        // leader's port refused a probe: its process is gone, and with it every read it could
+        // answer under its lease.
         if let Some(d) = config.detector {
             let election_ns = config.election_ticks as u64 * config.tick.as_nanos() as u64;
             let follower_waits = (d.period_ns + d.lambda_ns).min(election_ns);
@@ -535,6 +540,7 @@ impl Member {
             watch,
             heartbeat: Vec::with_capacity(kairos_fd::wire::MAX_HEARTBEAT_BYTES),
             raft_out: Vec::new(),
+            probe: None,
         })
     }
 
@@ -605,7 +611,7 @@ impl Member {
                 until = until.min(at.saturating_sub(realtime_ns()) + started);
             }
             let timeout = Duration::from_nanos(until.saturating_sub(started));
-            let (udp_ready, listen_ready, ready_conns) = self.wait(timeout)?;
+            let (udp_ready, listen_ready, ready_conns, probe_ready) = self.wait(timeout)?;
             // Raft's clock first: ticks that passed while the loop slept count before any
             // message of this pass restarts an election clock.
             let now = monotonic_ns();
@@ -626,6 +632,9 @@ impl Member {
                 if passed > most_ticks {
                     self.stats.late_periods += 1;
                 }
+            }
+            if probe_ready {
+                self.take_probe_answer(now);
             }
             if udp_ready {
                 self.receive_raft()?;
@@ -661,7 +670,9 @@ impl Member {
         Ok(())
     }
 
-    fn wait(&mut self, timeout: Duration) -> io::Result<(bool, bool, Vec<u64>)> {
+    /// Sleeps until a socket speaks or `timeout`: whether Raft's socket, the listener, which
+    /// clients, and the probe socket did.
+    fn wait(&mut self, timeout: Duration) -> io::Result<(bool, bool, Vec<u64>, bool)> {
         let clients: Vec<u64> =
             self.conns.iter().filter(|(_, c)| c.wants_input()).map(|(id, _)| *id).collect();
         // On the lane there is no Raft socket: the node's doorbell wakes the loop, and the inbox
@@ -671,10 +682,12 @@ impl Member {
         let first = fds.len();
         fds.push(self.listener.as_fd());
         fds.extend(clients.iter().map(|id| self.conns[id].stream.as_fd()));
+        let probe_index = fds.len();
+        fds.extend(self.probe.as_ref().map(|(_, socket)| socket.as_fd()));
         let mut set = PollSet::readable(fds.iter());
         match set.wait(timeout) {
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok((false, false, Vec::new())),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok((false, false, Vec::new(), false)),
             Err(e) => return Err(e),
         }
         let ready = clients
@@ -685,7 +698,55 @@ impl Member {
             .collect();
         // A connection with answers still to write is served again whether or not it spoke.
         let raft_ready = self.lane.is_some() || (first == 1 && set.is_readable(0));
-        Ok((raft_ready, set.is_readable(first), ready))
+        // A refused probe is an error pending on its socket, not a datagram.
+        Ok((raft_ready, set.is_readable(first), ready, set.is_ready(probe_index)))
+    }
+
+    /// Sends a probe to `leader`'s Raft address on a socket connected to it (made when the
+    /// leader changes): this member's heartbeat, which a live member takes as any other (and
+    /// a leader, which reads none, leaves). If no process holds the port, the host answers
+    /// with ICMP port unreachable, which the connected socket reports as an error
+    /// ([`Member::take_probe_answer`]). Not on the lane, where no such answer comes.
+    fn send_probe(&mut self, leader: u64, now: u64) {
+        if self.lane.is_some() || self.faults.drops(leader, now) {
+            return;
+        }
+        let Some(addr) = self.config.peers.get(&leader).and_then(PeerAddr::udp) else { return };
+        if self.probe.as_ref().is_none_or(|(to, _)| *to != leader) {
+            self.probe = None;
+            // This member's address from its settings: its Raft socket is out of `self` while
+            // a datagram (a vote asked) is handled.
+            let Some(own) = self.config.peers.get(&self.config.id).and_then(PeerAddr::udp) else { return };
+            let made = UdpSocket::bind(SocketAddr::new(own.ip(), 0)).and_then(|socket| {
+                socket.set_nonblocking(true)?;
+                socket.connect(addr)?;
+                Ok(socket)
+            });
+            let Ok(socket) = made else { return };
+            self.probe = Some((leader, socket));
+        }
+        let (Some(watch), Some((_, socket))) = (self.watch.as_mut(), self.probe.as_ref()) else { return };
+        watch.probe_heartbeat(now, &mut self.heartbeat);
+        let _ = socket.send(&self.heartbeat);
+    }
+
+    /// What the probe socket holds: an error of a refused probe makes its member suspected.
+    fn take_probe_answer(&mut self, now: u64) {
+        let Some((peer, socket)) = self.probe.as_ref() else { return };
+        let mut refused = false;
+        let mut buf = [0u8; 64];
+        loop {
+            match socket.recv(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => refused = true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Nothing answers a probe with a datagram; anything else ends the look.
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        if refused && let Some(watch) = self.watch.as_mut() {
+            watch.refused(*peer, now);
+        }
     }
 
     fn receive_raft(&mut self) -> io::Result<()> {
@@ -744,6 +805,15 @@ impl Member {
                     {
                         self.receive_beats(now)?;
                         self.judge(now);
+                    }
+                    // Still trusted: its port is asked, so that a leader whose process is gone
+                    // is suspected before the candidate asks again.
+                    if matches!(
+                        msg.get_msg_type(),
+                        MessageType::MsgRequestPreVote | MessageType::MsgRequestVote
+                    ) && let Some(leader) = self.watch.as_mut().and_then(|w| w.probe_now(now))
+                    {
+                        self.send_probe(leader, now);
                     }
                     self.replica.step(msg);
                 }
@@ -868,6 +938,9 @@ impl Member {
                 }
             },
         );
+        if let Some(leader) = self.watch.as_mut().and_then(|w| w.probe_due(now)) {
+            self.send_probe(leader, now);
+        }
         self.judge(now);
         Ok(())
     }

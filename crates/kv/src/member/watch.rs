@@ -65,18 +65,25 @@ pub const RETRY_MAX_NS: u64 = 250_000;
 /// suspected yet stands again soon, whatever the period.
 pub const STAGGER_MAX_NS: u64 = 1_000_000;
 
-/// The threshold Lambda a member uses unless told otherwise, us: 3,000 when its heartbeats go
-/// by UDP (with the 3 ms default period a leader is suspected 6 ms after its last word; a
-/// shorter threshold mistakes more of a shared machine's stalls of the leader's process for its
-/// death, the stalls a member stopped with it forgives: `Watch::woke_late`; the README's
-/// trade-off table, `scripts/kv-detector-tradeoff`, shows the period's side of it), 2,000 on the lane (a heartbeat waits up to a period for its tunnel's
-/// release and is read at the receiver's next look at its inbox; with nodes that sleep on
-/// shared cores, 200 us made a thousand or more false suspicions a second at each member,
-/// 2,000 about three). The log's sync does not change it: the leader's sync no longer stands
-/// between its heartbeats.
+/// The threshold Lambda a member uses unless told otherwise, us: on UDP 20,000, long enough
+/// that a shared machine's stalls of a live leader's process rarely reach it (three idle
+/// members on this project's 2-vCPU virtual machine saw their leader silent for up to 10-25 ms
+/// a few times a minute, INFO `fd_leader_gap_max_us`; at 3,000 that was an election every
+/// 20-40 s), while a leader whose process died is found in a few milliseconds all the same:
+/// its port is probed `T` plus [`DEFAULT_PROBE_US`] after its last word, and a closed port
+/// answers at once ([`WatchConfig::probe_ns`]); only a whole host that falls silent waits for
+/// Lambda. On the lane, where no such answer comes, 2,000 (a heartbeat waits up to a period
+/// for its tunnel's release and is read at the receiver's next look at its inbox; with nodes
+/// that sleep on shared cores, 200 us made a thousand or more false suspicions a second at
+/// each member, 2,000 about three). The log's sync does not change it: the leader's sync no
+/// longer stands between its heartbeats.
 pub fn default_lambda_us(_synced: bool, on_lane: bool) -> u64 {
-    if on_lane { 2_000 } else { 3_000 }
+    if on_lane { 2_000 } else { 20_000 }
 }
+
+/// How long after the period a silent leader's port is probed unless told otherwise, us
+/// ([`WatchConfig::probe_ns`]).
+pub const DEFAULT_PROBE_US: u64 = 2_000;
 
 /// Who sends heartbeats to whom; see the module doc.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -107,6 +114,11 @@ pub struct WatchConfig {
     pub lambda_ns: u64,
     /// Who sends heartbeats to whom.
     pub fanout: Fanout,
+    /// After `T` plus this long without a word from the leader it follows, a follower asks
+    /// the leader's port (see [`Watch::probe_due`]): a closed port answers at once (ICMP port
+    /// unreachable), so a leader whose process died is suspected then, not after Lambda.
+    /// `None`: silence alone (where no such answer comes, as on the lane).
+    pub probe_ns: Option<u64>,
 }
 
 /// Whom a member watches under [`Fanout::Leader`].
@@ -136,6 +148,17 @@ pub struct WatchStats {
     /// Times the member's loop woke late enough to give the members it watches a grace
     /// ([`Watch::woke_late`]).
     pub late_wakes: u64,
+    /// The longest silence of the leader this member follows, between two words from it
+    /// (heartbeats at their kernel stamps, Raft's messages when read), ns: how long the
+    /// machine stopped that leader, or lost its words, at worst.
+    pub leader_gap_max_ns: u64,
+    /// Silences of the followed leader longer than the detector's timeout (`T + Lambda`):
+    /// each made this member suspect a leader that was alive.
+    pub leader_gaps_over_timeout: u64,
+    /// Probes of a silent leader's port sent ([`Watch::probe_due`]).
+    pub probes: u64,
+    /// Probes the leader's host refused (its port closed: the leader's process is gone).
+    pub probes_refused: u64,
 }
 
 /// What the replica is asked to do about a suspected leader.
@@ -187,6 +210,14 @@ pub struct Watch {
     /// When this member last sent each peer anything of Raft's ([`Watch::sent_to`]): such a
     /// message is a heartbeat, so a round skips a peer that had one within half a period.
     sent: Vec<(u64, u64)>,
+    /// When the leader this member follows was last heard (any word), for its silences.
+    leader_heard_ns: Option<u64>,
+    /// When this member began to follow its leader.
+    followed_ns: u64,
+    /// When this member last probed its leader's port.
+    probed_ns: Option<u64>,
+    /// When the leader's port refused a probe, while that suspicion stands.
+    refused_ns: Option<u64>,
 }
 
 /// The first multiple of `period_ns` after `now_ns`.
@@ -224,6 +255,10 @@ impl Watch {
             backup: false,
             last_grace_ns: None,
             sent: Vec::new(),
+            leader_heard_ns: None,
+            followed_ns: now_ns,
+            probed_ns: None,
+            refused_ns: None,
         }
     }
 
@@ -281,6 +316,101 @@ impl Watch {
             Role::Leading | Role::Unknown => None,
         };
         self.detector = Self::detector(self.config, self.id, watched, now_ns);
+        self.leader_heard_ns = None;
+        self.followed_ns = now_ns;
+        self.probed_ns = None;
+        self.refused_ns = None;
+    }
+
+    /// The leader this member suspects now (by silence or a refused probe), if any.
+    pub fn suspected_leader(&self) -> Option<u64> {
+        self.suspicion.map(|s| s.leader)
+    }
+
+    /// The leader this member follows and watches, if any.
+    fn followed(&self) -> Option<u64> {
+        match self.role {
+            Role::Following(leader) => Some(leader),
+            Role::Leading | Role::Unknown => None,
+        }
+    }
+
+    /// When the follower first in line next probes its leader's port: `T` plus `probe_ns`
+    /// after the leader's last word, and again every period while it stays silent.
+    fn next_probe_ns(&self) -> Option<u64> {
+        let probe_ns = self.config.probe_ns?;
+        if self.backup || self.suspicion.is_some() {
+            return None;
+        }
+        self.followed()?;
+        let heard = self.leader_heard_ns.unwrap_or(self.followed_ns).max(self.followed_ns);
+        Some(match self.probed_ns {
+            Some(at) if at >= heard => at + self.config.period_ns,
+            _ => heard + self.config.period_ns + probe_ns,
+        })
+    }
+
+    /// The leader to probe now, if a probe is due at `now_ns` (the loop has read the
+    /// heartbeats that came): the caller sends one datagram to the leader's Raft address on a
+    /// socket connected to it and reports a refusal with [`Watch::refused`].
+    pub fn probe_due(&mut self, now_ns: u64) -> Option<u64> {
+        if self.next_probe_ns().is_none_or(|at| now_ns < at) {
+            return None;
+        }
+        self.probe_now(now_ns)
+    }
+
+    /// The leader to probe at once, unless it is suspected or was probed within a quarter
+    /// period: a member asked for its vote while it still trusts its leader probes it, so a
+    /// dead leader's port refuses before the candidate asks again.
+    pub fn probe_now(&mut self, now_ns: u64) -> Option<u64> {
+        self.config.probe_ns?;
+        let leader = self.followed()?;
+        if self.suspicion.is_some()
+            || self.probed_ns.is_some_and(|at| now_ns < at + self.config.period_ns / 4)
+        {
+            return None;
+        }
+        self.probed_ns = Some(now_ns);
+        self.stats.probes += 1;
+        Some(leader)
+    }
+
+    /// `member`'s port refused a probe at `now_ns`: no process holds it, so if it is the
+    /// leader this member follows, it is suspected now (the election follows as for any
+    /// suspicion, [`Watch::poll`]). Its lease is safe: a process that is gone answers no read.
+    pub fn refused(&mut self, member: u64, now_ns: u64) {
+        if self.followed() != Some(member) || self.suspicion.is_some() {
+            return;
+        }
+        self.stats.probes_refused += 1;
+        self.stats.suspicions += 1;
+        self.stats.leader_suspicions += 1;
+        self.refused_ns = Some(now_ns);
+        self.suspicion = Some(Suspicion { leader: member, next_campaign_ns: None, term: self.term });
+    }
+
+    /// A word from `member` received at `at_ns`: if it is the leader this member follows, the
+    /// silence it ends is counted.
+    fn note_word(&mut self, member: u64, at_ns: u64) {
+        if self.role != Role::Following(member) {
+            return;
+        }
+        if let Some(before) = self.leader_heard_ns {
+            let gap = at_ns.saturating_sub(before);
+            self.stats.leader_gap_max_ns = self.stats.leader_gap_max_ns.max(gap);
+            if gap > self.config.period_ns + self.config.lambda_ns {
+                self.stats.leader_gaps_over_timeout += 1;
+            }
+        }
+        self.leader_heard_ns = self.leader_heard_ns.max(Some(at_ns));
+        // A word sent after its port refused: the leader is back (restarted on its port).
+        if self.refused_ns.is_some_and(|at| at_ns > at) {
+            self.refused_ns = None;
+            if self.suspicion.is_some_and(|s| s.leader == member) {
+                self.suspicion = None;
+            }
+        }
     }
 
     /// The replica's current Raft term: a term newer than the one a planned campaign was
@@ -337,6 +467,9 @@ impl Watch {
         if let Some(at_campaign) = self.suspicion.and_then(|s| s.next_campaign_ns) {
             at = at.min(at_campaign);
         }
+        if let Some(at_probe) = self.next_probe_ns() {
+            at = at.min(at_probe);
+        }
         at
     }
 
@@ -380,6 +513,20 @@ impl Watch {
         }
     }
 
+    /// This member's heartbeat at `now_ns` into `out` (cleared first), as a probe carries it.
+    pub fn probe_heartbeat(&mut self, now_ns: u64, out: &mut Vec<u8>) {
+        let heartbeat = Heartbeat {
+            member: self.id,
+            incarnation: self.incarnation,
+            seq: self.seq,
+            counter: self.counter,
+            sent_ns: now_ns,
+        };
+        self.seq += 1;
+        out.clear();
+        encode_replica_heartbeat(&heartbeat, 0, 0, out);
+    }
+
     /// The member's loop woke `late_ns` after the time it asked for, at `now_ns`: the machine
     /// stopped it (on a virtual machine, its core taken for milliseconds), and may have
     /// stopped the members it watches with it (on one core, it does). A member stopped with
@@ -415,11 +562,13 @@ impl Watch {
     /// A message of Raft's from `member`, received at `at_ns` and handled at `now_ns`: the
     /// member's loop ran to send it, so it counts as a fresh heartbeat.
     pub fn heard_from(&mut self, member: u64, at_ns: u64, now_ns: u64) {
+        self.note_word(member, at_ns);
         self.detector.handle_alive(member, at_ns, now_ns, &mut self.events);
     }
 
     /// A heartbeat received at `at_ns` (its kernel stamp), handled at `now_ns`.
     pub fn heard(&mut self, heartbeat: &Heartbeat, at_ns: u64, now_ns: u64) {
+        self.note_word(heartbeat.member, at_ns);
         let heard = self.detector.handle_heartbeat(heartbeat, at_ns, now_ns, &mut self.events);
         if !matches!(heard, kairos_fd::Heard::Unknown) {
             self.stats.heartbeats_in += 1;
@@ -435,7 +584,10 @@ impl Watch {
             match event {
                 Event::Suspected { member, .. } => {
                     self.stats.suspicions += 1;
-                    if member == leader && member != self.id {
+                    if member == leader
+                        && member != self.id
+                        && self.suspicion.is_none_or(|s| s.leader != member)
+                    {
                         self.stats.leader_suspicions += 1;
                         self.suspicion =
                             Some(Suspicion { leader: member, next_campaign_ns: None, term: self.term });
@@ -499,7 +651,13 @@ mod tests {
     const T: u64 = 100_000;
 
     fn watch(id: u64) -> Watch {
-        Watch::new(WatchConfig { period_ns: T, lambda_ns: 2 * T, fanout: Fanout::All }, id, [1, 2, 3], 1, 0)
+        Watch::new(
+            WatchConfig { period_ns: T, lambda_ns: 2 * T, fanout: Fanout::All, probe_ns: None },
+            id,
+            [1, 2, 3],
+            1,
+            0,
+        )
     }
 
     fn heartbeat(member: u64, counter: u64) -> Heartbeat {
@@ -642,7 +800,7 @@ mod tests {
     }
 
     fn leader_watch(id: u64) -> Watch {
-        let config = WatchConfig { period_ns: T, lambda_ns: 2 * T, fanout: Fanout::Leader };
+        let config = WatchConfig { period_ns: T, lambda_ns: 2 * T, fanout: Fanout::Leader, probe_ns: None };
         Watch::new(config, id, [1, 2, 3], 1, 0)
     }
 
@@ -730,5 +888,50 @@ mod tests {
         assert_eq!(campaign_rank(3, 1, &[1, 2, 3], |m| m == 2), 0);
         assert_eq!(campaign_rank(5, 3, &[1, 2, 3, 4, 5], |_| false), 3);
         assert_eq!(campaign_rank(1, 3, &[1, 2, 3], |_| false), 0);
+    }
+
+    #[test]
+    fn a_silent_leader_s_port_is_probed_and_a_refusal_is_a_suspicion_a_later_word_ends() {
+        let config =
+            WatchConfig { period_ns: T, lambda_ns: 100 * T, fanout: Fanout::Leader, probe_ns: Some(T / 2) };
+        let voters = || vec![1, 2, 3];
+        // Member 2 is first in line after leader 1; member 3 is a backup and never probes of
+        // its own accord.
+        let (mut two, mut three) =
+            (Watch::new(config, 2, [1, 2, 3], 1, 0), Watch::new(config, 3, [1, 2, 3], 1, 0));
+        two.follow(1, 0, voters);
+        three.follow(1, 0, voters);
+        two.heard_from(1, T, T);
+        assert_eq!(two.next_wake_ns(), T + T + T / 2, "T + probe after the leader's last word");
+        assert_eq!(two.probe_due(2 * T), None);
+        assert_eq!(two.probe_due(2 * T + T / 2), Some(1));
+        assert_eq!(two.probe_due(2 * T + T / 2 + 1), None, "one probe, then again a period later");
+        assert_eq!(two.next_wake_ns(), 3 * T + T / 2);
+        assert_eq!(three.probe_due(10 * T), None);
+        // A word before the next probe: nothing refused, nothing suspected.
+        two.heard_from(1, 3 * T, 3 * T);
+        assert_eq!(two.poll(3 * T, 1, voters), None);
+        // The port refuses: suspected at once, long before Lambda, and the first in line stands.
+        assert_eq!(two.probe_due(4 * T + T / 2), Some(1));
+        two.refused(1, 4 * T + T / 2 + 10);
+        assert_eq!(two.poll(4 * T + T / 2 + 10, 1, voters), Some(Act::Suspect { leader: 1, campaign: true }));
+        assert_eq!((two.stats().probes, two.stats().probes_refused), (2, 1));
+        // A backup asked for its vote probes at once (not twice within a quarter period), and a
+        // refusal lets it grant the vote.
+        assert_eq!(three.probe_now(5 * T), Some(1));
+        assert_eq!(three.probe_now(5 * T + T / 8), None);
+        three.refused(1, 5 * T + 10);
+        assert!(matches!(three.poll(5 * T + 10, 1, voters), Some(Act::Suspect { leader: 1, .. })));
+        // Words the leader sent before the refusal change nothing; one after it (the leader
+        // back on its port) ends the suspicion.
+        three.heard_from(1, 5 * T, 6 * T);
+        assert_eq!(three.suspected_leader(), Some(1));
+        three.heard_from(1, 6 * T, 6 * T);
+        assert_eq!(three.suspected_leader(), None);
+        // Refusals from a member not followed are not its business.
+        let mut fresh = Watch::new(config, 2, [1, 2, 3], 1, 0);
+        fresh.follow(1, 0, voters);
+        fresh.refused(3, T);
+        assert_eq!((fresh.poll(T, 1, voters), fresh.suspected_leader()), (None, None));
     }
 }

@@ -125,6 +125,9 @@ impl SimConfig {
                 period_ns: 100_000,
                 lambda_ns: 200_000,
                 fanout: if seed % 4 == 1 { Fanout::All } else { Fanout::Leader },
+                // The simulated network answers no probe (a crashed member's port does not
+                // refuse): a crash is found by silence alone, the slower path.
+                probe_ns: None,
             }),
         }
     }
@@ -826,8 +829,12 @@ mod tests {
         for seed in 1..=6 {
             let mut config = SimConfig::new(seed);
             config.faults = vec![FaultKind::CrashLeader];
-            config.detector =
-                Some(WatchConfig { period_ns: 100_000, lambda_ns: 200_000, fanout: Fanout::default() });
+            config.detector = Some(WatchConfig {
+                period_ns: 100_000,
+                lambda_ns: 200_000,
+                fanout: Fanout::default(),
+                probe_ns: None,
+            });
             let on = run(config.clone());
             config.detector = None;
             let off = run(config);

@@ -1053,7 +1053,8 @@ fn election_timeout(config: &BenchConfig, system: SystemKind, fsync: Fsync) -> S
                 .kairos_fd_lambda_us
                 .unwrap_or(kairos_kv::member::watch::default_lambda_us(fsync == Fsync::Always, false));
             format!(
-                "the failure detector's suspicion after T {period_us} us + Lambda {lambda} us, then an election at once (--period-us, --fd-lambda-us); Raft's timeout behind it: {raft}"
+                "the failure detector's suspicion after T {period_us} us + Lambda {lambda} us, or at once when the leader's port, probed T + {} us after its last word, is closed; then an election at once (--period-us, --fd-lambda-us, --fd-probe-us); Raft's timeout behind it: {raft}",
+                kairos_kv::member::watch::DEFAULT_PROBE_US
             )
         }
         SystemKind::Etcd => "1000 ms, heartbeat 100 ms (etcd's defaults)".into(),

@@ -53,6 +53,13 @@ impl<'a> PollSet<'a> {
         ppoll(&mut self.fds, timeout)
     }
 
+    /// Whether socket `index` had anything at the last [`Self::wait`]: readable, or an error
+    /// pending (a connected datagram socket's ICMP error), or hung up (false for an index out
+    /// of the set).
+    pub fn is_ready(&self, index: usize) -> bool {
+        self.fds.get(index).is_some_and(|fd| fd.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0)
+    }
+
     /// Whether socket `index` was readable at the last [`Self::wait`] (false for an index out
     /// of the set).
     pub fn is_readable(&self, index: usize) -> bool {
