@@ -3,8 +3,9 @@
 //!
 //! A configuration or trace path comes from outside; it may be a directory, a device such as
 //! `/dev/zero` that never ends, or binary garbage. Every reader of such a path goes through
-//! [`read_text`] (or [`read_bytes`]), which refuses anything over a limit the caller states (before reading it all:
-//! the read stops one byte past the limit) and names the file in every error.
+//! [`read_text`] (or [`read_bytes`]), which refuses a device outright and anything over a limit
+//! the caller states (a regular file by its size, before a byte is read; anything else once the
+//! read passes the limit by one byte) and names the file in every error.
 //!
 //! A record that must survive the process being killed at any instant (what a run changed on
 //! the machine, so that it can be undone) is written with [`write_atomic`]: a reader finds the
@@ -20,6 +21,13 @@ pub enum FileError {
     /// The path names a directory.
     #[error("{}: is a directory, expected a file", .path.display())]
     Directory {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The path names a device (`/dev/zero`, a disk), not a file: read to the limit, an
+    /// endless one would only fill memory before the refusal.
+    #[error("{}: is a device, expected a file", .path.display())]
+    Device {
         /// The path given.
         path: PathBuf,
     },
@@ -79,6 +87,18 @@ pub fn read_bytes(path: &Path, limit: u64) -> Result<Vec<u8>, FileError> {
         return Err(FileError::Directory { path: path.to_path_buf() });
     }
     let file = std::fs::File::open(path).map_err(io)?;
+    // Refused from what the file is, before a byte is read: a device may never end, and a
+    // regular file's size is known.
+    let meta = file.metadata().map_err(io)?;
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if meta.file_type().is_char_device() || meta.file_type().is_block_device() {
+            return Err(FileError::Device { path: path.to_path_buf() });
+        }
+    }
+    if meta.is_file() && meta.len() > limit {
+        return Err(FileError::TooLarge { path: path.to_path_buf(), limit });
+    }
     let mut bytes = Vec::new();
     file.take(limit.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() as u64 > limit {
@@ -134,12 +154,19 @@ mod tests {
     }
 
     #[test]
-    fn an_endless_device_is_refused_after_the_limit() {
-        let err = read_text(Path::new("/dev/zero"), 1 << 20).unwrap_err();
-        assert!(matches!(err, FileError::TooLarge { .. }), "{err}");
+    fn an_endless_device_is_refused_before_a_byte_is_read_and_a_large_file_by_its_size() {
+        let err = read_text(Path::new("/dev/zero"), 1 << 30).unwrap_err();
+        assert!(matches!(err, FileError::Device { .. }), "{err}");
+        assert_eq!(err.to_string(), "/dev/zero: is a device, expected a file");
+        let p = scratch("large.txt");
+        std::fs::write(&p, "0123456789").unwrap();
+        let err = read_text(&p, 9).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "/dev/zero: larger than 1 MiB (the limit for this kind of file); is it the right file?"
+            format!(
+                "{}: larger than 9 bytes (the limit for this kind of file); is it the right file?",
+                p.display()
+            )
         );
     }
 
