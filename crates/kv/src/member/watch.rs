@@ -150,7 +150,8 @@ pub struct WatchStats {
     pub late_wakes: u64,
     /// The longest silence of the leader this member follows, between two words from it
     /// (heartbeats at their kernel stamps, Raft's messages when read), ns: how long the
-    /// machine stopped that leader, or lost its words, at worst.
+    /// machine stopped that leader, or lost its words, at worst. Kept by the follower first in
+    /// line only (a backup reads its heartbeats late).
     pub leader_gap_max_ns: u64,
     /// Silences of the followed leader longer than the detector's timeout (`T + Lambda`):
     /// each made this member suspect a leader that was alive.
@@ -396,6 +397,19 @@ impl Watch {
         if self.role != Role::Following(member) {
             return;
         }
+        // A word sent after its port refused: the leader is back (restarted on its port).
+        if self.refused_ns.is_some_and(|at| at_ns > at) {
+            self.refused_ns = None;
+            if self.suspicion.is_some_and(|s| s.leader == member) {
+                self.suspicion = None;
+            }
+        }
+        // A backup reads its heartbeats only when it wakes, every few timeouts, so the words it
+        // sees in order (Raft's, when they come) leave out the heartbeats between them: its
+        // gaps are its own sleep, not the leader's silence.
+        if self.backup {
+            return;
+        }
         if let Some(before) = self.leader_heard_ns {
             let gap = at_ns.saturating_sub(before);
             self.stats.leader_gap_max_ns = self.stats.leader_gap_max_ns.max(gap);
@@ -404,13 +418,6 @@ impl Watch {
             }
         }
         self.leader_heard_ns = self.leader_heard_ns.max(Some(at_ns));
-        // A word sent after its port refused: the leader is back (restarted on its port).
-        if self.refused_ns.is_some_and(|at| at_ns > at) {
-            self.refused_ns = None;
-            if self.suspicion.is_some_and(|s| s.leader == member) {
-                self.suspicion = None;
-            }
-        }
     }
 
     /// The replica's current Raft term: a term newer than the one a planned campaign was
