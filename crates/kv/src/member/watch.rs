@@ -499,14 +499,7 @@ impl Watch {
         // the work after it, is most of an idle member's cost on a virtual machine); after a
         // stall, the missed rounds are skipped.
         self.next_send_ns = next_multiple(now_ns, self.config.period_ns);
-        let heartbeat = Heartbeat {
-            member: self.id,
-            incarnation: self.incarnation,
-            seq: self.seq,
-            counter: self.counter,
-            sent_ns: now_ns,
-        };
-        self.seq += 1;
+        let heartbeat = self.next_heartbeat(now_ns);
         let recent = now_ns.saturating_sub(self.config.period_ns / 2);
         for peer in peers {
             if peer == self.id || self.sent.iter().any(|&(p, at)| p == peer && at > recent) {
@@ -522,6 +515,13 @@ impl Watch {
 
     /// This member's heartbeat at `now_ns` into `out` (cleared first), as a probe carries it.
     pub fn probe_heartbeat(&mut self, now_ns: u64, out: &mut Vec<u8>) {
+        let heartbeat = self.next_heartbeat(now_ns);
+        out.clear();
+        encode_replica_heartbeat(&heartbeat, 0, 0, out);
+    }
+
+    /// This member's next heartbeat, sent at `now_ns` (its sequence number taken).
+    fn next_heartbeat(&mut self, now_ns: u64) -> Heartbeat {
         let heartbeat = Heartbeat {
             member: self.id,
             incarnation: self.incarnation,
@@ -530,8 +530,7 @@ impl Watch {
             sent_ns: now_ns,
         };
         self.seq += 1;
-        out.clear();
-        encode_replica_heartbeat(&heartbeat, 0, 0, out);
+        heartbeat
     }
 
     /// The member's loop woke `late_ns` after the time it asked for, at `now_ns`: the machine

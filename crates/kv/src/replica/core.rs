@@ -650,7 +650,7 @@ impl<D: Disk> Replica<D> {
                     && thrift.holds_for(msg.to);
                 let hold = !thrift.eager(msg.to, self.clock_ns)
                     && (commit_only || (Thrift::holdable(&msg) && !self.quorum_needs(msg.to)));
-                let thrift = self.thrift.as_mut().expect("checked above");
+                let Some(thrift) = self.thrift.as_mut() else { continue };
                 if hold {
                     thrift.hold(msg, self.clock_ns);
                     continue;
@@ -676,12 +676,11 @@ impl<D: Disk> Replica<D> {
         {
             return true;
         }
-        let mut followers: Vec<(u64, u64)> = voters
+        let followers = voters
             .iter()
             .filter(|&&v| v != self.config.id)
-            .map(|&v| (v, raft.prs().get(v).map_or(0, |p| p.matched)))
-            .collect();
-        thrift::quorum_needs(to, voters.len(), &mut followers)
+            .map(|&v| (v, raft.prs().get(v).map_or(0, |p| p.matched)));
+        thrift::quorum_needs(to, voters.len(), followers)
     }
 
     fn propose_waiting(&mut self) {
