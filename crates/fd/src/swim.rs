@@ -446,6 +446,18 @@ impl SwimPeer {
     }
 
     fn after_call(&mut self) {
+        // A verdict of down holds only while no identity of the member is active: `foca` says
+        // when a member comes back with a new identity, but not in every order (a rename of
+        // two active identities says nothing of liveness), and a verdict kept on a live
+        // member is a suspicion that never ends.
+        if !self.asked.down.is_empty() {
+            let now = self.asked.now_ns;
+            for id in self.foca.iter_members().map(|m| m.id().member) {
+                if self.asked.down.remove(&id).is_some() {
+                    self.asked.events.push(SwimEvent::Up { member: id, at_ns: now });
+                }
+            }
+        }
         if std::mem::take(&mut self.asked.defunct) {
             // Declared down by mistake (renew() would have rejoined on its own): take the
             // next generation.
@@ -542,6 +554,8 @@ mod tests {
     struct Cluster {
         peers: Vec<SwimPeer>,
         alive: Vec<bool>,
+        /// Running, but cut off: every packet from or to it lost.
+        cut: Vec<bool>,
         now_ns: u64,
     }
 
@@ -553,7 +567,7 @@ mod tests {
                 let others: Vec<u64> = (1..=3).filter(|&m| m != i as u64 + 1).collect();
                 p.announce(&others, 0);
             }
-            Self { peers, alive: vec![true; 3], now_ns: 0 }
+            Self { peers, alive: vec![true; 3], cut: vec![false; 3], now_ns: 0 }
         }
 
         /// Runs to `until_ns` in steps of `step_ns`, delivering packets at once.
@@ -570,7 +584,7 @@ mod tests {
                     let mut sent: Vec<(usize, Vec<u8>)> = Vec::new();
                     for i in 0..3 {
                         let out: Vec<_> = self.peers[i].take_outbox().collect();
-                        if self.alive[i] {
+                        if self.alive[i] && !self.cut[i] {
                             sent.extend(out.into_iter().map(|(m, b)| (m as usize - 1, b)));
                         }
                     }
@@ -578,13 +592,67 @@ mod tests {
                         break;
                     }
                     for (to, bytes) in sent {
-                        if self.alive[to] {
+                        if self.alive[to] && !self.cut[to] {
                             self.peers[to].handle_data(&bytes, now);
                         }
                     }
                 }
             }
         }
+    }
+
+    /// How a member goes away for a while in [`a_member_that_comes_back_is_up_again_everywhere`].
+    #[derive(Debug, Clone, Copy)]
+    enum Away {
+        /// Stopped (SIGSTOP, a host that took its core): no timers, nothing in or out.
+        Frozen,
+        /// Running but cut off (link down): its timers fire, every packet lost.
+        Cut,
+        /// Killed, then started again with the next generation (`fd detect`'s restart).
+        Restarted,
+    }
+
+    #[test]
+    fn a_member_that_comes_back_is_up_again_everywhere() {
+        // Away for every length around the time to be declared down, at the 1 ms period the
+        // tests run `fd detect` at: afterwards no member may keep a verdict of down on a live
+        // member (a trial would never find the group calm).
+        let mut stuck = Vec::new();
+        for away in [Away::Frozen, Away::Cut, Away::Restarted] {
+            for away_ms in (2..60).step_by(3) {
+                for member in 0..3 {
+                    let settings = SwimSettings::aggressive(3, 1_000_000);
+                    let mut c = Cluster::new(&settings);
+                    c.run(100_000_000, 50_000);
+                    let from = c.now_ns;
+                    match away {
+                        Away::Cut => c.cut[member] = true,
+                        Away::Frozen | Away::Restarted => c.alive[member] = false,
+                    }
+                    c.run(from + away_ms * 1_000_000, 50_000);
+                    c.cut[member] = false;
+                    c.alive[member] = true;
+                    if let Away::Restarted = away {
+                        let id = SwimId { member: member as u64 + 1, generation: 2 };
+                        let others: Vec<u64> = (1..=3).filter(|&m| m != id.member).collect();
+                        c.peers[member] = SwimPeer::new(id, &settings, away_ms, c.now_ns);
+                        c.peers[member].announce(&others, c.now_ns);
+                    }
+                    c.run(c.now_ns + 1_000_000_000, 50_000);
+                    for (i, p) in c.peers.iter().enumerate() {
+                        for m in (1..=3).filter(|&m| m != i as u64 + 1) {
+                            if p.down_since_ns(m).is_some() || !p.is_active(m) {
+                                stuck.push((away, away_ms, member + 1, i + 1, m, p.is_active(m)));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            stuck.is_empty(),
+            "(how, ms away, member away, observer, member, active) still down: {stuck:?}"
+        );
     }
 
     #[test]

@@ -385,7 +385,12 @@ fn settle(cluster: &mut Cluster, awaited: &[Watched], settle: Duration, within: 
             calm_since = None;
         }
         if Instant::now() > deadline {
-            bail!("the group did not settle within {} s: {why}", within.as_secs());
+            bail!(
+                "the group did not settle within {} s: {why}; a machine that does not keep the \
+                 heartbeat period makes every member suspect its neighbours: give a longer \
+                 --period-us and --threshold-us (1000 and 5000 hold on a 2-vCPU virtual machine)",
+                within.as_secs()
+            );
         }
         std::thread::sleep(Duration::from_millis(2));
     }
