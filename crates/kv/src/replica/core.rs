@@ -297,7 +297,7 @@ impl<D: Disk> Replica<D> {
     /// A member over `log` (new or loaded): the store comes from the log's snapshot, and
     /// entries after it are applied again as they are committed.
     pub fn new(config: ReplicaConfig, log: LogStore<D>) -> Result<Self, ReplicaError> {
-        let thrift = config.thrifty_ns.map(Thrift::new);
+        let thrift = config.thrifty_ns.map(|hold_ns| Thrift::new(hold_ns, config.max_append_bytes));
         let snapshot = log.latest_snapshot();
         let applied = snapshot.get_metadata().index;
         let store = if snapshot.data.is_empty() { Store::new() } else { Store::decode(&snapshot.data)? };

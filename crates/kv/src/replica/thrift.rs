@@ -47,6 +47,8 @@ struct Held {
 #[derive(Debug)]
 pub struct Thrift {
     hold_ns: u64,
+    /// The most entry bytes one joined append carries (Raft's own cap on an append).
+    max_joined_bytes: u64,
     held: BTreeMap<u64, Held>,
     eager_until: BTreeMap<u64, u64>,
     /// Appends held back so far (INFO).
@@ -54,9 +56,15 @@ pub struct Thrift {
 }
 
 impl Thrift {
-    /// Holding appends for at most `hold_ns`.
-    pub fn new(hold_ns: u64) -> Self {
-        Self { hold_ns, held: BTreeMap::new(), eager_until: BTreeMap::new(), appends_held: 0 }
+    /// Holding appends for at most `hold_ns`, joining them up to `max_joined_bytes` of entries.
+    pub fn new(hold_ns: u64, max_joined_bytes: u64) -> Self {
+        Self {
+            hold_ns,
+            max_joined_bytes,
+            held: BTreeMap::new(),
+            eager_until: BTreeMap::new(),
+            appends_held: 0,
+        }
     }
 
     /// Whether `msg` is of the kind that may be held: an append whose every entry is a write
@@ -83,14 +91,16 @@ impl Thrift {
         self.held.contains_key(&follower)
     }
 
-    /// Holds `msg` back from its follower, made at `now_ns`.
+    /// Holds `msg` back from its follower, made at `now_ns`. An append that continues the last
+    /// one held (same term, its entries right after) joins it: the follower then takes the
+    /// hold's writes in one message and answers once, not once a write.
     pub fn hold(&mut self, msg: Message, now_ns: u64) {
         self.appends_held += 1;
-        self.held
-            .entry(msg.to)
-            .or_insert_with(|| Held { since_ns: now_ns, messages: Vec::new() })
-            .messages
-            .push(msg);
+        let held = self.held.entry(msg.to).or_insert_with(|| Held { since_ns: now_ns, messages: Vec::new() });
+        match held.messages.last_mut() {
+            Some(last) if continues(last, &msg, self.max_joined_bytes) => join(last, msg),
+            _ => held.messages.push(msg),
+        }
     }
 
     /// Moves what is held for `follower` to `out`, in order.
@@ -123,6 +133,29 @@ impl Thrift {
     }
 }
 
+/// Whether append `next` can join append `last` to the same follower: both appends (not a
+/// snapshot), of the same term, `next`'s entries starting right after `last`'s (its previous
+/// index and term are `last`'s last entry, or `last`'s own previous ones when `last` carries
+/// only a commit index), and the entries together no larger than `max_bytes`.
+fn continues(last: &Message, next: &Message, max_bytes: u64) -> bool {
+    let append = MessageType::MsgAppend;
+    if last.get_msg_type() != append || next.get_msg_type() != append || last.term != next.term {
+        return false;
+    }
+    let (end_index, end_term) =
+        last.entries.last().map_or((last.index, last.log_term), |e| (e.index, e.term));
+    let bytes: u64 = last.entries.iter().chain(next.entries.iter()).map(|e| e.data.len() as u64).sum();
+    next.index == end_index && next.log_term == end_term && bytes <= max_bytes
+}
+
+/// Appends `next`'s entries to `last` and takes its commit index (the later one), so `last`
+/// says what both said.
+fn join(last: &mut Message, next: Message) {
+    let Message { entries, commit, .. } = next;
+    last.entries.extend(entries);
+    last.commit = last.commit.max(commit);
+}
+
 /// Whether a quorum of the voters needs follower `to` now: `followers` are the voters other
 /// than the leader, each with the index it acknowledged (`matched`); a majority of `voters`
 /// needs the leader and `voters / 2` of them, the furthest along first, ties to the lowest id,
@@ -141,12 +174,53 @@ mod tests {
     use super::*;
     use raft::eraftpb::Entry;
 
+    /// An append of one entry at `index` (term 1) to follower `to`.
     fn append(to: u64, index: u64, data: &[u8]) -> Message {
         let mut msg = Message::default();
         msg.set_msg_type(MessageType::MsgAppend);
         msg.to = to;
-        msg.entries = vec![Entry { index, data: data.to_vec().into(), ..Default::default() }].into();
+        msg.term = 1;
+        msg.index = index - 1;
+        msg.log_term = 1;
+        msg.commit = index - 1;
+        msg.entries = vec![Entry { index, term: 1, data: data.to_vec().into(), ..Default::default() }].into();
         msg
+    }
+
+    fn indexes(msg: &Message) -> Vec<u64> {
+        msg.entries.iter().map(|e| e.index).collect()
+    }
+
+    #[test]
+    fn held_appends_that_follow_one_another_go_as_one_and_others_apart() {
+        let mut t = Thrift::new(1_000, 10);
+        t.hold(append(3, 5, b"a"), 100);
+        t.hold(append(3, 6, b"b"), 200);
+        let mut commit_only = append(3, 7, b"");
+        commit_only.entries.clear();
+        commit_only.index = 6;
+        commit_only.commit = 6;
+        t.hold(commit_only, 250);
+        t.hold(append(3, 7, b"c"), 300);
+        // Not right after the last: apart.
+        t.hold(append(3, 9, b"e"), 400);
+        // A new term: apart.
+        let mut next_term = append(3, 10, b"f");
+        next_term.term = 2;
+        next_term.log_term = 1;
+        next_term.entries[0].term = 2;
+        t.hold(next_term, 500);
+        // Past the joined bytes (10): apart.
+        t.hold(append(3, 11, b"0123456789"), 600);
+        let mut out = Vec::new();
+        t.release(3, &mut out);
+        assert_eq!(out.iter().map(indexes).collect::<Vec<_>>(), [vec![5, 6, 7], vec![9], vec![10], vec![11]]);
+        assert_eq!(
+            (out[0].index, out[0].log_term, out[0].commit),
+            (4, 1, 6),
+            "the first's previous entry, the last commit"
+        );
+        assert_eq!(t.appends_held, 7);
     }
 
     #[test]
@@ -181,7 +255,7 @@ mod tests {
 
     #[test]
     fn held_appends_go_in_order_once_due_or_asked_for() {
-        let mut t = Thrift::new(1_000);
+        let mut t = Thrift::new(1_000, 1 << 20);
         t.hold(append(3, 5, b"a"), 100);
         t.hold(append(3, 6, b"b"), 600);
         t.hold(append(2, 6, b"b"), 700);
@@ -190,7 +264,7 @@ mod tests {
         t.release_due(1_099, &mut out);
         assert!(out.is_empty());
         t.release_due(1_100, &mut out);
-        assert_eq!(out.iter().map(|m| (m.to, m.entries[0].index)).collect::<Vec<_>>(), [(3, 5), (3, 6)]);
+        assert_eq!(out.iter().map(|m| (m.to, indexes(m))).collect::<Vec<_>>(), [(3, vec![5, 6])]);
         assert_eq!(t.next_due_ns(), Some(1_700));
         out.clear();
         t.release(2, &mut out);
