@@ -11,11 +11,11 @@ use kairos_lab::kv_bench::{self, BenchConfig};
 use crate::exit;
 
 /// The flags of `kairos kv bench`: latency, throughput and failover of the store beside what
-/// its users run today (redis, redis+wait, redis-aof+wait, etcd), every system started and
-/// stopped by the bench on this machine, servers on one half of the cores and the load
-/// generator on the other. Every point is run `--runs` times, the runs of all systems
-/// interleaved, and reported as the median with its range. Systems whose programs are missing
-/// are skipped (`skipped` says why).
+/// its users run today (redis, redis+wait, redis-aof+wait, etcd through its gRPC API), every
+/// system started and stopped by the bench on this machine, servers on one half of the cores
+/// and the load generator on the other. Every point is run `--runs` times, the runs of all
+/// systems interleaved, and reported as the median with its range. Systems whose programs are
+/// missing are skipped (`skipped` says why).
 #[derive(clap::Args)]
 pub struct KvBenchArgs {
     /// 2 s a point, 5 failover trials, etcd on tmpfs only: about 7 minutes on two cores with

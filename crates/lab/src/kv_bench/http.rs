@@ -1,6 +1,8 @@
 //! A small HTTP/1.1 client for etcd's gRPC gateway (`POST /v3/kv/put` and friends with JSON
 //! bodies): one keep-alive connection, one request at a time, and the response read by a pure
-//! parser, as the bench needs and no more.
+//! parser, as the bench's probes of etcd need and no more: whether a member answers a put and a
+//! range, and its status (`/v3/maintenance/status`: the leader's id). The measured calls go
+//! through etcd's gRPC API instead ([`super::grpc`]), without the gateway's hop.
 //!
 //! [`parse_response`] takes a buffer and returns a whole response and the bytes it took, or
 //! `None` when the buffer holds only part of one; bodies are framed by `Content-Length` or

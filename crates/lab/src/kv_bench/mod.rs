@@ -5,9 +5,10 @@
 //! with fsync on and off.
 //!
 //! For each system ([`systems`]): write and read latency and throughput with 1, 10 and 50
-//! closed-loop clients, each its own connection, a fixed time per point ([`client`]); for the
-//! systems that speak plain RESP, one `redis-benchmark -t set,get -n N -c 50 -q` run read into
-//! rows of its own ([`redis_benchmark`]); for kairos and etcd, the failover time: the leader
+//! closed-loop clients, each its own connection, a fixed time per point ([`client`]; etcd
+//! through its gRPC API, [`grpc`]); for the systems that speak plain RESP, one
+//! `redis-benchmark -t set,get -n N -c 50 -q` run read into rows of its own
+//! ([`redis_benchmark`]); for kairos and etcd, the failover time: the leader
 //! SIGKILLed and the time until a write through another member is answered, several trials
 //! ([`failover`]), beside Redis Sentinel's default detection time (a constant); and each
 //! cluster's CPU at rest: its members' processes' user and system time (`/proc/PID/stat`) over
@@ -42,6 +43,7 @@
 
 pub mod client;
 pub mod failover;
+pub mod grpc;
 pub mod http;
 pub mod redis_benchmark;
 pub mod report;
