@@ -2,7 +2,7 @@
 //! TCP front end, its Raft messages on a UDP socket, all on one thread driven by events and
 //! deadlines.
 //!
-//! The loop sleeps in `ppoll` on the Raft socket, the listening socket and every client until
+//! The loop sleeps in `epoll` on the Raft socket, the listening socket and every client until
 //! one is readable or the earliest deadline comes: Raft's next tick that has work (its clock
 //! is coarse, 1 ms by default, and [`Replica::ticks_until_due`] says which tick matters next:
 //! an idle follower sleeps until its election timeout or its detector's next verdict), the
@@ -37,13 +37,13 @@ pub mod watch;
 use std::collections::BTreeMap;
 use std::io;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kairos_sys::clock::{monotonic_ns, realtime_ns, realtime_offset, stamp_to_monotonic};
-use kairos_sys::net::poll::PollSet;
+use kairos_sys::net::poll::Epoll;
 use kairos_sys::net::{MmsgBatch, split};
 
 use crate::kv::{Command, LocalOp, Reply, parse_command};
@@ -211,6 +211,9 @@ pub enum MemberError {
     /// The configuration is inconsistent.
     #[error("{0}")]
     Config(String),
+    /// The loop's poller could not be made.
+    #[error("cannot make the loop's epoll set")]
+    Poller(#[source] io::Error),
 }
 
 /// Counters for INFO.
@@ -232,6 +235,9 @@ pub struct MemberStats {
 
 /// Heartbeats taken per receive call.
 const BEAT_BURST: usize = 16;
+
+/// The most sockets one wait of the loop reports; more ready are reported at the next.
+const POLL_BATCH: usize = 256;
 
 /// A member's heartbeat as a replica sends it: the leader's term and the commit index the
 /// receiver may take (0, 0 from a follower).
@@ -319,6 +325,13 @@ pub struct Member {
     /// A socket connected to the leader's Raft address, for the detector's probes of its port
     /// ([`Watch::probe_due`]), and which member it is connected to.
     probe: Option<(u64, UdpSocket)>,
+    /// The sockets the loop sleeps on, joined once: Raft's, the listener's, the probe's (when
+    /// made), the lane's doorbell, and each client's while it takes input.
+    poller: Epoll,
+    /// The clients in `poller`, by their socket's descriptor.
+    polled: std::collections::HashMap<RawFd, u64>,
+    /// The lane's doorbell's descriptor, once in `poller`.
+    doorbell_polled: Option<RawFd>,
 }
 
 /// A membership change proposed at this member, waiting to be applied here.
@@ -513,6 +526,10 @@ impl Member {
         // Client ids: the start time in microseconds, shifted, plus a counter, so no id repeats
         // across this member's restarts.
         let client_base = (realtime_ns() / 1_000) << 16;
+        let poller = Epoll::new(POLL_BATCH).map_err(MemberError::Poller)?;
+        for socket in udp.iter().map(AsFd::as_fd).chain([listener.as_fd()]) {
+            poller.add(&socket).map_err(MemberError::Poller)?;
+        }
         // The incarnation is the start time, so it grows with every start.
         let watch = config
             .detector
@@ -541,6 +558,9 @@ impl Member {
             heartbeat: Vec::with_capacity(kairos_fd::wire::MAX_HEARTBEAT_BYTES),
             raft_out: Vec::new(),
             probe: None,
+            poller,
+            polled: std::collections::HashMap::new(),
+            doorbell_polled: None,
         })
     }
 
@@ -673,33 +693,51 @@ impl Member {
     /// Sleeps until a socket speaks or `timeout`: whether Raft's socket, the listener, which
     /// clients, and the probe socket did.
     fn wait(&mut self, timeout: Duration) -> io::Result<(bool, bool, Vec<u64>, bool)> {
-        let clients: Vec<u64> =
-            self.conns.iter().filter(|(_, c)| c.wants_input()).map(|(id, _)| *id).collect();
         // On the lane there is no Raft socket: the node's doorbell wakes the loop, and the inbox
         // is looked at every pass.
-        let mut fds: Vec<BorrowedFd<'_>> = self.udp.iter().map(AsFd::as_fd).collect();
-        fds.extend(self.lane.as_ref().and_then(LaneLink::doorbell));
-        let first = fds.len();
-        fds.push(self.listener.as_fd());
-        fds.extend(clients.iter().map(|id| self.conns[id].stream.as_fd()));
-        let probe_index = fds.len();
-        fds.extend(self.probe.as_ref().map(|(_, socket)| socket.as_fd()));
-        let mut set = PollSet::readable(fds.iter());
-        match set.wait(timeout) {
+        if let Some(bell) = self.lane.as_ref().and_then(LaneLink::doorbell)
+            && self.doorbell_polled != Some(bell.as_raw_fd())
+        {
+            self.poller.add(&bell)?;
+            self.doorbell_polled = Some(bell.as_raw_fd());
+        }
+        // A client is waited on only while it takes more input: one owed many answers is held
+        // back until they are written (its socket's buffer holds the rest).
+        for (&id, conn) in &self.conns {
+            let fd = conn.stream.as_raw_fd();
+            let polled = self.polled.get(&fd) == Some(&id);
+            if conn.wants_input() && !polled {
+                self.poller.add(&conn.stream)?;
+                self.polled.insert(fd, id);
+            } else if !conn.wants_input() && polled {
+                self.poller.remove(&conn.stream)?;
+                self.polled.remove(&fd);
+            }
+        }
+        match self.poller.wait(timeout) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok((false, false, Vec::new(), false)),
             Err(e) => return Err(e),
         }
-        let ready = clients
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| set.is_readable(first + 1 + i))
-            .map(|(_, id)| *id)
-            .collect();
-        // A connection with answers still to write is served again whether or not it spoke.
-        let raft_ready = self.lane.is_some() || (first == 1 && set.is_readable(0));
-        // A refused probe is an error pending on its socket, not a datagram.
-        Ok((raft_ready, set.is_readable(first), ready, set.is_ready(probe_index)))
+        let udp = self.udp.as_ref().map(AsRawFd::as_raw_fd);
+        let listener = self.listener.as_raw_fd();
+        let probe = self.probe.as_ref().map(|(_, socket)| socket.as_raw_fd());
+        let (mut raft_ready, mut listen_ready, mut probe_ready) = (self.lane.is_some(), false, false);
+        let mut ready = Vec::new();
+        for r in self.poller.ready() {
+            if Some(r.fd) == udp {
+                raft_ready |= r.readable;
+            } else if r.fd == listener {
+                listen_ready |= r.readable;
+            } else if Some(r.fd) == probe {
+                // A refused probe is an error pending on its socket, not a datagram.
+                probe_ready = true;
+            } else if let Some(&client) = self.polled.get(&r.fd) {
+                // A failed connection is served too: its read finds the error and drops it.
+                ready.push(client);
+            }
+        }
+        Ok((raft_ready, listen_ready, ready, probe_ready))
     }
 
     /// Sends a probe to `leader`'s Raft address on a socket connected to it (made when the
@@ -723,6 +761,10 @@ impl Member {
                 Ok(socket)
             });
             let Ok(socket) = made else { return };
+            // Closed, the last probe's socket left the poller by itself.
+            if self.poller.add(&socket).is_err() {
+                return;
+            }
             self.probe = Some((leader, socket));
         }
         let (Some(watch), Some((_, socket))) = (self.watch.as_mut(), self.probe.as_ref()) else { return };
@@ -1324,7 +1366,9 @@ impl Member {
             }
         }
         for id in dead {
-            self.conns.remove(&id);
+            if let Some(conn) = self.conns.remove(&id) {
+                self.polled.remove(&conn.stream.as_raw_fd());
+            }
             self.replica.forget_client(id);
         }
         Ok(())
