@@ -88,8 +88,9 @@ struct RaftArgs {
     batching: BatchingArg,
     /// The failure detector's threshold Lambda, microseconds: a member is suspected when no
     /// heartbeat with news came for a period (--period-us) plus this; a suspected leader is
-    /// replaced at once. 0-10000000; default 20000 on UDP (a leader whose process died is
-    /// found sooner, by the probe of its port: --fd-probe-us), 2000 on the lane (a heartbeat
+    /// replaced at once. 0-10000000; default 100000 on UDP (longer than a busy machine's stalls
+    /// of a live leader; a leader whose process died is found within milliseconds by the probe
+    /// of its port: --fd-probe-us), 2000 on the lane (a heartbeat
     /// waits for its tunnel's release and the receiver's look at its inbox).
     #[arg(long, value_name = "US")]
     fd_lambda_us: Option<u64>,

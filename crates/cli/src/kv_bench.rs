@@ -74,7 +74,7 @@ pub struct KvBenchArgs {
     #[arg(long, value_name = "N")]
     election_ticks: Option<usize>,
     /// The kairos members' failure-detector threshold Lambda, microseconds (a suspected leader
-    /// is replaced at once), 0-10000000; default: the members' own (3000).
+    /// is replaced at once), 0-10000000; default: the members' own (100000 on UDP).
     #[arg(long, value_name = "US")]
     fd_lambda_us: Option<u64>,
     /// Run the kairos members without their failure detector (failover by Raft's timeout).

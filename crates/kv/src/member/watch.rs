@@ -65,20 +65,21 @@ pub const RETRY_MAX_NS: u64 = 250_000;
 /// suspected yet stands again soon, whatever the period.
 pub const STAGGER_MAX_NS: u64 = 1_000_000;
 
-/// The threshold Lambda a member uses unless told otherwise, us: on UDP 20,000, long enough
-/// that a shared machine's stalls of a live leader's process rarely reach it (three idle
-/// members on this project's 2-vCPU virtual machine saw their leader silent for up to 10-25 ms
-/// a few times a minute, INFO `fd_leader_gap_max_us`; at 3,000 that was an election every
-/// 20-40 s), while a leader whose process died is found in a few milliseconds all the same:
-/// its port is probed `T` plus [`DEFAULT_PROBE_US`] after its last word, and a closed port
-/// answers at once ([`WatchConfig::probe_ns`]); only a whole host that falls silent waits for
-/// Lambda. On the lane, where no such answer comes, 2,000 (a heartbeat waits up to a period
-/// for its tunnel's release and is read at the receiver's next look at its inbox; with nodes
-/// that sleep on shared cores, 200 us made a thousand or more false suspicions a second at
-/// each member, 2,000 about three). The log's sync does not change it: the leader's sync no
-/// longer stands between its heartbeats.
+/// The threshold Lambda a member uses unless told otherwise, us: on UDP 100,000, longer than a
+/// shared machine's stalls of a live leader's process (on this project's 2-vCPU virtual
+/// machine, INFO `fd_leader_gap_max_us` of three idle members reached 34 ms in ten minutes
+/// while other work ran, and 49 ms in another cluster beside it; at 3,000 that was an election
+/// every 20-40 s, at 20,000 one in ten minutes, at 100,000 none), while a leader whose process
+/// died is found in a few milliseconds all the same: its port is probed `T` plus
+/// [`DEFAULT_PROBE_US`] after its last word, and a closed port answers at once
+/// ([`WatchConfig::probe_ns`]); only a leader that falls silent alive (stopped, or its host
+/// cut off or gone) waits for Lambda. On the lane, where no such answer comes, 2,000 (a
+/// heartbeat waits up to a period for its tunnel's release and is read at the receiver's next
+/// look at its inbox; with nodes that sleep on shared cores, 200 us made a thousand or more
+/// false suspicions a second at each member, 2,000 about three). The log's sync does not change
+/// it: the leader's sync no longer stands between its heartbeats.
 pub fn default_lambda_us(_synced: bool, on_lane: bool) -> u64 {
-    if on_lane { 2_000 } else { 20_000 }
+    if on_lane { 2_000 } else { 100_000 }
 }
 
 /// How long after the period a silent leader's port is probed unless told otherwise, us

@@ -1084,48 +1084,67 @@ pub fn goals(rows: &[Row], failover: &[FailoverRow]) -> Vec<Goal> {
     };
     let most_clients = rows.iter().filter(|r| r.is_bench()).map(|r| r.clients).max().unwrap_or(1);
     let many = if rows.iter().any(|r| r.is_bench() && r.clients == 50) { 50 } else { most_clients };
-    let mut goals = Vec::new();
-    for fsync in [Fsync::Never, Fsync::Always] {
-        let Some(k1) = find(SystemKind::Kairos, Some(3), Some(fsync), None, 1, Op::Write) else { continue };
-        // Like with like: the fsync-always rows beside the Redis and etcd that sync too.
-        let (etcd_storage, redis) = match fsync {
-            Fsync::Always => (Storage::Disk, SystemKind::RedisAofWait),
-            Fsync::Never => (Storage::Tmpfs, SystemKind::RedisWait),
-        };
-        let peers = [
-            (find(redis, None, None, None, 1, Op::Write), redis.name()),
-            (find(SystemKind::Etcd, Some(3), None, Some(etcd_storage), 1, Op::Write), "etcd"),
-        ];
-        for (peer, name) in peers {
-            let Some(peer) = peer else { continue };
-            let (k, p) = (k1.latency_us.p50.unwrap_or(0.0), peer.latency_us.p50.unwrap_or(0.0));
-            goals.push(Goal {
-                name: format!("kairos write p50 at 1 client over {name}'s"),
-                kairos: k1.setup().label(),
-                peer: Some(peer.setup().label()),
-                kairos_value: k,
-                peer_value: Some(p),
-                unit: "us".into(),
-                ratio: (p > 0.0).then(|| k / p),
-                goal: None,
-                met: None,
-            });
-        }
-        if let (Some(k), Some(p)) = (
-            find(SystemKind::Kairos, Some(3), Some(fsync), None, many, Op::Write),
-            find(redis, None, None, None, many, Op::Write),
-        ) {
-            goals.push(Goal {
-                name: format!("kairos write throughput at {many} clients over {}'s", redis.name()),
+    let mut counts: Vec<usize> = rows.iter().filter(|r| r.is_bench()).map(|r| r.clients).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    // Kairos's figure over the peer's, against the most (or, `at_least`, the least) it may be.
+    let compare =
+        |name: String, k: &Row, p: &Row, kv: f64, pv: f64, unit: &str, bound: Option<(f64, bool)>| {
+            let ratio = (pv > 0.0).then(|| kv / pv);
+            Goal {
+                name,
                 kairos: k.setup().label(),
                 peer: Some(p.setup().label()),
-                kairos_value: k.ops_per_s,
-                peer_value: Some(p.ops_per_s),
-                unit: "ops/s".into(),
-                ratio: (p.ops_per_s > 0.0).then(|| k.ops_per_s / p.ops_per_s),
-                goal: None,
-                met: None,
-            });
+                kairos_value: kv,
+                peer_value: Some(pv),
+                unit: unit.into(),
+                ratio,
+                goal: bound.map(|(b, at_least)| format!("{} {b}x", if at_least { ">=" } else { "<=" })),
+                met: bound.and_then(|(b, at_least)| ratio.map(|r| if at_least { r >= b } else { r <= b })),
+            }
+        };
+    let p50 = |r: &Row| r.latency_us.p50.unwrap_or(0.0);
+    let p99 = |r: &Row| r.latency_us.p99.unwrap_or(0.0);
+    let mut goals = Vec::new();
+    for fsync in [Fsync::Never, Fsync::Always] {
+        // Like with like: the fsync-always rows beside the Redis and etcd that sync too.
+        let (etcd_storage, redis, throughput_goal) = match fsync {
+            Fsync::Always => (Storage::Disk, SystemKind::RedisAofWait, 1.0),
+            Fsync::Never => (Storage::Tmpfs, SystemKind::RedisWait, 1.5),
+        };
+        let kairos = |clients, op| find(SystemKind::Kairos, Some(3), Some(fsync), None, clients, op);
+        if let (Some(k), Some(p)) = (kairos(1, Op::Write), find(redis, None, None, None, 1, Op::Write)) {
+            let name = format!("kairos write p50 at 1 client over {}'s", redis.name());
+            goals.push(compare(name, k, p, p50(k), p50(p), "us", Some((1.0, false))));
+        }
+        if let (Some(k), Some(p)) = (kairos(many, Op::Write), find(redis, None, None, None, many, Op::Write))
+        {
+            let name = format!("kairos write throughput at {many} clients over {}'s", redis.name());
+            goals.push(compare(name, k, p, k.ops_per_s, p.ops_per_s, "ops/s", Some((throughput_goal, true))));
+            if fsync == Fsync::Never {
+                let name = format!("kairos write p99 at {many} clients over {}'s", redis.name());
+                goals.push(compare(name, k, p, p99(k), p99(p), "us", Some((1.0, false))));
+            }
+        }
+        // Linearizable reads against Redis alone's, which reads its memory.
+        if fsync == Fsync::Never
+            && let (Some(k), Some(p)) =
+                (kairos(1, Op::Read), find(SystemKind::Redis, None, None, None, 1, Op::Read))
+        {
+            let name = "kairos read p50 at 1 client over redis's".to_string();
+            goals.push(compare(name, k, p, p50(k), p50(p), "us", Some((1.3, false))));
+        }
+        // Below etcd at every client count, writes and reads.
+        for &clients in &counts {
+            for op in Op::ALL {
+                let etcd = find(SystemKind::Etcd, Some(3), None, Some(etcd_storage), clients, op);
+                if let (Some(k), Some(p)) = (kairos(clients, op), etcd) {
+                    let who =
+                        if clients == 1 { "1 client".to_string() } else { format!("{clients} clients") };
+                    let name = format!("kairos {} p50 at {who} over etcd's", op.name());
+                    goals.push(compare(name, k, p, p50(k), p50(p), "us", Some((1.0, false))));
+                }
+            }
         }
     }
     for f in failover.iter().filter(|f| f.system == SystemKind::Kairos) {
@@ -1273,9 +1292,18 @@ mod tests {
             goals.iter().find(|g| g.name.contains(name) && g.kairos.contains(kairos)).and_then(|g| g.ratio)
         };
         assert_eq!(ratio("over redis+wait's", "fsync never"), Some(3.0));
-        assert_eq!(ratio("over etcd's", "fsync never"), Some(0.15));
+        assert_eq!(ratio("write p50 at 1 client over etcd's", "fsync never"), Some(0.15));
+        assert_eq!(ratio("write p50 at 50 clients over etcd's", "fsync never"), None, "no etcd row at 50");
+        let met = |name: &str, kairos: &str| {
+            goals.iter().find(|g| g.name.contains(name) && g.kairos.contains(kairos)).and_then(|g| g.met)
+        };
+        assert_eq!(met("write p50 at 1 client over redis+wait's", "fsync never"), Some(false));
+        assert_eq!(met("write p50 at 1 client over etcd's", "fsync never"), Some(true));
+        assert_eq!(met("throughput at 50 clients", "fsync never"), Some(false), "0.5x, not 1.5x");
+        assert_eq!(met("write p99 at 50 clients", "fsync never"), Some(false), "500 against 400 us");
         assert_eq!(ratio("throughput at 50 clients", "fsync never"), Some(0.5));
         assert_eq!(ratio("over etcd's", "fsync always"), None, "no etcd on the disk to compare with");
+        assert_eq!(met("throughput at 50 clients", "fsync always"), None, "no fsync-always row at 50");
         assert_eq!(ratio("over redis+wait's", "fsync always"), None, "fsync always is compared with the AOF");
         assert_eq!(ratio("over redis-aof+wait's", "fsync always"), Some(2.0));
         assert_eq!(ratio("over redis-aof+wait's", "fsync never"), None);
