@@ -656,6 +656,23 @@ mod tests {
     }
 
     #[test]
+    fn a_verdict_of_down_on_a_member_foca_holds_active_is_withdrawn_at_the_next_call() {
+        // The order `foca` may tell things in (a member down, then renamed while both of its
+        // identities were active, which says nothing of liveness) left the verdict standing:
+        // made here directly.
+        let settings = SwimSettings::aggressive(3, 1_000_000);
+        let mut c = Cluster::new(&settings);
+        c.run(100_000_000, 50_000);
+        assert!(c.peers[0].is_active(2));
+        c.peers[0].take_events().for_each(drop);
+        c.peers[0].asked.down.insert(2, 1);
+        c.peers[0].poll(c.now_ns);
+        assert_eq!(c.peers[0].down_since_ns(2), None);
+        let events: Vec<SwimEvent> = c.peers[0].take_events().collect();
+        assert_eq!(events, [SwimEvent::Up { member: 2, at_ns: c.now_ns }]);
+    }
+
+    #[test]
     fn aggressive_swim_declares_a_silent_member_down_within_milliseconds() {
         let settings = SwimSettings::aggressive(3, AGGRESSIVE_BASE_PERIOD_NS);
         let mut c = Cluster::new(&settings);

@@ -705,11 +705,11 @@ impl Member {
         // back until they are written (its socket's buffer holds the rest).
         for (&id, conn) in &self.conns {
             let fd = conn.stream.as_raw_fd();
-            let polled = self.polled.get(&fd) == Some(&id);
-            if conn.wants_input() && !polled {
+            let (wants, polled) = (conn.wants_input(), self.polled.get(&fd) == Some(&id));
+            if wants && !polled {
                 self.poller.add(&conn.stream)?;
                 self.polled.insert(fd, id);
-            } else if !conn.wants_input() && polled {
+            } else if !wants && polled {
                 self.poller.remove(&conn.stream)?;
                 self.polled.remove(&fd);
             }

@@ -41,6 +41,8 @@ struct Held {
     /// The clock when the first of them was held, ns.
     since_ns: u64,
     messages: Vec<Message>,
+    /// The entry bytes of the last of them, so a join need not count them again.
+    last_bytes: u64,
 }
 
 /// The leader's appends held back from followers its quorum does not need now.
@@ -96,10 +98,21 @@ impl Thrift {
     /// hold's writes in one message and answers once, not once a write.
     pub fn hold(&mut self, msg: Message, now_ns: u64) {
         self.appends_held += 1;
-        let held = self.held.entry(msg.to).or_insert_with(|| Held { since_ns: now_ns, messages: Vec::new() });
+        let held = self.held.entry(msg.to).or_insert_with(|| Held {
+            since_ns: now_ns,
+            messages: Vec::new(),
+            last_bytes: 0,
+        });
+        let bytes: u64 = msg.entries.iter().map(|e| e.data.len() as u64).sum();
         match held.messages.last_mut() {
-            Some(last) if continues(last, &msg, self.max_joined_bytes) => join(last, msg),
-            _ => held.messages.push(msg),
+            Some(last) if continues(last, &msg) && held.last_bytes + bytes <= self.max_joined_bytes => {
+                join(last, msg);
+                held.last_bytes += bytes;
+            }
+            _ => {
+                held.messages.push(msg);
+                held.last_bytes = bytes;
+            }
         }
     }
 
@@ -136,16 +149,15 @@ impl Thrift {
 /// Whether append `next` can join append `last` to the same follower: both appends (not a
 /// snapshot), of the same term, `next`'s entries starting right after `last`'s (its previous
 /// index and term are `last`'s last entry, or `last`'s own previous ones when `last` carries
-/// only a commit index), and the entries together no larger than `max_bytes`.
-fn continues(last: &Message, next: &Message, max_bytes: u64) -> bool {
+/// only a commit index).
+fn continues(last: &Message, next: &Message) -> bool {
     let append = MessageType::MsgAppend;
     if last.get_msg_type() != append || next.get_msg_type() != append || last.term != next.term {
         return false;
     }
     let (end_index, end_term) =
         last.entries.last().map_or((last.index, last.log_term), |e| (e.index, e.term));
-    let bytes: u64 = last.entries.iter().chain(next.entries.iter()).map(|e| e.data.len() as u64).sum();
-    next.index == end_index && next.log_term == end_term && bytes <= max_bytes
+    next.index == end_index && next.log_term == end_term
 }
 
 /// Appends `next`'s entries to `last` and takes its commit index (the later one), so `last`

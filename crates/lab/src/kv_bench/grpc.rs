@@ -31,6 +31,9 @@
 
 use std::net::SocketAddr;
 
+// Protobuf's varints are LEB128, as the project's own codec writes them.
+use kairos_services::codec::put_u64;
+
 /// HTTP/2's default SETTINGS_MAX_FRAME_SIZE, which this client leaves as it is: the longest
 /// frame accepted, and the longest DATA frame sent (no server may accept less).
 pub const MAX_FRAME: usize = 16_384;
@@ -179,21 +182,13 @@ impl Call<'_> {
     }
 }
 
-fn varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 /// A length-delimited field (wire type 2); an empty one is left out, as proto3 writes it.
 fn bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
     if bytes.is_empty() {
         return;
     }
-    varint(out, u64::from(field << 3 | 2));
-    varint(out, bytes.len() as u64);
+    put_u64(out, u64::from(field << 3 | 2));
+    put_u64(out, bytes.len() as u64);
     out.extend_from_slice(bytes);
 }
 

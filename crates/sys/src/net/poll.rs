@@ -220,9 +220,8 @@ mod tests {
         a.recv(&mut [0u8; 8]).unwrap();
         assert_eq!(set.wait(Duration::ZERO).unwrap(), 1);
         assert_eq!(set.ready().next().unwrap().fd, b.as_raw_fd());
-        let other = &b;
-        set.remove(other).unwrap();
-        set.remove(other).unwrap();
+        set.remove(&b).unwrap();
+        set.remove(&b).unwrap();
         assert_eq!(set.wait(Duration::ZERO).unwrap(), 0, "removed while readable");
     }
 
