@@ -22,7 +22,9 @@
 //! maximum only while a stall watch (`SCHED_FIFO` 99, one on every core the messages cross,
 //! waking every 250 us) saw its core taken from every thread: time no figure measured beforehand
 //! holds; up to one in a hundred late with no
-//! stall seen is let pass and printed ([`UNEXPLAINED_LATE`] says why). The figures are printed: per
+//! stall seen is let pass and printed ([`UNEXPLAINED_LATE`] says why). A message may be lost
+//! only while a stall was seen (a stalled release drops the oldest it holds, by design), up to
+//! one in a hundred otherwise ([`UNEXPLAINED_LOST`]). The figures are printed: per
 //! receiver the latencies, how many arrived within, before and after the bound, and how many
 //! of those after it met a stall.
 
@@ -53,6 +55,11 @@ fn lane_core() -> usize {
 /// widened it (52 and 556 of 1000 late, 316 early) and what the core's share alone catches
 /// (186 and 7 late without it); none may arrive early.
 const UNEXPLAINED_LATE: usize = 10;
+/// Messages of a thousand that may be lost with no stall the watch saw while they lived: as
+/// for [`UNEXPLAINED_LATE`], a watch sees a stall shorter than its period only if it covers a
+/// wake-up. A loss the watch explains is the lane's designed answer to a stalled core (a
+/// release past, the freshest message kept); one with none seen is a fault of the lane's.
+const UNEXPLAINED_LOST: usize = 10;
 /// How often each stall watch wakes. A stall is seen when it covers a wake-up by more than the
 /// watch's 50 us threshold, so at 1 ms one of 150 us (enough to make a message late) was seen
 /// one time in ten; at 250 us, two times in five, and every stall of 300 us. Denser costs more
@@ -122,10 +129,23 @@ fn connect(dir: &Path, app: &str) -> LaneApp {
     }
 }
 
-/// Sends `count` messages, one a period, and collects what `monitors` receive meanwhile.
-fn exchange(tunnel: &mut Tunnel, monitors: &mut [LaneApp], count: u32) -> Vec<Vec<(u32, Delivery)>> {
+/// What [`exchange`] sent and what arrived.
+struct Exchanged {
+    /// Per message: when it was sent (wall clock, ns) and whether the outbox took it.
+    sent: Vec<(u64, bool)>,
+    /// Per monitor: the number of each message that arrived, and its delivery.
+    got: Vec<Vec<(u32, Delivery)>>,
+}
+
+/// Sends `count` messages, one a period, and collects what `monitors` receive meanwhile. It
+/// paces itself as a periodic application does: after a stall of its own thread longer than a
+/// period it sends at once and keeps its period from then on, rather than sending the missed
+/// messages back to back (a burst the lane keeps a packet and one carried of, dropping the
+/// oldest as excess by design; CI lost 57 of 1000 so after stalls of up to 40 ms).
+fn exchange(tunnel: &mut Tunnel, monitors: &mut [LaneApp], count: u32) -> Exchanged {
     let period = Duration::from_nanos(tunnel.grant.period_ps.div_ceil(1_000));
     let mut got = vec![Vec::new(); monitors.len()];
+    let mut sent = Vec::with_capacity(count as usize);
     let mut buf = [0u8; 256];
     let mut drain = |monitors: &mut [LaneApp], got: &mut Vec<Vec<(u32, Delivery)>>| {
         for (m, g) in monitors.iter_mut().zip(got.iter_mut()) {
@@ -138,7 +158,12 @@ fn exchange(tunnel: &mut Tunnel, monitors: &mut [LaneApp], count: u32) -> Vec<Ve
     };
     let mut next = Instant::now();
     for i in 0..count {
-        let _ = tunnel.send(format!("reading {i}").as_bytes(), realtime_ns());
+        let now = Instant::now();
+        if now >= next + period {
+            next = now;
+        }
+        let at = realtime_ns();
+        sent.push((at, tunnel.send(format!("reading {i}").as_bytes(), at).is_ok()));
         next += period;
         while Instant::now() < next {
             drain(monitors, &mut got);
@@ -149,7 +174,7 @@ fn exchange(tunnel: &mut Tunnel, monitors: &mut [LaneApp], count: u32) -> Vec<Ve
     while Instant::now() < end {
         drain(monitors, &mut got);
     }
-    got
+    Exchanged { sent, got }
 }
 
 fn request(sensor: &mut LaneApp, spec: &TunnelSpec) -> Tunnel {
@@ -296,7 +321,7 @@ fn the_lane_end_to_end_on_the_testbed() {
         .collect();
     // Lane stamps are CLOCK_REALTIME, the watch's CLOCK_MONOTONIC: one offset, read once.
     let realtime_ahead = realtime_ns() as i128 - monotonic_ns() as i128;
-    let got = exchange(&mut tunnel, &mut monitors, 1_000);
+    let Exchanged { sent, got } = exchange(&mut tunnel, &mut monitors, 1_000);
     let watched: Vec<StallReport> = watches.into_iter().map(|w| w.finish().unwrap()).collect();
     for line in std::fs::read_to_string(dir.join("node-h0.log")).unwrap().lines() {
         eprintln!("node h0: {line}");
@@ -326,6 +351,30 @@ fn the_lane_end_to_end_on_the_testbed() {
                 watched.iter().any(|stalls| stalls.during(from, to).next().is_some())
             })
             .count();
+        // A message that did not arrive was dropped while it waited (at the sender as excess
+        // behind a stalled release, or in an outbox or inbox its reader left full): while it
+        // lived, a period before its send to its latest promised arrival and a period on.
+        let period_ns = tunnel.grant.period_ps.div_ceil(1_000);
+        let mut arrived = vec![false; sent.len()];
+        for (i, _) in deliveries {
+            arrived[*i as usize] = true;
+        }
+        let lost: Vec<usize> = (0..sent.len()).filter(|&i| !arrived[i]).collect();
+        let refused = lost.iter().filter(|&&i| !sent[i].1).count();
+        let lost_explained = lost
+            .iter()
+            .filter(|&&i| {
+                let from = monotonic(sent[i].0).saturating_sub(period_ns);
+                let to = monotonic(sent[i].0) + max + period_ns;
+                watched.iter().any(|stalls| stalls.during(from, to).next().is_some())
+            })
+            .count();
+        eprintln!(
+            "h{}: {} of 1000 lost ({refused} refused by the outbox, {lost_explained} while a stall was seen, inbox refused {})",
+            h + 1,
+            lost.len(),
+            monitors[h].inbox_refused(),
+        );
         eprintln!(
             "h{}: {} of 1000 arrived; one-way min {} ns, p50 {} ns, p99 {} ns, max {} ns; promised [{min}, {max}] ns: {} within, {early} before, {} after ({explained} of them during a stall)",
             h + 1,
@@ -337,7 +386,13 @@ fn the_lane_end_to_end_on_the_testbed() {
             latencies.len() - early - late.len(),
             late.len(),
         );
-        assert!(latencies.len() >= 990, "h{}: {} of 1000 arrived", h + 1, latencies.len());
+        let lost_unexplained = lost.len() - lost_explained;
+        assert!(
+            lost_unexplained <= UNEXPLAINED_LOST,
+            "h{}: {lost_unexplained} messages lost with no stall the watch saw (at most {UNEXPLAINED_LOST} allowed): {:?}",
+            h + 1,
+            &lost[..lost.len().min(20)]
+        );
         assert!(deliveries.windows(2).all(|w| w[0].0 < w[1].0), "in order, none twice");
         assert_eq!(early, 0, "h{}: no message arrives before the promised minimum", h + 1);
         let unexplained = late.len() - explained;
@@ -402,9 +457,9 @@ fn the_lane_end_to_end_on_the_testbed() {
     });
     let after = exchange(&mut tunnel, &mut monitors, 100);
     assert!(
-        after.iter().all(|d| d.len() >= 95),
+        after.got.iter().all(|d| d.len() >= 95),
         "the lane went on: {:?}",
-        after.iter().map(Vec::len).collect::<Vec<_>>()
+        after.got.iter().map(Vec::len).collect::<Vec<_>>()
     );
 
     // SIGKILL the controller, start it again from its journal.
@@ -429,14 +484,14 @@ fn the_lane_end_to_end_on_the_testbed() {
     let again = exchange(&mut tunnel, &mut monitors, 100);
     eprintln!(
         "while the controller was down {:?} of 50 arrived; after it came back {:?} of 100",
-        during.iter().map(Vec::len).collect::<Vec<_>>(),
-        again.iter().map(Vec::len).collect::<Vec<_>>()
+        during.got.iter().map(Vec::len).collect::<Vec<_>>(),
+        again.got.iter().map(Vec::len).collect::<Vec<_>>()
     );
     assert!(
-        during.iter().all(|d| d.len() >= 45),
+        during.got.iter().all(|d| d.len() >= 45),
         "the lane does not need the controller to carry granted tunnels"
     );
-    assert!(again.iter().all(|d| d.len() >= 95));
+    assert!(again.got.iter().all(|d| d.len() >= 95));
 
     drop((sensor, monitors, controller));
     drop(_nodes);
