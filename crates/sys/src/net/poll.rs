@@ -387,6 +387,10 @@ mod tests {
         a.send_to(b"x", a.local_addr().unwrap()).unwrap();
         assert_eq!(set.wait_until(None, now()).unwrap(), 1);
         assert_eq!(set.timer_arms(), 4);
+        // A deadline past the kernel's range (a loop with nothing due) is armed, not refused:
+        // the kernel holds it at its farthest time.
+        assert_eq!(set.wait_until(Some(u64::MAX), now()).unwrap(), 1, "the unread datagram");
+        assert_eq!(set.timer_arms(), 5);
     }
 
     #[test]
