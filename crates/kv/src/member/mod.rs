@@ -7,9 +7,9 @@
 //! is coarse, 1 ms by default, and [`Replica::ticks_until_due`] says which tick matters next:
 //! an idle follower sleeps until its election timeout or its detector's next verdict), the
 //! detector's next heartbeat round. The deadline is kept on a timer in the `epoll` set that is
-//! armed again only when a deadline comes earlier ([`Epoll::wait_until`]): a timeout a wait
-//! costs two exits to the hypervisor on a virtual machine, three waits on a write's path. A pass steps every message and takes every request that
-//! came, proposes the pass's writes at once (as one entry; while one is in flight, the next
+//! armed again only when a deadline comes earlier ([`Epoll::wait_until`]): a timeout at every
+//! wait costs two exits to the hypervisor on a virtual machine, and a write's path has three
+//! waits. A pass steps every message and takes every request that came, proposes the pass's writes at once (as one entry; while one is in flight, the next
 //! gather behind it: adaptive batching), and handles Raft's Ready once for all of it, sending a
 //! leader's appends before it persists its own entries. Raft messages are cut into datagrams
 //! by [`kairos_services::frame`]. Any member takes any command: a follower's writes are
@@ -695,8 +695,8 @@ impl Member {
     /// the loop looks and waits again), `now` being the clock's reading: whether Raft's socket,
     /// the listener, which clients, and the probe socket did. The deadline stays armed across
     /// waits ([`Epoll::wait_until`]): a wait's own timeout would reprogram the timer device
-    /// twice a wait, which a virtual machine pays as two exits to its hypervisor (about 5 us a
-    /// wait on this project's machine, three waits on a write's path).
+    /// twice a wait, which a virtual machine pays as two exits to its hypervisor (three waits
+    /// on a write's path; `scripts/kv-write-cost` measures a write before and after).
     fn wait(&mut self, until: u64, now: u64) -> io::Result<(bool, bool, Vec<u64>, bool)> {
         // On the lane there is no Raft socket: the node's doorbell wakes the loop, and the inbox
         // is looked at every pass.

@@ -79,8 +79,8 @@ impl<'a> PollSet<'a> {
 /// [`Epoll::wait`]'s timeout arms a kernel timer at every wait and cancels it at every early
 /// wake-up. When the timeout ends before the next scheduler tick (4 ms at 250 Hz), each of the
 /// two reprograms the CPU's timer device, which a virtual machine pays as an exit to its
-/// hypervisor: on this project's 2-vCPU guest, two processes waking each other through
-/// `epoll_pwait2` took 13-15 us a round trip with a 1 ms timeout against 5 us with none.
+/// hypervisor (on this project's 2-vCPU guest a store member's write, three waits, took about
+/// 30 us longer at one client for it: `scripts/kv-write-cost`, before and after).
 /// [`Epoll::wait_until`] takes an absolute deadline instead and keeps it on a `timerfd` in the
 /// set that it re-arms only when a deadline comes earlier than the one armed: a later one is
 /// left to fire early (a wake-up that finds nothing due and waits again, re-arming then), so a
@@ -366,7 +366,8 @@ mod tests {
         set.wait_until(Some(first), now()).unwrap();
         assert!(now() >= first, "woke before the armed deadline with nothing ready");
         assert_eq!(set.timer_arms(), 2);
-        let armed = now() + 50_000_000;
+        // Far enough that no stall of a busy machine lets it fire during the steps below.
+        let armed = now() + 10_000_000_000;
         a.send_to(b"x", a.local_addr().unwrap()).unwrap();
         assert_eq!(set.wait_until(Some(armed), now()).unwrap(), 1, "a socket ends the wait");
         assert_eq!(set.ready().next().unwrap().fd, a.as_raw_fd());
