@@ -337,6 +337,11 @@ fn the_lane_end_to_end_on_the_testbed() {
         );
     }
     let monotonic = |realtime: u64| (realtime as i128 - realtime_ahead).max(0) as u64;
+    // Whether a watch saw a stall between two wall-clock times.
+    let stalled = |from: u64, to: u64| {
+        let (from, to) = (monotonic(from), monotonic(to));
+        watched.iter().any(|stalls| stalls.during(from, to).next().is_some())
+    };
     for (h, deliveries) in got.iter().enumerate() {
         let mut latencies: Vec<u64> = deliveries.iter().map(|(_, d)| d.received_ns - d.sent_ns).collect();
         latencies.sort_unstable();
@@ -344,13 +349,7 @@ fn the_lane_end_to_end_on_the_testbed() {
         let early = latencies.iter().filter(|&&l| l < min).count();
         let late: Vec<&Delivery> =
             deliveries.iter().map(|(_, d)| d).filter(|d| d.received_ns - d.sent_ns > max).collect();
-        let explained = late
-            .iter()
-            .filter(|d| {
-                let (from, to) = (monotonic(d.sent_ns), monotonic(d.received_ns));
-                watched.iter().any(|stalls| stalls.during(from, to).next().is_some())
-            })
-            .count();
+        let explained = late.iter().filter(|d| stalled(d.sent_ns, d.received_ns)).count();
         // A message that did not arrive was dropped while it waited (at the sender as excess
         // behind a stalled release, or in an outbox or inbox its reader left full): while it
         // lived, a period before its send to its latest promised arrival and a period on.
@@ -363,11 +362,7 @@ fn the_lane_end_to_end_on_the_testbed() {
         let refused = lost.iter().filter(|&&i| !sent[i].1).count();
         let lost_explained = lost
             .iter()
-            .filter(|&&i| {
-                let from = monotonic(sent[i].0).saturating_sub(period_ns);
-                let to = monotonic(sent[i].0) + max + period_ns;
-                watched.iter().any(|stalls| stalls.during(from, to).next().is_some())
-            })
+            .filter(|&&i| stalled(sent[i].0.saturating_sub(period_ns), sent[i].0 + max + period_ns))
             .count();
         eprintln!(
             "h{}: {} of 1000 lost ({refused} refused by the outbox, {lost_explained} while a stall was seen, inbox refused {})",

@@ -381,6 +381,9 @@ impl Experiment for SweepConfig {
 /// the traces.
 type Grid = (Vec<SweepRow>, BTreeMap<String, f64>, String, BTreeMap<String, Trace>);
 
+/// Each config's median run and the least average age of its runs, ns, and a peer's failure.
+type Medians = (Vec<(Row, f64)>, Option<String>);
+
 fn grid(config: &SweepConfig, run: &Run<'_>) -> Result<Grid> {
     run.log(&format!("machine: {}", run.machine().one_line()));
     // Woken forwarder threads preempt the spinning source at once when they may run SCHED_FIFO.
@@ -1153,9 +1156,6 @@ fn plots(rows: &[SweepRow], per_user: &[PerUser], run: &RunDir) -> Result<Vec<Pa
     )?;
     Ok(out)
 }
-
-/// Each config's median run and the least average age of its runs, ns, and a peer's failure.
-type Medians = (Vec<(Row, f64)>, Option<String>);
 
 fn write_csv(rows: &[SweepRow], run: &RunDir) -> Result<()> {
     let mut w = csv::Writer::from_writer(Vec::new());
