@@ -15,6 +15,7 @@
 //! `realtime` says its stalls may then be anyone's.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::SyncSender;
 use std::time::Duration;
 
 use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
@@ -89,12 +90,19 @@ pub struct StallWatch {
 }
 
 impl StallWatch {
-    /// Starts the watch's thread; fails only when the system cannot start a thread.
+    /// Starts the watch's thread and returns once it is watching: pinned to its core, at its
+    /// priority, its clock started. Returning earlier would leave a window the watch misses
+    /// while its caller thinks it is covered: a thread started after it could take the core at
+    /// `SCHED_FIFO` before the watch was raised, and the watch would begin only when that
+    /// thread first slept. Fails only when the system cannot start a thread.
     pub fn start(config: StallWatchConfig) -> std::io::Result<Self> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread =
             StoppableThread::spawn(format!("stall-watch-{}", config.core), move |stop: &AtomicBool| {
-                watch(config, stop)
+                watch(config, stop, ready_tx)
             })?;
+        // An error means the thread ended before it was ready; `finish` reports how.
+        let _ = ready_rx.recv();
         Ok(Self { thread })
     }
 
@@ -104,11 +112,12 @@ impl StallWatch {
     }
 }
 
-fn watch(config: StallWatchConfig, stop: &AtomicBool) -> StallReport {
+fn watch(config: StallWatchConfig, stop: &AtomicBool, ready: SyncSender<()>) -> StallReport {
     let _ = pin_current_thread(config.core);
     let realtime = config.fifo_priority > 0 && set_fifo(config.fifo_priority).is_ok();
     let period = (config.period.as_nanos() as u64).max(1_000);
     let (cpu_start, wall_start) = (thread_cpu_time_ns(), monotonic_ns());
+    let _ = ready.send(());
     let mut report = StallReport { core: config.core, realtime, ..StallReport::default() };
     let mut due = wall_start + period;
     while !stop.load(Ordering::Relaxed) {
@@ -195,7 +204,8 @@ mod tests {
             })
         };
         let watch = StallWatch::start(config).unwrap();
-        assert!(within_a_second(true), "the watch thread runs");
+        // At once: `start` returns only once the watch is watching.
+        assert!(listed(), "the watch thread runs when start returns");
         drop(watch);
         assert!(within_a_second(false), "the watch thread outlived its owner");
     }
