@@ -61,8 +61,9 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
     if want("server") {
         let _ = write!(
             out,
-            "# Server\r\nredis_version:7.0.15\r\nkairos_version:{}\r\nredis_mode:kairos-raft\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nraft_tick_us:{}\r\n\r\n",
+            "# Server\r\nredis_version:7.0.15\r\nkairos_version:{}\r\nredis_mode:kairos-raft\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nraft_tick_us:{}\r\n\r\n",
             env!("CARGO_PKG_VERSION"),
+            std::process::id(),
             f.listen.port(),
             f.uptime_s,
             f.tick.as_micros()

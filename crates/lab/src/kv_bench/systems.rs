@@ -14,7 +14,7 @@
 //!   `/v3/maintenance/status` names a leader and a put is answered;
 //! - `kairos`: N `kairos kv serve` members (the processes `kairos kv cluster` starts, started
 //!   here one by one so that the bench owns each member's process id and can SIGKILL the
-//!   leader; `kv cluster` stops all members when one dies), logs on the disk, `--fsync` always
+//!   leader, which `kv cluster` would start again), logs on the disk, `--fsync` always
 //!   or never; ready once a member's INFO names a leader and a SET through it is answered.
 //!
 //! Pinning: each server is started from a thread pinned (`sched_setaffinity`) to the servers'

@@ -5,18 +5,19 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use kairos_kv::member::{Member, MemberConfig, PeerAddr};
 use kairos_kv::replica::{ReadMode, Sync};
 use kairos_lab::kv_check;
-use kairos_sys::child::OwnedChild;
 
 use crate::exit;
+use cluster::ClusterArgs;
+
+mod cluster;
 
 #[derive(Args)]
 pub struct KvArgs {
@@ -320,35 +321,6 @@ struct ServeArgs {
     raft: RaftArgs,
 }
 
-#[derive(Args)]
-struct ClusterArgs {
-    /// Members, 1-7 (odd numbers tolerate the most failures per member).
-    #[arg(long, value_name = "N", default_value_t = 3)]
-    nodes: u64,
-    /// Member 1's client port; member i listens on PORT + i - 1, and its Raft socket on
-    /// PORT + 1000 + i - 1.
-    #[arg(long, value_name = "PORT", default_value_t = 6380)]
-    port: u16,
-    /// Where the members' logs go (a directory per member; default: a new directory under the
-    /// system's temporary directory, removed at the end).
-    #[arg(long, value_name = "DIR")]
-    data: Option<PathBuf>,
-    /// Put each member on a host of the lane's testbed (network namespaces on a bridge, a
-    /// strict-priority lane class at every egress; needs root) with Raft marked as lane traffic,
-    /// instead of loopback. Member i listens on 10.212.0.i:PORT; the command prints how to
-    /// reach it.
-    #[arg(long)]
-    testbed: bool,
-    /// Run on the express lane (implies --testbed): a lane controller and a node in every host,
-    /// and each member's Raft messages and heartbeats on tunnels of its own.
-    #[arg(long)]
-    lane: bool,
-    #[command(flatten)]
-    lane_args: LaneArgs,
-    #[command(flatten)]
-    raft: RaftArgs,
-}
-
 fn parse_peers(peers: &[String]) -> Result<BTreeMap<u64, PeerAddr>> {
     let mut out = BTreeMap::new();
     for peer in peers {
@@ -463,201 +435,6 @@ fn serve(a: &ServeArgs) -> Result<i32> {
 }
 
 /// Asks a member for INFO over RESP; returns the raft leader id it reports.
-fn leader_of(host: &str, port: u16) -> Option<u64> {
-    use kairos_kv::resp::client::{Connection, leader_from_info};
-    let addr = SocketAddr::new(host.parse().ok()?, port);
-    let info = Connection::connect(addr, Duration::from_millis(500)).ok()?.info("replication").ok()?;
-    leader_from_info(&info)
-}
-
-fn cluster(a: &ClusterArgs) -> Result<i32> {
-    a.raft.check()?;
-    if !(1..=7).contains(&a.nodes) {
-        return Err(exit::usage(format!("--nodes {} is out of range: 1 to 7", a.nodes)));
-    }
-    if u32::from(a.port) + 1000 + a.nodes as u32 > 65_535 || a.port < 1024 {
-        return Err(exit::usage(format!(
-            "--port {} leaves no room for the members' ports: 1024 to {}",
-            a.port,
-            65_535 - 1000 - a.nodes
-        )));
-    }
-    let (data, _remove) = match &a.data {
-        Some(dir) => (dir.clone(), None),
-        None => {
-            let dir = std::env::temp_dir().join(format!("kairos-kv-{}", std::process::id()));
-            let undo = dir.clone();
-            let registration =
-                kairos_sys::cleanup::register(format!("directory {}", dir.display()), move || {
-                    let _ = std::fs::remove_dir_all(&undo);
-                });
-            (dir.clone(), Some(RemoveOnDrop { dir, _registration: registration }))
-        }
-    };
-    std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
-    let exe = std::env::current_exe().context("cannot find the kairos executable")?;
-    // On the testbed every member has its own address and the same ports; on loopback one
-    // address and a port each.
-    if a.lane {
-        // Checked before anything is made.
-        a.lane_args.config(PathBuf::new(), a.nodes as usize)?;
-    }
-    let testbed = if a.testbed || a.lane {
-        let flag = if a.lane { "--lane" } else { "--testbed" };
-        if !kairos_sys::user::is_root() {
-            return Err(exit::usage(format!(
-                "{flag} makes network namespaces, which needs root: run as root or drop {flag}"
-            )));
-        }
-        if a.nodes < 2 {
-            return Err(exit::usage(format!("{flag} needs at least 2 members")));
-        }
-        let config =
-            kairos_io::lane_testbed::LaneTestbedConfig { hosts: a.nodes as usize, ..Default::default() };
-        Some(kairos_io::lane_testbed::LaneTestbed::create(config).context("cannot make the lane testbed")?)
-    } else {
-        None
-    };
-    let address = |i: u64| match &testbed {
-        Some(bed) => (bed.hosts()[(i - 1) as usize].address.to_string(), a.port as u64, a.port as u64 + 1000),
-        None => ("127.0.0.1".to_string(), a.port as u64 + i - 1, a.port as u64 + 1000 + i - 1),
-    };
-    // On the lane, a controller and a node in every host; member i is h(i-1)'s application.
-    let lane = match (&testbed, a.lane) {
-        (Some(bed), true) => {
-            Some(kairos_lab::lane_up::start(bed, &data.join("lane"), 0).context("cannot bring the lane up")?)
-        }
-        _ => None,
-    };
-    let peers: Vec<String> = (1..=a.nodes)
-        .map(|i| match &lane {
-            Some(_) => format!("{i}={}", kairos_lab::lane_up::host_name((i - 1) as usize)),
-            None => {
-                let (host, _, raft) = address(i);
-                format!("{i}={host}:{raft}")
-            }
-        })
-        .collect();
-    let mut members = Vec::new();
-    for i in 1..=a.nodes {
-        let (host, client, _) = address(i);
-        let mut command = match &testbed {
-            Some(bed) => bed.host_command((i - 1) as usize, &exe.to_string_lossy())?,
-            None => Command::new(&exe),
-        };
-        command
-            .args(["kv", "serve", "--id", &i.to_string(), "--peers", &peers.join(",")])
-            .arg(format!("--listen={host}:{client}"))
-            .arg(format!("--data={}", data.join(format!("member{i}")).display()))
-            .args(a.raft.to_flags())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        match &lane {
-            Some(up) => {
-                command.arg(format!("--lane-node={}", up.node_dir((i - 1) as usize).display()));
-                command.args(a.lane_args.to_flags());
-            }
-            None if testbed.is_some() => {
-                command.arg("--lane-class");
-            }
-            None => {}
-        }
-        members.push(
-            OwnedChild::spawn_named(&mut command, format!("kv member {i}"))
-                .context("cannot start a member")?,
-        );
-    }
-    let start = Instant::now();
-    let ask = |i: u64| {
-        let (host, client, _) = address(i);
-        match &testbed {
-            Some(bed) => bed.in_host(0, || leader_of(&host, client as u16)).ok().flatten(),
-            None => leader_of(&host, client as u16),
-        }
-    };
-    let leader = loop {
-        if let Some(l) = (1..=a.nodes).find_map(ask) {
-            break l;
-        }
-        for (i, m) in members.iter_mut().enumerate() {
-            if let Some(status) = m.try_wait()? {
-                let (_, client, raft) = address(i as u64 + 1);
-                anyhow::bail!(
-                    "member {} exited ({status}) before the cluster had a leader (is port {client} or {raft} taken?)",
-                    i + 1
-                );
-            }
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            anyhow::bail!("no leader after 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    match &testbed {
-        Some(bed) => {
-            match &lane {
-                Some(_) => println!(
-                    "kairos kv cluster: {} members on the express lane (a lane node in each host; each member's heartbeats and Raft on a tunnel every {} us, {} bytes), logs in {}",
-                    a.nodes,
-                    a.raft.period_us(true),
-                    a.lane_args.lane_packet_bytes,
-                    data.display()
-                ),
-                None => println!(
-                    "kairos kv cluster: {} members on the lane testbed (Raft in the lane class), logs in {}",
-                    a.nodes,
-                    data.display()
-                ),
-            }
-            for i in 1..=a.nodes {
-                let (host, client, raft) = address(i);
-                let how = match &lane {
-                    Some(_) => {
-                        format!("raft on the lane from {}", kairos_lab::lane_up::host_name((i - 1) as usize))
-                    }
-                    None => format!("raft on udp {host}:{raft}"),
-                };
-                println!(
-                    "  member {i}: ip netns exec {} redis-cli -h {host} -p {client}   ({how})",
-                    bed.hosts()[0].namespace
-                );
-            }
-        }
-        None => {
-            println!("kairos kv cluster: {} members on 127.0.0.1, logs in {}", a.nodes, data.display());
-            for i in 1..=a.nodes {
-                let (_, client, raft) = address(i);
-                println!("  member {i}: redis-cli -p {client}   (raft on udp {raft})");
-            }
-        }
-    }
-    println!(
-        "leader: member {leader} (after {} ms); any member takes any command. Ctrl-C stops the cluster.",
-        start.elapsed().as_millis()
-    );
-    loop {
-        for (i, m) in members.iter_mut().enumerate() {
-            if let Some(status) = m.try_wait()? {
-                anyhow::bail!("member {} exited ({status}); stopping the others", i + 1);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The cluster's own temporary directory, removed on every path out: by the drop on a return
-/// or an error, by the registered undo on a signal.
-struct RemoveOnDrop {
-    dir: PathBuf,
-    _registration: kairos_sys::cleanup::Registration,
-}
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[derive(Args)]
 struct CheckArgs {
     /// 1,000 histories instead of 10,000.
@@ -713,7 +490,7 @@ pub fn run(args: &KvArgs) -> Result<i32> {
             crate::experiment(&common, &config, kv_check::report)
         }
         KvCommand::Serve(a) => serve(a),
-        KvCommand::Cluster(a) => cluster(a),
+        KvCommand::Cluster(a) => cluster::cluster(a),
         KvCommand::Bench(a) => crate::kv_bench::run(a),
     }
 }
