@@ -38,12 +38,22 @@ fn start_with(id: usize, peers: &str, port: u16, data: &Path, extra: &[&str]) ->
         .args(extra)
         .arg(format!("--listen=127.0.0.1:{port}"))
         .arg(format!("--data={}", data.join(format!("m{id}")).display()))
+        .arg(format!("--secret-file={}", secret_in(data).display()))
         .args(["--period-us", "200", "--election-ticks", "50"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("start kairos kv serve")
+}
+
+/// The cluster's secret in its data directory, made by the first member started.
+fn secret_in(data: &Path) -> std::path::PathBuf {
+    let path = data.join("secret");
+    if !path.exists() {
+        kairos_services::seal::write_new_secret(&path).unwrap();
+    }
+    path
 }
 
 fn connect(port: u16) -> redis::Connection {
@@ -325,4 +335,73 @@ fn lane_hosts_and_udp_addresses_do_not_mix_and_a_lane_member_needs_its_node() {
     let (code, err) = kv(&["--id", "1", "--peers", "1=h0,2=1.2.3"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("'1.2.3' is neither"), "{err}");
+}
+
+/// Resident memory of a process, KB.
+fn resident_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_flood_of_forged_fragments_is_refused_and_held_by_no_one() {
+    let data = tempfile::tempdir().unwrap();
+    let client_ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
+    let raft_ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
+    let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", raft_ports[i - 1])).collect::<Vec<_>>().join(",");
+    let members =
+        Members((1..=3).map(|i| Some(start(i, &peers, client_ports[i - 1], data.path()))).collect());
+    let mut con = connect(client_ports[0]);
+    wait_for_leader(&mut con, 0);
+    let _: () = redis::cmd("SET").arg("before").arg("flood").query(&mut con).unwrap();
+    let pids: Vec<u32> = members.0.iter().map(|m| m.as_ref().unwrap().id()).collect();
+    let before: Vec<u64> = pids.iter().map(|&p| resident_kb(p)).collect();
+
+    // 100 MB of fragments of 60 KB, each the first of a 1,000-fragment message (which an
+    // unauthenticated member would begin to assemble, up to 60 MB per sender id), under
+    // random sender ids (a quarter naming real members) and seals made up.
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (fragment, total) = (60_000usize, 100_000_000usize);
+    for k in 0..total / fragment {
+        let from = if k % 4 == 0 { 1 + next() % 3 } else { next() };
+        // The first of 1,000 one-byte fragments, grown to the size of a real one.
+        let mut d =
+            kairos_services::frame::fragments_of(from, next(), &[0x5a; 1_000], 1).unwrap().swap_remove(0);
+        d.resize(kairos_services::frame::HEADER_BYTES + fragment, 0x5a);
+        d.extend_from_slice(&from.to_le_bytes());
+        d.extend_from_slice(&next().to_le_bytes());
+        d.extend_from_slice(&[0xa5; 16]);
+        let _ = socket.send_to(&d, ("127.0.0.1", raft_ports[k % 3]));
+        if k % 30 == 29 {
+            // Room for the members to read: a flood the kernel drops tests nothing.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(200));
+
+    let mut refused = 0;
+    for (i, &pid) in pids.iter().enumerate() {
+        let grown = resident_kb(pid).saturating_sub(before[i]);
+        assert!(grown < 20_000, "member {} grew by {grown} KB under the flood", i + 1);
+        let info: String = redis::cmd("INFO").arg("stats").query(&mut connect(client_ports[i])).unwrap();
+        let count =
+            |f| kairos_kv::resp::client::info_field(&info, f).and_then(|v| v.parse::<u64>().ok()).unwrap();
+        refused += count("raft_refused_strangers") + count("raft_refused_forged");
+        assert_eq!(count("raft_malformed"), 0, "a forged datagram reached the decoder");
+    }
+    // Most of the 1,666 datagrams reached a member and were refused there.
+    assert!(refused > 1_000, "only {refused} datagrams were refused");
+    // The cluster still answers, and took no forged word.
+    let _: () = redis::cmd("SET").arg("after").arg("flood").query(&mut con).unwrap();
+    let v: Option<String> = redis::cmd("GET").arg("before").query(&mut connect(client_ports[2])).unwrap();
+    assert_eq!(v.as_deref(), Some("flood"));
+    eprintln!("{refused} forged datagrams refused; resident memory before {before:?} KB");
 }

@@ -44,7 +44,8 @@ pub fn fragments_of(from: u64, number: u64, message: &[u8], fragment_bytes: usiz
     for index in 0..count {
         let chunk = &message
             [(index * fragment_bytes).min(message.len())..((index + 1) * fragment_bytes).min(message.len())];
-        let mut d = Vec::with_capacity(HEADER_BYTES + chunk.len());
+        // Room for the seal a member adds, so sealing does not move the datagram.
+        let mut d = Vec::with_capacity(HEADER_BYTES + chunk.len() + crate::seal::SEAL_BYTES);
         d.extend_from_slice(&MAGIC);
         d.push(VERSION);
         d.extend_from_slice(&from.to_le_bytes());
@@ -55,6 +56,11 @@ pub fn fragments_of(from: u64, number: u64, message: &[u8], fragment_bytes: usiz
         out.push(d);
     }
     Some(out)
+}
+
+/// The sender id a fragment's header names, if the datagram is long enough to hold one.
+pub fn sender(datagram: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(datagram.get(3..11)?.try_into().ok()?))
 }
 
 #[derive(Debug, Default)]
@@ -140,6 +146,8 @@ mod tests {
         assert_eq!(r.push(&parts[0]).unwrap(), None);
         assert_eq!(r.push(&parts[1]).unwrap(), None);
         assert_eq!(r.push(&parts[2]).unwrap(), Some((3, message)));
+        assert_eq!(sender(&parts[0]), Some(3));
+        assert_eq!(sender(b"KR"), None);
     }
 
     #[test]

@@ -21,3 +21,4 @@ pub mod codec;
 pub mod frame;
 pub mod lane_link;
 pub mod peer;
+pub mod seal;

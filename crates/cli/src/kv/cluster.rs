@@ -142,6 +142,17 @@ fn check_shape(data: &Path, nodes: u64) -> Result<()> {
     }
 }
 
+/// The cluster's secret in its data directory, made (32 random bytes, readable by this user
+/// alone) when it has none: every member is given it, so their datagrams are sealed.
+fn cluster_secret_file(data: &Path) -> Result<PathBuf> {
+    let path = data.join("secret");
+    if !path.exists() {
+        kairos_services::seal::write_new_secret(&path)
+            .with_context(|| format!("cannot write the cluster's secret to {}", path.display()))?;
+    }
+    Ok(path)
+}
+
 /// Refuses ports another program holds, before any member starts (a member that failed to
 /// bind would otherwise exit while the others elect).
 fn check_ports_free(ports: &[(u64, u16, u16)]) -> Result<()> {
@@ -214,6 +225,7 @@ pub(super) fn cluster(a: &ClusterArgs) -> Result<i32> {
     };
     std::fs::create_dir_all(&data).with_context(|| format!("cannot create {}", data.display()))?;
     check_shape(&data, a.nodes)?;
+    let secret_file = cluster_secret_file(&data)?;
     if !on_testbed {
         let ports: Vec<_> =
             (1..=a.nodes).map(|i| (i, a.port + i as u16 - 1, a.port + 1000 + i as u16 - 1)).collect();
@@ -260,6 +272,7 @@ pub(super) fn cluster(a: &ClusterArgs) -> Result<i32> {
             .args(["kv", "serve", "--id", &i.to_string(), "--peers", &peers.join(",")])
             .arg(format!("--listen={host}:{client}"))
             .arg(format!("--data={}", member_dir(i).display()))
+            .arg(format!("--secret-file={}", secret_file.display()))
             .args(a.raft.to_flags())
             .stdin(Stdio::null())
             .stdout(Stdio::null());

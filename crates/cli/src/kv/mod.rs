@@ -13,6 +13,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use kairos_kv::member::{Member, MemberConfig, PeerAddr};
 use kairos_kv::replica::{ReadMode, Sync};
 use kairos_lab::kv_check;
+use kairos_services::seal::ClusterSecret;
 
 use crate::exit;
 use cluster::ClusterArgs;
@@ -315,10 +316,36 @@ struct ServeArgs {
     /// else one made from --peers (a new cluster).
     #[arg(long, value_name = "NAME")]
     lane_cluster: Option<String>,
+    /// The cluster's secret, the same file at every member (16 to 4096 bytes; e.g. `head -c 32
+    /// /dev/urandom > FILE`, mode 0600): every Raft and heartbeat datagram between members is
+    /// sealed under it, and one whose seal does not open is dropped and counted (INFO
+    /// raft_refused_*). Required on UDP; on the lane the lane's controller admits the tunnels.
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
     #[command(flatten)]
     lane: LaneArgs,
     #[command(flatten)]
     raft: RaftArgs,
+}
+
+/// The largest secret file read: a secret is a few dozen bytes.
+const MAX_SECRET_BYTES: u64 = 4096;
+
+/// The cluster's secret from `--secret-file`, required on UDP.
+fn cluster_secret(path: Option<&std::path::Path>, on_lane: bool) -> Result<Option<ClusterSecret>> {
+    let Some(path) = path else {
+        if on_lane {
+            return Ok(None);
+        }
+        return Err(exit::usage(
+            "--secret-file is required: give every member the same file of 16 to 4096 random bytes (head -c 32 /dev/urandom > FILE); kairos kv cluster makes one in its data directory",
+        ));
+    };
+    let bytes = kairos_sys::fs::read_bytes(path, MAX_SECRET_BYTES)
+        .map_err(|e| exit::usage(format!("--secret-file {e}")))?;
+    let secret = ClusterSecret::new(&bytes)
+        .map_err(|e| exit::usage(format!("--secret-file {}: {e}", path.display())))?;
+    Ok(Some(secret))
 }
 
 fn parse_peers(peers: &[String]) -> Result<BTreeMap<u64, PeerAddr>> {
@@ -382,6 +409,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
             None
         }
     };
+    let secret = cluster_secret(a.secret_file.as_deref(), a.lane_node.is_some())?;
     let config = MemberConfig {
         id: a.id,
         peers,
@@ -422,6 +450,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
             },
         }),
         lane,
+        secret,
     };
     let mut member = Member::open(config).with_context(|| format!("member {}", a.id))?;
     eprintln!("kairos kv serve: member {} takes clients on {}", a.id, member.client_addr()?);
@@ -434,7 +463,6 @@ fn serve(a: &ServeArgs) -> Result<i32> {
     Ok(exit::OK)
 }
 
-/// Asks a member for INFO over RESP; returns the raft leader id it reports.
 #[derive(Args)]
 struct CheckArgs {
     /// 1,000 histories instead of 10,000.

@@ -147,12 +147,16 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
         let r = &f.replica;
         let _ = write!(
             out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_late_periods:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\nraft_lease_reads:{}\r\nraft_appends_held:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_refused_strangers:{}\r\nraft_refused_forged:{}\r\nraft_refused_replayed:{}\r\nraft_refused_address:{}\r\nraft_late_periods:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\nraft_lease_reads:{}\r\nraft_appends_held:{}\r\n\r\n",
             s.connections,
             s.commands,
             s.datagrams_in,
             s.datagrams_out,
             s.malformed,
+            s.refused_strangers,
+            s.refused_forged,
+            s.refused_replayed,
+            s.refused_address,
             s.late_periods,
             r.proposals,
             r.proposal_retries,

@@ -56,6 +56,7 @@ use kairos_services::frame::{Reassembler, fragments, fragments_of};
 use kairos_services::lane_link::{self, Incoming, LaneLink, LaneLinkConfig};
 use kairos_services::peer;
 pub use kairos_services::peer::PeerAddr;
+use kairos_services::seal::{ClusterSecret, Opener, Refusal, SEAL_BYTES, Sealer, Stream};
 use raft::eraftpb::MessageType;
 use watch::{Act, Watch, WatchConfig};
 
@@ -132,6 +133,11 @@ pub struct MemberConfig {
     pub detector: Option<WatchConfig>,
     /// The lane node and tunnels, when the peers are lane hosts.
     pub lane: Option<LaneConfig>,
+    /// The cluster's secret: every datagram to another member is sealed under it, and one
+    /// from another member is taken only when its seal opens ([`kairos_services::seal`]).
+    /// `None` leaves the UDP transport open to anyone who reaches it (the lane's tunnels are
+    /// admitted by the lane's controller instead); `kairos kv serve` requires one on UDP.
+    pub secret: Option<ClusterSecret>,
 }
 
 /// A member on the lane.
@@ -231,12 +237,33 @@ pub struct MemberStats {
     pub datagrams_out: u64,
     /// Datagrams that did not decode.
     pub malformed: u64,
+    /// Datagrams refused by their seal: from an id that is not a member's.
+    pub refused_strangers: u64,
+    /// Datagrams refused by their seal: a tag that did not match (forged, altered, another
+    /// cluster's secret), or too short to hold a seal.
+    pub refused_forged: u64,
+    /// Datagrams refused by their seal: a counter taken already or too old.
+    pub refused_replayed: u64,
+    /// Sealed datagrams whose sender's address, or whose body's sender, is not the member's
+    /// its seal names.
+    pub refused_address: u64,
     /// Periods the loop started late by more than one period.
     pub late_periods: u64,
 }
 
+/// A member's seals: one per stream it sends, and the opener of what it receives.
+#[derive(Debug)]
+struct Seals {
+    messages: Sealer,
+    heartbeats: Sealer,
+    opener: Opener,
+}
+
 /// Heartbeats taken per receive call.
 const BEAT_BURST: usize = 16;
+
+/// The largest heartbeat datagram: a heartbeat and its seal.
+const BEAT_DATAGRAM_BYTES: usize = kairos_fd::wire::MAX_HEARTBEAT_BYTES + SEAL_BYTES;
 
 /// The most sockets one wait of the loop reports; more ready are reported at the next.
 const POLL_BATCH: usize = 256;
@@ -302,7 +329,10 @@ pub struct Member {
     /// The lane's tunnels, instead of the sockets.
     lane: Option<LaneLink>,
     beat_batch: MmsgBatch,
-    beat_buffers: [[u8; kairos_fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
+    beat_buffers: [[u8; BEAT_DATAGRAM_BYTES]; BEAT_BURST],
+    /// The seals on what this member sends (Raft's messages, heartbeats) and its opening of
+    /// what it receives, on UDP with a secret.
+    seal: Option<Seals>,
     listener: TcpListener,
     conns: BTreeMap<u64, Conn>,
     client_base: u64,
@@ -322,7 +352,7 @@ pub struct Member {
     watch: Option<Watch>,
     /// The send buffer for heartbeats, made once.
     heartbeat: Vec<u8>,
-    /// The buffer Raft's messages are encoded into, made once.
+    /// The buffer Raft's messages are encoded into, made once (and a heartbeat sealed into).
     raft_out: Vec<u8>,
     /// A socket connected to the leader's Raft address, for the detector's probes of its port
     /// ([`Watch::probe_due`]), and which member it is connected to.
@@ -533,6 +563,14 @@ impl Member {
             poller.add(&socket).map_err(MemberError::Poller)?;
         }
         // The incarnation is the start time, so it grows with every start.
+        let seal = match (&config.secret, &udp) {
+            (Some(secret), Some(_)) => Some(Seals {
+                messages: Sealer::new(secret.clone(), config.id, Stream::Messages),
+                heartbeats: Sealer::new(secret.clone(), config.id, Stream::Heartbeats),
+                opener: Opener::new(secret.clone()),
+            }),
+            _ => None,
+        };
         let watch = config
             .detector
             .map(|wc| Watch::new(wc, config.id, config.peers.keys().copied(), realtime_ns(), monotonic_ns()));
@@ -543,7 +581,8 @@ impl Member {
             beats,
             lane,
             beat_batch: MmsgBatch::new(),
-            beat_buffers: [[0; kairos_fd::wire::MAX_HEARTBEAT_BYTES]; BEAT_BURST],
+            beat_buffers: [[0; BEAT_DATAGRAM_BYTES]; BEAT_BURST],
+            seal,
             listener,
             conns: BTreeMap::new(),
             client_base,
@@ -772,9 +811,10 @@ impl Member {
             }
             self.probe = Some((leader, socket));
         }
-        let (Some(watch), Some((_, socket))) = (self.watch.as_mut(), self.probe.as_ref()) else { return };
-        watch.probe_heartbeat(now, &mut self.heartbeat);
-        let _ = socket.send(&self.heartbeat);
+        // Empty: only the answer matters (an ICMP error when the port is closed), and a member
+        // takes nothing from an unsealed datagram anyway.
+        let Some((_, socket)) = self.probe.as_ref() else { return };
+        let _ = socket.send(&[]);
     }
 
     /// What the probe socket holds: an error of a refused probe makes its member suspected.
@@ -809,30 +849,82 @@ impl Member {
 
     fn receive_udp(&mut self, udp: &UdpSocket) -> io::Result<()> {
         loop {
-            match udp.recv_from(&mut self.datagram) {
-                Ok((n, _)) if self.datagram[..n].starts_with(&kairos_fd::wire::MAGIC) => {
-                    if let Some(beat) = replica_beat(&self.datagram[..n], &mut self.stats) {
-                        let now = monotonic_ns();
-                        self.heard(beat, now, now)?;
-                    }
-                }
-                Ok((n, _)) => {
-                    self.stats.datagrams_in += 1;
-                    let datagram = std::mem::take(&mut self.datagram);
-                    let stepped = self.fragment(&datagram[..n]);
-                    self.datagram = datagram;
-                    stepped?;
-                }
+            let (n, source) = match udp.recv_from(&mut self.datagram) {
+                Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 // ICMP errors from a peer that is down surface here: not ours to act on.
                 Err(_) => return Ok(()),
+            };
+            // A probe of this port (see `send_probe`): nothing to take.
+            if n == 0 {
+                continue;
+            }
+            let datagram = std::mem::take(&mut self.datagram);
+            let taken = match self.unseal(&datagram[..n], Some(source)) {
+                Some((sender, body)) if body.starts_with(&kairos_fd::wire::MAGIC) => {
+                    match replica_beat(body, &mut self.stats) {
+                        Some(beat) if sender.is_none_or(|s| s == beat.heartbeat.member) => {
+                            let now = monotonic_ns();
+                            self.heard(beat, now, now)
+                        }
+                        Some(_) => {
+                            self.stats.refused_address += 1;
+                            Ok(())
+                        }
+                        None => Ok(()),
+                    }
+                }
+                Some((sender, body)) => {
+                    self.stats.datagrams_in += 1;
+                    self.fragment(body, sender)
+                }
+                None => Ok(()),
+            };
+            self.datagram = datagram;
+            taken?;
+        }
+    }
+
+    /// The body of a datagram from another member and, when sealed, the member its seal
+    /// names; `None` (counted) when the seal does not open or the datagram came from an
+    /// address that is not that member's. Without a secret, every datagram as it came.
+    fn unseal<'a>(
+        &mut self,
+        datagram: &'a [u8],
+        source: Option<SocketAddr>,
+    ) -> Option<(Option<u64>, &'a [u8])> {
+        let Some(Seals { opener, .. }) = self.seal.as_mut() else { return Some((None, datagram)) };
+        let peers = &self.config.peers;
+        match opener.open(datagram, |id| id != self.config.id && peers.contains_key(&id)) {
+            Ok((id, body)) => {
+                if source.is_some() && peers.get(&id).and_then(PeerAddr::udp) != source {
+                    self.stats.refused_address += 1;
+                    return None;
+                }
+                Some((Some(id), body))
+            }
+            Err(refusal) => {
+                let count = match refusal {
+                    Refusal::Stranger(_) => &mut self.stats.refused_strangers,
+                    Refusal::Forged | Refusal::Short => &mut self.stats.refused_forged,
+                    Refusal::Replayed => &mut self.stats.refused_replayed,
+                };
+                *count += 1;
+                None
             }
         }
     }
 
-    /// One fragment of a Raft message; a message it completes is stepped.
-    fn fragment(&mut self, bytes: &[u8]) -> io::Result<()> {
+    /// One fragment of a Raft message, from the member `sealed_by` when its seal named one; a
+    /// message it completes is stepped.
+    fn fragment(&mut self, bytes: &[u8], sealed_by: Option<u64>) -> io::Result<()> {
+        // Sealed by one member, a fragment that says it is another's is kept by no one: the
+        // reassembler holds messages only of the members that sealed them.
+        if sealed_by.is_some_and(|s| kairos_services::frame::sender(bytes) != Some(s)) {
+            self.stats.refused_address += 1;
+            return Ok(());
+        }
         match self.reassembler.push(bytes) {
             Ok(Some((from, _))) if self.faults.drops(from, monotonic_ns()) => {}
             Ok(Some((_, bytes))) => match decode_message(&bytes) {
@@ -886,7 +978,7 @@ impl Member {
             result = match incoming {
                 Incoming::Message(bytes) => {
                     self.stats.datagrams_in += 1;
-                    self.fragment(bytes)
+                    self.fragment(bytes, None)
                 }
                 Incoming::Beat(bytes, stamp) => match replica_beat(bytes, &mut self.stats) {
                     // Read now: the node delivers while the inbox is read (and fragments are
@@ -932,8 +1024,15 @@ impl Member {
                 let len = self.beat_batch.lengths()[i];
                 let at = self.beat_batch.rx_timestamps_ns()[i]
                     .map_or(read, |s| stamp_to_monotonic(s, offset, read));
-                if let Some(beat) = replica_beat(&self.beat_buffers[i][..len], &mut self.stats) {
-                    self.heard(beat, at, now.max(at))?;
+                let buffer = self.beat_buffers[i];
+                let source = self.beat_batch.sources()[i];
+                let Some((sender, body)) = self.unseal(&buffer[..len], source) else { continue };
+                match replica_beat(body, &mut self.stats) {
+                    Some(beat) if sender.is_none_or(|s| s == beat.heartbeat.member) => {
+                        self.heard(beat, at, now.max(at))?
+                    }
+                    Some(_) => self.stats.refused_address += 1,
+                    None => {}
                 }
             }
             if got < BEAT_BURST {
@@ -964,6 +1063,7 @@ impl Member {
         let replica = &self.replica;
         watch.follow(replica.leader(), now, || replica.voters());
         let (udp, lane, peers, faults) = (&self.udp, &mut self.lane, &self.config.peers, &mut self.faults);
+        let (seal, sealed) = (&mut self.seal, &mut self.raft_out);
         // One wall-clock read a round that sends, for the lane's hand-over stamps.
         let mut wall = None;
         watch.send_due(
@@ -977,9 +1077,17 @@ impl Member {
                 }
                 // A full buffer or a peer that is down loses one heartbeat; the next follows.
                 match (udp, lane.as_mut(), peers[&peer].udp()) {
-                    (Some(udp), _, Some(addr)) => {
-                        let _ = udp.send_to(bytes, addr);
-                    }
+                    (Some(udp), _, Some(addr)) => match seal.as_mut() {
+                        Some(Seals { heartbeats: sealer, .. }) => {
+                            sealed.clear();
+                            sealed.extend_from_slice(bytes);
+                            sealer.seal(sealed);
+                            let _ = udp.send_to(sealed, addr);
+                        }
+                        None => {
+                            let _ = udp.send_to(bytes, addr);
+                        }
+                    },
                     (_, Some(lane), _) => lane.send_beat(peer, bytes, *wall.get_or_insert_with(realtime_ns)),
                     _ => {}
                 }
@@ -1413,8 +1521,12 @@ impl Member {
                 continue;
             }
             let (Some(udp), Some(addr)) = (self.udp.as_ref(), addr.udp()) else { continue };
-            for datagram in fragments(self.config.id, self.message_number, &self.raft_out).unwrap_or_default()
+            for mut datagram in
+                fragments(self.config.id, self.message_number, &self.raft_out).unwrap_or_default()
             {
+                if let Some(seals) = self.seal.as_mut() {
+                    seals.messages.seal(&mut datagram);
+                }
                 // A full socket buffer or a peer that is down loses the message; Raft resends.
                 if udp.send_to(&datagram, addr).is_ok() {
                     self.stats.datagrams_out += 1;
@@ -1447,6 +1559,7 @@ mod tests {
             raft_tos: None,
             detector: None,
             lane: None,
+            secret: None,
         }
     }
 

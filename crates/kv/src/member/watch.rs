@@ -514,13 +514,6 @@ impl Watch {
         }
     }
 
-    /// This member's heartbeat at `now_ns` into `out` (cleared first), as a probe carries it.
-    pub fn probe_heartbeat(&mut self, now_ns: u64, out: &mut Vec<u8>) {
-        let heartbeat = self.next_heartbeat(now_ns);
-        out.clear();
-        encode_replica_heartbeat(&heartbeat, 0, 0, out);
-    }
-
     /// This member's next heartbeat, sent at `now_ns` (its sequence number taken).
     fn next_heartbeat(&mut self, now_ns: u64) -> Heartbeat {
         let heartbeat = Heartbeat {

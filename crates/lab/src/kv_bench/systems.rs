@@ -441,6 +441,8 @@ impl Running {
                 let (client, raft) = free_ports(setup.members, setup.members)?;
                 let peers: Vec<String> =
                     (0..setup.members).map(|i| format!("{}=127.0.0.1:{}", i + 1, raft[i])).collect();
+                let secret = data.path().join("secret");
+                kairos_services::seal::write_new_secret(&secret).context("the cluster's secret")?;
                 (0..setup.members)
                     .map(|i| {
                         let mut args: Vec<OsString> =
@@ -453,6 +455,9 @@ impl Running {
                         let mut dir = OsString::from("--data=");
                         dir.push(data.path().join(format!("member{}", i + 1)));
                         args.push(dir);
+                        let mut secret_file = OsString::from("--secret-file=");
+                        secret_file.push(&secret);
+                        args.push(secret_file);
                         if let Some(us) = env.kairos_period_us {
                             args.push(format!("--period-us={us}").into());
                         }

@@ -88,6 +88,7 @@ impl Cluster<'_> {
             .args(["kv", "serve", "--id", &(i + 1).to_string(), "--peers", &self.peers])
             .arg(format!("--listen={}", self.members[i].client))
             .arg(format!("--data={}", self.data.join(format!("m{}", i + 1)).display()))
+            .arg(format!("--secret-file={}", self.data.join("secret").display()))
             .args(["--period-us", "200", "--election-ticks", "50", "--allow-faults"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -207,6 +208,7 @@ fn run_on(config: &RealConfig, data: &Path, bed: Option<&LaneTestbed>) -> Result
     };
     let peers = rafts.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
     let members = clients.iter().map(|&client| Member { child: None, client }).collect();
+    kairos_services::seal::write_new_secret(&data.join("secret")).context("the cluster's secret")?;
     let mut cluster = Cluster { config, data: data.to_path_buf(), peers, members, bed };
     let nft = bed.is_some() && nftables_available();
     let mut partitions: BTreeMap<&'static str, u64> = BTreeMap::new();

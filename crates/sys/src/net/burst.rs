@@ -36,8 +36,11 @@ pub struct MmsgBatch {
     iovecs: Box<[libc::iovec; MAX_BURST]>,
     control: Box<[[u8; CONTROL_SPACE]; MAX_BURST]>,
     destination: Box<libc::sockaddr_storage>,
+    /// Where each received datagram came from, as the kernel wrote it.
+    sources: Box<[libc::sockaddr_storage; MAX_BURST]>,
     lengths: [usize; MAX_BURST],
     rx_stamps_ns: [Option<u64>; MAX_BURST],
+    source_addrs: [Option<SocketAddr>; MAX_BURST],
     received: usize,
 }
 
@@ -78,8 +81,11 @@ impl MmsgBatch {
             control: Box::new([[0; CONTROL_SPACE]; MAX_BURST]),
             // SAFETY: as above.
             destination: Box::new(unsafe { zeroed() }),
+            // SAFETY: as above.
+            sources: Box::new(unsafe { zeroed() }),
             lengths: [0; MAX_BURST],
             rx_stamps_ns: [None; MAX_BURST],
+            source_addrs: [None; MAX_BURST],
             received: 0,
         }
     }
@@ -129,7 +135,11 @@ impl MmsgBatch {
             self.iovecs[i] = libc::iovec { iov_base: buffer.as_mut_ptr().cast(), iov_len: buffer.len() };
             let control =
                 if timestamps { (self.control[i].as_mut_ptr().cast(), CONTROL_SPACE) } else { NOWHERE };
-            point_header(&mut self.headers[i], &mut self.iovecs[i], NOWHERE, control);
+            let source = (
+                (&mut self.sources[i] as *mut libc::sockaddr_storage).cast(),
+                size_of::<libc::sockaddr_storage>(),
+            );
+            point_header(&mut self.headers[i], &mut self.iovecs[i], source, control);
         }
         // SAFETY: `headers[..n]` each point at one iovec describing a distinct buffer the caller
         // lends mutably for this call, and at control space owned by `self`; both outlive the
@@ -152,6 +162,7 @@ impl MmsgBatch {
         for (i, buffer) in buffers.iter().enumerate().take(got) {
             self.lengths[i] = (self.headers[i].msg_len as usize).min(buffer.len());
             self.rx_stamps_ns[i] = if timestamps { rx_timestamp_ns(&self.headers[i].msg_hdr) } else { None };
+            self.source_addrs[i] = read_socket_address(&self.sources[i], self.headers[i].msg_hdr.msg_namelen);
         }
         self.received = got;
         Ok(got)
@@ -166,6 +177,12 @@ impl MmsgBatch {
     /// last [`Self::recv_into`] received, if it asked for them.
     pub fn rx_timestamps_ns(&self) -> &[Option<u64>] {
         &self.rx_stamps_ns[..self.received]
+    }
+
+    /// Where each datagram the last receive took came from (`None` for an address family other
+    /// than IPv4 and IPv6).
+    pub fn sources(&self) -> &[Option<SocketAddr>] {
+        &self.source_addrs[..self.received]
     }
 
     /// Sends `datagrams` in one `sendmmsg` to `destination`, or to the socket's connected peer
@@ -269,6 +286,32 @@ pub(crate) fn write_socket_address(
     }
 }
 
+/// The socket address the kernel wrote into `storage` (`len` bytes of it), if IPv4 or IPv6.
+fn read_socket_address(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match i32::from(storage.ss_family) {
+        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the kernel wrote a sockaddr_in, `len` says all of it, and
+            // sockaddr_storage is large enough and aligned for it.
+            let sin = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::new(ip.into(), u16::from_be(sin.sin_port)))
+        }
+        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
 /// The software receive time stamp in a received message's control data, realtime ns.
 fn rx_timestamp_ns(msg: &libc::msghdr) -> Option<u64> {
     // SAFETY: `msg` was filled by recvmmsg: its control pointer and length describe a buffer of
@@ -361,6 +404,21 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         panic!("no datagram was stamped in a second");
+    }
+
+    #[test]
+    fn each_received_datagram_names_its_sender() {
+        let (tx, rx) = pair();
+        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+        other.send_to(b"x", rx.local_addr().unwrap()).unwrap();
+        tx.send(b"y").unwrap();
+        let mut batch = MmsgBatch::new();
+        let mut a = [0u8; 8];
+        let mut b = [0u8; 8];
+        // On loopback a datagram is in the receiver's queue when its send returns.
+        assert_eq!(batch.recv_into(&rx, &mut [&mut a[..], &mut b[..]], false).unwrap(), 2);
+        let want = [Some(other.local_addr().unwrap()), Some(tx.local_addr().unwrap())];
+        assert_eq!(batch.sources(), &want[..]);
     }
 
     #[test]
