@@ -23,7 +23,7 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 use kairos_sys::child::OwnedChild;
 
-use super::{LaneArgs, RaftArgs};
+use super::{ClientArgs, LaneArgs, RaftArgs};
 use crate::exit;
 
 #[derive(Args)]
@@ -57,6 +57,8 @@ pub(super) struct ClusterArgs {
     /// and each member's Raft messages and heartbeats on tunnels of its own.
     #[arg(long)]
     lane: bool,
+    #[command(flatten)]
+    clients: ClientArgs,
     #[command(flatten)]
     lane_args: LaneArgs,
     #[command(flatten)]
@@ -168,25 +170,28 @@ fn check_ports_free(ports: &[(u64, u16, u16)]) -> Result<()> {
     Ok(())
 }
 
-/// The leader member `host:port` names in INFO, if it answers.
-fn leader_of(host: &str, port: u16) -> Option<u64> {
-    use kairos_kv::resp::client::{Connection, leader_from_info};
-    let addr = SocketAddr::new(host.parse().ok()?, port);
-    let info = Connection::connect(addr, Duration::from_millis(500)).ok()?.info("replication").ok()?;
-    leader_from_info(&info)
-}
-
-/// Whether member `host:port` answers INFO (with or without a leader).
-fn answers(host: &str, port: u16) -> bool {
+/// What member `host:port` says in INFO's replication section, as the default user (with
+/// `password` when it needs one), if it answers.
+fn replication_info(host: &str, port: u16, password: Option<&[u8]>) -> Option<String> {
     use kairos_kv::resp::client::Connection;
-    let Ok(ip) = host.parse() else { return false };
-    Connection::connect(SocketAddr::new(ip, port), Duration::from_millis(500))
-        .and_then(|mut c| c.info("server"))
-        .is_ok()
+    let addr = SocketAddr::new(host.parse().ok()?, port);
+    let mut connection = Connection::connect(addr, Duration::from_millis(500)).ok()?;
+    if let Some(password) = password {
+        connection.call(&[b"AUTH", password]).ok().filter(|r| r.is_ok())?;
+    }
+    connection.info("replication").ok()
 }
 
 pub(super) fn cluster(a: &ClusterArgs) -> Result<i32> {
     a.raft.check()?;
+    // Read and checked here, so that a bad file is one error, not one per member.
+    a.clients.acl()?;
+    let password = a.clients.password()?;
+    if a.clients.users_file.is_some() && password.is_none() {
+        return Err(exit::usage(
+            "--users-file needs --requirepass-file here: the cluster asks its members INFO as the default user",
+        ));
+    }
     if !(1..=7).contains(&a.nodes) {
         return Err(exit::usage(format!("--nodes {} is out of range: 1 to 7", a.nodes)));
     }
@@ -274,6 +279,7 @@ pub(super) fn cluster(a: &ClusterArgs) -> Result<i32> {
             .arg(format!("--data={}", member_dir(i).display()))
             .arg(format!("--secret-file={}", secret_file.display()))
             .args(a.raft.to_flags())
+            .args(a.clients.to_flags())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         match &lane {
@@ -300,7 +306,10 @@ pub(super) fn cluster(a: &ClusterArgs) -> Result<i32> {
     // Members are asked from the first host's namespace on the testbed.
     let ask = |i: u64| {
         let (host, client, _) = address(i);
-        let ask = || (answers(&host, client as u16), leader_of(&host, client as u16));
+        let ask = || match replication_info(&host, client as u16, password.as_deref()) {
+            Some(info) => (true, kairos_kv::resp::client::leader_from_info(&info)),
+            None => (false, None),
+        };
         match &testbed {
             Some(bed) => bed.in_host(0, ask).unwrap_or((false, None)),
             None => ask(),

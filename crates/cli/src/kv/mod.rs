@@ -323,9 +323,82 @@ struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     secret_file: Option<PathBuf>,
     #[command(flatten)]
+    clients: ClientArgs,
+    #[command(flatten)]
     lane: LaneArgs,
     #[command(flatten)]
     raft: RaftArgs,
+}
+
+/// Who may be a client, and how many at once (serve and cluster).
+#[derive(Args, Clone)]
+struct ClientArgs {
+    /// The most clients connected at once; one more is told "max number of clients reached"
+    /// and closed (INFO rejected_connections), as Redis's maxclients.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    maxclients: usize,
+    /// A file holding the password clients must give (AUTH password) before any other
+    /// command, as Redis's requirepass (one line; a trailing newline is not part of it).
+    #[arg(long, value_name = "FILE")]
+    requirepass_file: Option<PathBuf>,
+    /// A file of users in Redis's ACL syntax, e.g. `user app on >PASSWORD ~* +@read +@write`
+    /// (rules: on, off, nopass, >pw, #sha256, ~*, +@/-@ all|read|write|admin|connection,
+    /// +/-command); the default user is then off unless the file or --requirepass-file turns it
+    /// on. Clients give AUTH user password.
+    #[arg(long, value_name = "FILE")]
+    users_file: Option<PathBuf>,
+}
+
+/// The largest password or users file read.
+const MAX_AUTH_FILE_BYTES: u64 = 1 << 20;
+
+impl ClientArgs {
+    /// The default user's password from --requirepass-file, if given.
+    fn password(&self) -> Result<Option<Vec<u8>>> {
+        let Some(path) = &self.requirepass_file else { return Ok(None) };
+        let mut bytes = kairos_sys::fs::read_bytes(path, MAX_AUTH_FILE_BYTES)
+            .map_err(|e| exit::usage(format!("--requirepass-file {e}")))?;
+        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            bytes.pop();
+        }
+        if bytes.is_empty() {
+            return Err(exit::usage(format!("--requirepass-file {} is empty", path.display())));
+        }
+        Ok(Some(bytes))
+    }
+
+    fn acl(&self) -> Result<kairos_kv::member::acl::Acl> {
+        if self.maxclients == 0 {
+            return Err(exit::usage("--maxclients must be at least 1"));
+        }
+        let password = self.password()?;
+        let users = match &self.users_file {
+            Some(path) => {
+                let bytes = kairos_sys::fs::read_bytes(path, MAX_AUTH_FILE_BYTES)
+                    .map_err(|e| exit::usage(format!("--users-file {e}")))?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| exit::usage(format!("--users-file {} is not UTF-8 text", path.display())))?;
+                Some((path, text))
+            }
+            None => None,
+        };
+        kairos_kv::member::acl::Acl::new(users.as_ref().map(|(_, t)| t.as_str()), password.as_deref())
+            .map_err(|e| {
+                let path = users.as_ref().map_or_else(String::new, |(p, _)| p.display().to_string());
+                exit::usage(format!("--users-file {path}: {e}"))
+            })
+    }
+
+    fn to_flags(&self) -> Vec<String> {
+        let mut flags = vec![format!("--maxclients={}", self.maxclients)];
+        if let Some(p) = &self.requirepass_file {
+            flags.push(format!("--requirepass-file={}", p.display()));
+        }
+        if let Some(p) = &self.users_file {
+            flags.push(format!("--users-file={}", p.display()));
+        }
+        flags
+    }
 }
 
 /// The largest secret file read: a secret is a few dozen bytes.
@@ -410,6 +483,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         }
     };
     let secret = cluster_secret(a.secret_file.as_deref(), a.lane_node.is_some())?;
+    let acl = a.clients.acl()?;
     let config = MemberConfig {
         id: a.id,
         peers,
@@ -451,6 +525,8 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         }),
         lane,
         secret,
+        acl,
+        max_clients: a.clients.maxclients,
     };
     let mut member = Member::open(config).with_context(|| format!("member {}", a.id))?;
     eprintln!("kairos kv serve: member {} takes clients on {}", a.id, member.client_addr()?);

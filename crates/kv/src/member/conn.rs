@@ -5,7 +5,12 @@
 //! once, a write's or read's when the replica answers its sequence number. Only the filled
 //! slots at the front are written out, so a pipelined GET never overtakes the SET before it.
 //! Bounds: at most [`MAX_PENDING`] requests in flight per connection (further input waits in
-//! the socket), and at most [`MAX_INPUT`] bytes of one unfinished request.
+//! the socket), at most [`MAX_INPUT`] bytes of one unfinished request (the query buffer
+//! limit: past it the client is told and closed), and output: while more than
+//! [`OUTPUT_BACKPRESSURE`] bytes of answers wait for a client that does not read, its input
+//! waits in the socket too, so the answers it can make the member hold are those of the
+//! requests already read (up to [`MAX_PENDING`]); past [`MAX_OUTPUT`] (pipelined reads of
+//! large values, unread) it is closed, as Redis's client-output-buffer-limit closes one.
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -19,6 +24,23 @@ pub const MAX_PENDING: usize = 1024;
 /// Largest unfinished request kept (Redis's bulk limit is 512 MB; a store on the lane carries
 /// small values).
 pub const MAX_INPUT: usize = 64 << 20;
+/// Bytes of answers waiting for a client above which its input is not read.
+pub const OUTPUT_BACKPRESSURE: usize = 1 << 20;
+/// Bytes of answers waiting for a client above which it is closed.
+pub const MAX_OUTPUT: usize = 64 << 20;
+
+/// Why a connection was closed by a limit, for INFO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// An unfinished request past [`MAX_INPUT`] (the query buffer limit).
+    Query,
+    /// Answers past [`MAX_OUTPUT`].
+    Output,
+    /// A request Redis's protocol does not allow, or past the parser's limits (a bulk longer
+    /// than [`crate::resp::MAX_BULK_LEN`], Redis's proto-max-bulk-len, or more arguments than
+    /// [`crate::resp::MAX_MULTIBULK_LEN`]).
+    Protocol,
+}
 
 #[derive(Debug)]
 enum Slot {
@@ -35,6 +57,8 @@ pub struct Conn {
     pub client: u64,
     /// The name from CLIENT SETNAME.
     pub name: Option<Vec<u8>>,
+    /// The user it is authenticated as (`None`: not yet; see [`super::acl`]).
+    pub user: Option<String>,
     input: Vec<u8>,
     output: Vec<u8>,
     slots: VecDeque<Slot>,
@@ -47,6 +71,8 @@ pub struct Conn {
     closing: bool,
     /// True when the peer closed or the connection failed: drop it.
     pub dead: bool,
+    /// The limit that closed it, if one did (taken once by the member, to count).
+    pub limited: Option<Limit>,
 }
 
 impl Conn {
@@ -58,6 +84,7 @@ impl Conn {
             stream,
             client,
             name: None,
+            user: None,
             input: Vec::new(),
             output: Vec::new(),
             slots: VecDeque::new(),
@@ -67,12 +94,16 @@ impl Conn {
             outstanding_writes: false,
             closing: false,
             dead: false,
+            limited: None,
         })
     }
 
     /// Whether the connection takes more requests now.
     pub fn wants_input(&self) -> bool {
-        !self.closing && !self.dead && self.slots.len() < MAX_PENDING
+        !self.closing
+            && !self.dead
+            && self.slots.len() < MAX_PENDING
+            && self.output.len() <= OUTPUT_BACKPRESSURE
     }
 
     /// Reads what the socket has through `buf` (the member's, made once, rather than a fresh
@@ -122,11 +153,13 @@ impl Conn {
                 }
                 Ok(None) => {
                     if self.input.len() > MAX_INPUT {
+                        self.limited = Some(Limit::Query);
                         self.fail("ERR Protocol error: request larger than the server takes");
                     }
                     return None;
                 }
                 Err(e) => {
+                    self.limited = Some(Limit::Protocol);
                     let mut out = Vec::new();
                     resp::reply::protocol_error(&mut out, &e);
                     self.slots.push_back(Slot::Filled(out));
@@ -219,6 +252,11 @@ impl Conn {
             if let Some(Slot::Filled(bytes)) = self.slots.pop_front() {
                 self.output.extend_from_slice(&bytes);
             }
+        }
+        if self.output.len() > MAX_OUTPUT {
+            self.limited = Some(Limit::Output);
+            self.dead = true;
+            return false;
         }
         while !self.output.is_empty() {
             match self.stream.write(&self.output) {

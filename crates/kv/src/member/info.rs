@@ -48,6 +48,8 @@ pub struct Facts {
     pub listen: SocketAddr,
     /// The lane tunnels' name and the link's counts, on the lane.
     pub lane: Option<(String, kairos_services::lane_link::LaneLinkStats)>,
+    /// The most clients served at once.
+    pub max_clients: usize,
     /// The failure detector's settings, counters and the members it suspects, when on.
     pub watch: Option<(WatchConfig, WatchStats, Vec<u64>)>,
 }
@@ -147,7 +149,7 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
         let r = &f.replica;
         let _ = write!(
             out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_refused_strangers:{}\r\nraft_refused_forged:{}\r\nraft_refused_replayed:{}\r\nraft_refused_address:{}\r\nraft_late_periods:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\nraft_lease_reads:{}\r\nraft_appends_held:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_refused_strangers:{}\r\nraft_refused_forged:{}\r\nraft_refused_replayed:{}\r\nraft_refused_address:{}\r\nacl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_noauth:{}\r\nrejected_connections:{}\r\nclient_query_buffer_limit_disconnections:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nclient_protocol_errors:{}\r\nraft_late_periods:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\nraft_lease_reads:{}\r\nraft_appends_held:{}\r\n\r\n",
             s.connections,
             s.commands,
             s.datagrams_in,
@@ -157,6 +159,13 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
             s.refused_forged,
             s.refused_replayed,
             s.refused_address,
+            s.denied_auth,
+            s.denied_command,
+            s.denied_noauth,
+            s.rejected_connections,
+            s.query_limit_closes,
+            s.output_limit_closes,
+            s.protocol_errors,
             s.late_periods,
             r.proposals,
             r.proposal_retries,
@@ -179,13 +188,22 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
 
 /// CONFIG GET: what redis-benchmark and redis-cli ask, answered as a Redis with persistence
 /// off would (the log is the store's persistence).
-fn config_get(parameter: &[u8]) -> Reply {
-    let known: [(&str, &str); 5] =
-        [("save", ""), ("appendonly", "no"), ("databases", "1"), ("maxmemory", "0"), ("timeout", "0")];
+fn config_get(parameter: &[u8], facts: &Facts) -> Reply {
+    let known: [(&str, String); 9] = [
+        ("save", String::new()),
+        ("appendonly", "no".into()),
+        ("databases", "1".into()),
+        ("maxmemory", "0".into()),
+        ("timeout", "0".into()),
+        ("maxclients", facts.max_clients.to_string()),
+        ("proto-max-bulk-len", crate::resp::MAX_BULK_LEN.to_string()),
+        ("client-query-buffer-limit", super::conn::MAX_INPUT.to_string()),
+        ("client-output-buffer-limit", format!("normal {0} {0} 0", super::conn::MAX_OUTPUT)),
+    ];
     let pattern = String::from_utf8_lossy(parameter).to_ascii_lowercase();
     let mut items = Vec::new();
-    for (name, value) in known {
-        if pattern == "*" || pattern == name {
+    for (name, value) in &known {
+        if pattern == "*" || pattern == *name {
             items.push(Reply::Bulk(name.as_bytes().to_vec()));
             items.push(Reply::Bulk(value.as_bytes().to_vec()));
         }
@@ -199,7 +217,7 @@ pub fn local(op: &LocalOp, conn: &mut Conn, facts: &Facts) -> Reply {
         LocalOp::Ping(None) => Reply::Simple("PONG"),
         LocalOp::Ping(Some(m)) | LocalOp::Echo(m) => Reply::Bulk(m.clone()),
         LocalOp::Info(section) => Reply::Bulk(info_text(facts, section.as_deref()).into_bytes()),
-        LocalOp::ConfigGet(p) => config_get(p),
+        LocalOp::ConfigGet(p) => config_get(p, facts),
         // redis-cli asks COMMAND DOCS for its hints: none is a valid answer.
         LocalOp::Command => Reply::Array(Vec::new()),
         LocalOp::ClientSetName(name) => {

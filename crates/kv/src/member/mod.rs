@@ -32,6 +32,7 @@
 //! member's restarts (its start time is in it), so the store's sessions never mistake a new
 //! client for an old one.
 
+pub mod acl;
 pub mod conn;
 pub mod info;
 pub mod watch;
@@ -138,7 +139,15 @@ pub struct MemberConfig {
     /// `None` leaves the UDP transport open to anyone who reaches it (the lane's tunnels are
     /// admitted by the lane's controller instead); `kairos kv serve` requires one on UDP.
     pub secret: Option<ClusterSecret>,
+    /// Who may run what ([`acl`]): by default everyone, everything, as Redis without
+    /// `requirepass`.
+    pub acl: acl::Acl,
+    /// The most clients connected at once ([`DEFAULT_MAX_CLIENTS`] unless told otherwise).
+    pub max_clients: usize,
 }
+
+/// The most clients a member serves at once unless told otherwise: Redis's maxclients default.
+pub const DEFAULT_MAX_CLIENTS: usize = 10_000;
 
 /// A member on the lane.
 #[derive(Debug, Clone)]
@@ -247,8 +256,33 @@ pub struct MemberStats {
     /// Sealed datagrams whose sender's address, or whose body's sender, is not the member's
     /// its seal names.
     pub refused_address: u64,
+    /// AUTHs that failed (WRONGPASS).
+    pub denied_auth: u64,
+    /// Commands refused for want of authentication (NOAUTH).
+    pub denied_noauth: u64,
+    /// Commands refused by the user's rules (NOPERM).
+    pub denied_command: u64,
+    /// Connections refused at --maxclients.
+    pub rejected_connections: u64,
+    /// Clients closed past the query buffer limit.
+    pub query_limit_closes: u64,
+    /// Clients closed past the output buffer limit.
+    pub output_limit_closes: u64,
+    /// Clients closed for a request the protocol does not allow (or past its limits).
+    pub protocol_errors: u64,
     /// Periods the loop started late by more than one period.
     pub late_periods: u64,
+}
+
+/// What the loop waits on a client's socket for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Interest {
+    input: bool,
+    output: bool,
+}
+
+impl Interest {
+    const NONE: Interest = Interest { input: false, output: false };
 }
 
 /// A member's seals: one per stream it sends, and the opener of what it receives.
@@ -361,7 +395,7 @@ pub struct Member {
     /// made), the lane's doorbell, and each client's while it takes input.
     poller: Epoll,
     /// The clients in `poller`, by their socket's descriptor.
-    polled: std::collections::HashMap<RawFd, u64>,
+    polled: std::collections::HashMap<RawFd, (u64, Interest)>,
     /// The lane's doorbell's descriptor, once in `poller`.
     doorbell_polled: Option<RawFd>,
 }
@@ -745,17 +779,20 @@ impl Member {
             self.poller.add(&bell)?;
             self.doorbell_polled = Some(bell.as_raw_fd());
         }
-        // A client is waited on only while it takes more input: one owed many answers is held
-        // back until they are written (its socket's buffer holds the rest).
+        // A client is waited on for input only while it takes more: one owed many answers is
+        // held back until they are written (its socket's buffer holds the rest); and for room
+        // to write while answers wait for it, so they go as soon as it reads.
         for (&id, conn) in &self.conns {
             let fd = conn.stream.as_raw_fd();
-            let (wants, polled) = (conn.wants_input(), self.polled.get(&fd) == Some(&id));
-            if wants && !polled {
-                self.poller.add(&conn.stream)?;
-                self.polled.insert(fd, id);
-            } else if !wants && polled {
-                self.poller.remove(&conn.stream)?;
-                self.polled.remove(&fd);
+            let want = Interest { input: conn.wants_input(), output: conn.has_output() };
+            let had = self.polled.get(&fd).filter(|(client, _)| *client == id).map(|(_, i)| *i);
+            if had != Some(want) && !(had.is_none() && want == Interest::NONE) {
+                self.poller.watch(&conn.stream, want.input, want.output)?;
+                if want == Interest::NONE {
+                    self.polled.remove(&fd);
+                } else {
+                    self.polled.insert(fd, (id, want));
+                }
             }
         }
         match self.poller.wait_until(Some(until), now) {
@@ -776,7 +813,7 @@ impl Member {
             } else if Some(r.fd) == probe {
                 // A refused probe is an error pending on its socket, not a datagram.
                 probe_ready = true;
-            } else if let Some(&client) = self.polled.get(&r.fd) {
+            } else if let Some(&(client, _)) = self.polled.get(&r.fd) {
                 // A failed connection is served too: its read finds the error and drops it.
                 ready.push(client);
             }
@@ -1113,10 +1150,18 @@ impl Member {
     }
 
     fn accept(&mut self) {
-        while let Ok((stream, _)) = self.listener.accept() {
+        while let Ok((mut stream, _)) = self.listener.accept() {
+            if self.conns.len() >= self.config.max_clients {
+                // Best effort, as Redis: the error if the socket takes it now, then closed.
+                let _ = stream.set_nonblocking(true);
+                let _ = std::io::Write::write(&mut stream, b"-ERR max number of clients reached\r\n");
+                self.stats.rejected_connections += 1;
+                continue;
+            }
             self.next_client += 1;
             let client = self.client_base + self.next_client;
-            if let Ok(conn) = Conn::new(stream, client) {
+            if let Ok(mut conn) = Conn::new(stream, client) {
+                conn.user = self.config.acl.initial_user();
                 self.conns.insert(client, conn);
                 self.stats.connections += 1;
             }
@@ -1134,6 +1179,34 @@ impl Member {
     }
 
     fn route(&mut self, client: u64, args: Vec<Vec<u8>>) {
+        if args[0].eq_ignore_ascii_case(b"auth") {
+            let reply = self.auth(client, &args[1..]);
+            if let Some(conn) = self.conns.get_mut(&client) {
+                conn.answer(&reply);
+            }
+            return;
+        }
+        let command = parse_command(&args);
+        let store = match &command {
+            Ok(Command::Write(_)) => Some(acl::Category::Write),
+            Ok(Command::Read(_)) => Some(acl::Category::Read),
+            _ => None,
+        };
+        if let Some(refusal) = self.refusal(client, &args, store) {
+            if let Some(conn) = self.conns.get_mut(&client) {
+                conn.answer(&Reply::Error(refusal));
+            }
+            return;
+        }
+        if args[0].eq_ignore_ascii_case(b"acl")
+            && args.get(1).is_some_and(|a| a.eq_ignore_ascii_case(b"whoami"))
+        {
+            if let Some(conn) = self.conns.get_mut(&client) {
+                let user = conn.user.clone().unwrap_or_default();
+                conn.answer(&Reply::Bulk(user.into_bytes()));
+            }
+            return;
+        }
         if args[0].eq_ignore_ascii_case(b"kairos.fault") {
             let reply = self.fault_command(&args[1..]);
             if let Some(conn) = self.conns.get_mut(&client) {
@@ -1148,7 +1221,6 @@ impl Member {
             }
             return;
         }
-        let command = parse_command(&args);
         // What INFO reports costs a pass over the keys: gathered only for a local command.
         let facts = matches!(command, Ok(Command::Local(_))).then(|| self.info());
         let Some(conn) = self.conns.get_mut(&client) else { return };
@@ -1164,6 +1236,49 @@ impl Member {
                 let seq = conn.await_answer();
                 conn.hold(seq, command);
                 self.release(client);
+            }
+        }
+    }
+
+    /// `AUTH [user] password`: the connection becomes the user if the password is its.
+    fn auth(&mut self, client: u64, args: &[Vec<u8>]) -> Reply {
+        let (user, password) = match args {
+            [password] if !self.config.acl.default_needs_password() => {
+                return Reply::Error(
+                    "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?".into(),
+                );
+            }
+            [password] => ("default".to_string(), password),
+            [user, password] => (String::from_utf8_lossy(user).into_owned(), password),
+            _ => return Reply::Error("ERR syntax error".into()),
+        };
+        if !self.config.acl.authenticate(&user, password) {
+            self.stats.denied_auth += 1;
+            return Reply::Error(acl::WRONGPASS.into());
+        }
+        if let Some(conn) = self.conns.get_mut(&client) {
+            conn.user = Some(user);
+        }
+        Reply::Ok
+    }
+
+    /// Why a connection may not run `args` (a store command of category `store`, if one), in
+    /// Redis's words: not authenticated (only QUIT and HELLO are), or not permitted.
+    fn refusal(&mut self, client: u64, args: &[Vec<u8>], store: Option<acl::Category>) -> Option<String> {
+        let conn = self.conns.get(&client)?;
+        match &conn.user {
+            None if args[0].eq_ignore_ascii_case(b"quit") || args[0].eq_ignore_ascii_case(b"hello") => None,
+            None => {
+                self.stats.denied_noauth += 1;
+                Some(acl::NOAUTH.to_string())
+            }
+            Some(user) => {
+                let category = acl::Category::of(args, store);
+                if self.config.acl.permits(user, &args[0], category) {
+                    return None;
+                }
+                self.stats.denied_command += 1;
+                Some(acl::noperm(&args[0]))
             }
         }
     }
@@ -1434,6 +1549,7 @@ impl Member {
             replica: self.replica.stats(),
             listen: self.config.listen,
             lane: self.lane.as_ref().map(|l| (l.name().to_string(), l.stats())),
+            max_clients: self.config.max_clients,
             watch: self.watch.as_ref().map(|w| (w.config(), w.stats(), w.suspected().collect())),
         }
     }
@@ -1476,6 +1592,12 @@ impl Member {
             conn.flush();
             if conn.dead {
                 dead.push(*id);
+                match conn.limited.take() {
+                    Some(conn::Limit::Query) => self.stats.query_limit_closes += 1,
+                    Some(conn::Limit::Output) => self.stats.output_limit_closes += 1,
+                    Some(conn::Limit::Protocol) => self.stats.protocol_errors += 1,
+                    None => {}
+                }
             }
         }
         for id in dead {
@@ -1560,6 +1682,8 @@ mod tests {
             detector: None,
             lane: None,
             secret: None,
+            acl: acl::Acl::default(),
+            max_clients: DEFAULT_MAX_CLIENTS,
         }
     }
 

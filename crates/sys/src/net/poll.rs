@@ -112,6 +112,8 @@ pub struct Readiness {
     pub readable: bool,
     /// An error pending (a connected datagram socket's ICMP error) or hung up.
     pub error: bool,
+    /// Writable (only for a socket waited on for output: [`Epoll::watch`]).
+    pub writable: bool,
 }
 
 impl Epoll {
@@ -129,9 +131,9 @@ impl Epoll {
         Ok(Self { fd, events, ready: 0, nanoseconds: true, timer: None, arms: 0 })
     }
 
-    fn control(&self, op: libc::c_int, socket: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    fn control(&self, op: libc::c_int, socket: std::os::fd::BorrowedFd<'_>, events: u32) -> io::Result<()> {
         let raw = socket.as_raw_fd();
-        let mut event = libc::epoll_event { events: libc::EPOLLIN as u32, u64: raw as u64 };
+        let mut event = libc::epoll_event { events, u64: raw as u64 };
         // SAFETY: both descriptors are open for the call (`socket` is borrowed, `self.fd` owned)
         // and `event` is a valid epoll_event that outlives it.
         let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, raw, &mut event) };
@@ -140,15 +142,31 @@ impl Epoll {
 
     /// Adds `socket`, waited on for input (an error or hang-up is reported too).
     pub fn add(&self, socket: &impl AsFd) -> io::Result<()> {
-        match self.control(libc::EPOLL_CTL_ADD, socket.as_fd()) {
+        match self.control(libc::EPOLL_CTL_ADD, socket.as_fd(), libc::EPOLLIN as u32) {
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+            done => done,
+        }
+    }
+
+    /// Waits on `socket` for input when `readable`, for room to write when `writable` (an
+    /// error or hang-up is reported either way): added, changed, or (neither) taken out.
+    pub fn watch(&self, socket: &impl AsFd, readable: bool, writable: bool) -> io::Result<()> {
+        if !readable && !writable {
+            return self.remove(socket);
+        }
+        let events = if readable { libc::EPOLLIN as u32 } else { 0 }
+            | if writable { libc::EPOLLOUT as u32 } else { 0 };
+        match self.control(libc::EPOLL_CTL_MOD, socket.as_fd(), events) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                self.control(libc::EPOLL_CTL_ADD, socket.as_fd(), events)
+            }
             done => done,
         }
     }
 
     /// Takes `socket` out of the set (it stays open; closing it would have done the same).
     pub fn remove(&self, socket: &impl AsFd) -> io::Result<()> {
-        match self.control(libc::EPOLL_CTL_DEL, socket.as_fd()) {
+        match self.control(libc::EPOLL_CTL_DEL, socket.as_fd(), 0) {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
             done => done,
         }
@@ -278,6 +296,7 @@ impl Epoll {
                 fd: fd as std::os::fd::RawFd,
                 readable: events & libc::EPOLLIN as u32 != 0,
                 error: events & (libc::EPOLLERR | libc::EPOLLHUP) as u32 != 0,
+                writable: events & libc::EPOLLOUT as u32 != 0,
             }
         })
     }
