@@ -208,6 +208,7 @@ fn run_on(config: &RealConfig, data: &Path, bed: Option<&LaneTestbed>) -> Result
     };
     let peers = rafts.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
     let members = clients.iter().map(|&client| Member { child: None, client }).collect();
+    std::fs::create_dir_all(data).with_context(|| format!("cannot create {}", data.display()))?;
     kairos_services::seal::write_new_secret(&data.join("secret")).context("the cluster's secret")?;
     let mut cluster = Cluster { config, data: data.to_path_buf(), peers, members, bed };
     let nft = bed.is_some() && nftables_available();
