@@ -560,3 +560,132 @@ fn a_client_that_does_not_read_is_held_back_and_closed_past_the_output_limit() {
     assert_eq!(stat(port, "client_query_buffer_limit_disconnections"), 1);
     let _: () = redis::cmd("SET").arg("still").arg("here").query(&mut connect(port)).unwrap();
 }
+
+/// `redis-cli ARGS...` and what it printed, or `None` when it is not installed.
+fn redis_cli(args: &[&str]) -> Option<(bool, String)> {
+    let out = Command::new("redis-cli").args(args).stdin(Stdio::null()).output().ok()?;
+    Some((out.status.success(), String::from_utf8_lossy(&out.stdout).trim().to_string()))
+}
+
+#[test]
+fn redis_cli_speaks_tls_to_a_member_with_a_certificate() {
+    let data = tempfile::tempdir().unwrap();
+    let (cert, key) = (data.path().join("cert.pem"), data.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args(["-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status();
+    if !made.is_ok_and(|s| s.success()) || redis_cli(&["--version"]).is_none() {
+        eprintln!("skipped: needs openssl and redis-cli (Debian's redis-tools)");
+        return;
+    }
+    let (client, raft) = (free_tcp_port(), free_udp_port());
+    let flags = [format!("--tls-cert={}", cert.display()), format!("--tls-key={}", key.display())];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _members =
+        Members(vec![Some(start_with(1, &format!("1=127.0.0.1:{raft}"), client, data.path(), &flags))]);
+    let port = client.to_string();
+    let tls = |args: &[&str]| {
+        let mut all = vec!["--tls", "--cacert", cert.to_str().unwrap(), "-h", "127.0.0.1", "-p", &port];
+        all.extend_from_slice(args);
+        redis_cli(&all).unwrap()
+    };
+    // Until the member has elected itself and taken the write.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tls(&["SET", "k", "over tls"]) != (true, "OK".to_string()) {
+        assert!(Instant::now() < deadline, "redis-cli --tls never got OK");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(tls(&["GET", "k"]), (true, "over tls".to_string()));
+    // A large value crosses many records both ways.
+    // (One argument of a program may not pass 128 KB.)
+    let big = "x".repeat(100_000);
+    assert_eq!(tls(&["SET", "big", &big]).1, "OK");
+    assert_eq!(tls(&["STRLEN", "big"]).1, "100000");
+    assert_eq!(tls(&["GET", "big"]).1, big);
+    // Plain text on the TLS port is no request: nothing is answered.
+    let (_, plain) = redis_cli(&["-p", &port, "PING"]).unwrap();
+    assert_ne!(plain, "PONG");
+    // A client that does not trust the member's certificate gets nowhere.
+    let other = data.path().join("other.pem");
+    Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"])
+        .args(["-days", "1", "-subj", "/CN=other", "-keyout", "/dev/null", "-out"])
+        .arg(&other)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    let (_, refused) =
+        redis_cli(&["--tls", "--cacert", other.to_str().unwrap(), "-h", "127.0.0.1", "-p", &port, "PING"])
+            .unwrap();
+    assert_ne!(refused, "PONG");
+
+    // With --tls-ca-cert, a member takes only clients whose certificate that authority signed.
+    let openssl = |args: &[&str]| {
+        let ok = Command::new("openssl").args(args).current_dir(data.path()).stderr(Stdio::null()).status();
+        assert!(ok.unwrap().success(), "openssl {args:?}");
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &["-days", "1", "-subj", "/CN=ca", "-keyout", "ca.key", "-out", "ca.pem"],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[&["req"][..], &ec, &["-subj", "/CN=client", "-keyout", "client.key", "-out", "client.csr"]]
+            .concat(),
+    );
+    // A version 3 certificate for client authentication (webpki takes no other).
+    std::fs::write(
+        data.path().join("client.ext"),
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-days",
+        "1",
+        "-extfile",
+        "client.ext",
+        "-out",
+        "client.pem",
+    ]);
+    let (client2, raft2) = (free_tcp_port(), free_udp_port());
+    let mut flags = flags.clone();
+    let ca = format!("--tls-ca-cert={}", data.path().join("ca.pem").display());
+    flags.push(&ca);
+    let _second =
+        Members(vec![Some(start_with(2, &format!("2=127.0.0.1:{raft2}"), client2, data.path(), &flags))]);
+    let port2 = client2.to_string();
+    let (client_cert, client_key) = (data.path().join("client.pem"), data.path().join("client.key"));
+    let with_cert = |args: &[&str]| {
+        let mut all =
+            vec!["--tls", "--cacert", cert.to_str().unwrap(), "--cert", client_cert.to_str().unwrap()];
+        all.extend_from_slice(&["--key", client_key.to_str().unwrap(), "-h", "127.0.0.1", "-p", &port2]);
+        all.extend_from_slice(args);
+        redis_cli(&all).unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while with_cert(&["PING"]) != (true, "PONG".to_string()) {
+        assert!(Instant::now() < deadline, "a client with a certificate from the authority was not served");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let without =
+        redis_cli(&["--tls", "--cacert", cert.to_str().unwrap(), "-h", "127.0.0.1", "-p", &port2, "PING"]);
+    assert_ne!(without.unwrap().1, "PONG", "a client without a certificate was served");
+}

@@ -324,6 +324,16 @@ struct ServeArgs {
     secret_file: Option<PathBuf>,
     #[command(flatten)]
     clients: ClientArgs,
+    /// Serve clients over TLS with this certificate chain (PEM, leaf first); with --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Ask every client for a certificate signed by this authority (PEM), and refuse one
+    /// without, as Redis's tls-auth-clients.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_ca_cert: Option<PathBuf>,
     #[command(flatten)]
     lane: LaneArgs,
     #[command(flatten)]
@@ -484,6 +494,17 @@ fn serve(a: &ServeArgs) -> Result<i32> {
     };
     let secret = cluster_secret(a.secret_file.as_deref(), a.lane_node.is_some())?;
     let acl = a.clients.acl()?;
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            kairos_kv::member::tls::server_config(&kairos_kv::member::tls::TlsFiles {
+                cert,
+                key,
+                client_ca: a.tls_ca_cert.as_deref(),
+            })
+            .map_err(exit::usage)?,
+        ),
+        _ => None,
+    };
     let config = MemberConfig {
         id: a.id,
         peers,
@@ -527,6 +548,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         secret,
         acl,
         max_clients: a.clients.maxclients,
+        tls,
     };
     let mut member = Member::open(config).with_context(|| format!("member {}", a.id))?;
     eprintln!("kairos kv serve: member {} takes clients on {}", a.id, member.client_addr()?);

@@ -15,6 +15,9 @@
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::sync::Arc;
+
+use rustls::{ServerConfig, ServerConnection};
 
 use crate::kv::{Command, Reply};
 use crate::resp::{self, parse_request};
@@ -73,11 +76,18 @@ pub struct Conn {
     pub dead: bool,
     /// The limit that closed it, if one did (taken once by the member, to count).
     pub limited: Option<Limit>,
+    /// TLS's state, on a TLS port: the socket carries its records, and `input` and `output`
+    /// hold plaintext.
+    tls: Option<Box<ServerConnection>>,
 }
 
 impl Conn {
-    /// A connection for `stream`, with client id `client`.
-    pub fn new(stream: TcpStream, client: u64) -> io::Result<Self> {
+    /// A connection for `stream`, with client id `client`, through TLS when `tls` is given.
+    pub fn new(stream: TcpStream, client: u64, tls: Option<Arc<ServerConfig>>) -> io::Result<Self> {
+        let tls = match tls {
+            Some(config) => Some(Box::new(ServerConnection::new(config).map_err(io::Error::other)?)),
+            None => None,
+        };
         stream.set_nonblocking(true)?;
         stream.set_nodelay(true)?;
         Ok(Self {
@@ -95,6 +105,7 @@ impl Conn {
             closing: false,
             dead: false,
             limited: None,
+            tls,
         })
     }
 
@@ -109,6 +120,9 @@ impl Conn {
     /// Reads what the socket has through `buf` (the member's, made once, rather than a fresh
     /// 64 KiB buffer zeroed for every read); returns whether anything arrived.
     pub fn read(&mut self, buf: &mut [u8]) -> bool {
+        if self.tls.is_some() {
+            return self.read_tls();
+        }
         let mut got = false;
         while self.wants_input() {
             match self.stream.read(buf) {
@@ -132,6 +146,112 @@ impl Conn {
             }
         }
         got
+    }
+
+    /// Through TLS: the socket's records into rustls, its plaintext into the input (all of
+    /// it, so none waits inside rustls for an event that will not come), and the handshake's
+    /// answers written back.
+    fn read_tls(&mut self) -> bool {
+        let Some(mut tls) = self.tls.take() else { return false };
+        let mut got = false;
+        while self.wants_input() {
+            match tls.read_tls(&mut self.stream) {
+                Ok(0) => {
+                    self.dead = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    self.dead = true;
+                    break;
+                }
+            }
+            match tls.process_new_packets() {
+                Ok(state) => {
+                    let n = state.plaintext_bytes_to_read();
+                    if n > 0 {
+                        let start = self.input.len();
+                        self.input.resize(start + n, 0);
+                        if tls.reader().read_exact(&mut self.input[start..]).is_err() {
+                            self.input.truncate(start);
+                        }
+                        got = true;
+                    }
+                    if state.peer_has_closed() {
+                        self.closing = true;
+                    }
+                }
+                Err(_) => {
+                    // Its alert, if the socket takes it; then the connection is closed.
+                    let _ = tls.write_tls(&mut self.stream);
+                    self.dead = true;
+                    break;
+                }
+            }
+        }
+        self.tls = Some(tls);
+        self.write_tls();
+        got
+    }
+
+    /// Writes what rustls has for the socket (records, alerts) until it has nothing more or
+    /// the socket is full; false when the connection failed.
+    fn write_tls(&mut self) -> bool {
+        let Some(tls) = self.tls.as_mut() else { return true };
+        while tls.wants_write() {
+            match tls.write_tls(&mut self.stream) {
+                Ok(0) => {
+                    self.dead = true;
+                    return false;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.dead = true;
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// [`Self::flush`] through TLS: plaintext into rustls as far as its bounded buffer takes
+    /// it, its records out, until the output is gone or the socket is full.
+    fn flush_tls(&mut self) -> bool {
+        loop {
+            let Some(tls) = self.tls.as_mut() else { return false };
+            let mut taken = 0;
+            if !self.output.is_empty() {
+                match tls.writer().write(&self.output) {
+                    Ok(n) => taken = n,
+                    Err(_) => {
+                        self.dead = true;
+                        return false;
+                    }
+                }
+                self.output.drain(..taken);
+            }
+            if !self.write_tls() {
+                return false;
+            }
+            if self.tls.as_ref().is_some_and(|t| t.wants_write()) {
+                return false;
+            }
+            if self.output.is_empty() || taken == 0 {
+                break;
+            }
+        }
+        if self.closing && self.slots.is_empty() {
+            if let Some(tls) = self.tls.as_mut() {
+                tls.send_close_notify();
+            }
+            self.write_tls();
+            self.dead = true;
+        }
+        self.output.is_empty()
     }
 
     /// The next complete request, if any. A protocol error is answered (as Redis does) and the
@@ -258,6 +378,9 @@ impl Conn {
             self.dead = true;
             return false;
         }
+        if self.tls.is_some() {
+            return self.flush_tls();
+        }
         while !self.output.is_empty() {
             match self.stream.write(&self.output) {
                 Ok(0) => {
@@ -283,6 +406,6 @@ impl Conn {
 
     /// Whether output waits for the socket to drain.
     pub fn has_output(&self) -> bool {
-        !self.output.is_empty()
+        !self.output.is_empty() || self.tls.as_ref().is_some_and(|t| t.wants_write())
     }
 }

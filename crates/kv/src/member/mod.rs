@@ -35,6 +35,7 @@
 pub mod acl;
 pub mod conn;
 pub mod info;
+pub mod tls;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -144,6 +145,8 @@ pub struct MemberConfig {
     pub acl: acl::Acl,
     /// The most clients connected at once ([`DEFAULT_MAX_CLIENTS`] unless told otherwise).
     pub max_clients: usize,
+    /// TLS on the client port ([`tls::server_config`]), or plain TCP.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
 }
 
 /// The most clients a member serves at once unless told otherwise: Redis's maxclients default.
@@ -1160,7 +1163,7 @@ impl Member {
             }
             self.next_client += 1;
             let client = self.client_base + self.next_client;
-            if let Ok(mut conn) = Conn::new(stream, client) {
+            if let Ok(mut conn) = Conn::new(stream, client, self.config.tls.clone()) {
                 conn.user = self.config.acl.initial_user();
                 self.conns.insert(client, conn);
                 self.stats.connections += 1;
@@ -1684,6 +1687,7 @@ mod tests {
             secret: None,
             acl: acl::Acl::default(),
             max_clients: DEFAULT_MAX_CLIENTS,
+            tls: None,
         }
     }
 
