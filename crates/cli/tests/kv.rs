@@ -689,3 +689,41 @@ fn redis_cli_speaks_tls_to_a_member_with_a_certificate() {
         redis_cli(&["--tls", "--cacert", cert.to_str().unwrap(), "-h", "127.0.0.1", "-p", &port2, "PING"]);
     assert_ne!(without.unwrap().1, "PONG", "a client without a certificate was served");
 }
+
+#[test]
+fn a_member_serves_its_figures_to_prometheus() {
+    use std::io::{Read, Write};
+    let data = tempfile::tempdir().unwrap();
+    let metrics = free_tcp_port();
+    let flag = format!("--metrics=127.0.0.1:{metrics}");
+    let (_members, port) = one_member(data.path(), &[&flag]);
+    let mut con = connect(port);
+    for i in 0..10 {
+        let _: () = redis::cmd("SET").arg("k").arg(i).query(&mut con).unwrap();
+    }
+    let scrape = |request: &str| {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let text = scrape("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    let value = |name: &str| -> f64 {
+        let line =
+            text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {text}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(value("kairos_kv_commands_total{member=\"1\",kind=\"write\"}") >= 10.0);
+    assert!(value("kairos_kv_command_duration_seconds_count") >= 10.0);
+    assert_eq!(value("kairos_kv_raft_leader{member=\"1\"}"), 1.0);
+    assert!(value("kairos_kv_raft_applied_index{member=\"1\"}") >= 10.0);
+    assert!(scrape("GET /other HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+    // A reader that sends nothing holds nothing for long, and others are served meanwhile.
+    let idle: Vec<_> =
+        (0..20).map(|_| std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap()).collect();
+    assert!(scrape("GET / HTTP/1.0\r\n\r\n").contains("kairos_kv_raft_term"));
+    drop(idle);
+}

@@ -327,6 +327,11 @@ struct ServeArgs {
     /// Serve clients over TLS with this certificate chain (PEM, leaf first); with --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
+    /// Serve Prometheus's text format at http://ADDR/metrics: commands by kind, a latency
+    /// histogram, Raft's term, commit and applied index and leader, followers' lag, refused
+    /// clients and datagrams (no data of the store; bind it where only your scraper reaches).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// The private key of --tls-cert (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
@@ -549,6 +554,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         acl,
         max_clients: a.clients.maxclients,
         tls,
+        metrics: a.metrics,
     };
     let mut member = Member::open(config).with_context(|| format!("member {}", a.id))?;
     eprintln!("kairos kv serve: member {} takes clients on {}", a.id, member.client_addr()?);

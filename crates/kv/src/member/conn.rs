@@ -48,7 +48,8 @@ pub enum Limit {
 #[derive(Debug)]
 enum Slot {
     Filled(Vec<u8>),
-    Waiting(u64),
+    /// A request's sequence number and when it was taken (monotonic ns).
+    Waiting(u64, u64),
 }
 
 /// A client connection.
@@ -316,7 +317,7 @@ impl Conn {
     pub fn await_answer(&mut self) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.slots.push_back(Slot::Waiting(seq));
+        self.slots.push_back(Slot::Waiting(seq, kairos_sys::clock::monotonic_ns()));
         seq
     }
 
@@ -325,7 +326,7 @@ impl Conn {
         self.slots
             .iter()
             .find_map(|s| match s {
-                Slot::Waiting(seq) => Some(*seq),
+                Slot::Waiting(seq, _) => Some(*seq),
                 Slot::Filled(_) => None,
             })
             .unwrap_or(self.next_seq)
@@ -356,14 +357,15 @@ impl Conn {
         Some((seq, completed_below, command))
     }
 
-    /// Fills the slot of request `seq`.
-    pub fn complete(&mut self, seq: u64, reply: &Reply) {
+    /// Fills the slot of request `seq`; returns how long the request waited for its answer.
+    pub fn complete(&mut self, seq: u64, reply: &Reply) -> Option<u64> {
         self.outstanding = self.outstanding.saturating_sub(1);
-        if let Some(slot) = self.slots.iter_mut().find(|s| matches!(s, Slot::Waiting(n) if *n == seq)) {
-            let mut out = Vec::new();
-            reply.encode(&mut out);
-            *slot = Slot::Filled(out);
-        }
+        let slot = self.slots.iter_mut().find(|s| matches!(s, Slot::Waiting(n, _) if *n == seq))?;
+        let Slot::Waiting(_, taken) = *slot else { return None };
+        let mut out = Vec::new();
+        reply.encode(&mut out);
+        *slot = Slot::Filled(out);
+        Some(kairos_sys::clock::monotonic_ns().saturating_sub(taken))
     }
 
     /// Writes the answers that are due, in order; returns whether all output went out.

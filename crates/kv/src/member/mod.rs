@@ -35,6 +35,7 @@
 pub mod acl;
 pub mod conn;
 pub mod info;
+pub mod metrics;
 pub mod tls;
 pub mod watch;
 
@@ -147,6 +148,8 @@ pub struct MemberConfig {
     pub max_clients: usize,
     /// TLS on the client port ([`tls::server_config`]), or plain TCP.
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// Where the Prometheus endpoint listens ([`metrics`]), if anywhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// The most clients a member serves at once unless told otherwise: Redis's maxclients default.
@@ -367,6 +370,12 @@ pub struct Member {
     lane: Option<LaneLink>,
     beat_batch: MmsgBatch,
     beat_buffers: [[u8; BEAT_DATAGRAM_BYTES]; BEAT_BURST],
+    /// The Prometheus endpoint, when asked for.
+    metrics: Option<metrics::MetricsServer>,
+    /// Replicated commands' time from arrival to answer.
+    latency: metrics::Histogram,
+    /// Commands taken: writes, reads, local.
+    command_kinds: [u64; 3],
     /// The seals on what this member sends (Raft's messages, heartbeats) and its opening of
     /// what it receives, on UDP with a secret.
     seal: Option<Seals>,
@@ -596,7 +605,20 @@ impl Member {
         // across this member's restarts.
         let client_base = (realtime_ns() / 1_000) << 16;
         let poller = Epoll::new(POLL_BATCH).map_err(MemberError::Poller)?;
-        for socket in udp.iter().map(AsFd::as_fd).chain([listener.as_fd()]) {
+        let metrics = match config.metrics {
+            Some(addr) => Some(metrics::MetricsServer::bind(addr).map_err(|source| MemberError::Bind {
+                what: "metrics",
+                addr,
+                source,
+            })?),
+            None => None,
+        };
+        for socket in udp
+            .iter()
+            .map(AsFd::as_fd)
+            .chain([listener.as_fd()])
+            .chain(metrics.iter().map(|m| m.listener().as_fd()))
+        {
             poller.add(&socket).map_err(MemberError::Poller)?;
         }
         // The incarnation is the start time, so it grows with every start.
@@ -620,6 +642,9 @@ impl Member {
             beat_batch: MmsgBatch::new(),
             beat_buffers: [[0; BEAT_DATAGRAM_BYTES]; BEAT_BURST],
             seal,
+            metrics,
+            latency: metrics::Histogram::default(),
+            command_kinds: [0; 3],
             listener,
             conns: BTreeMap::new(),
             client_base,
@@ -808,7 +833,12 @@ impl Member {
         let probe = self.probe.as_ref().map(|(_, socket)| socket.as_raw_fd());
         let (mut raft_ready, mut listen_ready, mut probe_ready) = (self.lane.is_some(), false, false);
         let mut ready = Vec::new();
+        let mut metrics_ready = Vec::new();
         for r in self.poller.ready() {
+            if self.metrics.as_ref().is_some_and(|m| m.owns(r.fd)) {
+                metrics_ready.push(r.fd);
+                continue;
+            }
             if Some(r.fd) == udp {
                 raft_ready |= r.readable;
             } else if r.fd == listener {
@@ -821,7 +851,67 @@ impl Member {
                 ready.push(client);
             }
         }
+        if !metrics_ready.is_empty() || self.metrics.is_some() {
+            self.metrics_pass(&metrics_ready)?;
+        }
         Ok((raft_ready, listen_ready, ready, probe_ready))
+    }
+
+    /// The Prometheus endpoint's part of a pass: new readers taken and waited on, a reader's
+    /// whole request answered, readers past their deadline dropped.
+    fn metrics_pass(&mut self, ready: &[RawFd]) -> io::Result<()> {
+        let now = monotonic_ns();
+        let Some(mut server) = self.metrics.take() else { return Ok(()) };
+        let listener = server.listener().as_raw_fd();
+        if ready.contains(&listener) {
+            for stream in server.accept(now) {
+                self.poller.add(stream)?;
+            }
+        }
+        for &fd in ready.iter().filter(|&&fd| fd != listener) {
+            server.serve(Some(fd), now, || metrics::render(&self.figures()));
+        }
+        // Expired readers: closing a socket takes it out of the epoll set.
+        server.serve(None, now, String::new);
+        self.metrics = Some(server);
+        Ok(())
+    }
+
+    /// What the Prometheus endpoint reports.
+    fn figures(&self) -> metrics::Figures {
+        let s = &self.stats;
+        metrics::Figures {
+            id: self.config.id,
+            term: self.replica.term(),
+            leader: self.replica.leader(),
+            commit: self.replica.commit_index(),
+            applied: self.replica.applied(),
+            lag: self.replica.follower_lag(),
+            commands: [
+                ("write", self.command_kinds[0]),
+                ("read", self.command_kinds[1]),
+                ("local", self.command_kinds[2]),
+            ],
+            latency: self.latency.clone(),
+            clients: self.conns.len(),
+            clients_refused: vec![
+                ("maxclients", s.rejected_connections),
+                ("query_buffer_limit", s.query_limit_closes),
+                ("output_buffer_limit", s.output_limit_closes),
+                ("protocol_error", s.protocol_errors),
+                ("noauth", s.denied_noauth),
+                ("wrongpass", s.denied_auth),
+                ("noperm", s.denied_command),
+            ],
+            datagrams_in: s.datagrams_in,
+            datagrams_out: s.datagrams_out,
+            datagrams_refused: vec![
+                ("stranger", s.refused_strangers),
+                ("forged", s.refused_forged),
+                ("replayed", s.refused_replayed),
+                ("address", s.refused_address),
+            ],
+        }
     }
 
     /// Sends a probe to `leader`'s Raft address on a socket connected to it (made when the
@@ -1195,6 +1285,11 @@ impl Member {
             Ok(Command::Read(_)) => Some(acl::Category::Read),
             _ => None,
         };
+        self.command_kinds[match store {
+            Some(acl::Category::Write) => 0,
+            Some(acl::Category::Read) => 1,
+            _ => 2,
+        }] += 1;
         if let Some(refusal) = self.refusal(client, &args, store) {
             if let Some(conn) = self.conns.get_mut(&client) {
                 conn.answer(&Reply::Error(refusal));
@@ -1581,7 +1676,9 @@ impl Member {
             }
             for (ticket, reply) in completions {
                 if let Some(conn) = self.conns.get_mut(&ticket.client) {
-                    conn.complete(ticket.seq, &reply);
+                    if let Some(waited) = conn.complete(ticket.seq, &reply) {
+                        self.latency.record(waited);
+                    }
                     self.release(ticket.client);
                 }
             }
@@ -1688,6 +1785,7 @@ mod tests {
             acl: acl::Acl::default(),
             max_clients: DEFAULT_MAX_CLIENTS,
             tls: None,
+            metrics: None,
         }
     }
 

@@ -357,6 +357,29 @@ impl<D: Disk> Replica<D> {
         self.applied
     }
 
+    /// The highest log index this member knows committed.
+    pub fn commit_index(&self) -> u64 {
+        self.node.raft.raft_log.committed
+    }
+
+    /// On the leader, each other member's entries behind the leader's last (none elsewhere).
+    pub fn follower_lag(&self) -> Vec<(u64, u64)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let last = self.node.raft.raft_log.last_index();
+        let mut lag: Vec<(u64, u64)> = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(id, _)| **id != self.config.id)
+            .map(|(id, pr)| (*id, last.saturating_sub(pr.matched)))
+            .collect();
+        lag.sort_unstable();
+        lag
+    }
+
     /// The voters of the current membership, in id order.
     pub fn voters(&self) -> Vec<u64> {
         let mut voters = self.node.store().conf_state().get_voters().to_vec();
