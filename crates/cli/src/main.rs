@@ -163,7 +163,23 @@ fn main() {
     if let Err(e) = kairos_sys::cleanup::install() {
         log(&format!("{e}; a signal will end the run without removing what it made"));
     }
-    let cli = Cli::parse();
+    // `kv serve --config FILE`: the file's settings become flags before the parse.
+    let serve_flags: Vec<String> = {
+        use clap::CommandFactory as _;
+        let cli = Cli::command();
+        let serve = cli.find_subcommand("kv").and_then(|kv| kv.find_subcommand("serve"));
+        serve
+            .map(|s| s.get_arguments().filter_map(|a| a.get_long()).map(String::from).collect())
+            .unwrap_or_default()
+    };
+    let args = match kv::config_file::expand(std::env::args_os().collect(), &serve_flags) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("kairos: error: {e}");
+            std::process::exit(exit::USAGE);
+        }
+    };
+    let cli = Cli::parse_from(args);
     match run(cli) {
         Ok(code) => std::process::exit(code),
         Err(error) => {

@@ -727,3 +727,43 @@ fn a_member_serves_its_figures_to_prometheus() {
     assert!(scrape("GET / HTTP/1.0\r\n\r\n").contains("kairos_kv_raft_term"));
     drop(idle);
 }
+
+#[test]
+fn a_member_takes_its_settings_from_a_config_file_and_its_flags_win() {
+    let data = tempfile::tempdir().unwrap();
+    let (client, raft) = (free_tcp_port(), free_udp_port());
+    let config = data.path().join("kv.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "id = 1\npeers = [\"1=127.0.0.1:{raft}\"]\nlisten = \"127.0.0.1:1\"\ndata = \"{}\"\nsecret-file = \"{}\"\nfsync = \"never\"\nno-fd = false\n",
+            data.path().join("m1").display(),
+            secret_in(data.path()).display()
+        ),
+    )
+    .unwrap();
+    // The file's listen port (1) is overridden by the command line's.
+    let child = Command::new(env!("CARGO_BIN_EXE_kairos"))
+        .args(["kv", "serve", "--config"])
+        .arg(&config)
+        .arg(format!("--listen=127.0.0.1:{client}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _members = Members(vec![Some(child)]);
+    let mut con = connect(client);
+    wait_for_leader(&mut con, 0);
+    let _: () = redis::cmd("SET").arg("from").arg("config").query(&mut con).unwrap();
+
+    std::fs::write(&config, "id = 1\nlisen = \"x\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kairos"))
+        .args(["kv", "serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("'lisen' is no flag of kairos kv serve"), "{err}");
+}

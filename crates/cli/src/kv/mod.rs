@@ -19,6 +19,7 @@ use crate::exit;
 use cluster::ClusterArgs;
 
 mod cluster;
+pub(crate) mod config_file;
 
 #[derive(Args)]
 pub struct KvArgs {
@@ -327,6 +328,12 @@ struct ServeArgs {
     /// Serve clients over TLS with this certificate chain (PEM, leaf first); with --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
+    /// Settings from a TOML file whose keys are these flags without the dashes (e.g. `id = 1`,
+    /// `peers = ["1=10.0.0.1:7380", ...]`, `secret-file = "..."`); a flag on the command line
+    /// wins over the file's key. See examples/kv/.
+    #[arg(long, value_name = "FILE")]
+    #[allow(dead_code)] // Read before the parse (`config_file::expand`); declared for --help.
+    config: Option<PathBuf>,
     /// Serve Prometheus's text format at http://ADDR/metrics: commands by kind, a latency
     /// histogram, Raft's term, commit and applied index and leader, followers' lag, refused
     /// clients and datagrams (no data of the store; bind it where only your scraper reaches).
