@@ -767,3 +767,43 @@ fn a_member_takes_its_settings_from_a_config_file_and_its_flags_win() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("'lisen' is no flag of kairos kv serve"), "{err}");
 }
+
+#[test]
+fn a_pipeline_longer_than_the_pending_limit_is_answered_whole() {
+    use std::io::{Read, Write};
+    let data = tempfile::tempdir().unwrap();
+    let (_members, port) = one_member(data.path(), &[]);
+    // 3,000 requests in one write, three times the 1,024 a connection may have in flight: the
+    // rest wait in the member's input, where no socket event announces them.
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    raw.write_all(&b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n".repeat(3_000)).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = vec![0u8; 5 * 3_000];
+    raw.read_exact(&mut got).unwrap();
+    assert!(got.chunks(5).all(|c| c == b"$-1\r\n"));
+}
+
+#[test]
+fn a_stranger_may_send_only_short_requests_before_it_authenticates() {
+    use std::io::{Read, Write};
+    let data = tempfile::tempdir().unwrap();
+    let pass = data.path().join("pass");
+    std::fs::write(&pass, "pw").unwrap();
+    let flag = format!("--requirepass-file={}", pass.display());
+    let (client, raft) = (free_tcp_port(), free_udp_port());
+    let _members =
+        Members(vec![Some(start_with(1, &format!("1=127.0.0.1:{raft}"), client, data.path(), &[&flag]))]);
+    let mut admin = connect(client);
+    let _: () = redis::cmd("AUTH").arg("pw").query(&mut admin).unwrap();
+    wait_for_leader(&mut admin, 0);
+    // A 100 KB argument from a client that has not authenticated: refused at its length line.
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", client)).unwrap();
+    raw.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100000\r\n").unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reply = String::new();
+    let _ = raw.read_to_string(&mut reply);
+    assert!(reply.contains("Protocol error"), "{reply:?}");
+    // After AUTH, the same request is taken.
+    let big = "v".repeat(100_000);
+    let _: () = redis::cmd("SET").arg("k").arg(&big).query(&mut admin).unwrap();
+}

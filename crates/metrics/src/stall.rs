@@ -101,8 +101,10 @@ impl StallWatch {
             StoppableThread::spawn(format!("stall-watch-{}", config.core), move |stop: &AtomicBool| {
                 watch(config, stop, ready_tx)
             })?;
-        // An error means the thread ended before it was ready; `finish` reports how.
-        let _ = ready_rx.recv();
+        // An error means the thread ended before it was ready (`finish` reports how); a watch
+        // not ready within a second (a real-time thread spinning on its core before it was
+        // raised) is returned anyway, late, rather than wait on that very stall.
+        let _ = ready_rx.recv_timeout(std::time::Duration::from_secs(1));
         Ok(Self { thread })
     }
 

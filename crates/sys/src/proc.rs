@@ -178,8 +178,36 @@ impl ProcStat {
     }
 }
 
+/// Raises this process's limit on open files (its soft limit, up to the hard one) to `want`,
+/// if it is lower; returns the limit in force after.
+pub fn raise_open_files(want: u64) -> std::io::Result<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one rlimit into the valid, exclusive `limit`.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if limit.rlim_cur >= want {
+        return Ok(limit.rlim_cur);
+    }
+    let raised = libc::rlimit { rlim_cur: want.min(limit.rlim_max), rlim_max: limit.rlim_max };
+    // SAFETY: setrlimit reads one valid rlimit; a soft limit at most the hard one is allowed
+    // to any process.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        return Ok(limit.rlim_cur);
+    }
+    Ok(raised.rlim_cur)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_open_files_limit_is_raised_only_up_to_the_hard_one() {
+        let now = super::raise_open_files(0).unwrap();
+        assert!(now > 0);
+        assert!(super::raise_open_files(now).unwrap() >= now);
+        assert!(super::raise_open_files(u64::MAX).unwrap() >= now);
+    }
+
     use super::*;
 
     #[test]

@@ -506,6 +506,18 @@ fn serve(a: &ServeArgs) -> Result<i32> {
     };
     let secret = cluster_secret(a.secret_file.as_deref(), a.lane_node.is_some())?;
     let acl = a.clients.acl()?;
+    // Room for every client and the member's own files and sockets, as Redis makes it: a
+    // member out of descriptors would find its listener ready at every wait and spin.
+    const OWN_FILES: u64 = 64;
+    let files = kairos_sys::proc::raise_open_files(a.clients.maxclients as u64 + OWN_FILES)
+        .context("cannot read the limit on open files")?;
+    let max_clients = (a.clients.maxclients as u64).min(files.saturating_sub(OWN_FILES)).max(1) as usize;
+    if max_clients < a.clients.maxclients {
+        eprintln!(
+            "kairos kv serve: --maxclients {} lowered to {max_clients}: this process may open only {files} files (ulimit -n)",
+            a.clients.maxclients
+        );
+    }
     let tls = match (&a.tls_cert, &a.tls_key) {
         (Some(cert), Some(key)) => Some(
             kairos_kv::member::tls::server_config(&kairos_kv::member::tls::TlsFiles {
@@ -559,7 +571,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
         lane,
         secret,
         acl,
-        max_clients: a.clients.maxclients,
+        max_clients,
         tls,
         metrics: a.metrics,
     };

@@ -186,7 +186,7 @@ impl Acl {
                 }
                 _ if word.starts_with('#') => {
                     let hex = &word[1..];
-                    let bytes = (hex.len() == 64)
+                    let bytes = (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
                         .then(|| {
                             (0..32).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()).collect()
                         })
@@ -311,6 +311,10 @@ mod tests {
         );
         assert!(err("group a").contains("not 'user NAME RULES...'"));
         assert!(err("user a #abc").contains("64 hex digits"));
+        assert!(
+            err(&format!("user a #{}é", "0".repeat(62))).contains("64 hex digits"),
+            "no panic on a multi-byte character"
+        );
         assert!(err("user a frobnicate").contains("unknown rule 'frobnicate'"));
     }
 

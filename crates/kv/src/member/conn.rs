@@ -20,13 +20,19 @@ use std::sync::Arc;
 use rustls::{ServerConfig, ServerConnection};
 
 use crate::kv::{Command, Reply};
-use crate::resp::{self, parse_request};
+use crate::resp::{self, Limits, parse_request_with};
 
 /// Requests in flight on one connection before it stops reading.
 pub const MAX_PENDING: usize = 1024;
 /// Largest unfinished request kept (Redis's bulk limit is 512 MB; a store on the lane carries
 /// small values).
 pub const MAX_INPUT: usize = 64 << 20;
+/// What a client that has not authenticated may send, as Redis since CVE-2021-32675: a few
+/// short arguments (AUTH, HELLO), so a stranger cannot make the member hold 64 MB per
+/// connection.
+pub const UNAUTHENTICATED: Limits =
+    Limits { max_multibulk_len: 10, max_bulk_len: 16 * 1024, max_inline_len: 16 * 1024 };
+
 /// Bytes of answers waiting for a client above which its input is not read.
 pub const OUTPUT_BACKPRESSURE: usize = 1 << 20;
 /// Bytes of answers waiting for a client above which it is closed.
@@ -63,6 +69,9 @@ pub struct Conn {
     pub name: Option<Vec<u8>>,
     /// The user it is authenticated as (`None`: not yet; see [`super::acl`]).
     pub user: Option<String>,
+    /// Requests wait in `input` for room (the pending limit or the output backlog), not for
+    /// bytes: the loop serves the connection again once there is room, as no event will come.
+    parked: bool,
     input: Vec<u8>,
     output: Vec<u8>,
     slots: VecDeque<Slot>,
@@ -96,6 +105,7 @@ impl Conn {
             client,
             name: None,
             user: None,
+            parked: false,
             input: Vec::new(),
             output: Vec::new(),
             slots: VecDeque::new(),
@@ -259,11 +269,17 @@ impl Conn {
     /// connection closed after the answers before it.
     pub fn next_request(&mut self) -> Option<Vec<Vec<u8>>> {
         loop {
-            if !self.wants_input() || self.input.is_empty() {
+            if self.input.is_empty() {
+                self.parked = false;
+                return None;
+            }
+            if !self.wants_input() {
+                self.parked = !self.closing && !self.dead;
                 return None;
             }
             let mut args = Vec::new();
-            match parse_request(&self.input, &mut args) {
+            let limits = if self.user.is_some() { Limits::default() } else { UNAUTHENTICATED };
+            match parse_request_with(&self.input, &mut args, &limits) {
                 Ok(Some(consumed)) => {
                     let owned: Vec<Vec<u8>> = args.into_iter().map(|a| a.into_owned()).collect();
                     self.input.drain(..consumed);
@@ -273,7 +289,9 @@ impl Conn {
                     return Some(owned);
                 }
                 Ok(None) => {
-                    if self.input.len() > MAX_INPUT {
+                    self.parked = false;
+                    let most = if self.user.is_some() { MAX_INPUT } else { 64 * 1024 };
+                    if self.input.len() > most {
                         self.limited = Some(Limit::Query);
                         self.fail("ERR Protocol error: request larger than the server takes");
                     }
@@ -368,21 +386,30 @@ impl Conn {
         Some(kairos_sys::clock::monotonic_ns().saturating_sub(taken))
     }
 
-    /// Writes the answers that are due, in order; returns whether all output went out.
+    /// Whether requests wait in the input for room that has come: the loop serves it without
+    /// an event.
+    pub fn parked_ready(&self) -> bool {
+        self.parked && self.wants_input()
+    }
+
+    /// Writes the answers that are due, in order; returns whether all output went out. A
+    /// client left owing more than [`MAX_OUTPUT`] once the socket took what it would is closed.
     pub fn flush(&mut self) -> bool {
         while let Some(Slot::Filled(_)) = self.slots.front() {
             if let Some(Slot::Filled(bytes)) = self.slots.pop_front() {
                 self.output.extend_from_slice(&bytes);
             }
         }
+        let done = if self.tls.is_some() { self.flush_tls() } else { self.flush_plain() };
         if self.output.len() > MAX_OUTPUT {
             self.limited = Some(Limit::Output);
             self.dead = true;
             return false;
         }
-        if self.tls.is_some() {
-            return self.flush_tls();
-        }
+        done
+    }
+
+    fn flush_plain(&mut self) -> bool {
         while !self.output.is_empty() {
             match self.stream.write(&self.output) {
                 Ok(0) => {

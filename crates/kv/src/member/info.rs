@@ -196,7 +196,8 @@ fn config_get(parameter: &[u8], facts: &Facts) -> Reply {
         ("maxmemory", "0".into()),
         ("timeout", "0".into()),
         ("maxclients", facts.max_clients.to_string()),
-        ("proto-max-bulk-len", crate::resp::MAX_BULK_LEN.to_string()),
+        // The parser's bulk limit, but the query buffer's ends a request first.
+        ("proto-max-bulk-len", crate::resp::MAX_BULK_LEN.min(super::conn::MAX_INPUT).to_string()),
         ("client-query-buffer-limit", super::conn::MAX_INPUT.to_string()),
         ("client-output-buffer-limit", format!("normal {0} {0} 0", super::conn::MAX_OUTPUT)),
     ];

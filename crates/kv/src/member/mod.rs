@@ -259,8 +259,8 @@ pub struct MemberStats {
     pub refused_forged: u64,
     /// Datagrams refused by their seal: a counter taken already or too old.
     pub refused_replayed: u64,
-    /// Sealed datagrams whose sender's address, or whose body's sender, is not the member's
-    /// its seal names.
+    /// Sealed datagrams whose body's sender is not the member its seal names (one whose
+    /// address is not that member's is refused as a stranger's).
     pub refused_address: u64,
     /// AUTHs that failed (WRONGPASS).
     pub denied_auth: u64,
@@ -823,6 +823,10 @@ impl Member {
                 }
             }
         }
+        // Requests parked for room that has come: no event will say so, so no sleep.
+        let parked: Vec<u64> =
+            self.conns.iter().filter(|(_, c)| c.parked_ready()).map(|(&id, _)| id).collect();
+        let until = if parked.is_empty() { until } else { now };
         match self.poller.wait_until(Some(until), now) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok((false, false, Vec::new(), false)),
@@ -832,7 +836,7 @@ impl Member {
         let listener = self.listener.as_raw_fd();
         let probe = self.probe.as_ref().map(|(_, socket)| socket.as_raw_fd());
         let (mut raft_ready, mut listen_ready, mut probe_ready) = (self.lane.is_some(), false, false);
-        let mut ready = Vec::new();
+        let mut ready = parked;
         let mut metrics_ready = Vec::new();
         for r in self.poller.ready() {
             if self.metrics.as_ref().is_some_and(|m| m.owns(r.fd)) {
@@ -846,7 +850,9 @@ impl Member {
             } else if Some(r.fd) == probe {
                 // A refused probe is an error pending on its socket, not a datagram.
                 probe_ready = true;
-            } else if let Some(&(client, _)) = self.polled.get(&r.fd) {
+            } else if let Some(&(client, _)) = self.polled.get(&r.fd)
+                && !ready.contains(&client)
+            {
                 // A failed connection is served too: its read finds the error and drops it.
                 ready.push(client);
             }
@@ -915,8 +921,8 @@ impl Member {
     }
 
     /// Sends a probe to `leader`'s Raft address on a socket connected to it (made when the
-    /// leader changes): this member's heartbeat, which a live member takes as any other (and
-    /// a leader, which reads none, leaves). If no process holds the port, the host answers
+    /// leader changes): an empty datagram, which a live member drops unread (only the answer
+    /// matters). If no process holds the port, the host answers
     /// with ICMP port unreachable, which the connected socket reports as an error
     /// ([`Member::take_probe_answer`]). Not on the lane, where no such answer comes.
     fn send_probe(&mut self, leader: u64, now: u64) {
@@ -1026,14 +1032,13 @@ impl Member {
     ) -> Option<(Option<u64>, &'a [u8])> {
         let Some(Seals { opener, .. }) = self.seal.as_mut() else { return Some((None, datagram)) };
         let peers = &self.config.peers;
-        match opener.open(datagram, |id| id != self.config.id && peers.contains_key(&id)) {
-            Ok((id, body)) => {
-                if source.is_some() && peers.get(&id).and_then(PeerAddr::udp) != source {
-                    self.stats.refused_address += 1;
-                    return None;
-                }
-                Some((Some(id), body))
-            }
+        // The sender's address is checked with its id, before the seal's counter is taken: a
+        // copy sent from elsewhere must not use up the counter of the real one.
+        let member = |id: u64| {
+            id != self.config.id && peers.get(&id).is_some_and(|p| source.is_none() || p.udp() == source)
+        };
+        match opener.open(datagram, member) {
+            Ok((id, body)) => Some((Some(id), body)),
             Err(refusal) => {
                 let count = match refusal {
                     Refusal::Stranger(_) => &mut self.stats.refused_strangers,
@@ -1285,17 +1290,17 @@ impl Member {
             Ok(Command::Read(_)) => Some(acl::Category::Read),
             _ => None,
         };
-        self.command_kinds[match store {
-            Some(acl::Category::Write) => 0,
-            Some(acl::Category::Read) => 1,
-            _ => 2,
-        }] += 1;
         if let Some(refusal) = self.refusal(client, &args, store) {
             if let Some(conn) = self.conns.get_mut(&client) {
                 conn.answer(&Reply::Error(refusal));
             }
             return;
         }
+        self.command_kinds[match store {
+            Some(acl::Category::Write) => 0,
+            Some(acl::Category::Read) => 1,
+            _ => 2,
+        }] += 1;
         if args[0].eq_ignore_ascii_case(b"acl")
             && args.get(1).is_some_and(|a| a.eq_ignore_ascii_case(b"whoami"))
         {

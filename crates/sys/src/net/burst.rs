@@ -142,7 +142,8 @@ impl MmsgBatch {
             point_header(&mut self.headers[i], &mut self.iovecs[i], source, control);
         }
         // SAFETY: `headers[..n]` each point at one iovec describing a distinct buffer the caller
-        // lends mutably for this call, and at control space owned by `self`; both outlive the
+        // lends mutably for this call, at control space and at a source address's storage
+        // (`sources[i]`, whose length the header gives) owned by `self`; all outlive the
         // call (a waiting call too: it borrows them until it returns). MSG_DONTWAIT makes it
         // return at once when nothing is queued; MSG_WAITFORONE waits for one datagram at most
         // as long as the socket's read timeout.
