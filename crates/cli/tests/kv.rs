@@ -3,6 +3,8 @@
 //! killed with SIGKILL and a write through the others, and the killed member restarted from
 //! its log to catch up.
 
+mod common;
+use common::connect;
 use std::net::{TcpListener, UdpSocket};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -54,21 +56,6 @@ fn secret_in(data: &Path) -> std::path::PathBuf {
         kairos_services::seal::write_new_secret(&path).unwrap();
     }
     path
-}
-
-fn connect(port: u16) -> redis::Connection {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match client.get_connection_with_timeout(Duration::from_secs(1)) {
-            Ok(c) => {
-                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-                return c;
-            }
-            Err(e) if Instant::now() > deadline => panic!("member on {port} never took a connection: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 fn leader(con: &mut redis::Connection) -> u64 {

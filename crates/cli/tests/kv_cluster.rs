@@ -2,6 +2,8 @@
 //! member again on its data directory, where it catches up, loses no acknowledged write, and
 //! keeps the data when it stops; a port another program holds is an error before any banner.
 
+mod common;
+use common::connect;
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
@@ -97,21 +99,6 @@ fn start_cluster(data: &Path, extra: &[&str]) -> Cluster {
     (0..5)
         .find_map(|attempt| Cluster::start(some_port(attempt), data, extra))
         .expect("five tries at free ports")
-}
-
-fn connect(port: u16) -> redis::Connection {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match client.get_connection_with_timeout(Duration::from_secs(1)) {
-            Ok(c) => {
-                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-                return c;
-            }
-            Err(e) if Instant::now() > deadline => panic!("member on {port} never took a connection: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 fn info(port: u16, section: &str) -> String {

@@ -38,20 +38,22 @@ pub enum Category {
 impl Category {
     /// The category of a command by its name (and subcommand, for CONFIG and CLIENT), given
     /// whether the store takes it as a write, a read or a local command.
+    /// Compared without case and without copying: it runs for every command.
     pub fn of(args: &[Vec<u8>], store: Option<Category>) -> Category {
-        let name = args.first().map(|a| a.to_ascii_lowercase()).unwrap_or_default();
-        let sub = args.get(1).map(|a| a.to_ascii_lowercase()).unwrap_or_default();
-        match (name.as_slice(), sub.as_slice()) {
-            (b"kairos.member" | b"kairos.fault" | b"shutdown" | b"debug" | b"monitor" | b"acl", _)
-                if !(name == b"acl" && sub == b"whoami") =>
-            {
-                Category::Admin
-            }
-            (b"config", b"set" | b"resetstat" | b"rewrite") | (b"client", b"kill" | b"list") => {
-                Category::Admin
-            }
-            (b"flushall" | b"flushdb", _) => Category::Write,
-            _ => store.unwrap_or(Category::Connection),
+        let is = |at: usize, words: &[&[u8]]| {
+            args.get(at).is_some_and(|a| words.iter().any(|w| a.eq_ignore_ascii_case(w)))
+        };
+        if is(0, &[b"acl"]) && is(1, &[b"whoami"]) {
+            Category::Connection
+        } else if is(0, &[b"kairos.member", b"kairos.fault", b"shutdown", b"debug", b"monitor", b"acl"])
+            || (is(0, &[b"config"]) && is(1, &[b"set", b"resetstat", b"rewrite"]))
+            || (is(0, &[b"client"]) && is(1, &[b"kill", b"list"]))
+        {
+            Category::Admin
+        } else if is(0, &[b"flushall", b"flushdb"]) {
+            Category::Write
+        } else {
+            store.unwrap_or(Category::Connection)
         }
     }
 

@@ -97,14 +97,32 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
+/// One family whose series differ by one label: `rows` are the label's values and the figures.
+fn labelled<L: std::fmt::Display, V: std::fmt::Display>(
+    out: &mut String,
+    (name, kind, help): (&str, &str, &str),
+    member: u64,
+    label: &str,
+    rows: impl IntoIterator<Item = (L, V)>,
+) {
+    family(out, name, kind, help);
+    for (value, n) in rows {
+        let _ = writeln!(out, "{name}{{member=\"{member}\",{label}=\"{value}\"}} {n}");
+    }
+}
+
 /// The text exposition of `f`.
 pub fn render(f: &Figures) -> String {
     let mut out = String::new();
     let member = f.id;
-    family(&mut out, "kairos_kv_commands_total", "counter", "Commands taken, by kind.");
-    for (kind, n) in f.commands {
-        let _ = writeln!(out, "kairos_kv_commands_total{{member=\"{member}\",kind=\"{kind}\"}} {n}");
-    }
+    let counter = |name, help| (name, "counter", help);
+    labelled(
+        &mut out,
+        counter("kairos_kv_commands_total", "Commands taken, by kind."),
+        member,
+        "kind",
+        f.commands,
+    );
     f.latency.render(
         "kairos_kv_command_duration_seconds",
         "Time from a replicated command's arrival to its answer.",
@@ -120,46 +138,14 @@ pub fn render(f: &Figures) -> String {
         family(&mut out, name, "gauge", help);
         let _ = writeln!(out, "{name}{{member=\"{member}\"}} {value}");
     }
-    family(
-        &mut out,
-        "kairos_kv_raft_follower_lag_entries",
-        "gauge",
-        "On the leader: entries each follower lacks.",
-    );
-    for (peer, lag) in &f.lag {
-        let _ = writeln!(
-            out,
-            "kairos_kv_raft_follower_lag_entries{{member=\"{member}\",follower=\"{peer}\"}} {lag}"
-        );
-    }
-    family(
-        &mut out,
-        "kairos_kv_clients_refused_total",
-        "counter",
-        "Clients and commands refused, by reason.",
-    );
-    for (reason, n) in &f.clients_refused {
-        let _ =
-            writeln!(out, "kairos_kv_clients_refused_total{{member=\"{member}\",reason=\"{reason}\"}} {n}");
-    }
-    family(&mut out, "kairos_kv_datagrams_total", "counter", "Raft datagrams, by direction.");
-    let _ =
-        writeln!(out, "kairos_kv_datagrams_total{{member=\"{member}\",direction=\"in\"}} {}", f.datagrams_in);
-    let _ = writeln!(
-        out,
-        "kairos_kv_datagrams_total{{member=\"{member}\",direction=\"out\"}} {}",
-        f.datagrams_out
-    );
-    family(
-        &mut out,
-        "kairos_kv_datagrams_refused_total",
-        "counter",
-        "Datagrams refused by their seal, by reason.",
-    );
-    for (reason, n) in &f.datagrams_refused {
-        let _ =
-            writeln!(out, "kairos_kv_datagrams_refused_total{{member=\"{member}\",reason=\"{reason}\"}} {n}");
-    }
+    let lag = ("kairos_kv_raft_follower_lag_entries", "gauge", "On the leader: entries each follower lacks.");
+    labelled(&mut out, lag, member, "follower", f.lag.iter().copied());
+    let refused = counter("kairos_kv_clients_refused_total", "Clients and commands refused, by reason.");
+    labelled(&mut out, refused, member, "reason", f.clients_refused.iter().copied());
+    let datagrams = counter("kairos_kv_datagrams_total", "Raft datagrams, by direction.");
+    labelled(&mut out, datagrams, member, "direction", [("in", f.datagrams_in), ("out", f.datagrams_out)]);
+    let sealed = counter("kairos_kv_datagrams_refused_total", "Datagrams refused by their seal, by reason.");
+    labelled(&mut out, sealed, member, "reason", f.datagrams_refused.iter().copied());
     out
 }
 

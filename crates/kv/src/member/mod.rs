@@ -810,7 +810,12 @@ impl Member {
         // A client is waited on for input only while it takes more: one owed many answers is
         // held back until they are written (its socket's buffer holds the rest); and for room
         // to write while answers wait for it, so they go as soon as it reads.
+        // Requests parked for room that has come: no event will say so, so no sleep.
+        let mut parked = Vec::new();
         for (&id, conn) in &self.conns {
+            if conn.parked_ready() {
+                parked.push(id);
+            }
             let fd = conn.stream.as_raw_fd();
             let want = Interest { input: conn.wants_input(), output: conn.has_output() };
             let had = self.polled.get(&fd).filter(|(client, _)| *client == id).map(|(_, i)| *i);
@@ -823,9 +828,6 @@ impl Member {
                 }
             }
         }
-        // Requests parked for room that has come: no event will say so, so no sleep.
-        let parked: Vec<u64> =
-            self.conns.iter().filter(|(_, c)| c.parked_ready()).map(|(&id, _)| id).collect();
         let until = if parked.is_empty() { until } else { now };
         match self.poller.wait_until(Some(until), now) {
             Ok(_) => {}
