@@ -859,7 +859,9 @@ impl Member {
                 ready.push(client);
             }
         }
-        if !metrics_ready.is_empty() || self.metrics.is_some() {
+        // Only when a reader spoke or waits (to be dropped past its deadline): no clock read
+        // on a pass that has neither.
+        if self.metrics.as_ref().is_some_and(|m| !metrics_ready.is_empty() || m.readers().next().is_some()) {
             self.metrics_pass(&metrics_ready)?;
         }
         Ok((raft_ready, listen_ready, ready, probe_ready))
