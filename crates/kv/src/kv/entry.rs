@@ -6,8 +6,8 @@
 //! that does not decode is skipped by every member alike (decoding is a pure function of the
 //! bytes), so a corrupt entry costs its requests, never the replicas' agreement.
 
-use super::command::{SetCondition, WriteOp};
-use kairos_services::codec::{DecodeError, Reader, put_bytes, put_i64, put_u64};
+use super::command::{Watched, WriteOp};
+use kairos_services::codec::{DecodeError, Reader, put_bytes, put_u64};
 
 /// One client write, with the session fields that make its retry harmless.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,13 +33,18 @@ pub struct Batch {
     pub requests: Vec<Request>,
 }
 
-const TAG_SET: u8 = 1;
-const TAG_DEL: u8 = 2;
-const TAG_INCRBY: u8 = 3;
-const TAG_APPEND: u8 = 4;
-const TAG_MSET: u8 = 5;
-const TAG_FLUSHALL: u8 = 6;
-const FORMAT_VERSION: u8 = 1;
+// Format 1 carried typed string commands; its entries still decode (as the same commands'
+// words), so a data directory written by an older member replays.
+const V1_SET: u8 = 1;
+const V1_DEL: u8 = 2;
+const V1_INCRBY: u8 = 3;
+const V1_APPEND: u8 = 4;
+const V1_MSET: u8 = 5;
+const V1_FLUSHALL: u8 = 6;
+const TAG_EXEC: u8 = 10;
+const TAG_TRANSACTION: u8 = 11;
+const TAG_EXPIRE: u8 = 12;
+const FORMAT_VERSION: u8 = 2;
 
 impl Batch {
     /// The entry's bytes.
@@ -62,7 +67,7 @@ impl Batch {
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(bytes);
         let version = r.u8("entry version")?;
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != 1 {
             return Err(DecodeError::Invalid { field: "entry version", value: u64::from(version) });
         }
         let now_ms = r.u64("entry time")?;
@@ -74,7 +79,7 @@ impl Batch {
                 client: r.u64("client")?,
                 seq: r.u64("seq")?,
                 completed_below: r.u64("completed below")?,
-                op: decode_op(&mut r)?,
+                op: if version == 1 { decode_v1_op(&mut r)? } else { decode_op(&mut r)? },
             });
         }
         r.finish()?;
@@ -82,81 +87,123 @@ impl Batch {
     }
 }
 
+fn put_words(out: &mut Vec<u8>, words: &[Vec<u8>]) {
+    put_u64(out, words.len() as u64);
+    words.iter().for_each(|w| put_bytes(out, w));
+}
+
+fn words(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, DecodeError> {
+    let n = r.count("word count", 1)?;
+    (0..n).map(|_| r.bytes("word").map(<[u8]>::to_vec)).collect()
+}
+
+fn command_words(r: &mut Reader<'_>) -> Result<Vec<Vec<u8>>, DecodeError> {
+    let args = words(r)?;
+    if args.is_empty() {
+        return Err(DecodeError::Invalid { field: "empty command", value: 0 });
+    }
+    Ok(args)
+}
+
 fn encode_op(out: &mut Vec<u8>, op: &WriteOp) {
     match op {
-        WriteOp::Set { key, value, ttl_ms, condition } => {
-            out.push(TAG_SET);
-            put_bytes(out, key);
-            put_bytes(out, value);
-            put_u64(out, ttl_ms.map_or(0, |t| t.saturating_add(1)));
-            out.push(match condition {
-                SetCondition::Always => 0,
-                SetCondition::IfAbsent => 1,
-                SetCondition::IfPresent => 2,
-            });
+        WriteOp::Exec { db, args } => {
+            out.push(TAG_EXEC);
+            out.push(*db);
+            put_words(out, args);
         }
-        WriteOp::Del { keys } => {
-            out.push(TAG_DEL);
-            put_u64(out, keys.len() as u64);
-            keys.iter().for_each(|k| put_bytes(out, k));
-        }
-        WriteOp::IncrBy { key, by } => {
-            out.push(TAG_INCRBY);
-            put_bytes(out, key);
-            put_i64(out, *by);
-        }
-        WriteOp::Append { key, value } => {
-            out.push(TAG_APPEND);
-            put_bytes(out, key);
-            put_bytes(out, value);
-        }
-        WriteOp::MSet { pairs } => {
-            out.push(TAG_MSET);
-            put_u64(out, pairs.len() as u64);
-            for (k, v) in pairs {
-                put_bytes(out, k);
-                put_bytes(out, v);
+        WriteOp::Transaction { commands, watched } => {
+            out.push(TAG_TRANSACTION);
+            put_u64(out, commands.len() as u64);
+            for (db, args) in commands {
+                out.push(*db);
+                put_words(out, args);
+            }
+            put_u64(out, watched.len() as u64);
+            for w in watched {
+                out.push(w.db);
+                put_bytes(out, &w.key);
+                put_u64(out, w.seen);
+                put_u64(out, w.mark);
             }
         }
-        WriteOp::FlushAll => out.push(TAG_FLUSHALL),
+        WriteOp::Expire { db, keys } => {
+            out.push(TAG_EXPIRE);
+            out.push(*db);
+            put_words(out, keys);
+        }
     }
 }
 
 fn decode_op(r: &mut Reader<'_>) -> Result<WriteOp, DecodeError> {
-    let tag = r.u8("op")?;
-    Ok(match tag {
-        TAG_SET => {
-            let key = r.bytes("key")?.to_vec();
-            let value = r.bytes("value")?.to_vec();
-            let ttl_ms = r.u64("ttl")?.checked_sub(1);
-            let condition = match r.u8("set condition")? {
-                0 => SetCondition::Always,
-                1 => SetCondition::IfAbsent,
-                2 => SetCondition::IfPresent,
+    Ok(match r.u8("op")? {
+        TAG_EXEC => WriteOp::Exec { db: r.u8("database")?, args: command_words(r)? },
+        TAG_TRANSACTION => {
+            let n = r.count("command count", 2)?;
+            let commands = (0..n)
+                .map(|_| Ok((r.u8("database")?, command_words(r)?)))
+                .collect::<Result<_, DecodeError>>()?;
+            let n = r.count("watched count", 4)?;
+            let watched = (0..n)
+                .map(|_| {
+                    Ok(Watched {
+                        db: r.u8("database")?,
+                        key: r.bytes("key")?.to_vec(),
+                        seen: r.u64("seen")?,
+                        mark: r.u64("mark")?,
+                    })
+                })
+                .collect::<Result<_, DecodeError>>()?;
+            WriteOp::Transaction { commands, watched }
+        }
+        TAG_EXPIRE => WriteOp::Expire { db: r.u8("database")?, keys: words(r)? },
+        other => return Err(DecodeError::Invalid { field: "op", value: u64::from(other) }),
+    })
+}
+
+/// A format-1 operation as the words of the command it was.
+fn decode_v1_op(r: &mut Reader<'_>) -> Result<WriteOp, DecodeError> {
+    let word = |s: &str| s.as_bytes().to_vec();
+    let args = match r.u8("op")? {
+        V1_SET => {
+            let mut args = vec![word("SET"), r.bytes("key")?.to_vec(), r.bytes("value")?.to_vec()];
+            if let Some(ttl) = r.u64("ttl")?.checked_sub(1) {
+                args.extend([word("PX"), ttl.max(1).to_string().into_bytes()]);
+            }
+            match r.u8("set condition")? {
+                0 => {}
+                1 => args.push(word("NX")),
+                2 => args.push(word("XX")),
                 other => {
                     return Err(DecodeError::Invalid { field: "set condition", value: u64::from(other) });
                 }
-            };
-            WriteOp::Set { key, value, ttl_ms, condition }
-        }
-        TAG_DEL => {
-            let n = r.count("key count", 1)?;
-            let keys = (0..n).map(|_| r.bytes("key").map(<[u8]>::to_vec)).collect::<Result<_, _>>()?;
-            WriteOp::Del { keys }
-        }
-        TAG_INCRBY => WriteOp::IncrBy { key: r.bytes("key")?.to_vec(), by: r.i64("increment")? },
-        TAG_APPEND => WriteOp::Append { key: r.bytes("key")?.to_vec(), value: r.bytes("value")?.to_vec() },
-        TAG_MSET => {
-            let n = r.count("pair count", 2)?;
-            let mut pairs = Vec::with_capacity(n);
-            for _ in 0..n {
-                pairs.push((r.bytes("key")?.to_vec(), r.bytes("value")?.to_vec()));
             }
-            WriteOp::MSet { pairs }
+            args
         }
-        TAG_FLUSHALL => WriteOp::FlushAll,
+        V1_DEL => {
+            let keys = words(r)?;
+            if keys.is_empty() {
+                return Err(DecodeError::Invalid { field: "key count", value: 0 });
+            }
+            std::iter::once(word("DEL")).chain(keys).collect()
+        }
+        V1_INCRBY => {
+            vec![word("INCRBY"), r.bytes("key")?.to_vec(), r.i64("increment")?.to_string().into_bytes()]
+        }
+        V1_APPEND => vec![word("APPEND"), r.bytes("key")?.to_vec(), r.bytes("value")?.to_vec()],
+        V1_MSET => {
+            let n = r.count("pair count", 2)?;
+            let mut args = vec![word("MSET")];
+            for _ in 0..n {
+                args.push(r.bytes("key")?.to_vec());
+                args.push(r.bytes("value")?.to_vec());
+            }
+            args
+        }
+        V1_FLUSHALL => vec![word("FLUSHALL")],
         other => return Err(DecodeError::Invalid { field: "op", value: u64::from(other) }),
-    })
+    };
+    Ok(WriteOp::Exec { db: 0, args })
 }
 
 #[cfg(test)]
@@ -166,22 +213,49 @@ mod tests {
 
     fn op() -> impl Strategy<Value = WriteOp> {
         let bytes = || proptest::collection::vec(any::<u8>(), 0..8);
+        let command = move || proptest::collection::vec(bytes(), 1..5);
         prop_oneof![
-            (bytes(), bytes(), proptest::option::of(any::<u64>()), 0u8..3).prop_map(
-                |(key, value, ttl_ms, c)| WriteOp::Set {
-                    key,
-                    value,
-                    ttl_ms: ttl_ms.map(|t| t.min(u64::MAX - 1)),
-                    condition: [SetCondition::Always, SetCondition::IfAbsent, SetCondition::IfPresent]
-                        [c as usize],
-                }
-            ),
-            proptest::collection::vec(bytes(), 1..4).prop_map(|keys| WriteOp::Del { keys }),
-            (bytes(), any::<i64>()).prop_map(|(key, by)| WriteOp::IncrBy { key, by }),
-            (bytes(), bytes()).prop_map(|(key, value)| WriteOp::Append { key, value }),
-            proptest::collection::vec((bytes(), bytes()), 1..4).prop_map(|pairs| WriteOp::MSet { pairs }),
-            Just(WriteOp::FlushAll),
+            (any::<u8>(), command()).prop_map(|(db, args)| WriteOp::Exec { db, args }),
+            (
+                proptest::collection::vec((any::<u8>(), command()), 0..3),
+                proptest::collection::vec((any::<u8>(), bytes(), any::<u64>(), any::<u64>()), 0..3)
+            )
+                .prop_map(|(commands, watched)| WriteOp::Transaction {
+                    commands,
+                    watched: watched
+                        .into_iter()
+                        .map(|(db, key, seen, mark)| Watched { db, key, seen, mark })
+                        .collect(),
+                }),
+            (any::<u8>(), proptest::collection::vec(bytes(), 0..3))
+                .prop_map(|(db, keys)| WriteOp::Expire { db, keys }),
         ]
+    }
+
+    #[test]
+    fn format_1_entries_decode_as_their_commands() {
+        // SET k v PX 5 NX, then INCRBY n -2, as a member of format 1 wrote them.
+        let mut bytes = vec![1];
+        put_u64(&mut bytes, 77);
+        put_u64(&mut bytes, 2);
+        for (seq, op) in [(0u64, 1u8), (1, 3)] {
+            for field in [2, 9, seq, 0] {
+                put_u64(&mut bytes, field);
+            }
+            bytes.push(op);
+            if op == 1 {
+                put_bytes(&mut bytes, b"k");
+                put_bytes(&mut bytes, b"v");
+                put_u64(&mut bytes, 6);
+                bytes.push(1);
+            } else {
+                put_bytes(&mut bytes, b"n");
+                kairos_services::codec::put_i64(&mut bytes, -2);
+            }
+        }
+        let batch = Batch::decode(&bytes).unwrap();
+        assert_eq!(batch.requests[0].op, WriteOp::words(&["SET", "k", "v", "PX", "5", "NX"]));
+        assert_eq!(batch.requests[1].op, WriteOp::words(&["INCRBY", "n", "-2"]));
     }
 
     proptest! {

@@ -1,12 +1,13 @@
-//! The replicated state machine: the keys and values, and the client sessions that make a
-//! retried request take effect once.
+//! The replicated state machine: sixteen databases of Redis values, and the client sessions
+//! that make a retried request take effect once.
 //!
 //! Determinism is the contract: every member that applies the same entries in the same order
 //! holds the same [`Store`] and answers the same. Hence writes take their notion of time from
 //! the entry ([`super::entry::Batch::now_ms`], stamped by the member that proposed it), never
-//! from the member's clock, and the session table evicts by log position, not by wall time.
-//! Reads are local by nature and use the reading member's clock for expiry: on one host all
-//! members share `CLOCK_REALTIME`; across hosts a key may outlive its TTL by the clocks' skew.
+//! from the member's clock; random picks take their seed from the log position; and the
+//! session table evicts by log position, not by wall time. Reads are local by nature and use
+//! the reading member's clock for expiry: on one host all members share `CLOCK_REALTIME`;
+//! across hosts a key may outlive its TTL by the clocks' skew.
 //!
 //! Sessions: each request carries `(origin, client, seq)` (the member that took it, the client
 //! connection there, a sequence number per connection) and `completed_below`, the lowest
@@ -17,11 +18,15 @@
 //! [`MAX_REPLIES_PER_SESSION`] answers each.
 
 use hashbrown::HashMap;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
-use super::command::{ReadOp, SetCondition, WriteOp, parse_i64};
+use super::cmd::{self, Ctx, Handler, Rng, View, args};
+use super::command::{ReadOp, Watched, WriteOp};
+use super::db::Db;
 use super::entry::Request;
 use super::reply::Reply;
+use super::value::{Item, Value};
+use super::zset::ZSet;
 use kairos_services::codec::{DecodeError, Reader, put_bytes, put_i64, put_u64};
 
 /// Sessions kept; past this, the least recently used tenth is forgotten (a retry of theirs
@@ -29,12 +34,8 @@ use kairos_services::codec::{DecodeError, Reader, put_bytes, put_i64, put_u64};
 pub const MAX_SESSIONS: usize = 100_000;
 /// Answers kept per session: requests a client may have in flight at once.
 pub const MAX_REPLIES_PER_SESSION: usize = 1024;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Value {
-    bytes: Vec<u8>,
-    expires_at_ms: Option<u64>,
-}
+/// Databases SELECT reaches (Redis's default `databases`).
+pub const DATABASES: usize = 16;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Session {
@@ -64,11 +65,19 @@ impl Applied {
     }
 }
 
-/// The keys, their values and the client sessions.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The databases and the client sessions.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Store {
-    data: HashMap<Vec<u8>, Value>,
+    dbs: Vec<Db>,
+    /// Commands applied that could change data: the version a changed key is stamped with.
+    mods: u64,
     sessions: HashMap<(u64, u64), Session>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Store { dbs: vec![Db::default(); DATABASES], mods: 0, sessions: HashMap::new() }
+    }
 }
 
 impl Store {
@@ -77,15 +86,39 @@ impl Store {
         Self::default()
     }
 
-    /// Number of live keys at `now_ms` (DBSIZE; counts keys whose expiry has passed but that
-    /// are not yet removed as Redis does, lazily: here they are left out).
+    /// Live keys in database 0 at `now_ms`.
     pub fn len(&self, now_ms: u64) -> usize {
-        self.data.values().filter(|v| live(v, now_ms)).count()
+        self.dbs[0].len(now_ms)
     }
 
-    /// True when no key is live.
+    /// True when database 0 has no live key.
     pub fn is_empty(&self, now_ms: u64) -> bool {
         self.len(now_ms) == 0
+    }
+
+    /// Database `db` (0 to 15).
+    pub fn db(&self, db: u8) -> &Db {
+        &self.dbs[usize::from(db) % DATABASES]
+    }
+
+    /// The modification count: WATCH's mark.
+    pub fn mods(&self) -> u64 {
+        self.mods
+    }
+
+    /// Live keys and keys with an expiry, per database that has any (INFO's keyspace).
+    pub fn keyspace(&self, now_ms: u64) -> Vec<(usize, usize, usize)> {
+        self.dbs
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.stored() > 0)
+            .map(|(i, d)| (i, d.len(now_ms), d.expiring_len()))
+            .collect()
+    }
+
+    /// Up to `limit` keys of database `db` expired at `now_ms` (for the leader's proposals).
+    pub fn expired_keys(&self, db: u8, now_ms: u64, limit: usize) -> Vec<Vec<u8>> {
+        self.db(db).expired_keys(now_ms, limit)
     }
 
     /// Applies one request of a committed entry at log position `index`.
@@ -104,7 +137,13 @@ impl Store {
         if let Some(reply) = session.replies.get(&request.seq) {
             return Applied::Repeat(reply.clone());
         }
-        let reply = self.apply_write(&request.op, now_ms);
+        let seed = index.rotate_left(32) ^ request.seq ^ request.client.rotate_left(16) ^ request.origin;
+        let reply = self.run(&request.op, now_ms, seed);
+        if reply == Reply::WouldBlock {
+            // Nothing happened: the member proposes the same request again when its keys get
+            // data, and that attempt must apply, not repeat this answer.
+            return Applied::Fresh(reply);
+        }
         let session = self.sessions.get_mut(&id).expect("inserted above");
         session.replies.insert(request.seq, reply.clone());
         if session.replies.len() > MAX_REPLIES_PER_SESSION {
@@ -123,110 +162,217 @@ impl Store {
         self.sessions.retain(|_, s| s.last_index > threshold);
     }
 
-    fn live_value(&mut self, key: &[u8], now_ms: u64) -> Option<&mut Value> {
-        if self.data.get(key).is_some_and(|v| !live(v, now_ms)) {
-            self.data.remove(key);
-        }
-        self.data.get_mut(key)
+    /// Applies a write at the entry's time `now_ms`, outside any session (tests, the
+    /// simulator's model); [`Store::apply`] is the path for client requests.
+    pub fn apply_write(&mut self, op: &WriteOp, now_ms: u64) -> Reply {
+        let seed = self.mods;
+        self.run(op, now_ms, seed)
     }
 
-    /// Applies a write at the entry's time `now_ms`, outside any session (a snapshot's tests,
-    /// the simulator's model); [`Store::apply`] is the path for client requests.
-    pub fn apply_write(&mut self, op: &WriteOp, now_ms: u64) -> Reply {
+    fn run(&mut self, op: &WriteOp, now_ms: u64, seed: u64) -> Reply {
+        let rng = Rng::new(seed);
         match op {
-            WriteOp::Set { key, value, ttl_ms, condition } => {
-                let exists = self.live_value(key, now_ms).is_some();
-                match (condition, exists) {
-                    (SetCondition::IfAbsent, true) | (SetCondition::IfPresent, false) => return Reply::Nil,
-                    _ => {}
+            // Outside MULTI a blocking command that finds nothing answers `WouldBlock`; the
+            // member keeps its client waiting.
+            WriteOp::Exec { db, args } => self.exec(*db, args, now_ms, &rng),
+            WriteOp::Transaction { commands, watched } => self.transaction(commands, watched, now_ms, &rng),
+            WriteOp::Expire { db, keys } => {
+                self.mods += 1;
+                let stamp = self.mods;
+                let db = self.db_mut(*db);
+                db.stamp = stamp;
+                args::integer(keys.iter().filter(|k| db.expire_now(k, now_ms)).count())
+            }
+        }
+    }
+
+    fn db_mut(&mut self, db: u8) -> &mut Db {
+        &mut self.dbs[usize::from(db) % DATABASES]
+    }
+
+    fn transaction(
+        &mut self,
+        commands: &[(u8, Vec<Vec<u8>>)],
+        watched: &[Watched],
+        now_ms: u64,
+        rng: &Rng,
+    ) -> Reply {
+        if watched.iter().any(|w| self.db(w.db).changed_since(&w.key, w.seen, w.mark, now_ms)) {
+            return Reply::NilArray;
+        }
+        Reply::Array(
+            commands
+                .iter()
+                .map(|(db, args)| match self.exec(*db, args, now_ms, rng) {
+                    // Inside a transaction a blocking command does not block (as Redis).
+                    Reply::WouldBlock => Reply::NilArray,
+                    reply => reply,
+                })
+                .collect(),
+        )
+    }
+
+    /// Runs one command's words in database `db` at `now_ms`.
+    fn exec(&mut self, db: u8, words: &[Vec<u8>], now_ms: u64, rng: &Rng) -> Reply {
+        let Some(spec) = words.first().and_then(|name| cmd::lookup(name)) else {
+            return Reply::Error("ERR unknown command in the log".into());
+        };
+        if !spec.arity_fits(words.len()) {
+            return args::wrong_arity(spec.name);
+        }
+        match spec.handler {
+            Handler::Write(f) => {
+                self.mods += 1;
+                let stamp = self.mods;
+                let db = self.db_mut(db);
+                db.stamp = stamp;
+                f(&mut Ctx { db, now_ms, rng }, words)
+            }
+            Handler::Read(f) => f(&View { db: self.db(db), now_ms, rng }, words),
+            Handler::Store => {
+                self.mods += 1;
+                let stamp = self.mods;
+                self.dbs.iter_mut().for_each(|d| d.stamp = stamp);
+                self.store_command(db, spec.name, words, now_ms)
+            }
+            Handler::Local => local_in_transaction(spec.name, words, now_ms),
+        }
+    }
+
+    /// Commands that span databases.
+    fn store_command(&mut self, db: u8, name: &str, words: &[Vec<u8>], now_ms: u64) -> Reply {
+        let index = |arg: &[u8]| match args::parse_i64(arg) {
+            Some(n) if (0..DATABASES as i64).contains(&n) => Ok(n as usize),
+            Some(_) => Err(args::err("ERR DB index is out of range")),
+            None => Err(args::not_integer()),
+        };
+        match name {
+            "flushall" => {
+                match &words[1..] {
+                    [] => {}
+                    [mode] if args::is(mode, "async") || args::is(mode, "sync") => {}
+                    _ => return args::syntax(),
                 }
-                let expires_at_ms = ttl_ms.map(|t| now_ms.saturating_add(t));
-                self.data.insert(key.clone(), Value { bytes: value.clone(), expires_at_ms });
+                self.dbs.iter_mut().for_each(Db::clear);
                 Reply::Ok
             }
-            WriteOp::Del { keys } => {
-                let mut removed = 0;
-                for key in keys {
-                    if self.live_value(key, now_ms).is_some() {
-                        self.data.remove(key);
-                        removed += 1;
-                    }
-                }
-                Reply::Integer(removed)
-            }
-            WriteOp::IncrBy { key, by } => {
-                let current = match self.live_value(key, now_ms) {
-                    None => 0,
-                    Some(v) => match parse_i64(&v.bytes) {
-                        Some(n) => n,
-                        None => return Reply::Error("ERR value is not an integer or out of range".into()),
-                    },
+            "swapdb" => {
+                let (a, b) = match (index(&words[1]), index(&words[2])) {
+                    (Ok(a), Ok(b)) => (a, b),
+                    (Err(_), _) => return args::err("ERR invalid first DB index"),
+                    (_, Err(_)) => return args::err("ERR invalid second DB index"),
                 };
-                let Some(next) = current.checked_add(*by) else {
-                    return Reply::Error("ERR increment or decrement would overflow".into());
-                };
-                let bytes = next.to_string().into_bytes();
-                match self.live_value(key, now_ms) {
-                    Some(v) => v.bytes = bytes,
-                    None => {
-                        self.data.insert(key.clone(), Value { bytes, expires_at_ms: None });
-                    }
-                }
-                Reply::Integer(next)
-            }
-            WriteOp::Append { key, value } => {
-                let len = match self.live_value(key, now_ms) {
-                    Some(v) => {
-                        v.bytes.extend_from_slice(value);
-                        v.bytes.len()
-                    }
-                    None => {
-                        self.data.insert(key.clone(), Value { bytes: value.clone(), expires_at_ms: None });
-                        value.len()
-                    }
-                };
-                Reply::Integer(len as i64)
-            }
-            WriteOp::MSet { pairs } => {
-                for (key, value) in pairs {
-                    self.data.insert(key.clone(), Value { bytes: value.clone(), expires_at_ms: None });
+                if a != b {
+                    let (lo, hi) = (a.min(b), a.max(b));
+                    let (left, right) = self.dbs.split_at_mut(hi);
+                    left[lo].swap_contents(&mut right[0]);
+                    self.dbs[a].mark_all_changed(now_ms);
+                    self.dbs[b].mark_all_changed(now_ms);
                 }
                 Reply::Ok
             }
-            WriteOp::FlushAll => {
-                self.data.clear();
-                Reply::Ok
+            "move" => {
+                let to = match index(&words[2]) {
+                    Ok(to) => to,
+                    Err(e) => return e,
+                };
+                let from = usize::from(db) % DATABASES;
+                if to == from {
+                    return args::err("ERR source and destination objects are the same");
+                }
+                let key = &words[1];
+                if !self.dbs[from].contains(key, now_ms) || self.dbs[to].contains(key, now_ms) {
+                    return Reply::Integer(0);
+                }
+                let Some(item) = self.dbs[from].remove(key, now_ms) else { return Reply::Integer(0) };
+                let expires = item.expires_at_ms();
+                self.dbs[to].insert(key.clone(), item.value, expires);
+                Reply::Integer(1)
             }
+            "copy" => {
+                let (from_key, to_key) = (&words[1], &words[2]);
+                let from = usize::from(db) % DATABASES;
+                let (mut to, mut replace) = (from, false);
+                let mut i = 3;
+                while i < words.len() {
+                    if args::is(&words[i], "replace") {
+                        replace = true;
+                    } else if args::is(&words[i], "db") && i + 1 < words.len() {
+                        to = match index(&words[i + 1]) {
+                            Ok(to) => to,
+                            Err(e) => return e,
+                        };
+                        i += 1;
+                    } else {
+                        return args::syntax();
+                    }
+                    i += 1;
+                }
+                if from == to && from_key == to_key {
+                    return args::err("ERR source and destination objects are the same");
+                }
+                let Some(item) = self.dbs[from].get(from_key, now_ms).cloned() else {
+                    return Reply::Integer(0);
+                };
+                if self.dbs[to].contains(to_key, now_ms) {
+                    if !replace {
+                        return Reply::Integer(0);
+                    }
+                    self.dbs[to].remove(to_key, now_ms);
+                }
+                let expires = item.expires_at_ms();
+                self.dbs[to].insert(to_key.clone(), item.value, expires);
+                Reply::Integer(1)
+            }
+            _ => Reply::Error(format!("ERR {name} is not a store command")),
         }
     }
 
     /// Answers a read from this member's state at its own time `now_ms`.
     pub fn read(&self, op: &ReadOp, now_ms: u64) -> Reply {
-        let value = |key: &[u8]| self.data.get(key).filter(|v| live(v, now_ms));
-        match op {
-            ReadOp::Get { key } => value(key).map_or(Reply::Nil, |v| Reply::Bulk(v.bytes.clone())),
-            ReadOp::Exists { keys } => {
-                Reply::Integer(keys.iter().filter(|k| value(k).is_some()).count() as i64)
-            }
-            ReadOp::MGet { keys } => Reply::Array(
-                keys.iter().map(|k| value(k).map_or(Reply::Nil, |v| Reply::Bulk(v.bytes.clone()))).collect(),
-            ),
-            ReadOp::StrLen { key } => Reply::Integer(value(key).map_or(0, |v| v.bytes.len() as i64)),
-            ReadOp::DbSize => Reply::Integer(self.len(now_ms) as i64),
+        // Reads' picks need not agree between members, only differ between calls.
+        static READS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let call = READS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let rng = Rng::new(now_ms ^ self.mods.rotate_left(29) ^ call.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let db = self.db(op.db);
+        if args::is(&op.args[0], "watch") {
+            // WATCH's answer for the member: the mark, then each key's version.
+            let mut versions = vec![Reply::Integer(self.mods as i64)];
+            versions.extend(op.args[1..].iter().map(|k| Reply::Integer(db.version(k, now_ms) as i64)));
+            return Reply::Array(versions);
+        }
+        match cmd::lookup(&op.args[0]).map(|s| s.handler) {
+            Some(Handler::Read(f)) => f(&View { db, now_ms, rng: &rng }, &op.args),
+            _ => Reply::Error("ERR not a read command".into()),
         }
     }
 
     /// The store as bytes, for a Raft snapshot: keys in sorted order, so two equal stores
     /// give equal bytes.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut keys: Vec<&Vec<u8>> = self.data.keys().collect();
-        keys.sort();
-        put_u64(out, keys.len() as u64);
-        for key in keys {
-            let v = &self.data[key];
-            put_bytes(out, key);
-            put_bytes(out, &v.bytes);
-            put_u64(out, v.expires_at_ms.map_or(0, |t| t.saturating_add(1)));
+        put_u64(out, SNAPSHOT_MAGIC);
+        out.push(SNAPSHOT_VERSION);
+        put_u64(out, self.mods);
+        put_u64(out, self.dbs.len() as u64);
+        for db in &self.dbs {
+            let items = db.raw_items();
+            let mut keys: Vec<&Vec<u8>> = items.keys().collect();
+            keys.sort();
+            put_u64(out, keys.len() as u64);
+            for key in keys {
+                let item = &items[key];
+                put_bytes(out, key);
+                encode_value(out, &item.value);
+                put_u64(out, item.expires_at_ms().map_or(0, |t| t.saturating_add(1)));
+                put_u64(out, item.version);
+            }
+            let (tombstones, floor) = db.watch_state();
+            put_u64(out, tombstones.len() as u64);
+            for (version, key) in tombstones {
+                put_u64(out, *version);
+                put_bytes(out, key);
+            }
+            put_u64(out, floor);
         }
         let mut ids: Vec<&(u64, u64)> = self.sessions.keys().collect();
         ids.sort();
@@ -245,18 +391,54 @@ impl Store {
         }
     }
 
-    /// Reads a store written by [`Store::encode`].
+    /// Reads a store written by [`Store::encode`] (or by a member of format 1: strings only).
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut r = Reader::new(bytes);
+        let first = r.u64("snapshot start")?;
         let mut store = Store::new();
-        let keys = r.count("key count", 3)?;
-        store.data.reserve(keys);
-        for _ in 0..keys {
-            let key = r.bytes("key")?.to_vec();
-            let bytes = r.bytes("value")?.to_vec();
-            let expiry = r.u64("expiry")?;
-            let expires_at_ms = expiry.checked_sub(1);
-            store.data.insert(key, Value { bytes, expires_at_ms });
+        if first == SNAPSHOT_MAGIC {
+            let version = r.u8("snapshot version")?;
+            if version != SNAPSHOT_VERSION {
+                return Err(DecodeError::Invalid { field: "snapshot version", value: u64::from(version) });
+            }
+            store.mods = r.u64("modification count")?;
+            let dbs = r.count("database count", 2)?;
+            if dbs != DATABASES {
+                return Err(DecodeError::Invalid { field: "database count", value: dbs as u64 });
+            }
+            for db in 0..DATABASES {
+                let n = r.count("key count", 4)?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let key = r.bytes("key")?.to_vec();
+                    let value = decode_value(&mut r)?;
+                    let expires_at_ms = r.u64("expiry")?.checked_sub(1);
+                    let version = r.u64("version")?;
+                    items.push((key, Item { value, expires_at_ms, version }));
+                }
+                let n = r.count("tombstone count", 2)?;
+                let mut tombstones = VecDeque::with_capacity(n);
+                for _ in 0..n {
+                    tombstones.push_back((r.u64("tombstone version")?, r.bytes("tombstone key")?.to_vec()));
+                }
+                let floor = r.u64("tombstone floor")?;
+                store.dbs[db] = Db::restore(items, tombstones, floor);
+            }
+        } else {
+            // Format 1: the count of keys, each a string with its expiry.
+            let keys = usize::try_from(first)
+                .map_err(|_| DecodeError::Invalid { field: "key count", value: first })?;
+            if keys > r.remaining() / 3 {
+                return Err(DecodeError::Invalid { field: "key count", value: first });
+            }
+            let mut items = Vec::with_capacity(keys);
+            for _ in 0..keys {
+                let key = r.bytes("key")?.to_vec();
+                let value = Value::Str(r.bytes("value")?.to_vec());
+                let expires_at_ms = r.u64("expiry")?.checked_sub(1);
+                items.push((key, Item { value, expires_at_ms, version: 0 }));
+            }
+            store.dbs[0] = Db::restore(items, VecDeque::new(), 0);
         }
         let sessions = r.count("session count", 5)?;
         for _ in 0..sessions {
@@ -269,7 +451,7 @@ impl Store {
             let replies = r.count("reply count", 2)?;
             for _ in 0..replies {
                 let seq = r.u64("seq")?;
-                session.replies.insert(seq, decode_reply(&mut r)?);
+                session.replies.insert(seq, decode_reply(&mut r, 0)?);
             }
             store.sessions.insert(id, session);
         }
@@ -278,11 +460,108 @@ impl Store {
     }
 }
 
-fn live(v: &Value, now_ms: u64) -> bool {
-    v.expires_at_ms.is_none_or(|t| t > now_ms)
+/// PING, ECHO and TIME queued in a transaction, answered where it applies.
+fn local_in_transaction(name: &str, words: &[Vec<u8>], now_ms: u64) -> Reply {
+    match (name, words) {
+        ("ping", [_]) => Reply::Simple("PONG"),
+        ("ping", [_, message]) | ("echo", [_, message]) => Reply::Bulk(message.clone()),
+        ("time", [_]) => Reply::Array(vec![
+            Reply::Bulk((now_ms / 1000).to_string().into_bytes()),
+            Reply::Bulk(((now_ms % 1000) * 1000).to_string().into_bytes()),
+        ]),
+        _ => Reply::Error(format!("ERR {} is not allowed in a transaction here", name.to_ascii_uppercase())),
+    }
 }
 
-/// Writes a write's reply (the kinds writes give: OK, nil, integer, error).
+/// Starts a snapshot of format 2 (format 1 started with its key count, never this).
+const SNAPSHOT_MAGIC: u64 = u64::MAX;
+const SNAPSHOT_VERSION: u8 = 2;
+
+fn encode_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Str(s) => {
+            out.push(0);
+            put_bytes(out, s);
+        }
+        Value::List(l) => {
+            out.push(1);
+            put_u64(out, l.len() as u64);
+            l.iter().for_each(|e| put_bytes(out, e));
+        }
+        Value::Hash(h) => {
+            out.push(2);
+            put_u64(out, h.len() as u64);
+            for (f, v) in h {
+                put_bytes(out, f);
+                put_bytes(out, v);
+            }
+        }
+        Value::Set(s) => {
+            out.push(3);
+            put_u64(out, s.len() as u64);
+            s.iter().for_each(|m| put_bytes(out, m));
+        }
+        Value::ZSet(z) => {
+            out.push(4);
+            put_u64(out, z.len() as u64);
+            for i in 0..z.len() {
+                if let Some((m, score)) = z.by_index(i) {
+                    put_bytes(out, m);
+                    put_u64(out, score.to_bits());
+                }
+            }
+        }
+    }
+}
+
+fn decode_value(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
+    let invalid = |field| DecodeError::Invalid { field, value: 0 };
+    Ok(match r.u8("value type")? {
+        0 => Value::Str(r.bytes("string")?.to_vec()),
+        1 => {
+            let n = r.count("list length", 1)?;
+            Value::List(
+                (0..n).map(|_| r.bytes("list element").map(<[u8]>::to_vec)).collect::<Result<_, _>>()?,
+            )
+        }
+        2 => {
+            let n = r.count("hash length", 2)?;
+            let mut h = indexmap::IndexMap::with_capacity(n);
+            for _ in 0..n {
+                let field = r.bytes("hash field")?.to_vec();
+                if h.insert(field, r.bytes("hash value")?.to_vec()).is_some() {
+                    return Err(invalid("repeated hash field"));
+                }
+            }
+            Value::Hash(h)
+        }
+        3 => {
+            let n = r.count("set length", 1)?;
+            let mut s = indexmap::IndexSet::with_capacity(n);
+            for _ in 0..n {
+                if !s.insert(r.bytes("set member")?.to_vec()) {
+                    return Err(invalid("repeated set member"));
+                }
+            }
+            Value::Set(s)
+        }
+        4 => {
+            let n = r.count("sorted set length", 2)?;
+            let mut z = ZSet::new();
+            for _ in 0..n {
+                let member = r.bytes("sorted set member")?.to_vec();
+                let score = f64::from_bits(r.u64("score")?);
+                if score.is_nan() || z.insert(member, score).is_some() {
+                    return Err(invalid("sorted set member"));
+                }
+            }
+            Value::ZSet(z)
+        }
+        other => return Err(DecodeError::Invalid { field: "value type", value: u64::from(other) }),
+    })
+}
+
+/// Writes a recorded answer (any reply a write or a transaction gives).
 fn encode_reply(out: &mut Vec<u8>, reply: &Reply) {
     match reply {
         Reply::Ok => out.push(0),
@@ -295,20 +574,68 @@ fn encode_reply(out: &mut Vec<u8>, reply: &Reply) {
             out.push(3);
             put_bytes(out, e.as_bytes());
         }
-        // Writes answer nothing else; keep the kind if one ever does, as an error.
-        other => {
-            out.push(3);
-            put_bytes(out, format!("ERR unrecorded reply {other:?}").as_bytes());
+        Reply::Simple(s) => {
+            out.push(4);
+            put_bytes(out, s.as_bytes());
+        }
+        Reply::Bulk(b) => {
+            out.push(5);
+            put_bytes(out, b);
+        }
+        Reply::Array(items) => {
+            out.push(6);
+            put_u64(out, items.len() as u64);
+            items.iter().for_each(|i| encode_reply(out, i));
+        }
+        Reply::NilArray | Reply::WouldBlock => out.push(7),
+        Reply::Map(pairs) | Reply::Pairs(pairs) => {
+            out.push(if matches!(reply, Reply::Map(_)) { 8 } else { 10 });
+            put_u64(out, pairs.len() as u64);
+            for (a, b) in pairs {
+                encode_reply(out, a);
+                encode_reply(out, b);
+            }
+        }
+        Reply::Double(text) => {
+            out.push(9);
+            put_bytes(out, text);
         }
     }
 }
 
-fn decode_reply(r: &mut Reader<'_>) -> Result<Reply, DecodeError> {
+/// Simple strings a recorded answer may hold (`Reply::Simple` keeps a `&'static str`).
+const SIMPLE: &[&str] = &["OK", "PONG", "QUEUED", "string", "list", "hash", "set", "zset", "none"];
+
+fn decode_reply(r: &mut Reader<'_>, depth: usize) -> Result<Reply, DecodeError> {
+    if depth > 8 {
+        return Err(DecodeError::Invalid { field: "reply depth", value: depth as u64 });
+    }
     Ok(match r.u8("reply kind")? {
         0 => Reply::Ok,
         1 => Reply::Nil,
         2 => Reply::Integer(r.i64("integer reply")?),
         3 => Reply::Error(String::from_utf8_lossy(r.bytes("error reply")?).into_owned()),
+        4 => {
+            let text = r.bytes("simple reply")?;
+            let known = SIMPLE.iter().find(|s| s.as_bytes() == text);
+            Reply::Simple(
+                known.ok_or(DecodeError::Invalid { field: "simple reply", value: text.len() as u64 })?,
+            )
+        }
+        5 => Reply::Bulk(r.bytes("bulk reply")?.to_vec()),
+        6 => {
+            let n = r.count("array reply", 1)?;
+            Reply::Array((0..n).map(|_| decode_reply(r, depth + 1)).collect::<Result<_, _>>()?)
+        }
+        7 => Reply::NilArray,
+        kind @ (8 | 10) => {
+            let n = r.count("pair count", 2)?;
+            let pairs = (0..n)
+                .map(|_| Ok((decode_reply(r, depth + 1)?, decode_reply(r, depth + 1)?)))
+                .collect::<Result<_, DecodeError>>()?;
+            if kind == 8 { Reply::Map(pairs) } else { Reply::Pairs(pairs) }
+        }
+        9 => Reply::Double(r.bytes("double reply")?.to_vec()),
         other => return Err(DecodeError::Invalid { field: "reply kind", value: u64::from(other) }),
     })
 }
@@ -317,8 +644,12 @@ fn decode_reply(r: &mut Reader<'_>) -> Result<Reply, DecodeError> {
 mod tests {
     use super::*;
 
-    fn set(key: &str, value: &str) -> WriteOp {
-        WriteOp::Set { key: key.into(), value: value.into(), ttl_ms: None, condition: SetCondition::Always }
+    fn w(line: &str) -> WriteOp {
+        WriteOp::words(&line.split(' ').collect::<Vec<_>>())
+    }
+
+    fn r(line: &str) -> ReadOp {
+        ReadOp::words(&line.split(' ').collect::<Vec<_>>())
     }
 
     fn request(client: u64, seq: u64, completed_below: u64, op: WriteOp) -> Request {
@@ -328,119 +659,168 @@ mod tests {
     #[test]
     fn commands_answer_as_redis() {
         let mut s = Store::new();
-        assert_eq!(s.apply_write(&set("a", "1"), 0), Reply::Ok);
-        assert_eq!(s.apply_write(&WriteOp::IncrBy { key: "a".into(), by: 41 }, 0), Reply::Integer(42));
+        assert_eq!(s.apply_write(&w("SET a 1"), 0), Reply::Ok);
+        assert_eq!(s.apply_write(&w("INCRBY a 41"), 0), Reply::Integer(42));
+        assert_eq!(s.apply_write(&w("APPEND a x"), 0), Reply::Integer(3));
         assert_eq!(
-            s.apply_write(&WriteOp::Append { key: "a".into(), value: "x".into() }, 0),
-            Reply::Integer(3)
-        );
-        assert_eq!(
-            s.apply_write(&WriteOp::IncrBy { key: "a".into(), by: 1 }, 0),
+            s.apply_write(&w("INCR a"), 0),
             Reply::Error("ERR value is not an integer or out of range".into())
         );
-        s.apply_write(&set("m", &i64::MAX.to_string()), 0);
-        assert_eq!(
-            s.apply_write(&WriteOp::IncrBy { key: "m".into(), by: 1 }, 0),
-            Reply::Error("ERR increment or decrement would overflow".into())
-        );
-        let nx = WriteOp::Set {
-            key: "a".into(),
-            value: "z".into(),
-            ttl_ms: None,
-            condition: SetCondition::IfAbsent,
-        };
-        assert_eq!(s.apply_write(&nx, 0), Reply::Nil);
-        assert_eq!(s.read(&ReadOp::Get { key: "a".into() }, 0), Reply::Bulk(b"42x".to_vec()));
-        assert_eq!(
-            s.read(&ReadOp::Exists { keys: vec!["a".into(), "a".into(), "b".into()] }, 0),
-            Reply::Integer(2)
-        );
-        assert_eq!(s.apply_write(&WriteOp::Del { keys: vec!["a".into(), "b".into()] }, 0), Reply::Integer(1));
-        assert_eq!(
-            s.read(&ReadOp::MGet { keys: vec!["a".into(), "m".into()] }, 0).clone(),
-            Reply::Array(vec![Reply::Nil, Reply::Bulk(i64::MAX.to_string().into_bytes())])
-        );
+        assert_eq!(s.apply_write(&w("SET a z NX"), 0), Reply::Nil);
+        assert_eq!(s.read(&r("GET a"), 0), Reply::Bulk(b"42x".to_vec()));
+        assert_eq!(s.read(&r("EXISTS a a b"), 0), Reply::Integer(2));
+        assert_eq!(s.apply_write(&w("DEL a b"), 0), Reply::Integer(1));
+        assert_eq!(s.apply_write(&w("NOSUCH a"), 0), Reply::Error("ERR unknown command in the log".into()));
     }
 
     #[test]
     fn expiry_uses_the_entry_time_for_writes_and_the_reader_time_for_reads() {
         let mut s = Store::new();
-        let ex = WriteOp::Set {
-            key: "k".into(),
-            value: "v".into(),
-            ttl_ms: Some(100),
-            condition: SetCondition::Always,
+        s.apply_write(&w("SET k v PX 100"), 1_000);
+        assert_eq!(s.read(&r("GET k"), 1_099), Reply::Bulk(b"v".to_vec()));
+        assert_eq!(s.read(&r("GET k"), 1_100), Reply::Nil);
+        assert_eq!(s.read(&r("DBSIZE"), 1_100), Reply::Integer(0));
+        assert_eq!(s.apply_write(&w("SET k w XX"), 1_100), Reply::Nil);
+        assert_eq!(s.apply_write(&w("INCRBY k 2"), 1_200), Reply::Integer(2));
+        // The leader's expiry entries remove only what has expired at the entry's time.
+        s.apply_write(&w("SET e v PX 10"), 2_000);
+        assert_eq!(s.expired_keys(0, 2_010, 10), vec![b"e".to_vec()]);
+        let expire = WriteOp::Expire { db: 0, keys: vec![b"e".to_vec(), b"k".to_vec()] };
+        assert_eq!(s.apply_write(&expire, 2_010), Reply::Integer(1));
+        assert_eq!(s.db(0).stored(), 1);
+    }
+
+    #[test]
+    fn databases_are_apart_and_commands_span_them() {
+        let mut s = Store::new();
+        s.apply_write(
+            &WriteOp::Exec { db: 3, args: vec![b"SET".to_vec(), b"k".to_vec(), b"three".to_vec()] },
+            0,
+        );
+        assert_eq!(s.read(&r("GET k"), 0), Reply::Nil);
+        assert_eq!(
+            s.read(&ReadOp { db: 3, args: vec![b"GET".to_vec(), b"k".to_vec()] }, 0),
+            Reply::Bulk(b"three".to_vec())
+        );
+        let moved = WriteOp::Exec { db: 3, args: vec![b"MOVE".to_vec(), b"k".to_vec(), b"0".to_vec()] };
+        assert_eq!(s.apply_write(&moved, 0), Reply::Integer(1));
+        assert_eq!(s.read(&r("GET k"), 0), Reply::Bulk(b"three".to_vec()));
+        assert_eq!(s.apply_write(&w("COPY k k2 DB 5"), 0), Reply::Integer(1));
+        assert_eq!(s.apply_write(&w("SWAPDB 5 0"), 0), Reply::Ok);
+        assert_eq!(s.read(&r("GET k2"), 0), Reply::Bulk(b"three".to_vec()));
+        assert_eq!(s.apply_write(&w("FLUSHALL"), 0), Reply::Ok);
+        assert!(s.keyspace(0).is_empty());
+    }
+
+    #[test]
+    fn a_transaction_applies_whole_or_not_at_all_when_a_watched_key_changed() {
+        let mut s = Store::new();
+        s.apply_write(&w("SET x 1"), 0);
+        let Reply::Array(v) = s.read(&r("WATCH x y"), 0) else { panic!("WATCH answers versions") };
+        let version = |i: usize| match v[i] {
+            Reply::Integer(n) => n as u64,
+            _ => panic!("a version"),
         };
-        s.apply_write(&ex, 1_000);
-        assert_eq!(s.read(&ReadOp::Get { key: "k".into() }, 1_099), Reply::Bulk(b"v".to_vec()));
-        assert_eq!(s.read(&ReadOp::Get { key: "k".into() }, 1_100), Reply::Nil);
-        assert_eq!(s.read(&ReadOp::DbSize, 1_100), Reply::Integer(0));
-        // XX sees the key as gone at the entry's time.
-        let xx = WriteOp::Set {
-            key: "k".into(),
-            value: "w".into(),
-            ttl_ms: None,
-            condition: SetCondition::IfPresent,
+        let watched = |key: &str, seen| Watched { db: 0, key: key.into(), seen, mark: version(0) };
+        let tx = WriteOp::Transaction {
+            commands: vec![
+                (0, vec![b"INCR".to_vec(), b"x".to_vec()]),
+                (0, vec![b"GET".to_vec(), b"x".to_vec()]),
+            ],
+            watched: vec![watched("x", version(1)), watched("y", version(2))],
         };
-        assert_eq!(s.apply_write(&xx, 1_100), Reply::Nil);
-        assert_eq!(s.apply_write(&WriteOp::IncrBy { key: "k".into(), by: 2 }, 1_200), Reply::Integer(2));
+        assert_eq!(s.apply_write(&tx, 0), Reply::Array(vec![Reply::Integer(2), Reply::Bulk(b"2".to_vec())]));
+        // x changed since the watch (by the transaction itself): a second run aborts.
+        assert_eq!(s.apply_write(&tx, 0), Reply::NilArray);
+        // y created and deleted after the watch counts as changed too.
+        let only_y = WriteOp::Transaction { commands: Vec::new(), watched: vec![watched("y", 0)] };
+        assert_eq!(s.apply_write(&only_y, 0), Reply::Array(Vec::new()));
+        s.apply_write(&w("SET y 1"), 0);
+        s.apply_write(&w("DEL y"), 0);
+        assert_eq!(s.apply_write(&only_y, 0), Reply::NilArray);
     }
 
     #[test]
     fn a_retried_request_applies_once_and_answers_the_same() {
         let mut s = Store::new();
-        let incr = request(7, 0, 0, WriteOp::IncrBy { key: "n".into(), by: 1 });
+        let incr = request(7, 0, 0, w("INCR n"));
         assert_eq!(s.apply(&incr, 0, 1), Applied::Fresh(Reply::Integer(1)));
         assert_eq!(s.apply(&incr, 0, 2), Applied::Repeat(Reply::Integer(1)));
-        // Out of order: seq 2 commits before seq 1's retry; both apply once.
-        let two = request(7, 2, 0, WriteOp::IncrBy { key: "n".into(), by: 10 });
-        let one = request(7, 1, 0, WriteOp::IncrBy { key: "n".into(), by: 100 });
+        let two = request(7, 2, 0, w("INCRBY n 10"));
+        let one = request(7, 1, 0, w("INCRBY n 100"));
         assert_eq!(s.apply(&two, 0, 3), Applied::Fresh(Reply::Integer(11)));
         assert_eq!(s.apply(&one, 0, 4), Applied::Fresh(Reply::Integer(111)));
         assert_eq!(s.apply(&one, 0, 5), Applied::Repeat(Reply::Integer(111)));
-        // Once the client says it has every answer below 3, the answers are dropped.
-        let three = request(7, 3, 3, WriteOp::IncrBy { key: "n".into(), by: 1000 });
+        let three = request(7, 3, 3, w("INCRBY n 1000"));
         assert_eq!(s.apply(&three, 0, 6), Applied::Fresh(Reply::Integer(1111)));
         assert_eq!(s.apply(&one, 0, 7), Applied::Stale);
         assert_eq!(s.sessions[&(1, 7)].replies.len(), 1);
-        // Another client's sequence numbers are its own.
-        let other = request(8, 0, 0, WriteOp::IncrBy { key: "n".into(), by: 1 });
+        let other = request(8, 0, 0, w("INCR n"));
         assert_eq!(s.apply(&other, 0, 8), Applied::Fresh(Reply::Integer(1112)));
+    }
+
+    #[test]
+    fn random_picks_are_the_same_on_every_member() {
+        let (mut a, mut b) = (Store::new(), Store::new());
+        for s in [&mut a, &mut b] {
+            s.apply(&request(1, 0, 0, w("SADD s a b c d e f g h")), 0, 1);
+        }
+        // b is restored from a snapshot of a: its internal layout differs, its picks do not.
+        let mut bytes = Vec::new();
+        a.encode(&mut bytes);
+        let mut restored = Store::decode(&bytes).unwrap();
+        let pop = request(1, 1, 0, w("SPOP s 3"));
+        let picks = a.apply(&pop, 0, 2);
+        assert_eq!(b.apply(&pop, 0, 2), picks);
+        assert_eq!(restored.apply(&pop, 0, 2), picks);
     }
 
     #[test]
     fn sessions_are_bounded() {
         let mut s = Store::new();
         for client in 0..(MAX_SESSIONS as u64 + 10) {
-            s.apply(&request(client, 0, 0, set("k", "v")), 0, client + 1);
+            s.apply(&request(client, 0, 0, w("SET k v")), 0, client + 1);
         }
         assert!(s.sessions.len() <= MAX_SESSIONS);
         assert!(s.sessions.contains_key(&(1, MAX_SESSIONS as u64 + 9)), "the newest session is kept");
         for seq in 0..(MAX_REPLIES_PER_SESSION as u64 + 5) {
-            s.apply(&request(u64::MAX, seq, 0, set("k", "v")), 0, 1 << 40);
+            s.apply(&request(u64::MAX, seq, 0, w("SET k v")), 0, 1 << 40);
         }
         assert_eq!(s.sessions[&(1, u64::MAX)].replies.len(), MAX_REPLIES_PER_SESSION);
     }
 
     #[test]
-    fn snapshot_round_trips_and_rejects_garbage() {
+    fn snapshot_round_trips_every_type_and_rejects_garbage() {
         let mut s = Store::new();
-        s.apply(&request(1, 0, 0, set("a", "1")), 5, 1);
-        s.apply(&request(1, 1, 0, WriteOp::IncrBy { key: "a".into(), by: 1 }), 5, 2);
-        s.apply_write(
-            &WriteOp::Set {
-                key: "t".into(),
-                value: "v".into(),
-                ttl_ms: Some(0),
-                condition: SetCondition::Always,
-            },
-            0,
-        );
+        s.apply(&request(1, 0, 0, w("SET a 1")), 5, 1);
+        s.apply(&request(1, 1, 0, w("RPUSH l x y z")), 5, 2);
+        s.apply(&request(1, 2, 0, w("HSET h f v g w")), 5, 3);
+        s.apply(&request(1, 3, 0, w("SADD s m n")), 5, 4);
+        s.apply(&request(1, 4, 0, w("ZADD z 1.5 m -2 n")), 5, 5);
+        s.apply(&request(1, 5, 0, w("LRANGE l 0 -1")), 5, 6);
+        s.apply_write(&w("SET t v PX 1"), 0);
+        s.apply_write(&w("DEL a"), 0);
         let mut bytes = Vec::new();
         s.encode(&mut bytes);
-        assert_eq!(Store::decode(&bytes).unwrap(), s);
+        let restored = Store::decode(&bytes).unwrap();
+        assert_eq!(restored, s);
+        let mut again = Vec::new();
+        restored.encode(&mut again);
+        assert_eq!(again, bytes, "equal stores give equal bytes");
         for cut in 0..bytes.len() {
             assert!(Store::decode(&bytes[..cut]).is_err(), "a snapshot cut at {cut} must not decode");
         }
+    }
+
+    #[test]
+    fn a_format_1_snapshot_still_restores() {
+        let mut bytes = Vec::new();
+        put_u64(&mut bytes, 1);
+        put_bytes(&mut bytes, b"k");
+        put_bytes(&mut bytes, b"v");
+        put_u64(&mut bytes, 0);
+        put_u64(&mut bytes, 0);
+        let s = Store::decode(&bytes).unwrap();
+        assert_eq!(s.read(&r("GET k"), 0), Reply::Bulk(b"v".to_vec()));
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use rustls::{ServerConfig, ServerConnection};
 
-use crate::kv::{Command, Reply};
+use crate::kv::{Command, Reply, Watched, WriteOp};
 use crate::resp::{self, Limits, parse_request_with};
 
 /// Requests in flight on one connection before it stops reading.
@@ -89,6 +89,41 @@ pub struct Conn {
     /// TLS's state, on a TLS port: the socket carries its records, and `input` and `output`
     /// hold plaintext.
     tls: Option<Box<ServerConnection>>,
+    /// The database SELECT chose.
+    pub db: u8,
+    /// Whether HELLO 3 chose RESP3.
+    pub resp3: bool,
+    /// Commands queued since MULTI (with the database each runs in), if in one.
+    pub multi: Option<Vec<(u8, Vec<Vec<u8>>)>>,
+    /// Whether a command queued since MULTI was refused (EXEC then aborts).
+    pub multi_failed: bool,
+    /// The keys WATCH saw, for the next EXEC.
+    pub watched: Vec<Watched>,
+    /// WATCH requests in flight: their slot and the keys (the answer is versions, turned into
+    /// `watched` and +OK here).
+    watch_slots: Vec<(u64, u8, Vec<Vec<u8>>)>,
+    /// Blocking commands in flight: their slot, the write to run again, and when it times out
+    /// (monotonic ns; `None`: never).
+    pub blocking: Vec<Blocking>,
+}
+
+/// A blocking command (BLPOP, BZPOPMIN, ...) of a connection.
+#[derive(Debug, Clone)]
+pub struct Blocking {
+    /// Its slot.
+    pub seq: u64,
+    /// The write that pops, run again when one of its keys gets data.
+    pub op: WriteOp,
+    /// The database and keys it waits on.
+    pub db: u8,
+    /// The keys.
+    pub keys: Vec<Vec<u8>>,
+    /// When it gives up (monotonic ns), if it does.
+    pub deadline_ns: Option<u64>,
+    /// What it answers then.
+    pub timeout_reply: Reply,
+    /// Whether the store found nothing for it: it waits for its keys, not for an answer.
+    pub waiting: bool,
 }
 
 impl Conn {
@@ -117,6 +152,13 @@ impl Conn {
             dead: false,
             limited: None,
             tls,
+            db: 0,
+            resp3: false,
+            multi: None,
+            multi_failed: false,
+            watched: Vec::new(),
+            watch_slots: Vec::new(),
+            blocking: Vec::new(),
         })
     }
 
@@ -321,7 +363,7 @@ impl Conn {
     /// Queues an answer given at once.
     pub fn answer(&mut self, reply: &Reply) {
         let mut out = Vec::new();
-        reply.encode(&mut out);
+        reply.encode_as(&mut out, self.resp3);
         self.slots.push_back(Slot::Filled(out));
     }
 
@@ -364,6 +406,10 @@ impl Conn {
     /// The next held request that may go to the replica now, with the connection's
     /// `completed_below` at that moment.
     pub fn release(&mut self) -> Option<(u64, u64, Command)> {
+        // A client blocked in BLPOP waits as on Redis: nothing after it runs before it.
+        if self.blocking.iter().any(|b| b.waiting) {
+            return None;
+        }
         let is_write = matches!(self.held.front()?.1, Command::Write(_));
         if self.outstanding > 0 && self.outstanding_writes != is_write {
             return None;
@@ -375,13 +421,34 @@ impl Conn {
         Some((seq, completed_below, command))
     }
 
+    /// Marks slot `seq` as a WATCH of `keys` in database `db`.
+    pub fn watch_slot(&mut self, seq: u64, db: u8, keys: Vec<Vec<u8>>) {
+        self.watch_slots.push((seq, db, keys));
+    }
+
     /// Fills the slot of request `seq`; returns how long the request waited for its answer.
     pub fn complete(&mut self, seq: u64, reply: &Reply) -> Option<u64> {
+        if let Some(at) = self.watch_slots.iter().position(|(s, _, _)| *s == seq) {
+            let (_, db, keys) = self.watch_slots.swap_remove(at);
+            if let Reply::Array(versions) = reply {
+                let number = |r: &Reply| if let Reply::Integer(n) = r { *n as u64 } else { 0 };
+                let mark = versions.first().map_or(0, number);
+                for (key, seen) in keys.into_iter().zip(versions.iter().skip(1)) {
+                    self.watched.push(Watched { db, key, seen: number(seen), mark });
+                }
+                return self.fill(seq, &Reply::Ok);
+            }
+        }
+        self.blocking.retain(|b| b.seq != seq);
+        self.fill(seq, reply)
+    }
+
+    fn fill(&mut self, seq: u64, reply: &Reply) -> Option<u64> {
         self.outstanding = self.outstanding.saturating_sub(1);
         let slot = self.slots.iter_mut().find(|s| matches!(s, Slot::Waiting(n, _) if *n == seq))?;
         let Slot::Waiting(_, taken) = *slot else { return None };
         let mut out = Vec::new();
-        reply.encode(&mut out);
+        reply.encode_as(&mut out, self.resp3);
         *slot = Slot::Filled(out);
         Some(kairos_sys::clock::monotonic_ns().saturating_sub(taken))
     }

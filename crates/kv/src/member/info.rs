@@ -1,5 +1,5 @@
-//! The commands a member answers by itself: PING, ECHO, INFO, CONFIG GET, COMMAND, CLIENT
-//! SETNAME/GETNAME, SELECT. INFO's replication section names the leader and the members, and
+//! The commands a member answers by itself: PING, ECHO, INFO, CONFIG, COMMAND, TIME, and
+//! the server commands that have nothing to do here (SAVE, FUNCTION FLUSH, ...). INFO's replication section names the leader and the members, and
 //! says how reads are served.
 
 use std::collections::BTreeMap;
@@ -8,8 +8,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::MemberStats;
-use super::conn::Conn;
 use super::watch::{WatchConfig, WatchStats};
+use crate::kv::cmd::{self, args::glob_match};
+use crate::kv::command::{unknown_subcommand, wrong_arity};
 use crate::kv::{LocalOp, Reply};
 use crate::replica::{ReadMode, ReplicaStats, Sync};
 
@@ -34,8 +35,12 @@ pub struct Facts {
     pub sync: Sync,
     /// One tick of Raft's clock.
     pub tick: Duration,
-    /// Live keys.
+    /// Live keys in database 0.
     pub keys: usize,
+    /// Per database that has keys: its number, live keys, keys with an expiry.
+    pub keyspace: Vec<(usize, usize, usize)>,
+    /// Per command: calls, and calls refused (not permitted, bad arity).
+    pub command_stats: BTreeMap<&'static str, [u64; 2]>,
     /// Connected clients.
     pub clients: usize,
     /// Seconds since start.
@@ -55,9 +60,20 @@ pub struct Facts {
 }
 
 /// The text of INFO (all sections, or the one named).
-pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
+pub fn info_text(f: &Facts, sections: &[&[u8]]) -> String {
+    // As Redis: no section or `default` is every section but the per-command ones; `all` and
+    // `everything` include those.
     let want = |name: &str| {
-        section.is_none_or(|s| s.eq_ignore_ascii_case(name.as_bytes()) || s.eq_ignore_ascii_case(b"all"))
+        let extra = name == "commandstats";
+        if sections.is_empty() {
+            return !extra;
+        }
+        sections.iter().any(|s| {
+            s.eq_ignore_ascii_case(name.as_bytes())
+                || s.eq_ignore_ascii_case(b"all")
+                || s.eq_ignore_ascii_case(b"everything")
+                || (s.eq_ignore_ascii_case(b"default") && !extra)
+        })
     };
     let mut out = String::new();
     if want("server") {
@@ -74,11 +90,37 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
     if want("clients") {
         let _ = write!(out, "# Clients\r\nconnected_clients:{}\r\n\r\n", f.clients);
     }
+    if want("memory") {
+        let (rss, _, _) = process_usage();
+        let _ = write!(
+            out,
+            "# Memory\r\nused_memory:{rss}\r\nused_memory_rss:{rss}\r\nused_memory_human:{:.2}M\r\n\r\n",
+            rss as f64 / (1 << 20) as f64
+        );
+    }
+    if want("cpu") {
+        let (_, user, sys) = process_usage();
+        let _ = write!(
+            out,
+            "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\nused_cpu_sys_children:0.000000\r\nused_cpu_user_children:0.000000\r\n\r\n"
+        );
+    }
+    if want("commandstats") {
+        out.push_str("# Commandstats\r\n");
+        for (name, [calls, rejected]) in &f.command_stats {
+            let _ = write!(
+                out,
+                "cmdstat_{name}:calls={calls},usec=0,usec_per_call=0.00,rejected_calls={rejected},failed_calls=0\r\n"
+            );
+        }
+        out.push_str("\r\n");
+    }
     if want("replication") {
         let role = if f.leader == f.id { "master" } else { "slave" };
         let _ = write!(
             out,
-            "# Replication\r\nrole:{role}\r\nraft_member_id:{}\r\nraft_leader_id:{}\r\nraft_term:{}\r\nraft_applied_index:{}\r\nraft_members:{}\r\nread_mode:{}\r\nfsync:{}\r\n",
+            "# Replication\r\nrole:{role}\r\nmaster_repl_offset:{}\r\nraft_member_id:{}\r\nraft_leader_id:{}\r\nraft_term:{}\r\nraft_applied_index:{}\r\nraft_members:{}\r\nread_mode:{}\r\nfsync:{}\r\n",
+            f.applied,
             f.id,
             f.leader,
             f.term,
@@ -179,56 +221,299 @@ pub fn info_text(f: &Facts, section: Option<&[u8]>) -> String {
     }
     if want("keyspace") {
         let _ = write!(out, "# Keyspace\r\n");
-        if f.keys > 0 {
-            let _ = write!(out, "db0:keys={},expires=0,avg_ttl=0\r\n", f.keys);
+        for (db, keys, expires) in &f.keyspace {
+            let _ = write!(out, "db{db}:keys={keys},expires={expires},avg_ttl=0\r\n");
         }
     }
     out
 }
 
-/// CONFIG GET: what redis-benchmark and redis-cli ask, answered as a Redis with persistence
-/// off would (the log is the store's persistence).
-fn config_get(parameter: &[u8], facts: &Facts) -> Reply {
-    let known: [(&str, String); 9] = [
-        ("save", String::new()),
-        ("appendonly", "no".into()),
-        ("databases", "1".into()),
-        ("maxmemory", "0".into()),
-        ("timeout", "0".into()),
-        ("maxclients", facts.max_clients.to_string()),
-        // The parser's bulk limit, but the query buffer's ends a request first.
-        ("proto-max-bulk-len", crate::resp::MAX_BULK_LEN.min(super::conn::MAX_INPUT).to_string()),
-        ("client-query-buffer-limit", super::conn::MAX_INPUT.to_string()),
-        ("client-output-buffer-limit", format!("normal {0} {0} 0", super::conn::MAX_OUTPUT)),
-    ];
-    let pattern = String::from_utf8_lossy(parameter).to_ascii_lowercase();
-    let mut items = Vec::new();
-    for (name, value) in &known {
-        if pattern == "*" || pattern == *name {
-            items.push(Reply::Bulk(name.as_bytes().to_vec()));
-            items.push(Reply::Bulk(value.as_bytes().to_vec()));
-        }
-    }
-    Reply::Array(items)
+/// CONFIG's parameters at this member: those that exist here with their values, Redis 7.0's
+/// names. Setting one changes what CONFIG GET answers; the encoding thresholds also change
+/// what OBJECT ENCODING reports (never the data, nor another member's answer). Parameters
+/// of Redis's persistence, memory and replication are accepted and reported: the log is
+/// this store's persistence and Raft its replication.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    values: BTreeMap<&'static str, String>,
 }
 
-/// Answers a local command.
-pub fn local(op: &LocalOp, conn: &mut Conn, facts: &Facts) -> Reply {
-    match op {
-        LocalOp::Ping(None) => Reply::Simple("PONG"),
-        LocalOp::Ping(Some(m)) | LocalOp::Echo(m) => Reply::Bulk(m.clone()),
-        LocalOp::Info(section) => Reply::Bulk(info_text(facts, section.as_deref()).into_bytes()),
-        LocalOp::ConfigGet(p) => config_get(p, facts),
-        // redis-cli asks COMMAND DOCS for its hints: none is a valid answer.
-        LocalOp::Command => Reply::Array(Vec::new()),
-        LocalOp::ClientSetName(name) => {
-            conn.name = (!name.is_empty()).then(|| name.clone());
-            Reply::Ok
-        }
-        LocalOp::ClientGetName => conn.name.clone().map_or(Reply::Nil, Reply::Bulk),
-        LocalOp::Select => Reply::Ok,
-        LocalOp::Quit => Reply::Ok,
+/// Old names Redis 7 still takes, and the parameter each means.
+const ALIASES: &[(&str, &str)] = &[
+    ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
+    ("hash-max-ziplist-value", "hash-max-listpack-value"),
+    ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
+    ("zset-max-ziplist-value", "zset-max-listpack-value"),
+    ("list-max-ziplist-size", "list-max-listpack-size"),
+    ("slave-read-only", "replica-read-only"),
+    ("slave-serve-stale-data", "replica-serve-stale-data"),
+    ("lua-time-limit", "busy-reply-threshold"),
+];
+
+impl Default for Settings {
+    fn default() -> Self {
+        let values = [
+            ("save", ""),
+            ("appendonly", "no"),
+            ("appendfsync", "everysec"),
+            ("databases", "16"),
+            ("maxmemory", "0"),
+            ("maxmemory-policy", "noeviction"),
+            ("timeout", "0"),
+            ("hz", "10"),
+            ("hash-max-listpack-entries", "128"),
+            ("hash-max-listpack-value", "64"),
+            ("set-max-intset-entries", "512"),
+            ("zset-max-listpack-entries", "128"),
+            ("zset-max-listpack-value", "64"),
+            ("list-max-listpack-size", "-2"),
+            ("list-compress-depth", "0"),
+            ("busy-reply-threshold", "5000"),
+            ("min-replicas-to-write", "0"),
+            ("replica-read-only", "yes"),
+            ("replica-serve-stale-data", "yes"),
+            ("rdb-key-save-delay", "0"),
+            ("notify-keyspace-events", ""),
+            ("slowlog-log-slower-than", "10000"),
+            ("latency-tracking", "yes"),
+            ("lazyfree-lazy-user-del", "no"),
+            ("lazyfree-lazy-user-flush", "no"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+        Settings { values }
     }
+}
+
+impl Settings {
+    fn canonical(name: &str) -> &str {
+        ALIASES.iter().find(|(alias, _)| *alias == name).map_or(name, |(_, real)| real)
+    }
+
+    /// CONFIG SET name value [name value ...]: all or none.
+    fn set(&mut self, pairs: &[Vec<u8>]) -> Reply {
+        use crate::kv::cmd::keys::THRESHOLDS;
+        use std::sync::atomic::Ordering::Relaxed;
+        if pairs.is_empty() || !pairs.len().is_multiple_of(2) {
+            return Reply::Error("ERR wrong number of arguments for 'config|set' command".into());
+        }
+        let mut checked = Vec::new();
+        for pair in pairs.chunks_exact(2) {
+            let name = String::from_utf8_lossy(&pair[0]).to_ascii_lowercase();
+            let value = String::from_utf8_lossy(&pair[1]).into_owned();
+            let fixed = [
+                "maxclients",
+                "proto-max-bulk-len",
+                "client-query-buffer-limit",
+                "client-output-buffer-limit",
+            ];
+            let Some(key) = self.values.keys().find(|k| **k == Self::canonical(&name)).copied() else {
+                let why = if fixed.contains(&name.as_str()) {
+                    "fixed by the member's command line"
+                } else {
+                    "unknown here"
+                };
+                return Reply::Error(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - {why}"
+                ));
+            };
+            let numeric = !matches!(
+                key,
+                "save" | "appendonly" | "appendfsync" | "maxmemory-policy" | "notify-keyspace-events"
+            ) && !key.starts_with("replica-")
+                && !key.starts_with("lazyfree-")
+                && key != "latency-tracking";
+            if numeric
+                && value.parse::<i64>().is_err()
+                && !(key == "maxmemory" && parse_memory(&value).is_some())
+            {
+                return Reply::Error(format!(
+                    "ERR CONFIG SET failed (possibly related to argument '{name}') - argument couldn't be parsed into an integer"
+                ));
+            }
+            checked.push((key, value));
+        }
+        for (key, value) in checked {
+            let n = value.parse::<usize>().unwrap_or(0);
+            match key {
+                "hash-max-listpack-entries" => THRESHOLDS.hash_entries.store(n, Relaxed),
+                "hash-max-listpack-value" => THRESHOLDS.hash_value.store(n, Relaxed),
+                "set-max-intset-entries" => THRESHOLDS.set_intset_entries.store(n, Relaxed),
+                "zset-max-listpack-entries" => THRESHOLDS.zset_entries.store(n, Relaxed),
+                "zset-max-listpack-value" => THRESHOLDS.zset_value.store(n, Relaxed),
+                _ => {}
+            }
+            self.values.insert(key, value);
+        }
+        Reply::Ok
+    }
+
+    /// CONFIG GET pattern [pattern ...]: name, value pairs.
+    fn get(&self, patterns: &[Vec<u8>], facts: &Facts) -> Reply {
+        let fixed = [
+            ("maxclients", facts.max_clients.to_string()),
+            // The parser's bulk limit, but the query buffer's ends a request first.
+            ("proto-max-bulk-len", crate::resp::MAX_BULK_LEN.min(super::conn::MAX_INPUT).to_string()),
+            ("client-query-buffer-limit", super::conn::MAX_INPUT.to_string()),
+            ("client-output-buffer-limit", format!("normal {0} {0} 0", super::conn::MAX_OUTPUT)),
+        ];
+        let all = self.values.iter().map(|(k, v)| (*k, v.clone())).chain(fixed);
+        let mut items = Vec::new();
+        for (name, value) in all {
+            let hit = patterns.iter().any(|p| {
+                let p = p.to_ascii_lowercase();
+                glob_match(&p, name.as_bytes(), true)
+                    || ALIASES.iter().any(|(alias, real)| *real == name && p == alias.as_bytes())
+            });
+            if hit {
+                let shown = patterns
+                    .iter()
+                    .map(|p| p.to_ascii_lowercase())
+                    .find_map(|p| {
+                        ALIASES.iter().find(|(a, r)| *r == name && p == a.as_bytes()).map(|(a, _)| *a)
+                    })
+                    .unwrap_or(name);
+                items.push(Reply::Bulk(shown.as_bytes().to_vec()));
+                items.push(Reply::Bulk(value.into_bytes()));
+            }
+        }
+        Reply::Array(items)
+    }
+}
+
+fn parse_memory(text: &str) -> Option<u64> {
+    let lower = text.to_ascii_lowercase();
+    let (digits, unit) = lower.split_at(lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len()));
+    let n: u64 = digits.parse().ok()?;
+    let scale = match unit {
+        "" | "b" => 1,
+        "k" | "kb" => 1 << 10,
+        "m" | "mb" => 1 << 20,
+        "g" | "gb" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
+fn bulk(s: &str) -> Reply {
+    Reply::Bulk(s.as_bytes().to_vec())
+}
+
+/// COMMAND [COUNT | LIST | INFO name... | DOCS [name...] | GETKEYS words...].
+fn command(args: &[Vec<u8>]) -> Reply {
+    let describe = |spec: &cmd::Spec| {
+        let (first, last, step) = spec.keys;
+        Reply::Array(vec![
+            bulk(spec.name),
+            Reply::Integer(i64::from(spec.arity)),
+            Reply::Array(spec.flags.iter().map(|f| Reply::Simple(f)).collect()),
+            Reply::Integer(i64::from(first)),
+            Reply::Integer(i64::from(last)),
+            Reply::Integer(i64::from(step)),
+            Reply::Array(Vec::new()),
+            Reply::Array(Vec::new()),
+            Reply::Array(Vec::new()),
+            Reply::Array(Vec::new()),
+        ])
+    };
+    let sub = args.get(1).map(|s| s.to_ascii_lowercase());
+    match sub.as_deref() {
+        None => Reply::Array(cmd::all().map(describe).collect()),
+        Some(b"count") => Reply::Integer(cmd::all().count() as i64),
+        Some(b"list") => Reply::Array(cmd::all().map(|s| bulk(s.name)).collect()),
+        Some(b"info") => Reply::Array(
+            args[2..].iter().map(|name| cmd::lookup(name).map_or(Reply::NilArray, describe)).collect(),
+        ),
+        // redis-cli asks COMMAND DOCS for its hints: none is a valid answer.
+        Some(b"docs") => Reply::Array(Vec::new()),
+        Some(b"getkeys") if args.len() > 2 => match cmd::lookup(&args[2]) {
+            Some(spec) if spec.arity_fits(args.len() - 2) => {
+                let keys = spec.key_positions(args.len() - 2);
+                if keys.is_empty() {
+                    return Reply::Error("ERR The command has no key arguments".into());
+                }
+                Reply::Array(keys.into_iter().map(|i| Reply::Bulk(args[2 + i].clone())).collect())
+            }
+            Some(_) => Reply::Error("ERR Invalid number of arguments specified for command".into()),
+            None => Reply::Error("ERR Invalid command specified".into()),
+        },
+        Some(_) => unknown_subcommand(&args[1], "COMMAND"),
+    }
+}
+
+/// Answers a local command (those of the session itself, MULTI and the like, are answered in
+/// [`super::session`]).
+pub fn local(op: &LocalOp, facts: &Facts, settings: &mut Settings) -> Reply {
+    let args = &op.args;
+    let sub = args.get(1).map(|s| String::from_utf8_lossy(s).to_ascii_lowercase()).unwrap_or_default();
+    match (op.name().as_str(), args.len()) {
+        ("ping", 1) => Reply::Simple("PONG"),
+        ("ping", 2) | ("echo", 2) => Reply::Bulk(args[1].clone()),
+        ("ping", _) => wrong_arity("ping"),
+        ("info", _) => {
+            let sections: Vec<&[u8]> = args[1..].iter().map(Vec::as_slice).collect();
+            Reply::Bulk(info_text(facts, &sections).into_bytes())
+        }
+        ("config", _) => match sub.as_str() {
+            "get" if args.len() >= 3 => settings.get(&args[2..], facts),
+            "get" => wrong_arity("config|get"),
+            "set" => settings.set(&args[2..]),
+            "resetstat" => Reply::Ok,
+            "rewrite" => Reply::Error("ERR The server is running without a config file".into()),
+            _ => unknown_subcommand(&args[1], "CONFIG"),
+        },
+        ("command", _) => command(args),
+        ("time", 1) => {
+            let us = kairos_sys::clock::realtime_ns() / 1_000;
+            Reply::Array(vec![
+                Reply::Bulk((us / 1_000_000).to_string().into_bytes()),
+                Reply::Bulk((us % 1_000_000).to_string().into_bytes()),
+            ])
+        }
+        // No scripts and no functions exist here: flushing them is done at once.
+        ("function" | "script", 2 | 3) if sub == "flush" => Reply::Ok,
+        ("function" | "script", _) => Reply::Error(format!(
+            "ERR {} is not supported: this store runs no scripts",
+            op.name().to_ascii_uppercase()
+        )),
+        ("debug", _) => Reply::Error("ERR DEBUG is not supported by this store".into()),
+        ("memory", _) if sub == "usage" => Reply::Nil,
+        ("memory", _) => Reply::Error("ERR MEMORY is not supported by this store".into()),
+        ("lastsave", 1) => Reply::Integer((kairos_sys::clock::realtime_ns() / 1_000_000_000) as i64),
+        // The log is on disk as writes commit: a save has nothing left to do.
+        ("save", _) | ("bgrewriteaof", _) | ("readonly", _) | ("readwrite", _) => Reply::Ok,
+        ("bgsave", _) => Reply::Simple("Background saving started"),
+        // Every acknowledged write is on a majority of the members already.
+        ("wait", 3) => Reply::Integer(facts.voters.len().saturating_sub(1) as i64),
+        ("role", 1) => {
+            let role = if facts.leader == facts.id { "master" } else { "slave" };
+            Reply::Array(vec![bulk(role)])
+        }
+        ("acl", _) => Reply::Error(format!(
+            "ERR ACL {} is not supported: users come from --users-file",
+            sub.to_ascii_uppercase()
+        )),
+        (name, _) => wrong_arity(name),
+    }
+}
+
+/// This process's resident bytes and its user and system CPU seconds (from /proc; zeros
+/// where it cannot be read).
+fn process_usage() -> (u64, f64, f64) {
+    let page = 4096;
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * page);
+    // Fields 14 and 15 of /proc/self/stat, after the command's parenthesis: clock ticks.
+    let ticks = std::fs::read_to_string("/proc/self/stat").ok().and_then(|s| {
+        let rest = s.rsplit_once(')')?.1.to_string();
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        Some((fields.get(11)?.parse::<u64>().ok()?, fields.get(12)?.parse::<u64>().ok()?))
+    });
+    let (user, sys) = ticks.map_or((0.0, 0.0), |(u, s)| (u as f64 / 100.0, s as f64 / 100.0));
+    (rss, user, sys)
 }
 
 /// A sum of nanoseconds over `n`, in microseconds (0 for none).

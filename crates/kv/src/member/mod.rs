@@ -36,6 +36,7 @@ pub mod acl;
 pub mod conn;
 pub mod info;
 pub mod metrics;
+mod session;
 pub mod tls;
 pub mod watch;
 
@@ -51,7 +52,8 @@ use kairos_sys::clock::{monotonic_ns, realtime_ns, realtime_offset, stamp_to_mon
 use kairos_sys::net::poll::Epoll;
 use kairos_sys::net::{MmsgBatch, split};
 
-use crate::kv::{Command, LocalOp, Reply, parse_command};
+use crate::kv::cmd;
+use crate::kv::{Command, Reply, parse_command};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{FileDisk, LogStore, ReadMode, Replica, ReplicaConfig, ReplicaError, Sync, Ticket};
 use conn::Conn;
@@ -410,6 +412,16 @@ pub struct Member {
     polled: std::collections::HashMap<RawFd, (u64, Interest)>,
     /// The lane's doorbell's descriptor, once in `poller`.
     doorbell_polled: Option<RawFd>,
+    /// CONFIG SET's parameters (they change what CONFIG GET and OBJECT ENCODING report).
+    settings: info::Settings,
+    /// When the leader next looks for expired keys (monotonic ns).
+    next_expiry_ns: u64,
+    /// Per command: calls and refusals (INFO commandstats).
+    command_stats: BTreeMap<&'static str, [u64; 2]>,
+    /// Sequence numbers of the leader's expiry proposals.
+    expiry_seq: u64,
+    /// The earliest timeout of a blocked client (monotonic ns).
+    blocked_until: Option<u64>,
 }
 
 /// A membership change proposed at this member, waiting to be applied here.
@@ -649,6 +661,11 @@ impl Member {
             conns: BTreeMap::new(),
             client_base,
             next_client: 0,
+            settings: info::Settings::default(),
+            next_expiry_ns: 0,
+            command_stats: BTreeMap::new(),
+            expiry_seq: 0,
+            blocked_until: None,
             reassembler: Reassembler::new(),
             message_number: 0,
             stats: MemberStats::default(),
@@ -723,6 +740,7 @@ impl Member {
             let raft_due = (last_tick + self.replica.ticks_until_due() * tick_ns)
                 .min(self.replica.next_release_ns().unwrap_or(u64::MAX));
             let wake = self.watch.as_ref().map_or(raft_due, |w| w.next_wake_ns().min(raft_due));
+            let wake = wake.min(self.blocked_until.unwrap_or(u64::MAX));
             let started = monotonic_ns();
             // On the lane nothing wakes the loop when a message arrives: it looks at the inbox
             // at least every `poll`, and when the log tunnel can take more of what waits.
@@ -788,6 +806,11 @@ impl Member {
             }
             self.watch_pass(now)?;
             self.drain()?;
+            // Blocked clients whose keys were fed, or whose timeout passed; the leader's
+            // removal of expired keys. Their proposals go out with the next pass's.
+            let now = monotonic_ns();
+            self.blocked_until = self.wake_blocked(now);
+            self.propose_expiry(now);
         }
         Ok(())
     }
@@ -1288,14 +1311,22 @@ impl Member {
             }
             return;
         }
-        let command = parse_command(&args);
-        let store = match &command {
-            Ok(Command::Write(_)) => Some(acl::Category::Write),
-            Ok(Command::Read(_)) => Some(acl::Category::Read),
+        let spec = cmd::lookup(&args[0]);
+        let store = match spec.map(|s| s.handler) {
+            Some(cmd::Handler::Write(_) | cmd::Handler::Store) => Some(acl::Category::Write),
+            Some(cmd::Handler::Read(_)) => Some(acl::Category::Read),
             _ => None,
         };
-        if let Some(refusal) = self.refusal(client, &args, store) {
+        let refusal = self.refusal(client, &args, store);
+        if let Some(spec) = spec {
+            let counts = self.command_stats.entry(spec.name).or_default();
+            counts[usize::from(refusal.is_some() || !spec.arity_fits(args.len()))] += 1;
+        }
+        if let Some(refusal) = refusal {
             if let Some(conn) = self.conns.get_mut(&client) {
+                if conn.multi.is_some() {
+                    conn.multi_failed = true;
+                }
                 conn.answer(&Reply::Error(refusal));
             }
             return;
@@ -1305,6 +1336,9 @@ impl Member {
             Some(acl::Category::Read) => 1,
             _ => 2,
         }] += 1;
+        if self.queue_in_multi(client, &args) || self.session_command(client, &args) {
+            return;
+        }
         if args[0].eq_ignore_ascii_case(b"acl")
             && args.get(1).is_some_and(|a| a.eq_ignore_ascii_case(b"whoami"))
         {
@@ -1328,20 +1362,37 @@ impl Member {
             }
             return;
         }
-        // What INFO reports costs a pass over the keys: gathered only for a local command.
-        let facts = matches!(command, Ok(Command::Local(_))).then(|| self.info());
-        let Some(conn) = self.conns.get_mut(&client) else { return };
-        match (command, facts) {
-            (Err(reply), _) => conn.answer(&reply),
-            (Ok(Command::Local(LocalOp::Quit)), _) => conn.answer_and_close(&Reply::Ok),
-            (Ok(Command::Local(op)), Some(facts)) => {
-                let reply = info::local(&op, conn, &facts);
-                conn.answer(&reply);
+        let Some(db) = self.conns.get(&client).map(|c| c.db) else { return };
+        match parse_command(args, db) {
+            Err(reply) => {
+                if let Some(conn) = self.conns.get_mut(&client) {
+                    conn.answer(&reply);
+                }
             }
-            (Ok(Command::Local(_)), None) => {}
-            (Ok(command), _) => {
+            Ok(Command::Local(op)) => {
+                if op.name() == "quit" {
+                    if let Some(conn) = self.conns.get_mut(&client) {
+                        conn.answer_and_close(&Reply::Ok);
+                    }
+                    return;
+                }
+                // What INFO reports costs a pass over the keys: gathered only for a local command.
+                let facts = self.info();
+                let reply = info::local(&op, &facts, &mut self.settings);
+                if let Some(conn) = self.conns.get_mut(&client) {
+                    conn.answer(&reply);
+                }
+            }
+            Ok(command) => {
+                let Some(conn) = self.conns.get_mut(&client) else { return };
                 let seq = conn.await_answer();
-                conn.hold(seq, command);
+                if let Command::Write(op) = &command {
+                    let op = op.clone();
+                    conn.hold(seq, command);
+                    self.note_blocking(client, seq, &op);
+                } else {
+                    conn.hold(seq, command);
+                }
                 self.release(client);
             }
         }
@@ -1650,6 +1701,8 @@ impl Member {
             sync: self.config.sync,
             tick: self.config.tick,
             keys: self.replica.store().len(realtime_ns() / 1_000_000),
+            keyspace: self.replica.store().keyspace(realtime_ns() / 1_000_000),
+            command_stats: self.command_stats.clone(),
             clients: self.conns.len(),
             uptime_s: (monotonic_ns() - self.started_ns) / 1_000_000_000,
             stats: self.stats,
@@ -1684,6 +1737,10 @@ impl Member {
                 break;
             }
             for (ticket, reply) in completions {
+                if reply == Reply::WouldBlock {
+                    self.would_block(ticket);
+                    continue;
+                }
                 if let Some(conn) = self.conns.get_mut(&ticket.client) {
                     if let Some(waited) = conn.complete(ticket.seq, &reply) {
                         self.latency.record(waited);

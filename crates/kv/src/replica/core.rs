@@ -748,17 +748,13 @@ impl<D: Disk> Replica<D> {
                 for t in &tickets {
                     if let Some(f) = self.in_flight.get_mut(t) {
                         f.proposed_tick = Some(self.ticks);
-                        if self.config.broken == Some(Broken::AckBeforeCommit)
-                            && matches!(f.request.op, WriteOp::Set { .. })
-                        {
+                        if self.config.broken == Some(Broken::AckBeforeCommit) && f.request.op.is_set() {
                             self.completions.push((*t, Reply::Ok));
                         }
                     }
                 }
                 if self.config.broken == Some(Broken::AckBeforeCommit) {
-                    self.in_flight.retain(|_, f| {
-                        !matches!(f.request.op, WriteOp::Set { .. }) || f.proposed_tick.is_none()
-                    });
+                    self.in_flight.retain(|_, f| !f.request.op.is_set() || f.proposed_tick.is_none());
                 }
             }
             // No leader after all, or too much uncommitted: try again next tick.
@@ -1128,7 +1124,6 @@ impl<D: Disk> Replica<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::SetCondition;
     use crate::replica::{MemDisk, Sync};
     use raft::eraftpb::ConfChangeType;
 
@@ -1175,7 +1170,7 @@ mod tests {
     }
 
     fn set(key: &str, value: &str) -> WriteOp {
-        WriteOp::Set { key: key.into(), value: value.into(), ttl_ms: None, condition: SetCondition::Always }
+        WriteOp::set(key, value)
     }
 
     #[test]
@@ -1208,7 +1203,11 @@ mod tests {
         c.settle(30);
         let events = c.0.get_mut(&4).unwrap().take_membership_events();
         assert!(c.0[&4].voters().contains(&4), "member 4 votes: {:?}", c.0[&4].voters());
-        assert_eq!(c.0[&4].store().read(&ReadOp::DbSize, 0), Reply::Integer(50), "member 4 holds every key");
+        assert_eq!(
+            c.0[&4].store().read(&ReadOp::words(&["DBSIZE"]), 0),
+            Reply::Integer(50),
+            "member 4 holds every key"
+        );
         assert!(c.0[&4].stats().snapshots_installed > 0);
         let seen: Vec<u64> =
             c.0.get_mut(&follower).unwrap().take_membership_events().iter().map(|e| e.node).collect();
@@ -1283,7 +1282,7 @@ mod tests {
         let (term, commit) = c.0[&leader].commit_for(follower).expect("the leader's word for the follower");
         assert_eq!(term, c.0[&leader].term());
         assert!(commit > c.0[&follower].applied(), "the follower has not applied it yet");
-        assert_eq!(c.0[&follower].store().read(&ReadOp::Get { key: "k".into() }, 0), Reply::Nil);
+        assert_eq!(c.0[&follower].store().read(&ReadOp::get("k"), 0), Reply::Nil);
         assert_eq!(c.0[&follower].commit_for(leader), None, "only the leader speaks for commits");
 
         // A wrong term, or an index the follower lacks, changes nothing and panics nowhere.
@@ -1295,7 +1294,7 @@ mod tests {
         f.leader_commit(leader, term, commit);
         f.ready().unwrap();
         assert_eq!(f.applied(), commit, "applied from the heartbeat's commit index");
-        assert_eq!(f.store().read(&ReadOp::Get { key: "k".into() }, 0), Reply::Bulk(b"v".to_vec()));
+        assert_eq!(f.store().read(&ReadOp::get("k"), 0), Reply::Bulk(b"v".to_vec()));
         assert!(
             f.take_messages().iter().all(|m| m.get_msg_type() != MessageType::MsgHeartbeatResponse),
             "the detector's heartbeat is not answered"
@@ -1358,7 +1357,7 @@ mod tests {
         // Within the lease a read is answered by the flush itself, no message sent.
         clock(&mut c, t0 + LEASE / 2);
         let l = c.0.get_mut(&leader).unwrap();
-        l.submit_read(Ticket { client: 1, seq: 2 }, ReadOp::Get { key: "k".into() });
+        l.submit_read(Ticket { client: 1, seq: 2 }, ReadOp::get("k"));
         l.flush(0);
         l.ready().unwrap();
         assert!(l.take_messages().is_empty(), "no round to the followers under the lease");
@@ -1369,7 +1368,7 @@ mod tests {
         let t1 = t0 + LEASE + 1;
         clock(&mut c, t1);
         let l = c.0.get_mut(&leader).unwrap();
-        l.submit_read(Ticket { client: 1, seq: 3 }, ReadOp::Get { key: "k".into() });
+        l.submit_read(Ticket { client: 1, seq: 3 }, ReadOp::get("k"));
         l.flush(0);
         l.ready().unwrap();
         assert!(l.take_completions().is_empty(), "not answered before a quorum confirms");
@@ -1383,7 +1382,7 @@ mod tests {
         assert_eq!(answers, vec![(Ticket { client: 1, seq: 3 }, Reply::Bulk(b"v".to_vec()))]);
         clock(&mut c, t1 + LEASE / 2);
         let l = c.0.get_mut(&leader).unwrap();
-        l.submit_read(Ticket { client: 1, seq: 4 }, ReadOp::Get { key: "k".into() });
+        l.submit_read(Ticket { client: 1, seq: 4 }, ReadOp::get("k"));
         l.flush(0);
         assert_eq!(l.take_completions().len(), 1, "the confirmed round renewed the lease");
         assert_eq!(l.stats().lease_reads, 2);
@@ -1411,10 +1410,7 @@ mod tests {
         let answers = c.0.get_mut(&leader).unwrap().take_completions();
         let seqs: Vec<u64> = answers.iter().map(|(t, _)| t.seq).collect();
         assert_eq!(seqs, vec![1, 2, 3, 4], "every write answered, in order");
-        assert_eq!(
-            c.0[&leader].store().read(&ReadOp::Get { key: "a".into() }, 0),
-            Reply::Bulk(b"4".to_vec())
-        );
+        assert_eq!(c.0[&leader].store().read(&ReadOp::get("a"), 0), Reply::Bulk(b"4".to_vec()));
     }
 
     #[test]

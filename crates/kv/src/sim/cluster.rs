@@ -29,7 +29,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::network::Network;
-use crate::kv::{ReadOp, Reply, SetCondition, WriteOp};
+use crate::kv::{ReadOp, Reply, WriteOp};
 use crate::member::watch::{Act, Fanout, Watch, WatchConfig};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{Broken, LogStore, MemDisk, ReadMode, Replica, ReplicaConfig, Sync, Ticket};
@@ -597,14 +597,10 @@ impl Sim {
         };
         replica.observe_clock(now_ns);
         match kind {
-            OpKind::Get => replica.submit_read(ticket, ReadOp::Get { key }),
-            OpKind::Set(value) => replica.submit_write(
-                ticket,
-                seq,
-                WriteOp::Set { key, value, ttl_ms: None, condition: SetCondition::Always },
-            ),
-            OpKind::Incr => replica.submit_write(ticket, seq, WriteOp::IncrBy { key, by: 1 }),
-            OpKind::Append(value) => replica.submit_write(ticket, seq, WriteOp::Append { key, value }),
+            OpKind::Get => replica.submit_read(ticket, ReadOp::get(key)),
+            OpKind::Set(value) => replica.submit_write(ticket, seq, WriteOp::set(key, value)),
+            OpKind::Incr => replica.submit_write(ticket, seq, WriteOp::incr_by(key, 1)),
+            OpKind::Append(value) => replica.submit_write(ticket, seq, WriteOp::append(key, value)),
         }
         // Half the requests are proposed at once (a member batching per pass of its loop), the
         // rest at the next tick (per period): both paths run under the faults.
@@ -716,7 +712,7 @@ impl Sim {
             });
             self.clients[slot].seq = 1;
             self.clients[slot].waiting = Some((op, 1));
-            self.replica(1)?.submit_read(Ticket { client: id, seq: 1 }, ReadOp::Get { key: key.clone() });
+            self.replica(1)?.submit_read(Ticket { client: id, seq: 1 }, ReadOp::get(key.clone()));
             let deadline = self.now_us + self.config.request_timeout_us;
             while self.history[op].output.is_none() && self.now_us < deadline {
                 let step = self.now_us + self.config.tick_us;

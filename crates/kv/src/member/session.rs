@@ -1,0 +1,440 @@
+//! A client's session with its member: transactions (MULTI, EXEC, DISCARD, WATCH, UNWATCH),
+//! the selected database, RESET, HELLO, CLIENT, blocking pops, and the leader's expiry
+//! proposals.
+//!
+//! A transaction is queued here and proposed at EXEC as one log entry
+//! ([`WriteOp::Transaction`]), so it applies whole on every member with nothing between its
+//! commands. WATCH is a read (it waits for the read index like GET, so it sees this client's
+//! earlier writes) whose answer is the keys' versions; EXEC carries them, and the entry applies
+//! only if none changed.
+//!
+//! A blocking pop is proposed as its non-blocking form. If the store finds nothing, the
+//! client waits at this member: when an applied entry gives one of its keys data (seen in this
+//! member's store), the pop is proposed again; at its timeout it is answered nil. The client's
+//! later requests wait behind it, as on Redis.
+
+use super::Member;
+use super::conn::Blocking;
+use crate::kv::Reply;
+use crate::kv::cmd::{self, Handler, args};
+use crate::kv::command::{Command, ReadOp, WriteOp, unknown_command, unknown_subcommand, wrong_arity};
+use crate::kv::store::DATABASES;
+use crate::kv::value::Value;
+use crate::replica::Ticket;
+use kairos_sys::clock::{monotonic_ns, realtime_ns};
+
+/// Commands that run at once even inside MULTI.
+const NOT_QUEUED: &[&str] = &["exec", "discard", "multi", "watch", "quit", "reset"];
+
+/// How often the leader looks for expired keys to remove, and how many per database a time.
+pub const EXPIRY_PERIOD_NS: u64 = 100_000_000;
+const EXPIRY_BATCH: usize = 256;
+/// The client id of the leader's expiry proposals (no connection has it).
+const EXPIRY_CLIENT: u64 = 0;
+
+/// Blocking commands: where their timeout is, and what they answer when it passes.
+fn blocking_shape(name: &str, words: &[Vec<u8>]) -> Option<(usize, Vec<Vec<u8>>, Reply)> {
+    let n = words.len();
+    Some(match name {
+        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" => (n - 1, words[1..n - 1].to_vec(), Reply::NilArray),
+        "brpoplpush" | "blmove" => (n - 1, vec![words[1].clone()], Reply::Nil),
+        "blmpop" | "bzmpop" => {
+            let keys = args::parse_i64(words.get(2)?).filter(|&k| k > 0 && (k as usize) + 3 <= n)? as usize;
+            (1, words[3..3 + keys].to_vec(), Reply::NilArray)
+        }
+        _ => return None,
+    })
+}
+
+impl Member {
+    /// Queues `args` in the connection's transaction if it is in one; returns whether it did
+    /// (or answered an error for it).
+    pub(super) fn queue_in_multi(&mut self, client: u64, args: &[Vec<u8>]) -> bool {
+        let Some(conn) = self.conns.get_mut(&client) else { return true };
+        if conn.multi.is_none() {
+            return false;
+        }
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+        if NOT_QUEUED.contains(&name.as_str()) {
+            return false;
+        }
+        let refusal = match cmd::lookup(&args[0]) {
+            None => Some(unknown_command(&args[0], &args[1..])),
+            Some(spec) if !spec.arity_fits(args.len()) => Some(wrong_arity(spec.name)),
+            Some(spec)
+                if matches!(spec.handler, Handler::Local)
+                    && !matches!(spec.name, "ping" | "echo" | "time" | "select") =>
+            {
+                Some(Reply::Error(format!(
+                    "ERR {} is not allowed inside MULTI here",
+                    spec.name.to_ascii_uppercase()
+                )))
+            }
+            Some(_) => None,
+        };
+        if let Some(error) = refusal {
+            conn.multi_failed = true;
+            conn.answer(&error);
+            return true;
+        }
+        if name == "select" {
+            match select_index(&args[1]) {
+                Ok(db) => conn.db = db,
+                Err(e) => {
+                    conn.multi_failed = true;
+                    conn.answer(&e);
+                    return true;
+                }
+            }
+        }
+        let db = conn.db;
+        if let Some(queue) = conn.multi.as_mut() {
+            queue.push((db, args.to_vec()));
+        }
+        conn.answer(&Reply::Simple("QUEUED"));
+        true
+    }
+
+    /// Answers the session's own commands; returns whether `args` was one.
+    pub(super) fn session_command(&mut self, client: u64, args: &[Vec<u8>]) -> bool {
+        let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+        let Some(conn) = self.conns.get_mut(&client) else { return true };
+        let reply = match (name.as_str(), args.len()) {
+            ("multi", 1) if conn.multi.is_some() => Reply::Error("ERR MULTI calls can not be nested".into()),
+            ("multi", 1) => {
+                conn.multi = Some(Vec::new());
+                conn.multi_failed = false;
+                Reply::Ok
+            }
+            ("discard", 1) if conn.multi.is_none() => Reply::Error("ERR DISCARD without MULTI".into()),
+            ("discard", 1) => {
+                conn.multi = None;
+                conn.watched.clear();
+                Reply::Ok
+            }
+            ("exec", 1) => {
+                let Some(commands) = conn.multi.take() else {
+                    conn.answer(&Reply::Error("ERR EXEC without MULTI".into()));
+                    return true;
+                };
+                let watched = std::mem::take(&mut conn.watched);
+                if std::mem::take(&mut conn.multi_failed) {
+                    conn.answer(&Reply::Error(
+                        "EXECABORT Transaction discarded because of previous errors.".into(),
+                    ));
+                    return true;
+                }
+                let seq = conn.await_answer();
+                conn.hold(seq, Command::Write(WriteOp::Transaction { commands, watched }));
+                self.release(client);
+                return true;
+            }
+            ("watch", n) if n >= 2 && conn.multi.is_some() => {
+                Reply::Error("ERR WATCH inside MULTI is not allowed".into())
+            }
+            ("watch", n) if n >= 2 => {
+                let seq = conn.await_answer();
+                conn.watch_slot(seq, conn.db, args[1..].to_vec());
+                conn.hold(seq, Command::Read(ReadOp { db: conn.db, args: args.to_vec() }));
+                self.release(client);
+                return true;
+            }
+            ("unwatch", 1) => {
+                conn.watched.clear();
+                Reply::Ok
+            }
+            ("select", 2) => match select_index(&args[1]) {
+                Ok(db) => {
+                    conn.db = db;
+                    Reply::Ok
+                }
+                Err(e) => e,
+            },
+            ("reset", 1) => {
+                conn.multi = None;
+                conn.multi_failed = false;
+                conn.watched.clear();
+                conn.db = 0;
+                conn.resp3 = false;
+                conn.name = None;
+                if !self.config.acl.default_needs_password() {
+                    conn.user = Some("default".into());
+                }
+                Reply::Simple("RESET")
+            }
+            ("hello", _) => return self.hello(client, args),
+            ("client", n) if n >= 2 => self.client_command(client, args),
+            _ => return false,
+        };
+        if let Some(conn) = self.conns.get_mut(&client) {
+            conn.answer(&reply);
+        }
+        true
+    }
+
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`: RESP2 only.
+    fn hello(&mut self, client: u64, args: &[Vec<u8>]) -> bool {
+        let mut reply = None;
+        let mut resp3 = None;
+        if let Some(version) = args.get(1) {
+            match args::parse_i64(version) {
+                Some(v @ (2 | 3)) => resp3 = Some(v == 3),
+                Some(_) => reply = Some(Reply::Error("NOPROTO unsupported protocol version".into())),
+                _ => {
+                    reply =
+                        Some(Reply::Error("ERR Protocol version is not an integer or out of range".into()))
+                }
+            }
+        }
+        let mut i = 2;
+        let mut name = None;
+        while reply.is_none() && i < args.len() {
+            if args::is(&args[i], "auth") && i + 2 < args.len() {
+                let auth = self.auth(client, &args[i + 1..i + 3]);
+                if auth != Reply::Ok {
+                    reply = Some(auth);
+                }
+                i += 3;
+            } else if args::is(&args[i], "setname") && i + 1 < args.len() {
+                name = Some(args[i + 1].clone());
+                i += 2;
+            } else {
+                reply = Some(Reply::Error(format!(
+                    "ERR Syntax error in HELLO option '{}'",
+                    String::from_utf8_lossy(&args[i])
+                )));
+            }
+        }
+        let role = if self.replica.leader() == self.config.id { "master" } else { "replica" };
+        let Some(conn) = self.conns.get_mut(&client) else { return true };
+        if reply.is_none() && conn.user.is_none() {
+            reply = Some(Reply::Error(super::acl::NOAUTH.into()));
+        }
+        if let Some(reply) = reply {
+            conn.answer(&reply);
+            return true;
+        }
+        if name.is_some() {
+            conn.name = name;
+        }
+        if let Some(resp3) = resp3 {
+            conn.resp3 = resp3;
+        }
+        let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+        conn.answer(&Reply::Map(vec![
+            (bulk("server"), bulk("redis")),
+            (bulk("version"), bulk("7.0.15")),
+            (bulk("proto"), Reply::Integer(if conn.resp3 { 3 } else { 2 })),
+            (bulk("id"), Reply::Integer(client as i64)),
+            (bulk("mode"), bulk("standalone")),
+            (bulk("role"), bulk(role)),
+            (bulk("modules"), Reply::Array(Vec::new())),
+        ]));
+        true
+    }
+
+    /// CLIENT ID | SETNAME | GETNAME | LIST | INFO | KILL | NO-EVICT | NO-TOUCH | REPLY ON.
+    fn client_command(&mut self, client: u64, args: &[Vec<u8>]) -> Reply {
+        let sub = String::from_utf8_lossy(&args[1]).to_ascii_lowercase();
+        let describe = |conn: &super::conn::Conn| {
+            let addr = conn.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            let laddr = conn.stream.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            format!(
+                "id={} addr={addr} laddr={laddr} fd=0 name={} age=0 idle=0 flags={} db={} sub=0 psub=0 ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client user={} redir=-1 resp=2\n",
+                conn.client,
+                String::from_utf8_lossy(conn.name.as_deref().unwrap_or_default()),
+                if conn.multi.is_some() { "x" } else { "N" },
+                conn.db,
+                conn.multi.as_ref().map_or(-1, |q| q.len() as i64),
+                conn.user.as_deref().unwrap_or(""),
+            )
+        };
+        match (sub.as_str(), args.len()) {
+            ("id", 2) => Reply::Integer(client as i64),
+            ("setname", 3) => {
+                if args[2].iter().any(|&b| !(b'!'..=b'~').contains(&b)) {
+                    return Reply::Error(
+                        "ERR Client names cannot contain spaces, newlines or special characters.".into(),
+                    );
+                }
+                if let Some(conn) = self.conns.get_mut(&client) {
+                    conn.name = (!args[2].is_empty()).then(|| args[2].clone());
+                }
+                Reply::Ok
+            }
+            ("getname", 2) => {
+                self.conns.get(&client).and_then(|c| c.name.clone()).map_or(Reply::Nil, Reply::Bulk)
+            }
+            ("list", _) => Reply::Bulk(self.conns.values().map(describe).collect::<String>().into_bytes()),
+            ("info", 2) => {
+                Reply::Bulk(self.conns.get(&client).map(describe).unwrap_or_default().into_bytes())
+            }
+            ("kill", n) if n >= 3 => {
+                let targets: Vec<u64> = if n == 3 {
+                    let addr = String::from_utf8_lossy(&args[2]).into_owned();
+                    let found: Vec<u64> = self
+                        .conns
+                        .values()
+                        .filter(|c| c.stream.peer_addr().is_ok_and(|a| a.to_string() == addr))
+                        .map(|c| c.client)
+                        .collect();
+                    if found.is_empty() {
+                        return Reply::Error("ERR No such client".into());
+                    }
+                    found
+                } else if n == 4 && args::is(&args[2], "id") {
+                    let Some(id) = args::parse_i64(&args[3]) else {
+                        return Reply::Error("ERR client-id should be greater than 0".into());
+                    };
+                    self.conns.keys().copied().filter(|&c| c as i64 == id).collect()
+                } else {
+                    return Reply::Error("ERR syntax error".into());
+                };
+                for id in &targets {
+                    if let Some(conn) = self.conns.get_mut(id) {
+                        if *id == client {
+                            conn.answer_and_close(&Reply::Ok);
+                        } else {
+                            conn.dead = true;
+                        }
+                    }
+                }
+                if n == 3 {
+                    if targets.contains(&client) {
+                        return Reply::Ok;
+                    }
+                    Reply::Ok
+                } else {
+                    Reply::Integer(targets.len() as i64)
+                }
+            }
+            ("no-evict" | "no-touch", 3) | ("reply", 3) => Reply::Ok,
+            ("help", 2) => Reply::Array(
+                [
+                    "CLIENT <subcommand>",
+                    "ID",
+                    "SETNAME <name>",
+                    "GETNAME",
+                    "LIST",
+                    "INFO",
+                    "KILL <addr> | ID <id>",
+                ]
+                .iter()
+                .map(|s| Reply::Bulk(s.as_bytes().to_vec()))
+                .collect(),
+            ),
+            ("id" | "setname" | "getname" | "info" | "kill" | "no-evict" | "no-touch" | "reply", _) => {
+                wrong_arity(&format!("client|{sub}"))
+            }
+            _ => unknown_subcommand(&args[1], "CLIENT"),
+        }
+    }
+
+    /// Registers a blocking command held at slot `seq`, so its "nothing yet" is waited out.
+    pub(super) fn note_blocking(&mut self, client: u64, seq: u64, op: &WriteOp) {
+        let WriteOp::Exec { db, args: words } = op else { return };
+        let name = String::from_utf8_lossy(&words[0]).to_ascii_lowercase();
+        let Some((at, keys, timeout_reply)) = blocking_shape(&name, words) else { return };
+        let Some(seconds) =
+            words.get(at).and_then(|t| args::parse_f64(t)).filter(|s| *s >= 0.0 && s.is_finite())
+        else {
+            return; // The store answers the bad timeout.
+        };
+        let deadline_ns = (seconds > 0.0).then(|| monotonic_ns() + (seconds * 1e9) as u64);
+        if let Some(conn) = self.conns.get_mut(&client) {
+            conn.blocking.push(Blocking {
+                seq,
+                op: op.clone(),
+                db: *db,
+                keys,
+                deadline_ns,
+                timeout_reply,
+                waiting: false,
+            });
+        }
+    }
+
+    /// The store found nothing for a blocking command: its client waits.
+    pub(super) fn would_block(&mut self, ticket: Ticket) {
+        let Some(conn) = self.conns.get_mut(&ticket.client) else { return };
+        match conn.blocking.iter_mut().find(|b| b.seq == ticket.seq) {
+            Some(b) => b.waiting = true,
+            None => {
+                conn.complete(ticket.seq, &Reply::NilArray);
+            }
+        }
+    }
+
+    /// Blocked clients whose keys have data now are proposed again; those whose timeout
+    /// passed are answered. Returns the earliest timeout still ahead.
+    pub(super) fn wake_blocked(&mut self, now_ns: u64) -> Option<u64> {
+        let now_ms = realtime_ns() / 1_000_000;
+        let mut next = None::<u64>;
+        let mut proposals = Vec::new();
+        for conn in self.conns.values_mut() {
+            if !conn.blocking.iter().any(|b| b.waiting) {
+                continue;
+            }
+            let store = self.replica.store();
+            let mut done = Vec::new();
+            for b in conn.blocking.iter_mut().filter(|b| b.waiting) {
+                if b.deadline_ns.is_some_and(|d| d <= now_ns) {
+                    b.waiting = false;
+                    done.push((b.seq, b.timeout_reply.clone()));
+                    continue;
+                }
+                let db = store.db(b.db);
+                let fed = b.keys.iter().any(|k| match db.value(k, now_ms) {
+                    Some(Value::List(l)) => !l.is_empty(),
+                    Some(Value::ZSet(z)) => !z.is_empty(),
+                    _ => false,
+                });
+                if fed {
+                    b.waiting = false;
+                    proposals.push((conn.client, b.seq, b.op.clone()));
+                } else if let Some(d) = b.deadline_ns {
+                    next = Some(next.map_or(d, |n| n.min(d)));
+                }
+            }
+            for (seq, reply) in done {
+                conn.complete(seq, &reply);
+            }
+        }
+        for (client, seq, op) in proposals {
+            let completed_below = self.conns.get(&client).map_or(seq, |c| c.completed_below().min(seq));
+            self.replica.submit_write(Ticket { client, seq }, completed_below, op);
+        }
+        next
+    }
+
+    /// On the leader, every [`EXPIRY_PERIOD_NS`]: proposes the removal of keys whose expiry
+    /// passed (reads never show them; this frees their memory on every member).
+    pub(super) fn propose_expiry(&mut self, now_ns: u64) {
+        if now_ns < self.next_expiry_ns || self.replica.leader() != self.config.id {
+            return;
+        }
+        self.next_expiry_ns = now_ns + EXPIRY_PERIOD_NS;
+        let now_ms = realtime_ns() / 1_000_000;
+        for db in 0..DATABASES as u8 {
+            let keys = self.replica.store().expired_keys(db, now_ms, EXPIRY_BATCH);
+            if keys.is_empty() {
+                continue;
+            }
+            self.expiry_seq += 1;
+            let seq = self.expiry_seq;
+            self.replica.submit_write(
+                Ticket { client: EXPIRY_CLIENT, seq },
+                seq,
+                WriteOp::Expire { db, keys },
+            );
+        }
+    }
+}
+
+fn select_index(arg: &[u8]) -> Result<u8, Reply> {
+    match args::parse_i64(arg) {
+        Some(n) if (0..DATABASES as i64).contains(&n) => Ok(n as u8),
+        Some(_) => Err(Reply::Error("ERR DB index is out of range".into())),
+        None => Err(Reply::Error("ERR value is not an integer or out of range".into())),
+    }
+}
