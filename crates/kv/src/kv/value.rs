@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use indexmap::{IndexMap, IndexSet};
 
 use super::zset::ZSet;
+use kairos_services::codec::{DecodeError, Reader, put_bytes, put_u64};
 
 /// A value of one of Redis's types.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,4 +78,90 @@ impl Item {
     pub fn live(&self, now_ms: u64) -> bool {
         self.expires_at_ms.is_none_or(|t| t > now_ms)
     }
+}
+
+/// Writes a value in the snapshot's format (DUMP uses it too).
+pub fn encode_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::Str(s) => {
+            out.push(0);
+            put_bytes(out, s);
+        }
+        Value::List(l) => {
+            out.push(1);
+            put_u64(out, l.len() as u64);
+            l.iter().for_each(|e| put_bytes(out, e));
+        }
+        Value::Hash(h) => {
+            out.push(2);
+            put_u64(out, h.len() as u64);
+            for (f, v) in h {
+                put_bytes(out, f);
+                put_bytes(out, v);
+            }
+        }
+        Value::Set(s) => {
+            out.push(3);
+            put_u64(out, s.len() as u64);
+            s.iter().for_each(|m| put_bytes(out, m));
+        }
+        Value::ZSet(z) => {
+            out.push(4);
+            put_u64(out, z.len() as u64);
+            for i in 0..z.len() {
+                if let Some((m, score)) = z.by_index(i) {
+                    put_bytes(out, m);
+                    put_u64(out, score.to_bits());
+                }
+            }
+        }
+    }
+}
+
+/// Reads a value written by [`encode_value`].
+pub fn decode_value(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
+    let invalid = |field| DecodeError::Invalid { field, value: 0 };
+    Ok(match r.u8("value type")? {
+        0 => Value::Str(r.bytes("string")?.to_vec()),
+        1 => {
+            let n = r.count("list length", 1)?;
+            Value::List(
+                (0..n).map(|_| r.bytes("list element").map(<[u8]>::to_vec)).collect::<Result<_, _>>()?,
+            )
+        }
+        2 => {
+            let n = r.count("hash length", 2)?;
+            let mut h = indexmap::IndexMap::with_capacity(n);
+            for _ in 0..n {
+                let field = r.bytes("hash field")?.to_vec();
+                if h.insert(field, r.bytes("hash value")?.to_vec()).is_some() {
+                    return Err(invalid("repeated hash field"));
+                }
+            }
+            Value::Hash(h)
+        }
+        3 => {
+            let n = r.count("set length", 1)?;
+            let mut s = indexmap::IndexSet::with_capacity(n);
+            for _ in 0..n {
+                if !s.insert(r.bytes("set member")?.to_vec()) {
+                    return Err(invalid("repeated set member"));
+                }
+            }
+            Value::Set(s)
+        }
+        4 => {
+            let n = r.count("sorted set length", 2)?;
+            let mut z = ZSet::new();
+            for _ in 0..n {
+                let member = r.bytes("sorted set member")?.to_vec();
+                let score = f64::from_bits(r.u64("score")?);
+                if score.is_nan() || z.insert(member, score).is_some() {
+                    return Err(invalid("sorted set member"));
+                }
+            }
+            Value::ZSet(z)
+        }
+        other => return Err(DecodeError::Invalid { field: "value type", value: u64::from(other) }),
+    })
 }

@@ -43,6 +43,8 @@ pub struct Facts {
     pub command_stats: BTreeMap<&'static str, [u64; 2]>,
     /// Connected clients.
     pub clients: usize,
+    /// Clients waiting in a blocking pop.
+    pub blocked_clients: usize,
     /// Seconds since start.
     pub uptime_s: u64,
     /// The member's counters.
@@ -88,7 +90,11 @@ pub fn info_text(f: &Facts, sections: &[&[u8]]) -> String {
         );
     }
     if want("clients") {
-        let _ = write!(out, "# Clients\r\nconnected_clients:{}\r\n\r\n", f.clients);
+        let _ = write!(
+            out,
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
+            f.clients, f.max_clients, f.blocked_clients
+        );
     }
     if want("memory") {
         let (rss, _, _) = process_usage();

@@ -1704,6 +1704,7 @@ impl Member {
             keyspace: self.replica.store().keyspace(realtime_ns() / 1_000_000),
             command_stats: self.command_stats.clone(),
             clients: self.conns.len(),
+            blocked_clients: self.conns.values().filter(|c| c.blocking.iter().any(|b| b.waiting)).count(),
             uptime_s: (monotonic_ns() - self.started_ns) / 1_000_000_000,
             stats: self.stats,
             replica: self.replica.stats(),

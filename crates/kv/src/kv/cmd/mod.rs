@@ -14,11 +14,13 @@
 //! - [`scan`]: the cursor SCAN, HSCAN, SSCAN and ZSCAN share.
 
 pub mod args;
+pub mod dump;
 pub mod hashes;
 pub mod keys;
 pub mod lists;
 pub mod scan;
 pub mod sets;
+pub mod sort;
 pub mod strings;
 pub mod zsets;
 
@@ -154,6 +156,8 @@ static TABLE: LazyLock<HashMap<&'static str, Spec>> = LazyLock::new(|| {
         lists::COMMANDS,
         sets::COMMANDS,
         zsets::COMMANDS,
+        sort::COMMANDS,
+        dump::COMMANDS,
     ]
     .iter()
     .flat_map(|t| t.iter())
@@ -267,5 +271,125 @@ pub mod testing {
             Handler::Read(f) => f(&View { db, now_ms, rng: &rng }, args),
             Handler::Store | Handler::Local => panic!("{} is not a data command", spec.name),
         }
+    }
+}
+
+/// Commands built from arbitrary input, for the fuzz target and the property tests that run
+/// every handler on words no client would send: a name from the table (by the first byte),
+/// then words drawn from a vocabulary of the options, numbers and ranges the handlers parse,
+/// or taken as they are.
+pub mod arbitrary {
+    use super::all;
+
+    const WORDS: &[&str] = &[
+        "0",
+        "1",
+        "-1",
+        "2",
+        "3",
+        "10",
+        "-10",
+        "100",
+        "1.5",
+        "-inf",
+        "+inf",
+        "inf",
+        "(1",
+        "[a",
+        "(a",
+        "-",
+        "+",
+        "nan",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "18446744073709551616",
+        "k",
+        "k2",
+        "k3",
+        "a",
+        "b",
+        "c",
+        "",
+        "*",
+        "*a*",
+        "[",
+        "WITHSCORES",
+        "WITHVALUES",
+        "LIMIT",
+        "BYSCORE",
+        "BYLEX",
+        "REV",
+        "COUNT",
+        "MATCH",
+        "TYPE",
+        "NX",
+        "XX",
+        "GT",
+        "LT",
+        "CH",
+        "INCR",
+        "EX",
+        "PX",
+        "EXAT",
+        "PXAT",
+        "KEEPTTL",
+        "GET",
+        "PERSIST",
+        "LEFT",
+        "RIGHT",
+        "MIN",
+        "MAX",
+        "WEIGHTS",
+        "AGGREGATE",
+        "SUM",
+        "BEFORE",
+        "AFTER",
+        "RANK",
+        "MAXLEN",
+        "REPLACE",
+        "DB",
+        "ALPHA",
+        "BY",
+        "STORE",
+        "ASC",
+        "DESC",
+        "IDX",
+        "LEN",
+        "MINMATCHLEN",
+        "WITHMATCHLEN",
+        "BIT",
+        "BYTE",
+        "ABSTTL",
+        "ENCODING",
+        "#",
+        "*->f",
+    ];
+
+    /// Commands from `data`: each starts at a byte whose low bits pick a command; the bytes
+    /// after it, up to the next separator (0xff), pick words (a byte below the vocabulary's
+    /// size is that word, others start a literal run to the next 0xfe).
+    pub fn commands(data: &[u8]) -> Vec<Vec<Vec<u8>>> {
+        let mut names: Vec<&str> = all().map(|s| s.name).collect();
+        names.sort_unstable();
+        data.split(|&b| b == 0xff)
+            .filter_map(|chunk| {
+                let (&first, rest) = chunk.split_first()?;
+                let mut words = vec![names[usize::from(first) % names.len()].as_bytes().to_vec()];
+                let mut i = 0;
+                while i < rest.len() && words.len() < 16 {
+                    let b = rest[i];
+                    if usize::from(b) < WORDS.len() {
+                        words.push(WORDS[usize::from(b)].as_bytes().to_vec());
+                        i += 1;
+                    } else {
+                        let end =
+                            rest[i + 1..].iter().position(|&c| c == 0xfe).map_or(rest.len(), |p| i + 1 + p);
+                        words.push(rest[i + 1..end].to_vec());
+                        i = end + 1;
+                    }
+                }
+                Some(words)
+            })
+            .collect()
     }
 }

@@ -232,7 +232,7 @@ fn move_member(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], member: &[u8]) -> Resu
     let Some(source) = ctx.db.set(src, now)? else { return Ok(integer(0)) };
     let present = source.contains(member);
     // The destination must be a set (or absent) even when nothing moves.
-    ctx.db.set(dst, now)?;
+    let already = ctx.db.set(dst, now)?.is_some_and(|d| d.contains(member));
     if src == dst || !present {
         return Ok(integer(usize::from(present)));
     }
@@ -240,7 +240,8 @@ fn move_member(ctx: &mut Ctx<'_>, src: &[u8], dst: &[u8], member: &[u8]) -> Resu
         source.swap_remove(member);
     }
     ctx.db.drop_if_empty(src, now);
-    if let Some(dest) = ctx.db.set_mut(dst, now, true)? {
+    // A destination that has the member already is not touched (a WATCH of it holds).
+    if !already && let Some(dest) = ctx.db.set_mut(dst, now, true)? {
         dest.insert(member.to_vec());
     }
     Ok(integer(1))
