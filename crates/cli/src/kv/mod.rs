@@ -623,6 +623,12 @@ struct CheckArgs {
     /// the link alone where `nft` is missing). Default: on loopback, cut off at their transport.
     #[arg(long)]
     testbed: bool,
+    /// What the simulated clients do: `register` (GET, SET, INCR, APPEND, judged linearizable)
+    /// or `list-append` (MULTI/EXEC of RPUSH and LRANGE on three keys, under every fault and
+    /// membership changes during partitions, judged strictly serializable; its self-test
+    /// splits each transaction into two entries). The real-process run is register's.
+    #[arg(long, value_name = "KIND", default_value = "register", value_parser = ["register", "list-append"])]
+    workload: String,
 }
 
 pub fn run(args: &KvArgs) -> Result<i32> {
@@ -636,6 +642,11 @@ pub fn run(args: &KvArgs) -> Result<i32> {
             config.duration_ms = a.duration_ms;
             config.real_seconds = a.real_seconds.unwrap_or(config.real_seconds);
             config.testbed = a.testbed;
+            config.workload = if a.workload == "list-append" {
+                kairos_kv::sim::Workload::ListAppend
+            } else {
+                kairos_kv::sim::Workload::Register
+            };
             config.kairos = Some(std::env::current_exe().context("cannot find the kairos executable")?);
             let common = crate::Common { quick: a.quick, json: a.json, results: a.results.clone() };
             crate::experiment(&common, &config, kv_check::report)

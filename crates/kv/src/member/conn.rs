@@ -99,6 +99,10 @@ pub struct Conn {
     pub multi_failed: bool,
     /// The keys WATCH saw, for the next EXEC.
     pub watched: Vec<Watched>,
+    /// EXECs in flight that hold member commands (CONFIG, INFO, ...): their slot, and each such
+    /// command's place in the transaction with its words. The store leaves those places for
+    /// the member to answer when the entry comes back applied.
+    pub exec_locals: Vec<(u64, ExecLocals)>,
     /// WATCH requests in flight: their slot and the keys (the answer is versions, turned into
     /// `watched` and +OK here).
     watch_slots: Vec<(u64, u8, Vec<Vec<u8>>)>,
@@ -106,6 +110,9 @@ pub struct Conn {
     /// (monotonic ns; `None`: never).
     pub blocking: Vec<Blocking>,
 }
+
+/// Member commands inside a transaction: each one's place in it and its words.
+pub type ExecLocals = Vec<(usize, Vec<Vec<u8>>)>;
 
 /// A blocking command (BLPOP, BZPOPMIN, ...) of a connection.
 #[derive(Debug, Clone)]
@@ -157,6 +164,7 @@ impl Conn {
             multi: None,
             multi_failed: false,
             watched: Vec::new(),
+            exec_locals: Vec::new(),
             watch_slots: Vec::new(),
             blocking: Vec::new(),
         })

@@ -483,6 +483,10 @@ pub fn local(op: &LocalOp, facts: &Facts, settings: &mut Settings) -> Reply {
             "ERR {} is not supported: this store runs no scripts",
             op.name().to_ascii_uppercase()
         )),
+        // A member is stopped by what started it (its supervisor, Ctrl-C), not by a client.
+        ("shutdown", _) => {
+            Reply::Error("ERR SHUTDOWN is not taken from clients: stop the member with its supervisor".into())
+        }
         ("debug", _) => Reply::Error("ERR DEBUG is not supported by this store".into()),
         ("memory", _) if sub == "usage" => Reply::Nil,
         ("memory", _) => Reply::Error("ERR MEMORY is not supported by this store".into()),

@@ -1742,6 +1742,7 @@ impl Member {
                     self.would_block(ticket);
                     continue;
                 }
+                let reply = self.answer_exec_locals(ticket, reply);
                 if let Some(conn) = self.conns.get_mut(&ticket.client) {
                     if let Some(waited) = conn.complete(ticket.seq, &reply) {
                         self.latency.record(waited);

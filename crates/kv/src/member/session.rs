@@ -25,6 +25,12 @@ use kairos_sys::clock::{monotonic_ns, realtime_ns};
 
 /// Commands that run at once even inside MULTI.
 const NOT_QUEUED: &[&str] = &["exec", "discard", "multi", "watch", "quit", "reset"];
+/// Member commands a transaction may hold: answered by the store where the entry applies
+/// (PING, ECHO, TIME, SELECT) or by this member when the entry comes back (the rest).
+const IN_TRANSACTION: &[&str] =
+    &["ping", "echo", "time", "select", "config", "info", "command", "lastsave", "role"];
+/// Those the store answers itself.
+const STORE_ANSWERS: &[&str] = &["ping", "echo", "time", "select"];
 
 /// How often the leader looks for expired keys to remove, and how many per database a time.
 pub const EXPIRY_PERIOD_NS: u64 = 100_000_000;
@@ -61,14 +67,8 @@ impl Member {
         let refusal = match cmd::lookup(&args[0]) {
             None => Some(unknown_command(&args[0], &args[1..])),
             Some(spec) if !spec.arity_fits(args.len()) => Some(wrong_arity(spec.name)),
-            Some(spec)
-                if matches!(spec.handler, Handler::Local)
-                    && !matches!(spec.name, "ping" | "echo" | "time" | "select") =>
-            {
-                Some(Reply::Error(format!(
-                    "ERR {} is not allowed inside MULTI here",
-                    spec.name.to_ascii_uppercase()
-                )))
+            Some(spec) if matches!(spec.handler, Handler::Local) && !IN_TRANSACTION.contains(&spec.name) => {
+                Some(Reply::Error("ERR Command not allowed inside a transaction".into()))
             }
             Some(_) => None,
         };
@@ -125,6 +125,19 @@ impl Member {
                     return true;
                 }
                 let seq = conn.await_answer();
+                let locals: Vec<(usize, Vec<Vec<u8>>)> = commands
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (_, words))| {
+                        cmd::lookup(&words[0]).is_some_and(|s| {
+                            matches!(s.handler, Handler::Local) && !STORE_ANSWERS.contains(&s.name)
+                        })
+                    })
+                    .map(|(i, (_, words))| (i, words.clone()))
+                    .collect();
+                if !locals.is_empty() {
+                    conn.exec_locals.push((seq, locals));
+                }
                 conn.hold(seq, Command::Write(WriteOp::Transaction { commands, watched }));
                 self.release(client);
                 return true;
@@ -308,6 +321,25 @@ impl Member {
                     Reply::Integer(targets.len() as i64)
                 }
             }
+            ("unblock", 3 | 4) => {
+                let with_error = args.get(3).is_some_and(|w| args::is(w, "error"));
+                if args.len() == 4 && !with_error && !args::is(&args[3], "timeout") {
+                    return Reply::Error("ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR".into());
+                }
+                let Some(id) = args::parse_i64(&args[2]) else { return args::not_integer() };
+                let Some(conn) = self.conns.values_mut().find(|c| c.client as i64 == id) else {
+                    return Reply::Integer(0);
+                };
+                let Some(at) = conn.blocking.iter().position(|b| b.waiting) else { return Reply::Integer(0) };
+                let b = conn.blocking.remove(at);
+                let reply = if with_error {
+                    Reply::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+                } else {
+                    b.timeout_reply
+                };
+                conn.complete(b.seq, &reply);
+                Reply::Integer(1)
+            }
             ("no-evict" | "no-touch", 3) | ("reply", 3) => Reply::Ok,
             ("help", 2) => Reply::Array(
                 [
@@ -328,6 +360,22 @@ impl Member {
             }
             _ => unknown_subcommand(&args[1], "CLIENT"),
         }
+    }
+
+    /// An applied EXEC's answer with the member's commands in it answered here, in their
+    /// places (the store left them).
+    pub(super) fn answer_exec_locals(&mut self, ticket: Ticket, reply: Reply) -> Reply {
+        let Some(conn) = self.conns.get_mut(&ticket.client) else { return reply };
+        let Some(at) = conn.exec_locals.iter().position(|(seq, _)| *seq == ticket.seq) else { return reply };
+        let (_, locals) = conn.exec_locals.swap_remove(at);
+        let Reply::Array(mut items) = reply else { return reply };
+        let facts = self.info();
+        for (i, words) in locals {
+            if let Some(item) = items.get_mut(i) {
+                *item = super::info::local(&crate::kv::LocalOp { args: words }, &facts, &mut self.settings);
+            }
+        }
+        Reply::Array(items)
     }
 
     /// Registers a blocking command held at slot `seq`, so its "nothing yet" is waited out.

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use super::cluster::{FaultKind, OpKind, SimConfig, SimOp, run};
+use super::cluster::{FaultKind, OpKind, SimConfig, SimOp, Workload, run};
 use crate::kv::Reply;
 use crate::lincheck::{KvCommand, KvInput, KvOp, KvOutput, Operation, Verdict, check_kv};
 use crate::replica::{Broken, ReadMode};
@@ -47,6 +47,8 @@ pub fn to_checker(history: &[SimOp]) -> Vec<KvOp> {
                 OpKind::Set(v) => KvCommand::Set(v.clone()),
                 OpKind::Incr => KvCommand::Incr,
                 OpKind::Append(v) => KvCommand::Append(v.clone()),
+                // The list-append workload is judged by `list_append`, not here.
+                OpKind::Txn(_) => KvCommand::Get,
             };
             let output = op.output.as_ref().map(|reply| match (reply, &op.kind) {
                 (Reply::Bulk(v), _) => KvOutput::Value(Some(v.clone())),
@@ -85,9 +87,21 @@ pub fn judge(history: &[SimOp], budget: Duration) -> (&'static str, Option<Strin
 }
 
 /// Runs seed `config.seed` and checks its history within `budget`.
+///
+/// A list-append history is judged by [`super::list_append`]: strictly serializable (the
+/// transactional form of linearizability, reported under that name) or illegal.
 pub fn check_seed(config: SimConfig, budget: Duration) -> SeedResult {
     let outcome = run(config);
-    let (verdict, detail) = judge(&outcome.history, budget);
+    let (verdict, detail) = match &outcome.list_append {
+        Some(report) => match &report.anomaly {
+            Some(anomaly) => ("illegal", Some(anomaly.clone())),
+            None => ("linearizable", None),
+        },
+        None if outcome.history.iter().any(|o| matches!(o.kind, OpKind::Txn(_))) => {
+            ("unknown", Some("the final reads failed".into()))
+        }
+        None => judge(&outcome.history, budget),
+    };
     SeedResult {
         seed: outcome.seed,
         operations: outcome.history.len(),
@@ -108,17 +122,29 @@ pub enum BrokenMode {
     StaleReads,
     /// SETs are acknowledged when proposed, before a majority has them.
     AckBeforeCommit,
+    /// Each MULTI/EXEC is proposed as two transactions in two entries (list-append).
+    SplitTransactions,
 }
 
 impl BrokenMode {
-    /// Both modes.
+    /// The register workload's modes.
     pub const ALL: [BrokenMode; 2] = [BrokenMode::StaleReads, BrokenMode::AckBeforeCommit];
+
+    /// The modes a workload's self-test runs (a transaction's reads go through the log, so
+    /// stale reads and early SET acknowledgements do not touch list-append).
+    pub fn of(workload: Workload) -> &'static [BrokenMode] {
+        match workload {
+            Workload::Register => &Self::ALL,
+            Workload::ListAppend => &[BrokenMode::SplitTransactions],
+        }
+    }
 
     /// `config` made broken this way.
     pub fn apply(self, mut config: SimConfig) -> SimConfig {
         match self {
             BrokenMode::StaleReads => config.read_mode = ReadMode::Stale,
             BrokenMode::AckBeforeCommit => config.broken = Some(Broken::AckBeforeCommit),
+            BrokenMode::SplitTransactions => config.split_transactions = true,
         }
         config
     }

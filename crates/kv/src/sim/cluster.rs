@@ -51,6 +51,9 @@ pub enum FaultKind {
     Loss,
     /// A member is paused, then resumed.
     Pause,
+    /// A follower is cut off and removed from the membership while cut off; once the links
+    /// come back it is added again (the case where Jepsen found RedisRaft losing updates).
+    MembershipChange,
 }
 
 impl FaultKind {
@@ -98,9 +101,34 @@ pub struct SimConfig {
     pub compact_after_entries: u64,
     /// The members' failure detector (`None`: elections by Raft's timeout alone).
     pub detector: Option<WatchConfig>,
+    /// What the clients do.
+    pub workload: Workload,
+    /// A deliberate fault of the list-append workload's transactions: each is proposed as two
+    /// transactions in two entries (the checker's self-test for atomicity).
+    pub split_transactions: bool,
+}
+
+/// What the simulated clients do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Workload {
+    /// GET, SET, INCR, APPEND on single keys, judged by the linearizability checker.
+    Register,
+    /// MULTI/EXEC of RPUSH and LRANGE on a few keys (Jepsen's list-append), judged for strict
+    /// serializability by [`super::list_append`].
+    ListAppend,
 }
 
 impl SimConfig {
+    /// A list-append run: three keys, every fault kind and membership changes.
+    pub fn list_append(seed: u64) -> Self {
+        let mut config = Self::new(seed);
+        config.workload = Workload::ListAppend;
+        config.keys = 3;
+        config.faults.push(FaultKind::MembershipChange);
+        config
+    }
+
     /// Three members, six clients on eight keys, half a second, every fault kind.
     pub fn new(seed: u64) -> Self {
         Self {
@@ -121,6 +149,8 @@ impl SimConfig {
             // Three seeds in four run the detector (one of them with every member watching
             // every other, two with the leader's heartbeats alone, the default); the rest keep
             // Raft's timeout alone in the volume too.
+            workload: Workload::Register,
+            split_transactions: false,
             detector: (!seed.is_multiple_of(4)).then_some(WatchConfig {
                 period_ns: 100_000,
                 lambda_ns: 200_000,
@@ -145,6 +175,27 @@ pub enum OpKind {
     Incr,
     /// APPEND of a token no other write uses.
     Append(Vec<u8>),
+    /// MULTI, then RPUSHes (of values no other write uses) and LRANGEs, then EXEC.
+    Txn(Vec<Micro>),
+}
+
+/// One command of a list-append transaction.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Micro {
+    /// RPUSH key value.
+    Append(Vec<u8>, u64),
+    /// LRANGE key 0 -1.
+    Read(Vec<u8>),
+}
+
+impl Micro {
+    fn words(&self) -> Vec<Vec<u8>> {
+        match self {
+            Micro::Append(key, value) => vec![b"RPUSH".to_vec(), key.clone(), value.to_string().into_bytes()],
+            Micro::Read(key) => vec![b"LRANGE".to_vec(), key.clone(), b"0".to_vec(), b"-1".to_vec()],
+        }
+    }
 }
 
 /// One request in the history.
@@ -195,6 +246,10 @@ pub struct SimOutcome {
     pub terms: u64,
     /// Simulated time, while clients ran, that no running member was leader, microseconds.
     pub leaderless_us: u64,
+    /// The list-append check (that workload only; `None` also when the final reads failed).
+    pub list_append: Option<super::list_append::ListAppendReport>,
+    /// Membership changes applied (removals and additions, as member 1 applied them).
+    pub membership_changes: u64,
 }
 
 enum MemberState {
@@ -209,6 +264,8 @@ struct Client {
     seq: u64,
     waiting: Option<(usize, u64)>,
     next_at_us: u64,
+    /// In the split-transactions fault: the first half's sequence number and its answer.
+    first_half: Option<(u64, Option<Reply>)>,
 }
 
 struct Sim {
@@ -228,7 +285,18 @@ struct Sim {
     heal_at_us: Option<u64>,
     leader_terms: std::collections::BTreeSet<u64>,
     leaderless_us: u64,
+    /// The list-append workload's next value.
+    next_value: u64,
+    /// A member removed while cut off, to add again once the links are back.
+    readd: Option<u64>,
+    /// Membership changes applied (removals and additions).
+    membership_changes: u64,
+    /// Answers to the list-append run's final reads (clients above [`FINAL_READERS`]).
+    final_answers: Vec<(Ticket, Reply)>,
 }
+
+/// Client ids above this are the final reads of a list-append run.
+const FINAL_READERS: u64 = u64::MAX - 1_000;
 
 fn replica_config(config: &SimConfig, id: u64, rng: &mut StdRng) -> ReplicaConfig {
     let mut rc = ReplicaConfig::new(id);
@@ -279,12 +347,23 @@ impl Sim {
             heal_at_us: None,
             leader_terms: Default::default(),
             leaderless_us: 0,
+            next_value: 0,
+            readd: None,
+            membership_changes: 0,
+            final_answers: Vec::new(),
             config,
         };
         for slot in 0..sim.config.clients {
             let member = sim.rng.random_range(1..=sim.config.members as u64);
             let id = sim.new_client_id(slot);
-            sim.clients.push(Client { id, member, seq: 0, waiting: None, next_at_us: 10_000 });
+            sim.clients.push(Client {
+                id,
+                member,
+                seq: 0,
+                waiting: None,
+                next_at_us: 10_000,
+                first_half: None,
+            });
         }
         sim
     }
@@ -323,9 +402,13 @@ impl Sim {
         replica.ready().expect("memory disk cannot fail");
         let messages = replica.take_messages();
         let completions = replica.take_completions();
+        let changes = replica.take_membership_events().len() as u64;
         if replica.is_leader() {
             let term = replica.term();
             self.leader_terms.insert(term);
+        }
+        if id == 1 {
+            self.membership_changes += changes;
         }
         for msg in messages {
             if let Some(watch) = self.watches[(id - 1) as usize].as_mut() {
@@ -342,16 +425,42 @@ impl Sim {
     }
 
     fn complete(&mut self, member: u64, ticket: Ticket, reply: Reply) {
-        let Some(&slot) = self.client_slots.get(&ticket.client) else { return };
+        let Some(&slot) = self.client_slots.get(&ticket.client) else {
+            if ticket.client > FINAL_READERS {
+                self.final_answers.push((ticket, reply));
+            }
+            return;
+        };
         let client = &mut self.clients[slot];
         if client.id != ticket.client || client.member != member {
             return;
         }
         let Some((op, seq)) = client.waiting else { return };
+        if let Some((first, None)) = client.first_half
+            && first == ticket.seq
+        {
+            client.first_half = Some((first, Some(reply)));
+            return;
+        }
         if seq != ticket.seq {
             return;
         }
         client.waiting = None;
+        // Split: the answer is the two halves' answers joined (unknown without the first).
+        let reply = match client.first_half.take() {
+            Some((_, Some(Reply::Array(mut first)))) => match reply {
+                Reply::Array(second) => {
+                    first.extend(second);
+                    Reply::Array(first)
+                }
+                other => other,
+            },
+            Some(_) => {
+                client.next_at_us = self.now_us;
+                return;
+            }
+            None => reply,
+        };
         client.next_at_us = self.now_us + self.rng.random_range(0..2_000);
         let record = &mut self.history[op];
         record.output = Some(reply);
@@ -413,6 +522,7 @@ impl Sim {
             }
             self.wake_members();
             self.tick_members();
+            self.readd_member();
             self.serve_clients(clients_active);
         }
     }
@@ -564,6 +674,9 @@ impl Sim {
     }
 
     fn issue(&mut self, slot: usize) {
+        if self.config.workload == Workload::ListAppend {
+            return self.issue_transaction(slot);
+        }
         let key = format!("k{}", self.rng.random_range(0..self.config.keys)).into_bytes();
         let (client_id, member, seq) = {
             let c = &mut self.clients[slot];
@@ -601,6 +714,7 @@ impl Sim {
             OpKind::Set(value) => replica.submit_write(ticket, seq, WriteOp::set(key, value)),
             OpKind::Incr => replica.submit_write(ticket, seq, WriteOp::incr_by(key, 1)),
             OpKind::Append(value) => replica.submit_write(ticket, seq, WriteOp::append(key, value)),
+            OpKind::Txn(_) => unreachable!("transactions are issued by issue_transaction"),
         }
         // Half the requests are proposed at once (a member batching per pass of its loop), the
         // rest at the next tick (per period): both paths run under the faults.
@@ -613,6 +727,82 @@ impl Sim {
         self.drain(member);
     }
 
+    /// A list-append transaction: one to four RPUSHes and LRANGEs on the few keys.
+    fn issue_transaction(&mut self, slot: usize) {
+        let n = self.rng.random_range(1..=4);
+        let micros: Vec<Micro> = (0..n)
+            .map(|_| {
+                let key = format!("k{}", self.rng.random_range(0..self.config.keys)).into_bytes();
+                if self.rng.random_bool(0.5) {
+                    self.next_value += 1;
+                    Micro::Append(key, self.next_value)
+                } else {
+                    Micro::Read(key)
+                }
+            })
+            .collect();
+        let (client_id, member, seq) = {
+            let c = &mut self.clients[slot];
+            c.seq += 2;
+            (c.id, c.member, c.seq)
+        };
+        let op = self.history.len();
+        self.history.push(SimOp {
+            client: client_id,
+            key: Vec::new(),
+            kind: OpKind::Txn(micros.clone()),
+            output: None,
+            call_us: self.now_us,
+            return_us: None,
+        });
+        self.clients[slot].waiting = Some((op, seq));
+        let (now_ns, now_ms) = (self.now_us * 1_000, self.now_us / 1000);
+        let split = self.config.split_transactions && micros.len() >= 2;
+        let Some(replica) = self.replica(member) else { return };
+        replica.observe_clock(now_ns);
+        let transaction = |ms: &[Micro]| WriteOp::Transaction {
+            commands: ms.iter().map(|m| (0, m.words())).collect(),
+            watched: Vec::new(),
+        };
+        if split {
+            // The fault: the first half in an entry of its own, the rest in a later one.
+            let (first, second) = micros.split_at(micros.len() / 2);
+            replica.submit_write(Ticket { client: client_id, seq: seq - 1 }, seq - 1, transaction(first));
+            replica.flush(now_ms);
+            replica.submit_write(Ticket { client: client_id, seq }, seq - 1, transaction(second));
+        } else {
+            replica.submit_write(Ticket { client: client_id, seq }, seq, transaction(&micros));
+        }
+        if split {
+            self.clients[slot].first_half = Some((seq - 1, None));
+        }
+        if self.rng.random_bool(0.5)
+            && let Some(replica) = self.replica(member)
+        {
+            replica.flush(now_ms);
+        }
+        self.drain(member);
+    }
+
+    /// Adds back a member removed while cut off, once the links are back: proposed at the
+    /// leader until it is in the membership again.
+    fn readd_member(&mut self) {
+        let Some(member) = self.readd else { return };
+        if self.heal_at_us.is_some() {
+            return;
+        }
+        let Some(leader) = self.leader() else { return };
+        let Some(replica) = self.replica(leader) else { return };
+        if replica.voters().contains(&member) {
+            self.readd = None;
+            return;
+        }
+        if !replica.membership_busy() {
+            let _ = replica.propose_membership(raft::eraftpb::ConfChangeType::AddNode, member, Vec::new());
+            self.drain(leader);
+        }
+    }
+
     fn inject_fault(&mut self) {
         let kind = self.config.faults[self.rng.random_range(0..self.config.faults.len())];
         let n = self.config.members as u64;
@@ -620,7 +810,7 @@ impl Sim {
         let up: Vec<u64> =
             (1..=n).filter(|&id| matches!(self.members[(id - 1) as usize], MemberState::Up(_))).collect();
         // Keep a majority able to make progress most of the time: at most one member out.
-        if up.len() < n as usize {
+        if up.len() < n as usize || self.readd.is_some() {
             return;
         }
         let follower = up
@@ -638,6 +828,13 @@ impl Sim {
                     if self.rng.random_bool(0.5) { leader.unwrap_or(follower) } else { follower }
                 }
                 FaultKind::CrashFollower => follower,
+                // Never member 1: the final reads go through it.
+                FaultKind::MembershipChange => {
+                    match up.iter().copied().find(|&id| id != 1 && Some(id) != leader) {
+                        Some(id) => id,
+                        None => return,
+                    }
+                }
             };
         match kind {
             FaultKind::CrashLeader | FaultKind::CrashFollower | FaultKind::PowerLoss => {
@@ -663,6 +860,23 @@ impl Sim {
             FaultKind::Loss => {
                 self.network.loss = self.rng.random_range(0.05..0.3);
                 self.heal_at_us = Some(self.now_us + lasted_us);
+            }
+            FaultKind::MembershipChange => {
+                let Some(leader) = leader else { return };
+                for other in 1..=n {
+                    if other != member {
+                        self.network.cut(member, other);
+                    }
+                }
+                self.heal_at_us = Some(self.now_us + lasted_us);
+                let Some(replica) = self.replica(leader) else { return };
+                if replica
+                    .propose_membership(raft::eraftpb::ConfChangeType::RemoveNode, member, Vec::new())
+                    .is_ok()
+                {
+                    self.readd = Some(member);
+                }
+                self.drain(leader);
             }
             FaultKind::Pause => {
                 let i = (member - 1) as usize;
@@ -728,6 +942,43 @@ impl Sim {
     }
 }
 
+impl Sim {
+    /// After a list-append run: heal, settle, then LRANGE every key at member 1.
+    fn final_lists(&mut self) -> Option<BTreeMap<Vec<u8>, Vec<u64>>> {
+        self.network.heal();
+        self.network.loss = 0.0;
+        self.heal_at_us = None;
+        let settle = self.now_us + 300_000;
+        self.run_until(settle, false, false);
+        let mut lists = BTreeMap::new();
+        for k in 0..self.config.keys {
+            let key = format!("k{k}").into_bytes();
+            let ticket = Ticket { client: u64::MAX - k as u64, seq: 1 };
+            let read = ReadOp { db: 0, args: Micro::Read(key.clone()).words() };
+            self.replica(1)?.submit_read(ticket, read);
+            let deadline = self.now_us + self.config.request_timeout_us;
+            let mut answer = None;
+            while answer.is_none() && self.now_us < deadline {
+                let step = self.now_us + self.config.tick_us;
+                self.run_until(step, false, false);
+                if let Some(at) = self.final_answers.iter().position(|(t, _)| *t == ticket) {
+                    answer = Some(self.final_answers.swap_remove(at).1);
+                }
+            }
+            let Some(Reply::Array(items)) = answer else { return None };
+            let values = items
+                .iter()
+                .map(|i| match i {
+                    Reply::Bulk(b) => std::str::from_utf8(b).ok().and_then(|t| t.parse().ok()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<u64>>>()?;
+            lists.insert(key, values);
+        }
+        Some(lists)
+    }
+}
+
 /// Acknowledged appends missing from their key's final value, unless a SET that may be
 /// ordered after them replaced them.
 pub fn lost_writes(history: &[SimOp], finals: &BTreeMap<Vec<u8>, Option<Vec<u8>>>) -> u64 {
@@ -759,10 +1010,16 @@ pub fn lost_writes(history: &[SimOp], finals: &BTreeMap<Vec<u8>, Option<Vec<u8>>
 pub fn run(config: SimConfig) -> SimOutcome {
     let seed = config.seed;
     let duration = config.duration_us;
+    let list_workload = config.workload == Workload::ListAppend;
     let mut sim = Sim::new(config);
     sim.run_until(duration, true, true);
-    let finals = sim.final_reads();
-    let lost = finals.map(|f| lost_writes(&sim.history, &f));
+    let (lost, list_append) = if list_workload {
+        let report = sim.final_lists().map(|f| super::list_append::check(&sim.history, &f));
+        (report.as_ref().map(|r| r.lost), report)
+    } else {
+        let finals = sim.final_reads();
+        (finals.map(|f| lost_writes(&sim.history, &f)), None)
+    };
     SimOutcome {
         seed,
         history: sim.history,
@@ -771,6 +1028,8 @@ pub fn run(config: SimConfig) -> SimOutcome {
         messages: (sim.network.sent, sim.network.dropped),
         terms: sim.leader_terms.len() as u64,
         leaderless_us: sim.leaderless_us,
+        list_append,
+        membership_changes: sim.membership_changes,
     }
 }
 

@@ -136,6 +136,7 @@ const LOCAL: &[Spec] = &[
     Spec::local("readwrite", 1),
     Spec::local("wait", 3),
     Spec::local("role", 1),
+    Spec::local("shutdown", -1),
 ];
 
 /// Commands that span databases, applied by the store.
