@@ -53,7 +53,7 @@ use kairos_sys::net::poll::Epoll;
 use kairos_sys::net::{MmsgBatch, split};
 
 use crate::kv::cmd;
-use crate::kv::{Command, Reply, parse_command};
+use crate::kv::{Command, Reply, WriteOp, parse_command};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{FileDisk, LogStore, ReadMode, Replica, ReplicaConfig, ReplicaError, Sync, Ticket};
 use conn::Conn;
@@ -1386,12 +1386,17 @@ impl Member {
             Ok(command) => {
                 let Some(conn) = self.conns.get_mut(&client) else { return };
                 let seq = conn.await_answer();
-                if let Command::Write(op) = &command {
-                    let op = op.clone();
-                    conn.hold(seq, command);
+                // A blocking pop keeps its words to be proposed again (only those: a clone per
+                // write would cost every SET).
+                let blocking = match &command {
+                    Command::Write(op @ WriteOp::Exec { args, .. }) if session::is_blocking(&args[0]) => {
+                        Some(op.clone())
+                    }
+                    _ => None,
+                };
+                conn.hold(seq, command);
+                if let Some(op) = blocking {
                     self.note_blocking(client, seq, &op);
-                } else {
-                    conn.hold(seq, command);
                 }
                 self.release(client);
             }

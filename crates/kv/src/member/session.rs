@@ -38,6 +38,13 @@ const EXPIRY_BATCH: usize = 256;
 /// The client id of the leader's expiry proposals (no connection has it).
 const EXPIRY_CLIENT: u64 = 0;
 
+/// Whether `name` is a blocking pop (any case).
+pub(super) fn is_blocking(name: &[u8]) -> bool {
+    ["blpop", "brpop", "bzpopmin", "bzpopmax", "brpoplpush", "blmove", "blmpop", "bzmpop"]
+        .iter()
+        .any(|b| name.eq_ignore_ascii_case(b.as_bytes()))
+}
+
 /// Blocking commands: where their timeout is, and what they answer when it passes.
 fn blocking_shape(name: &str, words: &[Vec<u8>]) -> Option<(usize, Vec<Vec<u8>>, Reply)> {
     let n = words.len();

@@ -24,8 +24,8 @@ pub mod sort;
 pub mod strings;
 pub mod zsets;
 
+use hashbrown::HashMap;
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use super::db::Db;
@@ -168,11 +168,12 @@ static TABLE: LazyLock<HashMap<&'static str, Spec>> = LazyLock::new(|| {
 
 /// The command named `name` (any case).
 pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
-    if name.len() > 32 {
-        return None;
-    }
-    let lower = name.to_ascii_lowercase();
-    TABLE.get(std::str::from_utf8(&lower).ok()?)
+    // Lower case on the stack: every command of every member passes here.
+    let mut lower = [0u8; 32];
+    let lower = lower.get_mut(..name.len())?;
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    TABLE.get(std::str::from_utf8(lower).ok()?)
 }
 
 /// Every command, for COMMAND.
