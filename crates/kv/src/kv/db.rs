@@ -11,8 +11,9 @@
 //! a tombstone with its version so that last case is seen. Tombstones are bounded
 //! ([`MAX_TOMBSTONES`]); a watch older than the oldest one kept is judged changed, which
 //! aborts a transaction that might have been fine (the client retries), never the reverse.
-//! Expiry does not leave tombstones: a key that expires was live when watched, which the
-//! version already tells.
+//! A key removed by expiry or FLUSHDB leaves a tombstone at its own version (not the
+//! removal's): a watch that saw it already expired is not disturbed, one made before it was
+//! created is.
 
 use std::collections::{BTreeSet, VecDeque};
 
@@ -154,9 +155,12 @@ impl Db {
     fn purge_if_expired(&mut self, key: &[u8], now_ms: u64) -> bool {
         match self.items.get(key) {
             Some(i) if !i.live(now_ms) => {
-                let t = i.expires_at_ms.unwrap_or_default();
+                let (t, version) = (i.expires_at_ms.unwrap_or_default(), i.version);
                 self.items.remove(key);
                 self.expiring.remove(&(t, key.to_vec()));
+                // At the key's own version: a watch that saw it absent (already expired) is
+                // not disturbed, one made before it was created is.
+                self.bury_at(key.to_vec(), version);
                 true
             }
             _ => false,
@@ -180,8 +184,12 @@ impl Db {
     }
 
     fn bury(&mut self, key: Vec<u8>) {
-        self.tombstones.insert(key.clone(), self.stamp);
-        self.tombstone_order.push_back((self.stamp, key));
+        self.bury_at(key, self.stamp);
+    }
+
+    fn bury_at(&mut self, key: Vec<u8>, version: u64) {
+        self.tombstones.insert(key.clone(), version);
+        self.tombstone_order.push_back((version, key));
         while self.tombstone_order.len() > MAX_TOMBSTONES {
             if let Some((version, key)) = self.tombstone_order.pop_front() {
                 if self.tombstones.get(&key) == Some(&version) {
@@ -192,12 +200,23 @@ impl Db {
         }
     }
 
-    /// Removes every key (FLUSHDB).
+    /// Removes every key (FLUSHDB). A key that existed and was absent when watched was
+    /// created after the watch, so its version tells: the most recently changed keys are
+    /// buried at their versions (as many as tombstones are kept), and the floor rises to the
+    /// newest version of the rest, so a watch older than that is judged changed.
     pub fn clear(&mut self) {
-        self.items.clear();
+        let mut versions: Vec<(u64, Vec<u8>)> = self.items.drain().map(|(k, i)| (i.version, k)).collect();
         self.expiring.clear();
-        self.tombstones.clear();
-        self.tombstone_order.clear();
+        if versions.len() > MAX_TOMBSTONES {
+            let cut = versions.len() - MAX_TOMBSTONES;
+            versions.select_nth_unstable(cut);
+            let older = versions.drain(..cut).map(|(v, _)| v).max().unwrap_or(0);
+            self.tombstone_floor = self.tombstone_floor.max(older);
+        }
+        versions.sort_unstable();
+        for (version, key) in versions {
+            self.bury_at(key, version);
+        }
     }
 
     /// The version WATCH records for `key` now: 0 when it is not live.

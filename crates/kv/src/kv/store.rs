@@ -672,6 +672,38 @@ mod tests {
     }
 
     #[test]
+    fn watch_sees_keys_created_after_it_and_then_flushed_or_expired_but_not_stale_ones() {
+        let mut s = Store::new();
+        let watch = |s: &Store, key: &str, now: u64| {
+            let Reply::Array(v) = s.read(&r(&format!("WATCH {key}")), now) else { panic!("WATCH") };
+            let n = |i: usize| if let Reply::Integer(n) = v[i] { n as u64 } else { 0 };
+            WriteOp::Transaction {
+                commands: vec![(0, vec![b"PING".to_vec()])],
+                watched: vec![Watched { db: 0, key: key.into(), seen: n(1), mark: n(0) }],
+            }
+        };
+        let pong = Reply::Array(vec![Reply::Simple("PONG")]);
+        // Created after the watch, then flushed: changed.
+        let tx = watch(&s, "k", 0);
+        s.apply_write(&w("SET k v"), 0);
+        s.apply_write(&w("FLUSHDB"), 0);
+        assert_eq!(s.apply_write(&tx, 0), Reply::NilArray);
+        // Created after the watch, then expired (and removed): changed.
+        let tx = watch(&s, "e", 100);
+        s.apply_write(&w("SET e v PX 5"), 100);
+        s.apply_write(&WriteOp::Expire { db: 0, keys: vec![b"e".to_vec()] }, 200);
+        assert_eq!(s.apply_write(&tx, 200), Reply::NilArray);
+        // Already expired when watched, removed after: not changed (nor by a FLUSHDB).
+        s.apply_write(&w("SET x v PX 1"), 300);
+        let tx = watch(&s, "x", 400);
+        s.apply_write(&WriteOp::Expire { db: 0, keys: vec![b"x".to_vec()] }, 400);
+        assert_eq!(s.apply_write(&tx, 400), pong);
+        let tx = watch(&s, "absent", 400);
+        s.apply_write(&w("FLUSHALL"), 400);
+        assert_eq!(s.apply_write(&tx, 400), pong, "a flush does not touch a key that did not exist");
+    }
+
+    #[test]
     fn a_retried_request_applies_once_and_answers_the_same() {
         let mut s = Store::new();
         let incr = request(7, 0, 0, w("INCR n"));

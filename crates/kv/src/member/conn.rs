@@ -414,8 +414,10 @@ impl Conn {
     /// The next held request that may go to the replica now, with the connection's
     /// `completed_below` at that moment.
     pub fn release(&mut self) -> Option<(u64, u64, Command)> {
-        // A client blocked in BLPOP waits as on Redis: nothing after it runs before it.
-        if self.blocking.iter().any(|b| b.waiting) {
+        // A client blocked in BLPOP waits as on Redis: nothing after it runs before it is
+        // answered (from the moment it was sent, not only once the store found nothing).
+        let front = self.held.front()?.0;
+        if self.blocking.iter().any(|b| b.seq < front) {
             return None;
         }
         let is_write = matches!(self.held.front()?.1, Command::Write(_));
@@ -452,8 +454,8 @@ impl Conn {
     }
 
     fn fill(&mut self, seq: u64, reply: &Reply) -> Option<u64> {
-        self.outstanding = self.outstanding.saturating_sub(1);
         let slot = self.slots.iter_mut().find(|s| matches!(s, Slot::Waiting(n, _) if *n == seq))?;
+        self.outstanding = self.outstanding.saturating_sub(1);
         let Slot::Waiting(_, taken) = *slot else { return None };
         let mut out = Vec::new();
         reply.encode_as(&mut out, self.resp3);

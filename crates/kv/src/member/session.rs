@@ -35,8 +35,6 @@ const STORE_ANSWERS: &[&str] = &["ping", "echo", "time", "select"];
 /// How often the leader looks for expired keys to remove, and how many per database a time.
 pub const EXPIRY_PERIOD_NS: u64 = 100_000_000;
 const EXPIRY_BATCH: usize = 256;
-/// The client id of the leader's expiry proposals (no connection has it).
-const EXPIRY_CLIENT: u64 = 0;
 
 /// Whether `name` is a blocking pop (any case).
 pub(super) fn is_blocking(name: &[u8]) -> bool {
@@ -84,17 +82,16 @@ impl Member {
             conn.answer(&error);
             return true;
         }
-        if name == "select" {
-            match select_index(&args[1]) {
-                Ok(db) => conn.db = db,
-                Err(e) => {
-                    conn.multi_failed = true;
-                    conn.answer(&e);
-                    return true;
-                }
-            }
+        if name == "select"
+            && let Err(e) = select_index(&args[1])
+        {
+            conn.multi_failed = true;
+            conn.answer(&e);
+            return true;
         }
-        let db = conn.db;
+        // The database a queued command runs in: the last SELECT queued before it, else the
+        // connection's (which changes only if EXEC runs, as on Redis).
+        let db = transaction_db(conn.multi.as_deref().unwrap_or_default(), conn.db);
         if let Some(queue) = conn.multi.as_mut() {
             queue.push((db, args.to_vec()));
         }
@@ -131,6 +128,7 @@ impl Member {
                     ));
                     return true;
                 }
+                conn.db = transaction_db(&commands, conn.db);
                 let seq = conn.await_answer();
                 let locals: Vec<(usize, Vec<Vec<u8>>)> = commands
                     .iter()
@@ -345,6 +343,7 @@ impl Member {
                     b.timeout_reply
                 };
                 conn.complete(b.seq, &reply);
+                self.release(id as u64);
                 Reply::Integer(1)
             }
             ("no-evict" | "no-touch", 3) | ("reply", 3) => Reply::Ok,
@@ -395,7 +394,8 @@ impl Member {
         else {
             return; // The store answers the bad timeout.
         };
-        let deadline_ns = (seconds > 0.0).then(|| monotonic_ns() + (seconds * 1e9) as u64);
+        // Saturating: a timeout of centuries is "never" in effect, not a wrap to the past.
+        let deadline_ns = (seconds > 0.0).then(|| monotonic_ns().saturating_add((seconds * 1e9) as u64));
         if let Some(conn) = self.conns.get_mut(&client) {
             conn.blocking.push(Blocking {
                 seq,
@@ -426,6 +426,7 @@ impl Member {
         let now_ms = realtime_ns() / 1_000_000;
         let mut next = None::<u64>;
         let mut proposals = Vec::new();
+        let mut released = Vec::new();
         for conn in self.conns.values_mut() {
             if !conn.blocking.iter().any(|b| b.waiting) {
                 continue;
@@ -451,9 +452,16 @@ impl Member {
                     next = Some(next.map_or(d, |n| n.min(d)));
                 }
             }
+            if !done.is_empty() {
+                released.push(conn.client);
+            }
             for (seq, reply) in done {
                 conn.complete(seq, &reply);
             }
+        }
+        // Requests pipelined behind an answered pop go on now, not at the client's next input.
+        for client in released {
+            self.release(client);
         }
         for (client, seq, op) in proposals {
             let completed_below = self.conns.get(&client).map_or(seq, |c| c.completed_below().min(seq));
@@ -477,13 +485,22 @@ impl Member {
             }
             self.expiry_seq += 1;
             let seq = self.expiry_seq;
-            self.replica.submit_write(
-                Ticket { client: EXPIRY_CLIENT, seq },
-                seq,
-                WriteOp::Expire { db, keys },
-            );
+            // The member's own client id (no connection has it: theirs start above it), new at
+            // each start, so a restarted leader's proposals are not taken for old ones.
+            let client = self.client_base;
+            self.replica.submit_write(Ticket { client, seq }, seq, WriteOp::Expire { db, keys });
         }
     }
+}
+
+/// The database after the SELECTs among `queued`, from `current`.
+fn transaction_db(queued: &[(u8, Vec<Vec<u8>>)], current: u8) -> u8 {
+    queued
+        .iter()
+        .rev()
+        .find(|(_, words)| args::is(&words[0], "select"))
+        .and_then(|(_, words)| select_index(words.get(1)?).ok())
+        .unwrap_or(current)
 }
 
 fn select_index(arg: &[u8]) -> Result<u8, Reply> {

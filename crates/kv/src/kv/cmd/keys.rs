@@ -52,13 +52,11 @@ fn type_of(view: &View<'_>, args: &[Vec<u8>]) -> Reply {
 fn keys(view: &View<'_>, args: &[Vec<u8>]) -> Reply {
     let pattern = &args[1];
     let all = pattern.as_slice() == b"*";
-    Reply::Array(
-        view.db
-            .iter(view.now_ms)
-            .filter(|(k, _)| all || glob_match(pattern, k, false))
-            .map(|(k, _)| bulk(k))
-            .collect(),
-    )
+    let mut found: Vec<&Vec<u8>> =
+        view.db.iter(view.now_ms).map(|(k, _)| k).filter(|k| all || glob_match(pattern, k, false)).collect();
+    // Sorted: the same answer on every member (KEYS inside MULTI is recorded by each).
+    found.sort_unstable();
+    Reply::Array(found.into_iter().map(|k| bulk(k)).collect())
 }
 
 fn scan_keys(view: &View<'_>, args: &[Vec<u8>]) -> Reply {
@@ -83,8 +81,10 @@ fn randomkey(view: &View<'_>, _args: &[Vec<u8>]) -> Reply {
     if live == 0 {
         return Reply::Nil;
     }
-    let pick = view.rng.below(live);
-    view.db.iter(view.now_ms).nth(pick).map_or(Reply::Nil, |(k, _)| bulk(k))
+    // Picked from the keys in sorted order: inside MULTI every member picks the same one.
+    let mut keys: Vec<&Vec<u8>> = view.db.iter(view.now_ms).map(|(k, _)| k).collect();
+    keys.sort_unstable();
+    keys.get(view.rng.below(live)).map_or(Reply::Nil, |k| bulk(k))
 }
 
 fn dbsize(view: &View<'_>, _args: &[Vec<u8>]) -> Reply {

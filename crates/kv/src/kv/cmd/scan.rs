@@ -78,6 +78,9 @@ pub fn page<'a, T>(
     } else {
         0
     };
+    // In the hash's order (then the name's): the same on every member, whatever order the
+    // collection was walked in (a scan inside MULTI is recorded by every member).
+    ahead.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     let matched = ahead
         .into_iter()
         .filter(|(_, name, _)| options.pattern.as_ref().is_none_or(|p| glob_match(p, name, false)))

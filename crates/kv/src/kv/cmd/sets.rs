@@ -54,9 +54,16 @@ pub fn signed_count(arg: &[u8]) -> Result<i64, Reply> {
         i64::MIN => {
             Err(err(format!("ERR value is out of range, value must between {} and {}", -i64::MAX, i64::MAX)))
         }
+        // A reply of picks with repeats is built whole: its length is bounded, as
+        // HRANDFIELD's, so one request cannot make a member (inside MULTI, every member)
+        // allocate without limit.
+        n if n < 0 && n.unsigned_abs() > MAX_REPEATED_PICKS => Err(err("ERR value is out of range")),
         n => Ok(n),
     }
 }
+
+/// The most picks with repeats one SRANDMEMBER or ZRANDMEMBER may ask for.
+pub const MAX_REPEATED_PICKS: u64 = 1 << 22;
 
 /// SINTERCARD's and ZINTERCARD's `LIMIT n` value (0: no limit).
 pub fn card_limit(arg: &[u8]) -> Result<usize, Reply> {
