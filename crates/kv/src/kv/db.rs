@@ -18,6 +18,7 @@
 use std::collections::{BTreeSet, VecDeque};
 
 use hashbrown::HashMap;
+use hashbrown::hash_map::{Entry, EntryRef};
 
 use super::reply::Reply;
 use super::value::{Item, Value, WRONGTYPE};
@@ -64,15 +65,24 @@ macro_rules! typed_access {
         /// `WRONGTYPE` if of another type. A caller that leaves an aggregate empty calls
         /// [`Db::drop_if_empty`].
         pub fn $get_mut(&mut self, key: &[u8], now_ms: u64, create: bool) -> Result<Option<&mut $ty>, Reply> {
-            match self.value(key, now_ms) {
-                None if !create => return Ok(None),
-                None => self.insert(key.to_vec(), Value::$variant(Default::default()), None),
-                Some(Value::$variant(_)) => {}
-                Some(_) => return Err(wrongtype()),
-            }
-            match self.item_mut(key, now_ms).map(|i| &mut i.value) {
-                Some(Value::$variant(v)) => Ok(Some(v)),
-                _ => Ok(None),
+            self.purge_if_expired(key, now_ms);
+            let stamp = self.stamp;
+            // One lookup after the purge; the key is copied only when the value is created.
+            let item = match self.items.entry_ref(key) {
+                EntryRef::Occupied(e) => e.into_mut(),
+                EntryRef::Vacant(_) if !create => return Ok(None),
+                EntryRef::Vacant(e) => e.insert(Item {
+                    value: Value::$variant(Default::default()),
+                    expires_at_ms: None,
+                    version: stamp,
+                }),
+            };
+            match &mut item.value {
+                Value::$variant(v) => {
+                    item.version = stamp;
+                    Ok(Some(v))
+                }
+                _ => Err(wrongtype()),
             }
         }
     };
@@ -112,13 +122,39 @@ impl Db {
 
     /// Puts `value` at `key` with expiry `expires_at_ms`, replacing whatever was there.
     pub fn insert(&mut self, key: Vec<u8>, value: Value, expires_at_ms: Option<u64>) {
-        if let Some(old) = self.items.get(&key).and_then(|i| i.expires_at_ms) {
-            self.expiring.remove(&(old, key.clone()));
+        let item = Item { value, expires_at_ms, version: self.stamp };
+        // One lookup; the key is copied for the expiry index only when an expiry is involved.
+        let (old, indexed) = match self.items.entry(key) {
+            Entry::Occupied(mut e) => {
+                let old = e.get().expires_at_ms;
+                let indexed = (old.is_some() || expires_at_ms.is_some()).then(|| e.key().clone());
+                e.insert(item);
+                (old, indexed)
+            }
+            Entry::Vacant(e) => {
+                let indexed = expires_at_ms.is_some().then(|| e.key().clone());
+                e.insert(item);
+                (None, indexed)
+            }
+        };
+        if let Some(key) = indexed {
+            if let Some(t) = old {
+                self.expiring.remove(&(t, key.clone()));
+            }
+            if let Some(t) = expires_at_ms {
+                self.expiring.insert((t, key));
+            }
         }
-        if let Some(t) = expires_at_ms {
-            self.expiring.insert((t, key.clone()));
+    }
+
+    /// Puts a command's result at `key` (`*STORE` commands): replacing whatever was there,
+    /// without expiry, or removing the key when the result is an empty aggregate.
+    pub fn store(&mut self, key: &[u8], value: Value, now_ms: u64) {
+        if value.is_empty_aggregate() {
+            self.remove(key, now_ms);
+        } else {
+            self.insert(key.to_vec(), value, None);
         }
-        self.items.insert(key, Item { value, expires_at_ms, version: self.stamp });
     }
 
     /// Removes the live key; returns its item. Leaves a tombstone for WATCH.

@@ -240,11 +240,7 @@ impl Store {
 
     /// Commands that span databases.
     fn store_command(&mut self, db: u8, name: &str, words: &[Vec<u8>], now_ms: u64) -> Reply {
-        let index = |arg: &[u8]| match args::parse_i64(arg) {
-            Some(n) if (0..DATABASES as i64).contains(&n) => Ok(n as usize),
-            Some(_) => Err(args::err("ERR DB index is out of range")),
-            None => Err(args::not_integer()),
-        };
+        let index = |arg: &[u8]| args::db_index(arg).map(usize::from);
         match name {
             "flushall" => {
                 match &words[1..] {

@@ -120,6 +120,59 @@ pub fn format_f64_plain(value: f64) -> Vec<u8> {
     format!("{value}").into_bytes()
 }
 
+/// An integer in `min..=max`, or `ERR {message}` for anything else (non-numbers included),
+/// as Redis words the options that name their own error.
+pub fn int_in(arg: &[u8], min: i64, max: i64, message: &str) -> Result<i64, Reply> {
+    parse_i64(arg).filter(|n| (min..=max).contains(n)).ok_or_else(|| err(format!("ERR {message}")))
+}
+
+/// A blocking command's timeout in seconds: a float, not negative. Only checked here; the
+/// member applies it.
+pub fn check_timeout(arg: &[u8]) -> Result<(), Reply> {
+    let out_of_range = || err("ERR timeout is not a float or out of range");
+    let seconds = parse_f64(arg).ok_or_else(out_of_range)?;
+    let ms = (seconds * 1000.0).ceil();
+    if ms < 0.0 {
+        return Err(err("ERR timeout is negative"));
+    }
+    if !ms.is_finite() || ms >= i64::MAX as f64 {
+        return Err(out_of_range());
+    }
+    Ok(())
+}
+
+/// Redis's range of a list of `len`: `start` and `stop` inclusive, negative ones from the
+/// end; `None` when the range is empty.
+pub fn span(len: usize, start: i64, stop: i64) -> Option<(usize, usize)> {
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
+    let start = if start < 0 { start.saturating_add(len).max(0) } else { start };
+    let stop = if stop < 0 { stop.saturating_add(len) } else { stop };
+    if start > stop || start >= len {
+        return None;
+    }
+    let stop = stop.min(len - 1);
+    Some((start as usize, stop as usize))
+}
+
+/// A database number (SELECT, MOVE, COPY's DB, SWAPDB), with Redis's errors.
+pub fn db_index(arg: &[u8]) -> Result<u8, Reply> {
+    match parse_i64(arg) {
+        Some(n) if (0..crate::kv::store::DATABASES as i64).contains(&n) => Ok(n as u8),
+        Some(_) => Err(err("ERR DB index is out of range")),
+        None => Err(not_integer()),
+    }
+}
+
+/// An empty array reply.
+pub fn empty() -> Reply {
+    Reply::Array(Vec::new())
+}
+
+/// A count as a `usize`, saturating (a negative one is the caller's to have refused).
+pub fn to_usize(n: impl TryInto<usize>) -> usize {
+    n.try_into().unwrap_or(usize::MAX)
+}
+
 /// An integer reply.
 pub fn integer(n: usize) -> Reply {
     Reply::Integer(n as i64)

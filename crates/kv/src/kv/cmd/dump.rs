@@ -127,13 +127,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::{CRC64, VERSION, parse_payload, payload};
-    use crate::kv::cmd::testing::{exec, exec_args};
+    use crate::kv::cmd::testing::{NOW, err, exec, exec_args};
     use crate::kv::db::Db;
     use crate::kv::reply::Reply;
     use crate::kv::value::Value;
-
-    /// The time `exec` runs at.
-    const NOW: u64 = 1_000;
 
     fn words(items: &[&[u8]]) -> Vec<Vec<u8>> {
         items.iter().map(|w| w.to_vec()).collect()
@@ -163,10 +160,6 @@ mod tests {
         let sum = CRC64.checksum(&out);
         out.extend_from_slice(&sum.to_le_bytes());
         out
-    }
-
-    fn err(text: &str) -> Reply {
-        Reply::Error(text.into())
     }
 
     const BAD: &str = "ERR DUMP payload version or checksum are wrong";

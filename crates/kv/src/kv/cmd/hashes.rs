@@ -6,26 +6,19 @@
 //! the commands applied, so every member answers HKEYS or HRANDFIELD alike. Random picks use
 //! the seeded [`crate::kv::cmd::Rng`] only. A hash left empty is removed, as Redis does.
 
-use std::collections::HashSet;
-
 use indexmap::IndexMap;
 
 use crate::kv::reply::Reply;
 
 use super::args::{
-    bulk, bulks, either, err, float, format_f64_plain, int, integer, is, parse_f64, parse_i64, syntax,
+    bulk, bulks, either, empty, err, float, format_f64_plain, int, integer, is, parse_f64, parse_i64, syntax,
     wrong_arity,
 };
-use super::{Ctx, Rng, Spec, View, scan};
+use super::sets::{sample, signed_count};
+use super::{Ctx, Spec, View, scan};
 
 /// A hash's contents.
 type Hash = IndexMap<Vec<u8>, Vec<u8>>;
-
-/// The most picks HRANDFIELD makes for a negative count: the reply is built whole in memory,
-/// so a count in the billions would take the member down rather than answer. Redis has no
-/// such bound (its client would hit the output buffer limit); this one is far above any
-/// sensible sampling.
-const MAX_REPEATED_PICKS: u64 = 1 << 22;
 
 /// The hash commands, with Redis 7.0's arities and key positions.
 pub const COMMANDS: &[Spec] = &[
@@ -240,65 +233,22 @@ fn random_fields(view: &View<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
             _ => Reply::Nil,
         });
     }
-    let count = int(&args[2])?;
-    if count == i64::MIN {
-        return Err(err(format!(
-            "ERR value is out of range, value must between {} and {}",
-            -i64::MAX,
-            i64::MAX
-        )));
-    }
+    let count = signed_count(&args[2])?;
     if args.len() > 4 || (args.len() == 4 && !is(&args[3], "withvalues")) {
         return Err(syntax());
     }
     let with_values = args.len() == 4;
+    // With values the reply is twice as long: Redis bounds the count to half the range.
     if with_values && !(-i64::MAX / 2..=i64::MAX / 2).contains(&count) {
         return Err(err("ERR value is out of range"));
     }
-    let Some(hash) = hash_to_read(view, &args[1])? else { return Ok(Reply::Array(Vec::new())) };
-    if count == 0 || hash.is_empty() {
-        return Ok(Reply::Array(Vec::new()));
-    }
-    if count < 0 && count.unsigned_abs() > MAX_REPEATED_PICKS {
-        return Err(err("ERR value is out of range"));
-    }
-    let wanted = usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX);
-    let picks: Vec<usize> = if count < 0 {
-        (0..wanted).map(|_| view.rng.below(hash.len())).collect()
-    } else if wanted >= hash.len() {
-        (0..hash.len()).collect()
-    } else {
-        distinct_indices(view.rng, hash.len(), wanted)
-    };
+    let Some(hash) = hash_to_read(view, &args[1])? else { return Ok(empty()) };
+    let picks = sample(hash.len(), count, view.rng);
     let picked = picks.into_iter().filter_map(|i| hash.get_index(i));
     if with_values {
         return Ok(Reply::Pairs(picked.map(|(f, v)| (bulk(f), bulk(v))).collect()));
     }
     Ok(Reply::Array(picked.map(|(f, _)| bulk(f)).collect()))
-}
-
-/// `count` distinct indices below `size` (`count` < `size`), in the order picked: a partial
-/// shuffle when most are wanted, draws with rejection when few are.
-fn distinct_indices(rng: &Rng, size: usize, count: usize) -> Vec<usize> {
-    if count.saturating_mul(3) > size {
-        let mut all: Vec<usize> = (0..size).collect();
-        for i in 0..count {
-            let j = i + rng.below(size - i);
-            all.swap(i, j);
-        }
-        all.truncate(count);
-        all
-    } else {
-        let mut seen = HashSet::with_capacity(count);
-        let mut picked = Vec::with_capacity(count);
-        while picked.len() < count {
-            let i = rng.below(size);
-            if seen.insert(i) {
-                picked.push(i);
-            }
-        }
-        picked
-    }
 }
 
 /// `HSCAN key cursor [MATCH pattern] [COUNT count]`: field, value pairs, flattened.
@@ -317,19 +267,10 @@ fn scan_hash(view: &View<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
 
 #[cfg(test)]
 mod tests {
-    use crate::kv::cmd::testing::exec;
+    use crate::kv::cmd::testing::{b, err, exec};
     use crate::kv::db::Db;
     use crate::kv::reply::Reply;
-
-    fn b(s: &str) -> Reply {
-        Reply::Bulk(s.as_bytes().to_vec())
-    }
-
-    fn err(s: &str) -> Reply {
-        Reply::Error(s.to_string())
-    }
-
-    const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+    use crate::kv::value::WRONGTYPE;
 
     #[test]
     fn set_get_and_delete() {

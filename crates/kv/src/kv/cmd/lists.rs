@@ -12,7 +12,10 @@ use std::collections::VecDeque;
 
 use crate::kv::reply::Reply;
 
-use super::args::{bulk, bulks, either, err, int, integer, is, parse_f64, parse_i64, syntax, wrong_arity};
+use super::args::{
+    bulk, bulks, check_timeout, either, empty, err, int, int_in, integer, is, span, syntax, to_usize,
+    wrong_arity,
+};
 use super::{Ctx, Spec, View};
 
 /// A list's contents.
@@ -78,40 +81,6 @@ impl End {
             End::Right => list.push_back(value),
         }
     }
-}
-
-/// An integer in `min..=max`, or `ERR {message}` for anything else (non-numbers included),
-/// as Redis words the options that name their own error.
-fn int_in(arg: &[u8], min: i64, max: i64, message: &str) -> Result<i64, Reply> {
-    parse_i64(arg).filter(|n| (min..=max).contains(n)).ok_or_else(|| err(format!("ERR {message}")))
-}
-
-/// A blocking command's timeout in seconds: a float, not negative. Only checked here; the
-/// member applies it.
-fn check_timeout(arg: &[u8]) -> Result<(), Reply> {
-    let out_of_range = || err("ERR timeout is not a float or out of range");
-    let seconds = parse_f64(arg).ok_or_else(out_of_range)?;
-    let ms = (seconds * 1000.0).ceil();
-    if ms < 0.0 {
-        return Err(err("ERR timeout is negative"));
-    }
-    if !ms.is_finite() || ms >= i64::MAX as f64 {
-        return Err(out_of_range());
-    }
-    Ok(())
-}
-
-/// Redis's range of a list of `len`: `start` and `stop` inclusive, negative ones from the
-/// end; `None` when the range is empty.
-fn span(len: usize, start: i64, stop: i64) -> Option<(usize, usize)> {
-    let len = i64::try_from(len).unwrap_or(i64::MAX);
-    let start = if start < 0 { start.saturating_add(len).max(0) } else { start };
-    let stop = if stop < 0 { stop.saturating_add(len) } else { stop };
-    if start > stop || start >= len {
-        return None;
-    }
-    let stop = stop.min(len - 1);
-    Some((start as usize, stop as usize))
 }
 
 /// The position `index` (negative from the end) names in a list of `len`, if inside it.
@@ -199,9 +168,9 @@ fn pop(ctx: &mut Ctx<'_>, args: &[Vec<u8>], end: End, name: &str) -> Result<Repl
     }
     Ok(match count {
         None => pop_some(ctx, &args[1], end, 1)?.pop().map_or(Reply::Nil, Reply::Bulk),
-        Some(0) => Reply::Array(Vec::new()),
+        Some(0) => empty(),
         Some(n) => {
-            let popped = pop_some(ctx, &args[1], end, usize::try_from(n).unwrap_or(usize::MAX))?;
+            let popped = pop_some(ctx, &args[1], end, to_usize(n))?;
             Reply::Array(popped.into_iter().map(Reply::Bulk).collect())
         }
     })
@@ -245,7 +214,7 @@ impl<'a> MultiPop<'a> {
             }
             i += 2;
         }
-        let count = count.map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let count = count.map_or(1, to_usize);
         Ok(MultiPop { keys: &args[at + 1..where_at], end, count })
     }
 
@@ -396,10 +365,10 @@ fn lrange(view: &View<'_>, args: &[Vec<u8>]) -> Reply {
 
 fn elements_between(view: &View<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
     let (start, stop) = (int(&args[2])?, int(&args[3])?);
-    let Some(list) = view.db.list(&args[1], view.now_ms)? else { return Ok(Reply::Array(Vec::new())) };
+    let Some(list) = view.db.list(&args[1], view.now_ms)? else { return Ok(empty()) };
     Ok(match span(list.len(), start, stop) {
         Some((first, last)) => bulks(list.range(first..=last).map(Vec::as_slice)),
-        None => Reply::Array(Vec::new()),
+        None => empty(),
     })
 }
 
@@ -432,10 +401,10 @@ fn find_positions(view: &View<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         i += 2;
     }
     let Some(list) = view.db.list(&args[1], view.now_ms)? else {
-        return Ok(if count.is_some() { Reply::Array(Vec::new()) } else { Reply::Nil });
+        return Ok(if count.is_some() { empty() } else { Reply::Nil });
     };
     let element = &args[2];
-    let skip = usize::try_from(rank.unsigned_abs() - 1).unwrap_or(usize::MAX);
+    let skip = to_usize(rank.unsigned_abs() - 1);
     let scan = usize::try_from(maxlen).ok().filter(|&m| m > 0).unwrap_or(list.len());
     let indexed: Box<dyn Iterator<Item = (usize, &Vec<u8>)> + '_> =
         if rank > 0 { Box::new(list.iter().enumerate()) } else { Box::new(list.iter().enumerate().rev()) };
@@ -443,9 +412,7 @@ fn find_positions(view: &View<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
     Ok(match count {
         None => matches.next().map_or(Reply::Nil, integer),
         Some(0) => Reply::Array(matches.map(integer).collect()),
-        Some(n) => {
-            Reply::Array(matches.take(usize::try_from(n).unwrap_or(usize::MAX)).map(integer).collect())
-        }
+        Some(n) => Reply::Array(matches.take(to_usize(n)).map(integer).collect()),
     })
 }
 
@@ -500,7 +467,7 @@ fn remove_matches(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
     let now = ctx.now_ms;
     let element = &args[3];
     let found = ctx.db.list(&args[1], now)?.map_or(0, |l| l.iter().filter(|e| *e == element).count());
-    let limit = usize::try_from(count.unsigned_abs()).unwrap_or(usize::MAX);
+    let limit = to_usize(count.unsigned_abs());
     let remove = if limit == 0 { found } else { found.min(limit) };
     if remove == 0 {
         return Ok(Reply::Integer(0));
@@ -549,23 +516,10 @@ fn insert_by_pivot(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> 
 
 #[cfg(test)]
 mod tests {
-    use crate::kv::cmd::testing::exec;
+    use crate::kv::cmd::testing::{arr, b, err, exec};
     use crate::kv::db::Db;
     use crate::kv::reply::Reply;
-
-    fn b(s: &str) -> Reply {
-        Reply::Bulk(s.as_bytes().to_vec())
-    }
-
-    fn arr(items: &[&str]) -> Reply {
-        Reply::Array(items.iter().copied().map(b).collect())
-    }
-
-    fn err(s: &str) -> Reply {
-        Reply::Error(s.to_string())
-    }
-
-    const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+    use crate::kv::value::WRONGTYPE;
 
     #[test]
     fn push_pop_and_read() {

@@ -244,9 +244,42 @@ pub mod testing {
     use crate::kv::db::Db;
     use crate::kv::reply::Reply;
 
-    /// Runs one command (words split on spaces) at time 1,000 ms with seed 7.
+    /// The time [`exec`] runs at, ms.
+    pub const NOW: u64 = 1_000;
+
+    /// Runs one command (words split on spaces) at time [`NOW`] with seed 7.
     pub fn exec(db: &mut Db, line: &str) -> Reply {
-        exec_args(db, &line.split(' ').map(|w| w.as_bytes().to_vec()).collect::<Vec<_>>(), 1_000)
+        exec_args(db, &line.split(' ').map(|w| w.as_bytes().to_vec()).collect::<Vec<_>>(), NOW)
+    }
+
+    /// A bulk reply of `text`.
+    pub fn b(text: &str) -> Reply {
+        Reply::Bulk(text.as_bytes().to_vec())
+    }
+
+    /// An array reply of bulk strings.
+    pub fn arr(items: &[&str]) -> Reply {
+        Reply::Array(items.iter().map(|i| b(i)).collect())
+    }
+
+    /// An error reply.
+    pub fn err(text: &str) -> Reply {
+        Reply::Error(text.into())
+    }
+
+    /// An integer reply.
+    pub fn int(n: i64) -> Reply {
+        Reply::Integer(n)
+    }
+
+    /// Whether `key` is live at [`NOW`].
+    pub fn exists(db: &Db, key: &str) -> bool {
+        db.contains(key.as_bytes(), NOW)
+    }
+
+    /// Puts a string at `key`, for a command on another type to refuse.
+    pub fn set_string(db: &mut Db, key: &str) {
+        db.insert(key.as_bytes().to_vec(), crate::kv::value::Value::Str(b"x".to_vec()), None);
     }
 
     /// A reply in the shape a RESP2 client sees: maps and pairs flat, doubles as bulk strings.

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use indexmap::IndexSet;
 
-use super::args::{bulk, bulks, either, err, integer, is, parse_i64, positive, syntax};
+use super::args::{bulk, bulks, either, empty, err, integer, is, parse_i64, positive, syntax, to_usize};
 use super::{Ctx, Rng, Spec, View, scan};
 use crate::kv::db::Db;
 use crate::kv::reply::Reply;
@@ -41,11 +41,6 @@ pub const COMMANDS: &[Spec] = &[
 ];
 
 type Set = IndexSet<Vec<u8>>;
-
-/// An empty array reply.
-fn empty() -> Reply {
-    Reply::Array(Vec::new())
-}
 
 /// SRANDMEMBER's and ZRANDMEMBER's count: any `i64` but the least (its negation would not
 /// fit), with Redis's error for that one.
@@ -81,7 +76,7 @@ pub fn sample(len: usize, count: i64, rng: &Rng) -> Vec<usize> {
     if count < 0 {
         return (0..count.unsigned_abs()).map(|_| rng.below(len)).collect();
     }
-    let count = usize::try_from(count).unwrap_or(usize::MAX);
+    let count = to_usize(count);
     if count >= len {
         return (0..len).collect();
     }
@@ -212,7 +207,7 @@ fn pop_members(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
     let Some(set) = ctx.db.set(key, now)? else {
         return Ok(if count.is_some() { empty() } else { Reply::Nil });
     };
-    let wanted = count.map_or(1, |n| usize::try_from(n).unwrap_or(usize::MAX)).min(set.len());
+    let wanted = count.map_or(1, to_usize).min(set.len());
     let mut popped = Vec::with_capacity(wanted);
     if wanted > 0
         && let Some(set) = ctx.db.set_mut(key, now, false)?
@@ -316,11 +311,7 @@ fn store_op(ctx: &mut Ctx<'_>, args: &[Vec<u8>], op: SetOp) -> Reply {
         Err(e) => return e,
     };
     let count = result.len();
-    if count == 0 {
-        ctx.db.remove(&args[1], ctx.now_ms);
-    } else {
-        ctx.db.insert(args[1].clone(), Value::Set(result), None);
-    }
+    ctx.db.store(&args[1], Value::Set(result), ctx.now_ms);
     integer(count)
 }
 
@@ -388,29 +379,10 @@ fn scan_members(view: &View<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
 
 #[cfg(test)]
 mod tests {
-    use crate::kv::cmd::testing::exec;
+    use crate::kv::cmd::testing::{NOW, err, exec, exists, int, set_string};
     use crate::kv::db::Db;
     use crate::kv::reply::Reply;
     use crate::kv::value::{Value, WRONGTYPE};
-
-    /// The time `exec` runs at.
-    const NOW: u64 = 1_000;
-
-    fn exists(db: &Db, key: &str) -> bool {
-        db.contains(key.as_bytes(), NOW)
-    }
-
-    fn set_string(db: &mut Db, key: &str) {
-        db.insert(key.as_bytes().to_vec(), Value::Str(b"x".to_vec()), None);
-    }
-
-    fn int(n: i64) -> Reply {
-        Reply::Integer(n)
-    }
-
-    fn err(text: &str) -> Reply {
-        Reply::Error(text.into())
-    }
 
     /// An array reply's bulk strings, sorted (sets have no order to assert).
     fn sorted(reply: Reply) -> Vec<String> {

@@ -17,7 +17,7 @@ use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::ops::Range;
 
-use super::args::{bulk, either, err, int, integer, is, parse_f64, syntax};
+use super::args::{bulk, either, err, int, integer, is, parse_f64, syntax, to_usize};
 use super::{Ctx, Spec, View};
 use crate::kv::db::Db;
 use crate::kv::reply::Reply;
@@ -113,11 +113,7 @@ fn sort_or_store(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         .map(|row| row.map(<[u8]>::to_vec).unwrap_or_default())
         .collect();
     let stored = list.len();
-    if list.is_empty() {
-        ctx.db.remove(destination, ctx.now_ms);
-    } else {
-        ctx.db.insert(destination.to_vec(), Value::List(list), None);
-    }
+    ctx.db.store(destination, Value::List(list), ctx.now_ms);
     Ok(integer(stored))
 }
 
@@ -230,7 +226,7 @@ fn score(text: &[u8]) -> Result<f64, Reply> {
 
 /// The indexes LIMIT `offset` `count` selects among `len` (a negative count: to the end).
 fn window(len: usize, offset: i64, count: i64) -> Range<usize> {
-    let start = usize::try_from(offset.max(0)).unwrap_or(usize::MAX).min(len);
+    let start = to_usize(offset.max(0)).min(len);
     let end = match usize::try_from(count) {
         Ok(count) => start.saturating_add(count).min(len),
         Err(_) => len,
@@ -263,18 +259,10 @@ fn lookup<'d>(db: &'d Db, now_ms: u64, pattern: &[u8], element: &'d [u8]) -> Opt
 #[cfg(test)]
 mod tests {
     use super::window;
-    use crate::kv::cmd::testing::exec;
+    use crate::kv::cmd::testing::{arr, err, exec};
     use crate::kv::db::Db;
     use crate::kv::reply::Reply;
     use crate::kv::value::WRONGTYPE;
-
-    fn arr(items: &[&str]) -> Reply {
-        Reply::Array(items.iter().map(|s| Reply::Bulk(s.as_bytes().to_vec())).collect())
-    }
-
-    fn err(text: &str) -> Reply {
-        Reply::Error(text.into())
-    }
 
     const NOT_DOUBLE: &str = "ERR One or more scores can't be converted into double";
 

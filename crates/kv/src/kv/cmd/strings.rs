@@ -534,12 +534,9 @@ fn lcs(view: &View<'_>, args: &[Vec<u8>]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::super::testing::exec;
+    use crate::kv::cmd::testing::b as bulk;
     use crate::kv::db::Db;
     use crate::kv::reply::Reply;
-
-    fn bulk(s: &str) -> Reply {
-        Reply::Bulk(s.as_bytes().to_vec())
-    }
 
     #[test]
     fn set_and_its_options() {

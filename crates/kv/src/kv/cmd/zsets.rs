@@ -15,7 +15,8 @@
 use indexmap::{IndexMap, IndexSet};
 
 use super::args::{
-    bulk, either, err, float, format_f64, int, integer, is, parse_f64, parse_i64, positive, syntax,
+    bulk, check_timeout, either, empty, err, float, format_f64, int, integer, is, parse_f64, parse_i64,
+    positive, span, syntax, to_usize,
 };
 use super::sets::{card_limit, sample, signed_count};
 use super::{Ctx, Spec, View, scan};
@@ -69,11 +70,6 @@ type Members<'a> = Box<dyn Iterator<Item = (&'a [u8], f64)> + 'a>;
 /// Popped members with their scores, in pop order.
 type Popped = Vec<(Vec<u8>, f64)>;
 
-/// An empty array reply.
-fn empty() -> Reply {
-    Reply::Array(Vec::new())
-}
-
 /// A score as Redis writes it (a double in RESP3, a bulk string in RESP2).
 fn score_reply(score: f64) -> Reply {
     Reply::Double(format_f64(score))
@@ -100,17 +96,8 @@ fn to_zset<'a>(items: impl IntoIterator<Item = (&'a [u8], f64)>) -> ZSet {
 /// of every *STORE command: the result's size.
 fn store(ctx: &mut Ctx<'_>, dst: &[u8], result: ZSet) -> Reply {
     let count = result.len();
-    if count == 0 {
-        ctx.db.remove(dst, ctx.now_ms);
-    } else {
-        ctx.db.insert(dst.to_vec(), Value::ZSet(result), None);
-    }
+    ctx.db.store(dst, Value::ZSet(result), ctx.now_ms);
     integer(count)
-}
-
-/// A non-negative count as a `usize`.
-fn to_usize(n: i64) -> usize {
-    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -253,17 +240,6 @@ impl<'a> Span<'a> {
     }
 }
 
-/// Ranks `start..=end` (negative from the end) clamped to a set of `len`; None when empty.
-fn rank_span(start: i64, end: i64, len: usize) -> Option<(usize, usize)> {
-    let len = i64::try_from(len).unwrap_or(i64::MAX);
-    let start = if start < 0 { (len + start).max(0) } else { start };
-    let end = if end < 0 { len + end } else { end.min(len - 1) };
-    if start > end || start >= len {
-        return None;
-    }
-    Some((usize::try_from(start).ok()?, usize::try_from(end).ok()?))
-}
-
 /// What a ZRANGE-family command selects and how it answers.
 #[derive(Debug, Clone, Copy)]
 struct RangeQuery<'a> {
@@ -285,7 +261,7 @@ impl<'a> RangeQuery<'a> {
     fn select(self, zset: &'a ZSet) -> Vec<(&'a [u8], f64)> {
         let members: Members<'a> = match self.span {
             Span::Rank(start, end) => {
-                let Some((start, end)) = rank_span(start, end, zset.len()) else { return Vec::new() };
+                let Some((start, end)) = span(zset.len(), start, end) else { return Vec::new() };
                 let taken = end - start + 1;
                 return if self.rev {
                     zset.iter().rev().skip(start).take(taken).collect()
@@ -298,7 +274,7 @@ impl<'a> RangeQuery<'a> {
             Span::Lex(range) => range.members(zset, self.rev),
         };
         let Ok(offset) = usize::try_from(self.offset) else { return Vec::new() };
-        let count = usize::try_from(self.count).unwrap_or(usize::MAX);
+        let count = to_usize(self.count);
         members.skip(offset).take(count).collect()
     }
 }
@@ -788,15 +764,6 @@ fn pop_any(ctx: &mut Ctx<'_>, args: &[Vec<u8>], blocking: bool) -> Result<Reply,
     Ok(multi_pop(ctx, &pops)?.unwrap_or(if blocking { Reply::WouldBlock } else { Reply::NilArray }))
 }
 
-/// A blocking command's timeout in seconds: a float, not negative.
-fn check_timeout(arg: &[u8]) -> Result<(), Reply> {
-    let seconds = parse_f64(arg).ok_or_else(|| err("ERR timeout is not a float or out of range"))?;
-    if (seconds * 1000.0).ceil() < 0.0 {
-        return Err(err("ERR timeout is negative"));
-    }
-    Ok(())
-}
-
 fn bzpopmin(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Reply {
     either(blocking_pop(ctx, args, false))
 }
@@ -1101,42 +1068,14 @@ fn zintercard(view: &View<'_>, args: &[Vec<u8>]) -> Reply {
 
 #[cfg(test)]
 mod tests {
-    use crate::kv::cmd::testing::{self, flat};
+    use crate::kv::cmd::testing::{self, arr, b, err, exists, flat, int, set_string};
     use crate::kv::db::Db;
     use crate::kv::reply::Reply;
-    use crate::kv::value::{Value, WRONGTYPE};
-
-    /// The time `exec` runs at.
-    const NOW: u64 = 1_000;
+    use crate::kv::value::WRONGTYPE;
 
     /// Runs a command; its reply in the shape a RESP2 client sees.
     fn exec(db: &mut Db, line: &str) -> Reply {
         flat(testing::exec(db, line))
-    }
-
-    fn int(n: i64) -> Reply {
-        Reply::Integer(n)
-    }
-
-    fn err(text: &str) -> Reply {
-        Reply::Error(text.into())
-    }
-
-    fn b(text: &str) -> Reply {
-        Reply::Bulk(text.as_bytes().to_vec())
-    }
-
-    /// An array of bulk strings.
-    fn arr(items: &[&str]) -> Reply {
-        Reply::Array(items.iter().map(|&i| b(i)).collect())
-    }
-
-    fn exists(db: &Db, key: &str) -> bool {
-        db.contains(key.as_bytes(), NOW)
-    }
-
-    fn set_string(db: &mut Db, key: &str) {
-        db.insert(key.as_bytes().to_vec(), Value::Str(b"x".to_vec()), None);
     }
 
     #[test]
