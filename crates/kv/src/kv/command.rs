@@ -17,10 +17,10 @@
 //! Parsing never panics on any arguments and its error texts are Redis 7's, so clients that
 //! match on them (redis-cli, redis-benchmark, client libraries) behave as against Redis.
 
-use super::cmd::{self, Handler};
+use super::cmd::{self, Handler, Spec};
 use super::reply::Reply;
 
-pub use super::cmd::args::parse_i64;
+pub use super::cmd::args::{parse_i64, wrong_arity};
 
 /// A request's command, checked and typed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,15 +86,10 @@ pub struct ReadOp {
 /// A command about the connection or the server: its words, for the member to answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalOp {
+    /// The command's name in the table (lower case).
+    pub name: &'static str,
     /// The words, the name first.
     pub args: Vec<Vec<u8>>,
-}
-
-impl LocalOp {
-    /// The command's name in lower case.
-    pub fn name(&self) -> String {
-        String::from_utf8_lossy(&self.args[0]).to_ascii_lowercase()
-    }
 }
 
 fn words(args: &[&str]) -> Vec<Vec<u8>> {
@@ -140,18 +135,20 @@ impl ReadOp {
     }
 }
 
-/// The error for a command that exists with the wrong number of arguments.
-pub fn wrong_arity(name: &str) -> Reply {
-    cmd::args::wrong_arity(name)
-}
-
 /// Turns a request's words into a command for database `db`, or the error reply Redis gives
 /// for them. `args` is never empty (an empty request is skipped before this).
 pub fn parse_command(args: Vec<Vec<u8>>, db: u8) -> Result<Command, Reply> {
+    let spec = args.first().and_then(|name| cmd::lookup(name));
+    typed(spec, args, db)
+}
+
+/// [`parse_command`] for a caller that has looked the name up already (`spec`: its entry in
+/// the table, `None` when there is none).
+pub fn typed(spec: Option<&'static Spec>, args: Vec<Vec<u8>>, db: u8) -> Result<Command, Reply> {
     let Some(name) = args.first() else {
         return Err(Reply::Error("ERR empty command".into()));
     };
-    let Some(spec) = cmd::lookup(name) else {
+    let Some(spec) = spec else {
         return Err(unknown_command(name, &args[1..]));
     };
     if !spec.arity_fits(args.len()) {
@@ -160,7 +157,7 @@ pub fn parse_command(args: Vec<Vec<u8>>, db: u8) -> Result<Command, Reply> {
     Ok(match spec.handler {
         Handler::Write(_) | Handler::Store => Command::Write(WriteOp::Exec { db, args }),
         Handler::Read(_) => Command::Read(ReadOp { db, args }),
-        Handler::Local => Command::Local(LocalOp { args }),
+        Handler::Local => Command::Local(LocalOp { name: spec.name, args }),
     })
 }
 

@@ -97,6 +97,8 @@ pub struct Conn {
     pub multi: Option<Vec<(u8, Vec<Vec<u8>>)>>,
     /// Whether a command queued since MULTI was refused (EXEC then aborts).
     pub multi_failed: bool,
+    /// The database commands queued now run in (the last SELECT queued, else `db`).
+    pub multi_db: u8,
     /// The keys WATCH saw, for the next EXEC.
     pub watched: Vec<Watched>,
     /// EXECs in flight that hold member commands (CONFIG, INFO, ...): their slot, and each such
@@ -163,6 +165,7 @@ impl Conn {
             resp3: false,
             multi: None,
             multi_failed: false,
+            multi_db: 0,
             watched: Vec::new(),
             exec_locals: Vec::new(),
             watch_slots: Vec::new(),

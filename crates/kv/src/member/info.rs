@@ -293,6 +293,11 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// No parameters, with no allocation: what stands in while a member's settings are lent.
+    pub const fn empty() -> Self {
+        Settings { values: BTreeMap::new() }
+    }
+
     fn canonical(name: &str) -> &str {
         ALIASES.iter().find(|(alias, _)| *alias == name).map_or(name, |(_, real)| real)
     }
@@ -450,19 +455,21 @@ fn command(args: &[Vec<u8>]) -> Reply {
 
 /// Answers a local command (those of the session itself, MULTI and the like, are answered in
 /// [`super::session`]).
-pub fn local(op: &LocalOp, facts: &Facts, settings: &mut Settings) -> Reply {
+/// `facts` gathers what INFO reports (a pass over the keys): called only by the commands that
+/// report something of it.
+pub fn local(op: &LocalOp, facts: &dyn Fn() -> Facts, settings: &mut Settings) -> Reply {
     let args = &op.args;
     let sub = args.get(1).map(|s| String::from_utf8_lossy(s).to_ascii_lowercase()).unwrap_or_default();
-    match (op.name().as_str(), args.len()) {
+    match (op.name, args.len()) {
         ("ping", 1) => Reply::Simple("PONG"),
         ("ping", 2) | ("echo", 2) => Reply::Bulk(args[1].clone()),
         ("ping", _) => wrong_arity("ping"),
         ("info", _) => {
             let sections: Vec<&[u8]> = args[1..].iter().map(Vec::as_slice).collect();
-            Reply::Bulk(info_text(facts, &sections).into_bytes())
+            Reply::Bulk(info_text(&facts(), &sections).into_bytes())
         }
         ("config", _) => match sub.as_str() {
-            "get" if args.len() >= 3 => settings.get(&args[2..], facts),
+            "get" if args.len() >= 3 => settings.get(&args[2..], &facts()),
             "get" => wrong_arity("config|get"),
             "set" => settings.set(&args[2..]),
             "resetstat" => Reply::Ok,
@@ -481,7 +488,7 @@ pub fn local(op: &LocalOp, facts: &Facts, settings: &mut Settings) -> Reply {
         ("function" | "script", 2 | 3) if sub == "flush" => Reply::Ok,
         ("function" | "script", _) => Reply::Error(format!(
             "ERR {} is not supported: this store runs no scripts",
-            op.name().to_ascii_uppercase()
+            op.name.to_ascii_uppercase()
         )),
         // A member is stopped by what started it (its supervisor, Ctrl-C), not by a client.
         ("shutdown", _) => {
@@ -495,8 +502,9 @@ pub fn local(op: &LocalOp, facts: &Facts, settings: &mut Settings) -> Reply {
         ("save", _) | ("bgrewriteaof", _) | ("readonly", _) | ("readwrite", _) => Reply::Ok,
         ("bgsave", _) => Reply::Simple("Background saving started"),
         // Every acknowledged write is on a majority of the members already.
-        ("wait", 3) => Reply::Integer(facts.voters.len().saturating_sub(1) as i64),
+        ("wait", 3) => Reply::Integer(facts().voters.len().saturating_sub(1) as i64),
         ("role", 1) => {
+            let facts = facts();
             let role = if facts.leader == facts.id { "master" } else { "slave" };
             Reply::Array(vec![bulk(role)])
         }
@@ -511,7 +519,7 @@ pub fn local(op: &LocalOp, facts: &Facts, settings: &mut Settings) -> Reply {
 /// This process's resident bytes and its user and system CPU seconds (from /proc; zeros
 /// where it cannot be read).
 fn process_usage() -> (u64, f64, f64) {
-    let page = 4096;
+    let page = kairos_sys::memory::page_size() as u64;
     let rss = std::fs::read_to_string("/proc/self/statm")
         .ok()
         .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
@@ -522,7 +530,8 @@ fn process_usage() -> (u64, f64, f64) {
         let fields: Vec<&str> = rest.split_whitespace().collect();
         Some((fields.get(11)?.parse::<u64>().ok()?, fields.get(12)?.parse::<u64>().ok()?))
     });
-    let (user, sys) = ticks.map_or((0.0, 0.0), |(u, s)| (u as f64 / 100.0, s as f64 / 100.0));
+    let hz = kairos_sys::proc::clock_ticks_per_second() as f64;
+    let (user, sys) = ticks.map_or((0.0, 0.0), |(u, s)| (u as f64 / hz, s as f64 / hz));
     (rss, user, sys)
 }
 

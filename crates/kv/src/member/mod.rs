@@ -53,7 +53,8 @@ use kairos_sys::net::poll::Epoll;
 use kairos_sys::net::{MmsgBatch, split};
 
 use crate::kv::cmd;
-use crate::kv::{Command, Reply, WriteOp, parse_command};
+use crate::kv::command::typed;
+use crate::kv::{Command, Reply, WriteOp};
 use crate::replica::wire::{decode_message, encode_message};
 use crate::replica::{FileDisk, LogStore, ReadMode, Replica, ReplicaConfig, ReplicaError, Sync, Ticket};
 use conn::Conn;
@@ -422,6 +423,8 @@ pub struct Member {
     expiry_seq: u64,
     /// The earliest timeout of a blocked client (monotonic ns).
     blocked_until: Option<u64>,
+    /// Clients that (may) wait in a blocking pop: those the store found nothing for.
+    blocked: std::collections::BTreeSet<u64>,
 }
 
 /// A membership change proposed at this member, waiting to be applied here.
@@ -666,6 +669,7 @@ impl Member {
             command_stats: BTreeMap::new(),
             expiry_seq: 0,
             blocked_until: None,
+            blocked: Default::default(),
             reassembler: Reassembler::new(),
             message_number: 0,
             stats: MemberStats::default(),
@@ -1336,7 +1340,9 @@ impl Member {
             Some(acl::Category::Read) => 1,
             _ => 2,
         }] += 1;
-        if self.queue_in_multi(client, &args) || self.session_command(client, &args) {
+        if self.queue_in_multi(client, &args, spec)
+            || self.session_command(client, &args, spec.map_or("", |s| s.name))
+        {
             return;
         }
         if args[0].eq_ignore_ascii_case(b"acl")
@@ -1363,22 +1369,20 @@ impl Member {
             return;
         }
         let Some(db) = self.conns.get(&client).map(|c| c.db) else { return };
-        match parse_command(args, db) {
+        match typed(spec, args, db) {
             Err(reply) => {
                 if let Some(conn) = self.conns.get_mut(&client) {
                     conn.answer(&reply);
                 }
             }
             Ok(Command::Local(op)) => {
-                if op.name() == "quit" {
+                if op.name == "quit" {
                     if let Some(conn) = self.conns.get_mut(&client) {
                         conn.answer_and_close(&Reply::Ok);
                     }
                     return;
                 }
-                // What INFO reports costs a pass over the keys: gathered only for a local command.
-                let facts = self.info();
-                let reply = info::local(&op, &facts, &mut self.settings);
+                let reply = self.answer_local(&op);
                 if let Some(conn) = self.conns.get_mut(&client) {
                     conn.answer(&reply);
                 }
@@ -1401,6 +1405,15 @@ impl Member {
                 self.release(client);
             }
         }
+    }
+
+    /// Answers a member command; what INFO reports is gathered only if the command reports it.
+    fn answer_local(&mut self, op: &crate::kv::LocalOp) -> Reply {
+        // The settings are lent out while the member is read for its facts.
+        let mut settings = std::mem::replace(&mut self.settings, info::Settings::empty());
+        let reply = info::local(op, &|| self.info(), &mut settings);
+        self.settings = settings;
+        reply
     }
 
     /// `AUTH [user] password`: the connection becomes the user if the password is its.
@@ -1709,7 +1722,11 @@ impl Member {
             keyspace: self.replica.store().keyspace(realtime_ns() / 1_000_000),
             command_stats: self.command_stats.clone(),
             clients: self.conns.len(),
-            blocked_clients: self.conns.values().filter(|c| c.blocking.iter().any(|b| b.waiting)).count(),
+            blocked_clients: self
+                .blocked
+                .iter()
+                .filter(|id| self.conns.get(id).is_some_and(|c| c.blocking.iter().any(|b| b.waiting)))
+                .count(),
             uptime_s: (monotonic_ns() - self.started_ns) / 1_000_000_000,
             stats: self.stats,
             replica: self.replica.stats(),

@@ -16,7 +16,7 @@
 use super::Member;
 use super::conn::Blocking;
 use crate::kv::Reply;
-use crate::kv::cmd::{self, Handler, args};
+use crate::kv::cmd::{self, Handler, Spec, args};
 use crate::kv::command::{Command, ReadOp, WriteOp, unknown_command, unknown_subcommand, wrong_arity};
 use crate::kv::store::DATABASES;
 use crate::kv::value::Value;
@@ -60,16 +60,17 @@ fn blocking_shape(name: &str, words: &[Vec<u8>]) -> Option<(usize, Vec<Vec<u8>>,
 impl Member {
     /// Queues `args` in the connection's transaction if it is in one; returns whether it did
     /// (or answered an error for it).
-    pub(super) fn queue_in_multi(&mut self, client: u64, args: &[Vec<u8>]) -> bool {
+    /// `spec` is the command's entry in the table, looked up once by the caller.
+    pub(super) fn queue_in_multi(&mut self, client: u64, args: &[Vec<u8>], spec: Option<&Spec>) -> bool {
         let Some(conn) = self.conns.get_mut(&client) else { return true };
         if conn.multi.is_none() {
             return false;
         }
-        let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-        if NOT_QUEUED.contains(&name.as_str()) {
+        let name = spec.map_or("", |s| s.name);
+        if NOT_QUEUED.contains(&name) {
             return false;
         }
-        let refusal = match cmd::lookup(&args[0]) {
+        let refusal = match spec {
             None => Some(unknown_command(&args[0], &args[1..])),
             Some(spec) if !spec.arity_fits(args.len()) => Some(wrong_arity(spec.name)),
             Some(spec) if matches!(spec.handler, Handler::Local) && !IN_TRANSACTION.contains(&spec.name) => {
@@ -82,16 +83,19 @@ impl Member {
             conn.answer(&error);
             return true;
         }
-        if name == "select"
-            && let Err(e) = select_index(&args[1])
-        {
-            conn.multi_failed = true;
-            conn.answer(&e);
-            return true;
+        if name == "select" {
+            match args::db_index(&args[1]) {
+                // The database of the commands queued after it, and the connection's if EXEC
+                // runs (as on Redis).
+                Ok(db) => conn.multi_db = db,
+                Err(e) => {
+                    conn.multi_failed = true;
+                    conn.answer(&e);
+                    return true;
+                }
+            }
         }
-        // The database a queued command runs in: the last SELECT queued before it, else the
-        // connection's (which changes only if EXEC runs, as on Redis).
-        let db = transaction_db(conn.multi.as_deref().unwrap_or_default(), conn.db);
+        let db = conn.multi_db;
         if let Some(queue) = conn.multi.as_mut() {
             queue.push((db, args.to_vec()));
         }
@@ -100,13 +104,14 @@ impl Member {
     }
 
     /// Answers the session's own commands; returns whether `args` was one.
-    pub(super) fn session_command(&mut self, client: u64, args: &[Vec<u8>]) -> bool {
-        let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+    /// `name` is the command's name in the table (empty when it is not there).
+    pub(super) fn session_command(&mut self, client: u64, args: &[Vec<u8>], name: &str) -> bool {
         let Some(conn) = self.conns.get_mut(&client) else { return true };
-        let reply = match (name.as_str(), args.len()) {
+        let reply = match (name, args.len()) {
             ("multi", 1) if conn.multi.is_some() => Reply::Error("ERR MULTI calls can not be nested".into()),
             ("multi", 1) => {
                 conn.multi = Some(Vec::new());
+                conn.multi_db = conn.db;
                 conn.multi_failed = false;
                 Reply::Ok
             }
@@ -128,7 +133,7 @@ impl Member {
                     ));
                     return true;
                 }
-                conn.db = transaction_db(&commands, conn.db);
+                conn.db = conn.multi_db;
                 let seq = conn.await_answer();
                 let locals: Vec<(usize, Vec<Vec<u8>>)> = commands
                     .iter()
@@ -161,7 +166,7 @@ impl Member {
                 conn.watched.clear();
                 Reply::Ok
             }
-            ("select", 2) => match select_index(&args[1]) {
+            ("select", 2) => match args::db_index(&args[1]) {
                 Ok(db) => {
                     conn.db = db;
                     Reply::Ok
@@ -190,7 +195,7 @@ impl Member {
         true
     }
 
-    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`: RESP2 only.
+    /// `HELLO [protover [AUTH user pass] [SETNAME name]]`: RESP2 or RESP3 from then on.
     fn hello(&mut self, client: u64, args: &[Vec<u8>]) -> bool {
         let mut reply = None;
         let mut resp3 = None;
@@ -317,14 +322,8 @@ impl Member {
                         }
                     }
                 }
-                if n == 3 {
-                    if targets.contains(&client) {
-                        return Reply::Ok;
-                    }
-                    Reply::Ok
-                } else {
-                    Reply::Integer(targets.len() as i64)
-                }
+                // The old form (an address) answers OK, the filter form how many it closed.
+                if n == 3 { Reply::Ok } else { Reply::Integer(targets.len() as i64) }
             }
             ("unblock", 3 | 4) => {
                 let with_error = args.get(3).is_some_and(|w| args::is(w, "error"));
@@ -375,10 +374,10 @@ impl Member {
         let Some(at) = conn.exec_locals.iter().position(|(seq, _)| *seq == ticket.seq) else { return reply };
         let (_, locals) = conn.exec_locals.swap_remove(at);
         let Reply::Array(mut items) = reply else { return reply };
-        let facts = self.info();
         for (i, words) in locals {
+            let name = cmd::lookup(&words[0]).map_or("", |s| s.name);
             if let Some(item) = items.get_mut(i) {
-                *item = super::info::local(&crate::kv::LocalOp { args: words }, &facts, &mut self.settings);
+                *item = self.answer_local(&crate::kv::LocalOp { name, args: words });
             }
         }
         Reply::Array(items)
@@ -413,7 +412,10 @@ impl Member {
     pub(super) fn would_block(&mut self, ticket: Ticket) {
         let Some(conn) = self.conns.get_mut(&ticket.client) else { return };
         match conn.blocking.iter_mut().find(|b| b.seq == ticket.seq) {
-            Some(b) => b.waiting = true,
+            Some(b) => {
+                b.waiting = true;
+                self.blocked.insert(ticket.client);
+            }
             None => {
                 conn.complete(ticket.seq, &Reply::NilArray);
             }
@@ -423,14 +425,18 @@ impl Member {
     /// Blocked clients whose keys have data now are proposed again; those whose timeout
     /// passed are answered. Returns the earliest timeout still ahead.
     pub(super) fn wake_blocked(&mut self, now_ns: u64) -> Option<u64> {
+        // Only the clients that wait are looked at (and no clock is read when none does).
+        if self.blocked.is_empty() {
+            return None;
+        }
         let now_ms = realtime_ns() / 1_000_000;
         let mut next = None::<u64>;
         let mut proposals = Vec::new();
         let mut released = Vec::new();
-        for conn in self.conns.values_mut() {
-            if !conn.blocking.iter().any(|b| b.waiting) {
-                continue;
-            }
+        let conns = &mut self.conns;
+        self.blocked.retain(|id| conns.get(id).is_some_and(|c| c.blocking.iter().any(|b| b.waiting)));
+        for id in &self.blocked {
+            let Some(conn) = self.conns.get_mut(id) else { continue };
             let store = self.replica.store();
             let mut done = Vec::new();
             for b in conn.blocking.iter_mut().filter(|b| b.waiting) {
@@ -490,23 +496,5 @@ impl Member {
             let client = self.client_base;
             self.replica.submit_write(Ticket { client, seq }, seq, WriteOp::Expire { db, keys });
         }
-    }
-}
-
-/// The database after the SELECTs among `queued`, from `current`.
-fn transaction_db(queued: &[(u8, Vec<Vec<u8>>)], current: u8) -> u8 {
-    queued
-        .iter()
-        .rev()
-        .find(|(_, words)| args::is(&words[0], "select"))
-        .and_then(|(_, words)| select_index(words.get(1)?).ok())
-        .unwrap_or(current)
-}
-
-fn select_index(arg: &[u8]) -> Result<u8, Reply> {
-    match args::parse_i64(arg) {
-        Some(n) if (0..DATABASES as i64).contains(&n) => Ok(n as u8),
-        Some(_) => Err(Reply::Error("ERR DB index is out of range".into())),
-        None => Err(Reply::Error("ERR value is not an integer or out of range".into())),
     }
 }
