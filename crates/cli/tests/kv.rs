@@ -50,6 +50,21 @@ fn start_with(id: usize, peers: &str, port: u16, data: &Path, extra: &[&str]) ->
         .expect("start kairos kv serve")
 }
 
+/// Three members on free loopback ports, member i with `extra(i)`'s flags: the members, their
+/// client ports and Raft ports (member i's at i - 1), and the `--peers` list (to start one
+/// again).
+fn three_members<'a>(
+    data: &Path,
+    extra: impl Fn(usize) -> &'a [&'a str],
+) -> (Members, Vec<u16>, Vec<u16>, String) {
+    let client_ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
+    let raft_ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
+    let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", raft_ports[i - 1])).collect::<Vec<_>>().join(",");
+    let members =
+        Members((1..=3).map(|i| Some(start_with(i, &peers, client_ports[i - 1], data, extra(i)))).collect());
+    (members, client_ports, raft_ports, peers)
+}
+
 /// The cluster's secret in its data directory, made by the first member started.
 fn secret_in(data: &Path) -> std::path::PathBuf {
     let path = data.join("secret");
@@ -79,11 +94,7 @@ fn wait_for_leader(con: &mut redis::Connection, not: u64) -> u64 {
 #[test]
 fn a_cluster_of_processes_serves_redis_clients_through_a_leader_kill_and_a_restart() {
     let data = tempfile::tempdir().unwrap();
-    let client_ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
-    let raft_ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
-    let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", raft_ports[i - 1])).collect::<Vec<_>>().join(",");
-    let mut members =
-        Members((1..=3).map(|i| Some(start(i, &peers, client_ports[i - 1], data.path()))).collect());
+    let (mut members, client_ports, _, peers) = three_members(data.path(), |_| &[]);
 
     let mut first = connect(client_ports[0]);
     let leader_id = wait_for_leader(&mut first, 0) as usize;
@@ -178,10 +189,6 @@ fn a_cluster_of_processes_serves_redis_clients_through_a_leader_kill_and_a_resta
     assert_eq!(v.as_deref(), Some("41x"), "the restarted member kept what was written before");
 }
 
-/// `KAIROS.MEMBER args...` until `done(LIST)`, asked again as the refusals tell a client to:
-/// while it is refused for now (no leader, or the leader busy with an earlier change or its
-/// first entry of the term), and after checking the list when it was not applied in time (a
-/// change proposed through a follower that the leader, busy, emptied). At most 20 s of tries.
 /// Three members, a client on a follower: every type through a pipeline, a transaction that
 /// WATCH aborts when another member's client changes its key (and `redis::transaction`'s
 /// retries then succeed), a SCAN that returns every key once, a BLPOP woken by a push through
@@ -189,11 +196,7 @@ fn a_cluster_of_processes_serves_redis_clients_through_a_leader_kill_and_a_resta
 #[test]
 fn redis_clients_use_every_type_transactions_with_watch_scans_and_blocking_pops() {
     let data = tempfile::tempdir().unwrap();
-    let client_ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
-    let raft_ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
-    let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", raft_ports[i - 1])).collect::<Vec<_>>().join(",");
-    let mut members =
-        Members((1..=3).map(|i| Some(start(i, &peers, client_ports[i - 1], data.path()))).collect());
+    let (mut members, client_ports, _, peers) = three_members(data.path(), |_| &[]);
     let leader_id = wait_for_leader(&mut connect(client_ports[0]), 0) as usize;
     let follower = (1..=3).find(|&i| i != leader_id).unwrap();
     let other = (1..=3).find(|&i| i != leader_id && i != follower).unwrap();
@@ -317,7 +320,12 @@ fn redis_clients_use_every_type_transactions_with_watch_scans_and_blocking_pops(
         let mut c = connect(blocked_port);
         redis::cmd("BLPOP").arg("queue").arg(5).query::<Option<(String, String)>>(&mut c).unwrap()
     });
-    std::thread::sleep(Duration::from_millis(200));
+    // Pushed only once the member says the client waits: the pop must have blocked.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stat_in(blocked_port, "clients", "blocked_clients") != 1 {
+        assert!(Instant::now() < deadline, "the BLPOP never blocked");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let _: i64 = redis::cmd("RPUSH").arg("queue").arg("job").query(&mut elsewhere).unwrap();
     assert_eq!(waiter.join().unwrap(), Some(("queue".to_string(), "job".to_string())));
     let timed_out: Option<(String, String)> =
@@ -345,6 +353,10 @@ fn redis_clients_use_every_type_transactions_with_watch_scans_and_blocking_pops(
     }
 }
 
+/// `KAIROS.MEMBER args...` until `done(LIST)`, asked again as the refusals tell a client to:
+/// while it is refused for now (no leader, or the leader busy with an earlier change or its
+/// first entry of the term), and after checking the list when it was not applied in time (a
+/// change proposed through a follower that the leader, busy, emptied). At most 20 s of tries.
 fn member_change(con: &mut redis::Connection, args: &[&str], done: impl Fn(&[String]) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -415,22 +427,8 @@ fn a_member_joins_a_running_cluster_and_another_leaves_it() {
 #[test]
 fn a_leader_cut_off_is_replaced_and_faults_need_their_flag() {
     let data = tempfile::tempdir().unwrap();
-    let client_ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
-    let raft_ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
-    let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", raft_ports[i - 1])).collect::<Vec<_>>().join(",");
-    let _members = Members(
-        (1..=3)
-            .map(|i| {
-                Some(start_with(
-                    i,
-                    &peers,
-                    client_ports[i - 1],
-                    data.path(),
-                    if i == 3 { &[] } else { &["--allow-faults"] },
-                ))
-            })
-            .collect(),
-    );
+    let (_members, client_ports, _, _) =
+        three_members(data.path(), |i| if i == 3 { &[] } else { &["--allow-faults"] });
     let mut third = connect(client_ports[2]);
     let err = redis::cmd("KAIROS.FAULT").arg("HEAL").query::<()>(&mut third).unwrap_err();
     assert!(err.to_string().contains("--allow-faults"), "{err}");
@@ -498,11 +496,7 @@ fn resident_kb(pid: u32) -> u64 {
 #[test]
 fn a_flood_of_forged_fragments_is_refused_and_held_by_no_one() {
     let data = tempfile::tempdir().unwrap();
-    let client_ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
-    let raft_ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
-    let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", raft_ports[i - 1])).collect::<Vec<_>>().join(",");
-    let members =
-        Members((1..=3).map(|i| Some(start(i, &peers, client_ports[i - 1], data.path()))).collect());
+    let (members, client_ports, raft_ports, _) = three_members(data.path(), |_| &[]);
     let mut con = connect(client_ports[0]);
     wait_for_leader(&mut con, 0);
     let _: () = redis::cmd("SET").arg("before").arg("flood").query(&mut con).unwrap();
@@ -570,12 +564,7 @@ fn clients_authenticate_and_run_only_what_their_user_may() {
     let auth =
         [format!("--requirepass-file={}", pass.display()), format!("--users-file={}", users.display())];
     let auth: Vec<&str> = auth.iter().map(String::as_str).collect();
-    let client_ports: Vec<u16> = (0..3).map(|_| free_tcp_port()).collect();
-    let raft_ports: Vec<u16> = (0..3).map(|_| free_udp_port()).collect();
-    let peers = (1..=3).map(|i| format!("{i}=127.0.0.1:{}", raft_ports[i - 1])).collect::<Vec<_>>().join(",");
-    let _members = Members(
-        (1..=3).map(|i| Some(start_with(i, &peers, client_ports[i - 1], data.path(), &auth))).collect(),
-    );
+    let (_members, client_ports, _, _) = three_members(data.path(), |_| &auth);
     let mut admin = connect(client_ports[0]);
     let _: () = redis::cmd("AUTH").arg("admin-pw").query(&mut admin).unwrap();
     wait_for_leader(&mut admin, 0);
@@ -634,7 +623,12 @@ fn one_member(data: &Path, extra: &[&str]) -> (Members, u16) {
 }
 
 fn stat(port: u16, field: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("stats").query(&mut connect(port)).unwrap();
+    stat_in(port, "stats", field)
+}
+
+/// A number from INFO `section` of the member on `port`.
+fn stat_in(port: u16, section: &str, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg(section).query(&mut connect(port)).unwrap();
     kairos_kv::resp::client::info_field(&info, field).and_then(|v| v.parse().ok()).unwrap()
 }
 

@@ -37,18 +37,18 @@ pub struct SeedResult {
     pub terms: u64,
 }
 
-/// The history in the checker's terms.
+/// The history in the checker's terms: its single-key requests (the list-append workload's
+/// transactions are judged by [`super::list_append`]).
 pub fn to_checker(history: &[SimOp]) -> Vec<KvOp> {
     history
         .iter()
-        .map(|op| {
+        .filter_map(|op| {
             let command = match &op.kind {
                 OpKind::Get => KvCommand::Get,
                 OpKind::Set(v) => KvCommand::Set(v.clone()),
                 OpKind::Incr => KvCommand::Incr,
                 OpKind::Append(v) => KvCommand::Append(v.clone()),
-                // The list-append workload is judged by `list_append`, not here.
-                OpKind::Txn(_) => KvCommand::Get,
+                OpKind::Txn(_) => return None,
             };
             let output = op.output.as_ref().map(|reply| match (reply, &op.kind) {
                 (Reply::Bulk(v), _) => KvOutput::Value(Some(v.clone())),
@@ -57,13 +57,13 @@ pub fn to_checker(history: &[SimOp]) -> Vec<KvOp> {
                 (Reply::Integer(n), _) => KvOutput::Integer(*n),
                 _ => KvOutput::Error,
             });
-            Operation {
+            Some(Operation {
                 client: op.client,
                 input: KvInput { key: op.key.clone(), command },
                 output,
                 call_ns: op.call_us * 1000,
                 return_ns: op.return_us.map(|t| t * 1000),
-            }
+            })
         })
         .collect()
 }

@@ -965,15 +965,7 @@ impl Sim {
                     answer = Some(self.final_answers.swap_remove(at).1);
                 }
             }
-            let Some(Reply::Array(items)) = answer else { return None };
-            let values = items
-                .iter()
-                .map(|i| match i {
-                    Reply::Bulk(b) => std::str::from_utf8(b).ok().and_then(|t| t.parse().ok()),
-                    _ => None,
-                })
-                .collect::<Option<Vec<u64>>>()?;
-            lists.insert(key, values);
+            lists.insert(key, super::list_append::values(&answer?)?);
         }
         Some(lists)
     }

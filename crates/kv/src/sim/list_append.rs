@@ -41,7 +41,8 @@ struct Committed {
     reads: Vec<Option<Vec<u64>>>,
 }
 
-fn values(reply: &Reply) -> Option<Vec<u64>> {
+/// The values an LRANGE answered (`None`: not a list of numbers).
+pub(super) fn values(reply: &Reply) -> Option<Vec<u64>> {
     match reply {
         Reply::Array(items) => items
             .iter()
