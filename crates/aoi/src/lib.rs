@@ -18,6 +18,20 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+/// A name that is not a discipline's, an arrival law's or a service law's (the name as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// Not a [`Discipline`]'s name.
+    #[error("unknown discipline '{0}' (use fcfs, bufferless, lcfs-preemptive, drop-oldest or keep-latest)")]
+    UnknownDiscipline(String),
+    /// Not an [`Arrival`] law's name.
+    #[error("unknown arrival law '{0}' (use poisson or periodic)")]
+    UnknownArrival(String),
+    /// Not a [`Service`] law's name.
+    #[error("unknown service law '{0}' (use exp or det)")]
+    UnknownService(String),
+}
+
 /// When updates arrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -73,18 +87,14 @@ impl Discipline {
     }
 
     /// Parses a discipline name with its buffer (`None`: unbounded, only meaningful for FCFS).
-    pub fn parse(name: &str, buffer: Option<usize>) -> Result<Self, String> {
+    pub fn parse(name: &str, buffer: Option<usize>) -> Result<Self, ParseError> {
         Ok(match name {
             "fcfs" => Discipline::Fcfs { buffer },
             "bufferless" => Discipline::Bufferless,
             "lcfs-preemptive" => Discipline::LcfsPreemptive,
             "drop-oldest" => Discipline::DropOldest { buffer: buffer.unwrap_or(1) },
             "keep-latest" => Discipline::KeepLatest,
-            other => {
-                return Err(format!(
-                    "unknown discipline '{other}' (use fcfs, bufferless, lcfs-preemptive, drop-oldest or keep-latest)"
-                ));
-            }
+            other => return Err(ParseError::UnknownDiscipline(other.to_string())),
         })
     }
 
@@ -110,23 +120,23 @@ impl Discipline {
 }
 
 impl FromStr for Arrival {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         match s {
             "poisson" => Ok(Arrival::Poisson),
             "periodic" => Ok(Arrival::Periodic),
-            other => Err(format!("unknown arrival law '{other}' (use poisson or periodic)")),
+            other => Err(ParseError::UnknownArrival(other.to_string())),
         }
     }
 }
 
 impl FromStr for Service {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         match s {
             "exp" => Ok(Service::Exp),
             "det" => Ok(Service::Det),
-            other => Err(format!("unknown service law '{other}' (use exp or det)")),
+            other => Err(ParseError::UnknownService(other.to_string())),
         }
     }
 }

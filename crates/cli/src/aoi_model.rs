@@ -45,7 +45,7 @@ pub struct AoiModelArgs {
 }
 
 pub fn run(args: &AoiModelArgs) -> Result<i32> {
-    let discipline = Discipline::parse(&args.discipline, args.buffer).map_err(usage)?;
+    let discipline = Discipline::parse(&args.discipline, args.buffer).map_err(|e| usage(e.to_string()))?;
     if !(args.service_rate.is_finite() && args.service_rate > 0.0 && args.service_rate <= 1e12) {
         return Err(usage(format!(
             "--service-rate must be a positive number up to 1e12, got {}",

@@ -1,36 +1,28 @@
-//! `kairos dispatch`: flow-affinity dispatch to workers that come and go. `remap` counts the
-//! flows each steering policy moves when a worker joins or leaves, against the ideal; `skew`
-//! follows the busiest worker's load under Zipf-skewed flows on a virtual clock.
+//! `kairos dispatch`: flow-affinity dispatch to workers that come and go, from the command line.
+//!
+//! The flags only parse here: they land in the experiment's configuration in
+//! [`kairos_lab::dispatch`], whose `plan` checks every value against its limits before anything
+//! runs (a bad value is a usage error, exit code 2, and no directory is made). Each run goes
+//! through the lab's harness, so it leaves `--results`/`dispatch-<name>/<run-id>/` with its
+//! `config.json`, `summary.json` and plots; the table or `--json` (the summary) follows.
+
+use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use kairos_dispatch::PolicyKind;
-use kairos_dispatch::elastic::{self, Phase, Signal, StepConfig, StepRow};
-use kairos_dispatch::latency::{self, LatencyConfig, LatencyRow, Service};
-use kairos_dispatch::remap::{Event, RemapRow, flow_hashes, remap};
-use kairos_dispatch::skew::{self, SkewConfig, SkewReport};
+use kairos_dispatch::latency::Service;
+use kairos_lab::dispatch::{self, cold, latency, remap, skew, step, threads};
 
 use crate::exit;
-use kairos_lab::plot::{Scales, XySeries, measured_per_key, xy_chart};
-
-/// One figure of a load step's window, as a chart draws it.
-type WindowFigure = fn(&elastic::StepWindow) -> f64;
 
 /// The service distribution `name` names, or a usage error for `flag`.
 fn service_named(flag: &str, name: &str) -> Result<Service> {
-    Service::ALL.into_iter().find(|s| s.name() == name).ok_or_else(|| {
+    dispatch::service_named(name).ok_or_else(|| {
         exit::usage(format!(
             "{flag}: unknown distribution {name:?}: give constant, exponential, bimodal or heavy"
         ))
     })
-}
-
-/// Creates the plots' directory, when asked for, before any work.
-fn plot_dir(dir: Option<&std::path::Path>) -> Result<Option<std::path::PathBuf>> {
-    let Some(dir) = dir else { return Ok(None) };
-    std::fs::create_dir_all(dir)
-        .map_err(|e| exit::usage(format!("--plots {}: cannot create it: {e}", dir.display())))?;
-    Ok(Some(dir.to_path_buf()))
 }
 
 /// `kairos dispatch`'s subcommands.
@@ -70,6 +62,25 @@ enum DispatchCommand {
     Threads(ThreadsArgs),
 }
 
+/// Where a run goes and how its summary is printed: every dispatch experiment takes these.
+#[derive(Args)]
+struct Output {
+    /// Print the summary as one JSON object on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Directory the runs are written under (a subdirectory per experiment and run; created
+    /// when missing).
+    #[arg(long, value_name = "DIR", default_value = "results")]
+    results: PathBuf,
+}
+
+impl Output {
+    /// The harness's flags, with `quick` as the command had it (false where it has none).
+    fn common(&self, quick: bool) -> crate::Common {
+        crate::Common { quick, json: self.json, results: self.results.clone() }
+    }
+}
+
 #[derive(Args)]
 struct ThreadsArgs {
     /// 1,000,000 packets a row instead of 10,000,000.
@@ -101,9 +112,8 @@ struct ThreadsArgs {
     /// of workers and its rebalancing step).
     #[arg(long)]
     no_idle_steering: bool,
-    /// Print `{"rows": [...], "simulated": false, ...}` as JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// A policy by the name `--policies` takes.
@@ -121,9 +131,8 @@ struct ColdArgs {
     /// The two cores, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0,1")]
     cores: Vec<usize>,
-    /// Print the report as one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 #[derive(Args)]
@@ -151,13 +160,8 @@ struct StepArgs {
     /// From a worker's grant until it takes packets, us, 0-1000000.
     #[arg(long, default_value_t = 5.0)]
     wake_us: f64,
-    /// Print `{"rows": [...], "simulated": true}` (each row with its windows) as JSON.
-    #[arg(long)]
-    json: bool,
-    /// Also draw, per signal, the workers in use and the p99 window by window for every policy,
-    /// as PNGs in this directory (created when missing).
-    #[arg(long, value_name = "DIR")]
-    plots: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    output: Output,
 }
 
 #[derive(Args)]
@@ -183,13 +187,8 @@ struct LatencyArgs {
     /// Requests a point, 1000-100000000 (default: 200000 with --quick, else 1000000).
     #[arg(long)]
     requests: Option<u64>,
-    /// Print `{"rows": [...], "simulated": true}` as JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-    /// Also draw p99 against load for every policy, one chart per service distribution, as
-    /// PNGs in this directory (created when missing).
-    #[arg(long, value_name = "DIR")]
-    plots: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// The simulated flows and their state, as `latency` and `step` take them.
@@ -211,20 +210,8 @@ struct Workload {
 }
 
 impl Workload {
-    /// The first flag out of range, as a usage error's text.
-    fn check(&self) -> Result<(), String> {
-        let checks = [
-            (
-                (1..=10_000_000).contains(&self.flows),
-                format!("--flows {} is out of range: 1 to 10000000", self.flows),
-            ),
-            ((0.0..=3.0).contains(&self.zipf), format!("--zipf {} is out of range: 0 to 3", self.zipf)),
-            (
-                (0.0..=1_000_000.0).contains(&self.cold_ns),
-                format!("--cold-ns {} is out of range: 0 to 1000000", self.cold_ns),
-            ),
-        ];
-        checks.into_iter().find(|(ok, _)| !ok).map_or(Ok(()), |(_, why)| Err(why))
+    fn lab(&self) -> dispatch::Workload {
+        dispatch::Workload { flows: self.flows, zipf: self.zipf, cold_ns: self.cold_ns, seed: self.seed }
     }
 }
 
@@ -254,9 +241,8 @@ struct SkewArgs {
     /// The draws' seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Print `{"rows": [...]}` as JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 #[derive(Args)]
@@ -270,494 +256,81 @@ struct RemapArgs {
     /// The hashes' seed.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Print `{"rows": [...]}` as JSON instead of a table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: Output,
 }
 
 /// Runs a `kairos dispatch` command.
 pub fn run(args: &DispatchArgs) -> Result<i32> {
     match &args.command {
-        DispatchCommand::Remap(a) => remap_command(a),
-        DispatchCommand::Skew(a) => skew_command(a),
-        DispatchCommand::Latency(a) => latency_command(a),
-        DispatchCommand::Step(a) => step_command(a),
-        DispatchCommand::Cold(a) => cold_command(a),
-        DispatchCommand::Threads(a) => threads_command(a),
-    }
-}
-
-fn remap_command(a: &RemapArgs) -> Result<i32> {
-    if !(2..=1000).contains(&a.workers) {
-        return Err(exit::usage(format!("--workers {} is out of range: 2 to 1000", a.workers)));
-    }
-    if !(1..=10_000_000).contains(&a.flows) {
-        return Err(exit::usage(format!("--flows {} is out of range: 1 to 10000000", a.flows)));
-    }
-    let flows = flow_hashes(a.flows, a.seed);
-    let rows: Vec<RemapRow> = PolicyKind::ALL
-        .iter()
-        .flat_map(|&kind| [Event::Join, Event::Leave].map(|event| remap(kind, a.workers, &flows, event)))
-        .collect();
-    if a.json {
-        outln!("{}", serde_json::json!({ "rows": rows, "flows": a.flows, "seed": a.seed }));
-        return Ok(exit::OK);
-    }
-    outln!("{} flows; moved on a change of workers (ideal: the newcomer's or the leaver's share)", a.flows);
-    outln!(
-        "{:<10} {:<6} {:>8} {:>8} {:>8} {:>9} {:>14}",
-        "policy",
-        "event",
-        "workers",
-        "moved",
-        "ideal",
-        "x ideal",
-        "max/mean flows"
-    );
-    for r in &rows {
-        let event = match r.event {
-            Event::Join => "join",
-            Event::Leave => "leave",
-        };
-        outln!(
-            "{:<10} {:<6} {:>3} -> {:<2} {:>7.1}% {:>7.1}% {:>9.2} {:>14.3}",
-            r.policy,
-            event,
-            r.workers_before,
-            r.workers_after,
-            100.0 * r.flows_moved_fraction,
-            100.0 * r.ideal_fraction,
-            r.flows_moved_fraction / r.ideal_fraction,
-            r.max_over_mean_flows
-        );
-    }
-    Ok(exit::OK)
-}
-
-fn skew_command(a: &SkewArgs) -> Result<i32> {
-    let checks: [(bool, String); 7] = [
-        ((2..=1000).contains(&a.workers), format!("--workers {} is out of range: 2 to 1000", a.workers)),
-        ((1..=10_000_000).contains(&a.flows), format!("--flows {} is out of range: 1 to 10000000", a.flows)),
-        ((0.0..=3.0).contains(&a.zipf), format!("--zipf {} is out of range: 0 to 3", a.zipf)),
-        (
-            (1..=10_000_000).contains(&a.packets_per_ms),
-            format!("--packets-per-ms {} is out of range: 1 to 10000000", a.packets_per_ms),
-        ),
-        (
-            (1..=1000).contains(&a.rebalance_ms),
-            format!("--rebalance-ms {} is out of range: 1 to 1000", a.rebalance_ms),
-        ),
-        (
-            (1..=1000).contains(&a.window_ms),
-            format!("--window-ms {} is out of range: 1 to 1000", a.window_ms),
-        ),
-        (
-            (1..=60_000).contains(&a.duration_ms),
-            format!("--duration-ms {} is out of range: 1 to 60000", a.duration_ms),
-        ),
-    ];
-    if let Some((_, why)) = checks.into_iter().find(|(ok, _)| !ok) {
-        return Err(exit::usage(why));
-    }
-    let config = SkewConfig {
-        workers: a.workers,
-        flows: a.flows,
-        exponent: a.zipf,
-        packets_per_ms: a.packets_per_ms,
-        rebalance_ms: a.rebalance_ms,
-        window_ms: a.window_ms,
-        duration_ms: a.duration_ms,
-        seed: a.seed,
-    };
-    let reports: Vec<SkewReport> = PolicyKind::ALL
-        .iter()
-        .map(|&kind| {
-            let mut policy = kind.build(a.workers);
-            skew::run(&config, policy.as_mut())
-        })
-        .collect();
-    if a.json {
-        let rows: Vec<serde_json::Value> = reports
-            .iter()
-            .map(|r| {
-                let last = r.windows.last().map_or(0.0, |w| w.max_over_mean);
-                serde_json::json!({
-                    "policy": r.policy,
-                    "max_over_mean_load": last,
-                    "balanced_from_ms": r.balanced_from_ms,
-                    "floor": r.floor,
-                    "windows": r.windows,
-                })
-            })
-            .collect();
-        outln!("{}", serde_json::json!({ "rows": rows, "config": config, "simulated": true }));
-        return Ok(exit::OK);
-    }
-    outln!(
-        "{} workers, {} flows, Zipf({}), {} packets/ms on a virtual clock; rebalance every {} ms, windows of {} ms",
-        a.workers,
-        a.flows,
-        a.zipf,
-        a.packets_per_ms,
-        a.rebalance_ms,
-        a.window_ms
-    );
-    let floor = reports.first().map_or(1.0, |r| r.floor);
-    outln!("floor (the heaviest flow's share x workers): {floor:.3}");
-    outln!("{:<10} {:>14} {:>14} {:>18}", "policy", "first window", "last window", "within 5% from");
-    for r in &reports {
-        let first = r.windows.first().map_or(0.0, |w| w.max_over_mean);
-        let last = r.windows.last().map_or(0.0, |w| w.max_over_mean);
-        let from = r.balanced_from_ms.map_or("never".to_string(), |ms| format!("{ms} ms"));
-        outln!("{:<10} {:>14.3} {:>14.3} {:>18}", r.policy, first, last, from);
-    }
-    Ok(exit::OK)
-}
-
-fn latency_command(a: &LatencyArgs) -> Result<i32> {
-    let loads = if a.loads.is_empty() {
-        if a.quick { vec![0.1, 0.5, 0.8, 0.9] } else { (1..=19).map(|i| f64::from(i) * 0.05).collect() }
-    } else {
-        a.loads.clone()
-    };
-    let services: Vec<Service> = if a.services.is_empty() {
-        if a.quick { vec![Service::Exponential, Service::Bimodal] } else { Service::ALL.to_vec() }
-    } else {
-        a.services.iter().map(|name| service_named("--services", name)).collect::<Result<_>>()?
-    };
-    let requests = a.requests.unwrap_or(if a.quick { 200_000 } else { 1_000_000 });
-    a.workload.check().map_err(exit::usage)?;
-    let checks: [(bool, String); 3] = [
-        ((1..=1000).contains(&a.workers), format!("--workers {} is out of range: 1 to 1000", a.workers)),
-        (
-            (0.1..=100_000.0).contains(&a.mean_service_us),
-            format!("--mean-service-us {} is out of range: 0.1 to 100000", a.mean_service_us),
-        ),
-        (
-            (1_000..=100_000_000).contains(&requests),
-            format!("--requests {requests} is out of range: 1000 to 100000000"),
-        ),
-    ];
-    if let Some((_, why)) = checks.into_iter().find(|(ok, _)| !ok) {
-        return Err(exit::usage(why));
-    }
-    if let Some(bad) = loads.iter().find(|l| !(0.01..=0.99).contains(*l)) {
-        return Err(exit::usage(format!("--loads: {bad} is out of range: 0.01 to 0.99")));
-    }
-    let plots = plot_dir(a.plots.as_deref())?;
-    let mut rows: Vec<LatencyRow> = Vec::new();
-    for &service in &services {
-        for &load in &loads {
-            let w = &a.workload;
-            let config = LatencyConfig {
+        DispatchCommand::Remap(a) => {
+            let config = remap::RemapConfig { workers: a.workers, flows: a.flows, seed: a.seed };
+            crate::experiment(&a.output.common(false), &config, remap::report)
+        }
+        DispatchCommand::Skew(a) => {
+            let config = skew::SkewConfig {
                 workers: a.workers,
-                flows: w.flows,
-                zipf: w.zipf,
-                mean_service_ns: a.mean_service_us * 1_000.0,
-                service,
-                load,
-                requests,
-                cold_ns: w.cold_ns,
-                seed: w.seed,
+                flows: a.flows,
+                zipf: a.zipf,
+                packets_per_ms: a.packets_per_ms,
+                rebalance_ms: a.rebalance_ms,
+                window_ms: a.window_ms,
+                duration_ms: a.duration_ms,
+                seed: a.seed,
             };
-            for kind in PolicyKind::ALL {
-                rows.push(latency::run(&config, kind));
+            crate::experiment(&a.output.common(false), &config, skew::report)
+        }
+        DispatchCommand::Latency(a) => {
+            let mut config = latency::LatencyConfig::preset(a.quick);
+            if !a.services.is_empty() {
+                config.services =
+                    a.services.iter().map(|name| service_named("--services", name)).collect::<Result<_>>()?;
             }
-        }
-    }
-    if let Some(dir) = &plots {
-        for &service in &services {
-            let series = measured_per_key(
-                PolicyKind::ALL,
-                &rows,
-                |kind| kind.name().to_string(),
-                |kind, r| r.policy == kind.name() && r.service == service,
-                |r| (r.load, r.latency_us.p99),
-            );
-            let path = dir.join(format!("latency_p99_{}.png", service.name()));
-            let title =
-                format!("simulated p99 against load, {} service, Zipf({})", service.name(), a.workload.zipf);
-            xy_chart(
-                &path,
-                &title,
-                "offered load",
-                "p99 latency, us",
-                Scales { log_x: false, log_y: true },
-                &series,
-            )?;
-            eprintln!("plot: {}", path.display());
-        }
-    }
-    if a.json {
-        outln!(
-            "{}",
-            serde_json::json!({ "rows": rows, "simulated": true, "workers": a.workers, "flows": a.workload.flows, "zipf": a.workload.zipf, "requests": requests })
-        );
-        return Ok(exit::OK);
-    }
-    outln!(
-        "simulated (virtual clock, the real dispatcher and policies): {} workers, {} flows, Zipf({}), mean service {} us, {} requests a point, {} ns for a cold flow",
-        a.workers,
-        a.workload.flows,
-        a.workload.zipf,
-        a.mean_service_us,
-        requests,
-        a.workload.cold_ns
-    );
-    outln!(
-        "{:<12} {:>5} {:<9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "service",
-        "load",
-        "policy",
-        "p50 us",
-        "p90",
-        "p99",
-        "p99.9",
-        "p99.99",
-        "max/mean",
-        "reordered"
-    );
-    for r in &rows {
-        let l = &r.latency_us;
-        outln!(
-            "{:<12} {:>5.2} {:<9} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.1} {:>9.3} {:>9}",
-            r.service.name(),
-            r.load,
-            r.policy,
-            l.p50,
-            l.p90,
-            l.p99,
-            l.p999,
-            l.p9999,
-            r.max_over_mean_load,
-            r.reordered
-        );
-    }
-    Ok(exit::OK)
-}
-
-fn step_command(a: &StepArgs) -> Result<i32> {
-    let phase_ms = a.phase_ms.unwrap_or(if a.quick { 50.0 } else { 200.0 });
-    let service = service_named("--service", &a.service)?;
-    a.workload.check().map_err(exit::usage)?;
-    let checks: [(bool, String); 5] = [
-        ((2..=1000).contains(&a.workers), format!("--workers {} is out of range: 2 to 1000", a.workers)),
-        (
-            (0.0..=1_000_000.0).contains(&a.park_idle_us),
-            format!("--park-idle-us {} is out of range: 0 to 1000000", a.park_idle_us),
-        ),
-        (
-            (0.0..=1_000_000.0).contains(&a.wake_us),
-            format!("--wake-us {} is out of range: 0 to 1000000", a.wake_us),
-        ),
-        ((1.0..=10_000.0).contains(&phase_ms), format!("--phase-ms {phase_ms} is out of range: 1 to 10000")),
-        (!a.loads.is_empty() && a.loads.len() <= 100, "--loads takes 1 to 100 phases".to_string()),
-    ];
-    if let Some((_, why)) = checks.into_iter().find(|(ok, _)| !ok) {
-        return Err(exit::usage(why));
-    }
-    if let Some(bad) = a.loads.iter().find(|l| !(0.01..=0.99).contains(*l)) {
-        return Err(exit::usage(format!("--loads: {bad} is out of range: 0.01 to 0.99")));
-    }
-    let plots = plot_dir(a.plots.as_deref())?;
-    let mut rows: Vec<StepRow> = Vec::new();
-    for signal in Signal::ALL {
-        let mut config = StepConfig::default_step(phase_ms, signal);
-        config.max_workers = a.workers;
-        config.flows = a.workload.flows;
-        config.phases = a.loads.iter().map(|&load| Phase { load, duration_ns: phase_ms * 1e6 }).collect();
-        config.zipf = a.workload.zipf;
-        config.service = service;
-        config.cold_ns = a.workload.cold_ns;
-        config.park_idle_ns = a.park_idle_us * 1e3;
-        config.wake_ns = a.wake_us * 1e3;
-        config.seed = a.workload.seed;
-        for kind in PolicyKind::ALL {
-            rows.push(elastic::run(&config, kind));
-        }
-    }
-    if let Some(dir) = &plots {
-        for signal in Signal::ALL {
-            let charts: [(&str, &str, bool, WindowFigure); 2] = [
-                ("workers", "workers in use", false, |w| w.workers),
-                ("p99", "p99 latency, us", true, |w| w.p99_us),
-            ];
-            for (what, label, log_y, pick) in charts {
-                // A series per policy: its windows of this signal, against time.
-                let series: Vec<XySeries> = rows
-                    .iter()
-                    .filter(|r| r.signal == signal.name())
-                    .enumerate()
-                    .map(|(color, r)| {
-                        let points = r.windows.iter().map(|w| (w.start_ms, pick(w))).collect();
-                        XySeries::measured(r.policy, points, color)
-                    })
-                    .collect();
-                let path = dir.join(format!("step_{what}_{}.png", signal.name()));
-                let title = format!("load step, {}'s signal: {label} per window", signal.name());
-                xy_chart(&path, &title, "window start, ms", label, Scales { log_x: false, log_y }, &series)?;
-                eprintln!("plot: {}", path.display());
+            if !a.loads.is_empty() {
+                config.loads = a.loads.clone();
             }
+            config.requests = a.requests.unwrap_or(config.requests);
+            config.workers = a.workers;
+            config.workload = a.workload.lab();
+            config.mean_service_us = a.mean_service_us;
+            crate::experiment(&a.output.common(a.quick), &config, latency::report)
+        }
+        DispatchCommand::Step(a) => {
+            let mut config = step::StepConfig::preset(a.quick);
+            config.service = service_named("--service", &a.service)?;
+            config.phase_ms = a.phase_ms.unwrap_or(config.phase_ms);
+            config.workers = a.workers;
+            config.loads = a.loads.clone();
+            config.workload = a.workload.lab();
+            config.park_idle_us = a.park_idle_us;
+            config.wake_us = a.wake_us;
+            crate::experiment(&a.output.common(a.quick), &config, step::report)
+        }
+        DispatchCommand::Cold(a) => {
+            let [first, second] = a.cores[..] else {
+                return Err(exit::usage(format!(
+                    "--cores takes two cores, A,B; it was given {}",
+                    a.cores.len()
+                )));
+            };
+            let config = cold::ColdConfig { cores: [first, second], ..cold::ColdConfig::preset(a.quick) };
+            crate::experiment(&a.output.common(a.quick), &config, cold::report)
+        }
+        DispatchCommand::Threads(a) => {
+            let mut config = threads::ThreadsConfig::preset(a.quick);
+            config.packets = a.packets.unwrap_or(config.packets);
+            config.workers = a.workers;
+            config.flows = a.flows;
+            config.zipf = a.zipf;
+            config.change_ms = a.change_ms;
+            config.idle_steering = !a.no_idle_steering;
+            if !a.policies.is_empty() {
+                config.policies = a.policies.clone();
+            }
+            if !a.cores.is_empty() {
+                config.cores = a.cores.clone();
+            }
+            crate::experiment(&a.output.common(a.quick), &config, threads::report)
         }
     }
-    if a.json {
-        outln!(
-            "{}",
-            serde_json::json!({ "rows": rows, "simulated": true, "workers": a.workers, "loads": a.loads, "phase_ms": phase_ms })
-        );
-        return Ok(exit::OK);
-    }
-    let loads: Vec<String> = a.loads.iter().map(|l| format!("{:.0}%", l * 100.0)).collect();
-    outln!(
-        "simulated (virtual clock, the real dispatcher and policies): up to {} workers, {} flows, load {} for {} ms each, {} service of 10 us, Zipf({}), {} ns for a cold flow; a worker wakes {} us after its grant and parks after {} us idle",
-        a.workers,
-        a.workload.flows,
-        loads.join(" -> "),
-        phase_ms,
-        service.name(),
-        a.workload.zipf,
-        a.workload.cold_ns,
-        a.wake_us,
-        a.park_idle_us
-    );
-    outln!(
-        "{:<9} {:<9} {:>8} {:>8} {:>9} {:>22} {:>8} {:>7} {:>7} {:>9} {:>6}",
-        "signal",
-        "policy",
-        "p50 us",
-        "p99",
-        "p99.9",
-        "p99 by phase",
-        "workers",
-        "joins",
-        "parks",
-        "reordered",
-        "cold"
-    );
-    for r in &rows {
-        let phases: Vec<String> = r.phase_p99_us.iter().map(|p| format!("{p:.0}")).collect();
-        outln!(
-            "{:<9} {:<9} {:>8.1} {:>8.1} {:>9.1} {:>22} {:>8.2} {:>7} {:>7} {:>9} {:>5.1}%",
-            r.signal,
-            r.policy,
-            r.latency_us.p50,
-            r.latency_us.p99,
-            r.latency_us.p999,
-            phases.join(" / "),
-            r.mean_workers,
-            r.joins,
-            r.leaves,
-            r.reordered,
-            100.0 * r.cold_fraction
-        );
-    }
-    Ok(exit::OK)
-}
-
-fn cold_command(a: &ColdArgs) -> Result<i32> {
-    let [first, second] = a.cores[..] else {
-        return Err(exit::usage(format!("--cores takes two cores, A,B; it was given {}", a.cores.len())));
-    };
-    let mut config = kairos_lab::dispatch_cold::ColdConfig::preset(a.quick);
-    config.cores = [first, second];
-    config.check().map_err(exit::usage)?;
-    let r = kairos_lab::dispatch_cold::run(&config)?;
-    if a.json {
-        outln!("{}", serde_json::to_string(&r)?);
-        return Ok(exit::OK);
-    }
-    outln!(
-        "real threads on cores {first} and {second}: a 64-byte flow state read and written per packet, {} flows a batch, {} turns; {}",
-        config.batch,
-        config.turns,
-        r.machine.one_line()
-    );
-    outln!("{:<44} {:>8} {:>8} {:>8}   {:>8}", "ns per packet", "chained", "p10", "p90", "batched");
-    for (what, c, b) in [
-        ("warm (this worker touched the flow last)", r.chained.warm_ns, r.batched.warm_ns),
-        ("cross-core (another core wrote it last)", r.chained.cross_core_ns, r.batched.cross_core_ns),
-        ("memory (64 MiB table, random flows)", r.chained.memory_ns, r.batched.memory_ns),
-    ] {
-        outln!("{:<44} {:>8.1} {:>8.1} {:>8.1}   {:>8.1}", what, c.median, c.p10, c.p90, b.median);
-    }
-    outln!(
-        "a moved flow's state costs {:.0} ns more than a warm one, chained (the simulations' --cold-ns); batched {:.1} ns",
-        r.cold_ns,
-        r.batched.cross_core_ns.median - r.batched.warm_ns.median
-    );
-    Ok(exit::OK)
-}
-
-fn threads_command(a: &ThreadsArgs) -> Result<i32> {
-    use kairos_lab::dispatch_threads::{self, ThreadsConfig};
-    let mut config = ThreadsConfig::preset(a.quick);
-    config.packets = a.packets.unwrap_or(config.packets);
-    config.workers = a.workers;
-    config.flows = a.flows;
-    config.zipf = a.zipf;
-    config.change_ms = a.change_ms;
-    config.idle_steering = !a.no_idle_steering;
-    if !a.policies.is_empty() {
-        config.policies = a.policies.clone();
-    }
-    if !a.cores.is_empty() {
-        config.cores = a.cores.clone();
-    }
-    config.check().map_err(exit::usage)?;
-    let bar = kairos_lab::output::progress(0, "dispatch threads");
-    let r = dispatch_threads::run(&config, &|done, total| {
-        bar.set_length(total);
-        bar.set_position(done);
-    })?;
-    bar.finish_and_clear();
-    if a.json {
-        outln!("{}", serde_json::to_string(&r)?);
-        return Ok(exit::OK);
-    }
-    outln!(
-        "real threads: the dispatcher on core {}, {} workers on {}; {} packets a row over {} flows (Zipf {}), a change of workers every {} ms; {}",
-        config.cores.first().map_or("any".to_string(), |c| c.to_string()),
-        config.workers,
-        if config.cores.len() > 1 {
-            format!("cores {:?}", &config.cores[1..])
-        } else {
-            "any core".to_string()
-        },
-        config.packets,
-        config.flows,
-        config.zipf,
-        config.change_ms,
-        r.machine.one_line()
-    );
-    outln!(
-        "{:<9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10} {:>6}",
-        "policy",
-        "hand-off",
-        "changes",
-        "hand-offs",
-        "idle moves",
-        "max held",
-        "out of seq",
-        "lost",
-        "state moves",
-        "worker ns",
-        "Mpps"
-    );
-    for row in &r.rows {
-        outln!(
-            "{:<9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10.1} {:>6.2}",
-            row.policy,
-            if row.hand_off { "on" } else { "off" },
-            row.changes,
-            row.handoffs,
-            row.idle_moves,
-            row.max_held,
-            row.out_of_sequence,
-            row.lost_updates,
-            row.state_moves,
-            row.worker_ns_per_packet,
-            row.mpps
-        );
-    }
-    Ok(exit::OK)
 }

@@ -76,7 +76,7 @@ fn config(a: &TestbedArgs) -> Result<LaneTestbedConfig> {
         bulk_limit: a.bulk_limit,
         ..LaneTestbedConfig::default()
     };
-    config.check().map_err(usage)?;
+    config.check().map_err(|e| usage(e.to_string()))?;
     Ok(config)
 }
 

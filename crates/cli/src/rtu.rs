@@ -225,7 +225,7 @@ fn admit(a: &AdmitArgs) -> Result<i32> {
     let text =
         kairos_sys::fs::read_text(&a.file, HANDLERS_FILE_LIMIT).map_err(|e| exit::usage(e.to_string()))?;
     let name = a.file.display().to_string();
-    let specs = handlers_from_toml(&text, &name).map_err(exit::usage)?;
+    let specs = handlers_from_toml(&text, &name).map_err(|e| exit::usage(e.to_string()))?;
     // The reader checked every handler the way the analysis does; this is a second guard.
     let analysis = analyse(&specs).map_err(|e| exit::usage(format!("{name}: {e}")))?;
     let us = |ns: u64| ns as f64 / 1e3;

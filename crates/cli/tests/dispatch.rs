@@ -1,21 +1,104 @@
-//! `kairos dispatch`: remap's JSON rows (the names the issue fixes), every policy and both
-//! events, kairos within 1.1x of the ideal and hash-mod near 90% at ten workers; the virtual-clock
-//! runs; the real-thread ones (cold state, and order through changes of workers); and one-line
-//! usage errors with exit 2 for flags out of range.
+//! `kairos dispatch`: every subcommand runs in the lab's harness and leaves
+//! `--results`/`dispatch-<name>/<run-id>/summary.json` holding what `--json` prints; remap's
+//! JSON rows (the names the issue fixes), every policy and both events, kairos within 1.1x of
+//! the ideal and hash-mod near 90% at ten workers; the virtual-clock runs and their plots in the
+//! run's directory; the real-thread ones (cold state, and order through changes of workers);
+//! one-line usage errors with exit 2 and no directory for flags out of range; and an unwritable
+//! `--results` refused before anything runs.
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn kairos(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kairos")).args(args).output().expect("kairos runs")
+/// `kairos ARGS --results RESULTS`, with progress as a script sees it (no bar).
+fn kairos_in(results: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kairos"))
+        .args(args)
+        .arg("--results")
+        .arg(results)
+        .env("CI", "1")
+        .output()
+        .expect("kairos runs")
+}
+
+/// `kairos ARGS` writing its run under a fresh temporary directory, returned with the output so
+/// the run outlives the call.
+fn kairos(args: &[&str]) -> (Output, tempfile::TempDir) {
+    let results = tempfile::tempdir().expect("a temporary directory");
+    (kairos_in(results.path(), args), results)
+}
+
+/// The one JSON object on `out`'s stdout, after checking the command succeeded.
+fn json(out: &Output) -> Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+/// The run directories under `results/experiment`.
+fn runs(results: &Path, experiment: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(results.join(experiment)) else { return Vec::new() };
+    entries.map(|e| e.expect("a directory entry").path()).collect()
+}
+
+#[test]
+fn remap_writes_its_rows_to_summary_json_under_the_results_directory() {
+    let results = tempfile::tempdir().expect("a temporary directory");
+    let out = kairos_in(results.path(), &["dispatch", "remap", "--workers", "8", "--flows", "10000"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let dirs = runs(results.path(), "dispatch-remap");
+    assert_eq!(dirs.len(), 1, "one run directory: {dirs:?}");
+    let text = std::fs::read_to_string(dirs[0].join("summary.json")).expect("summary.json");
+    let summary: Value = serde_json::from_str(&text).expect("summary.json is JSON");
+    let rows = summary["rows"].as_array().expect("rows");
+    let mut pairs: Vec<(String, String)> = rows
+        .iter()
+        .map(|r| {
+            (r["policy"].as_str().unwrap_or("").to_string(), r["event"].as_str().unwrap_or("").to_string())
+        })
+        .collect();
+    pairs.sort();
+    let mut want: Vec<(String, String)> = ["hash-mod", "calisto", "caladan", "kairos"]
+        .iter()
+        .flat_map(|p| ["join", "leave"].map(|e| (p.to_string(), e.to_string())))
+        .collect();
+    want.sort();
+    assert_eq!(pairs, want, "one row per policy and event");
+    for r in rows {
+        let before = if r["event"] == "join" { (8, 9) } else { (8, 7) };
+        assert_eq!(
+            (r["workers_before"].as_u64(), r["workers_after"].as_u64()),
+            (Some(before.0), Some(before.1))
+        );
+    }
+    assert_eq!((summary["flows"].as_u64(), summary["workers"].as_u64()), (Some(10_000), Some(8)));
+    assert!(summary["machine"].is_object() && summary["plots"].is_array(), "{summary}");
+    assert!(summary.get("noise").is_none(), "a deterministic count measures no time: {summary}");
+    assert!(dirs[0].join("config.json").is_file());
+    // The table still goes to stdout, and says where the run is.
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with("10000 flows; moved on a change of workers"), "{table}");
+    assert!(table.contains(&format!("results: {}", dirs[0].display())), "{table}");
+}
+
+#[test]
+fn a_bad_flag_exits_2_with_one_line_and_creates_no_directory() {
+    let scratch = tempfile::tempdir().expect("a temporary directory");
+    let results = scratch.path().join("results");
+    let out = kairos_in(&results, &["dispatch", "remap", "--workers", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--workers 1 is out of range: 2 to 1000"), "{err}");
+    assert!(!results.exists(), "a refused configuration made {}", results.display());
 }
 
 #[test]
 fn remap_rows_name_every_policy_and_event_and_kairos_moves_the_ideal() {
-    let out = kairos(&["dispatch", "remap", "--workers", "10", "--flows", "200000", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let (out, _results) = kairos(&["dispatch", "remap", "--workers", "10", "--flows", "200000", "--json"]);
+    let v = json(&out);
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 8, "four policies, join and leave");
     let find = |policy: &str, event: &str| {
@@ -33,22 +116,29 @@ fn remap_rows_name_every_policy_and_event_and_kairos_moves_the_ideal() {
     }
     let join = find("kairos", "join");
     assert_eq!((join["workers_before"].as_u64(), join["workers_after"].as_u64()), (Some(10), Some(11)));
+    // `--json` prints the summary the run wrote.
+    let dir = PathBuf::from(v["results_dir"].as_str().expect("results_dir"));
+    let written: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).expect("summary.json"))
+            .unwrap();
+    assert_eq!(written["rows"], v["rows"]);
 }
 
 #[test]
 fn flags_out_of_range_are_one_line_usage_errors() {
     for args in [["--workers", "1"], ["--flows", "0"], ["--workers", "5000"]] {
-        let out = kairos(&["dispatch", "remap", args[0], args[1]]);
+        let (out, results) = kairos(&["dispatch", "remap", args[0], args[1]]);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains(args[0]), "{err}");
+        assert!(runs(results.path(), "dispatch-remap").is_empty(), "{args:?} made a run directory");
     }
 }
 
 #[test]
 fn skew_rows_say_each_policy_s_balance_and_the_floor() {
-    let out = kairos(&[
+    let (out, _results) = kairos(&[
         "dispatch",
         "skew",
         "--workers",
@@ -63,8 +153,7 @@ fn skew_rows_say_each_policy_s_balance_and_the_floor() {
         "30",
         "--json",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let v = json(&out);
     assert_eq!(v["simulated"], true);
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 4);
@@ -74,14 +163,32 @@ fn skew_rows_say_each_policy_s_balance_and_the_floor() {
         (ours["max_over_mean_load"].as_f64().unwrap(), hash_mod["max_over_mean_load"].as_f64().unwrap());
     assert!(k < h, "kairos {k} against hash-mod {h}");
     assert!(ours["floor"].as_f64().unwrap() >= 1.0);
-    let out = kairos(&["dispatch", "skew", "--zipf", "9"]);
+    assert_png_plots(&v, &["skew_max_over_mean.png"]);
+    let (out, _results) = kairos(&["dispatch", "skew", "--zipf", "9"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--zipf"));
 }
 
+/// The summary lists exactly `names`, in the run's directory, each a PNG.
+fn assert_png_plots(summary: &Value, names: &[&str]) {
+    let dir = PathBuf::from(summary["results_dir"].as_str().expect("results_dir"));
+    let plots: Vec<PathBuf> = summary["plots"]
+        .as_array()
+        .expect("plots")
+        .iter()
+        .map(|p| PathBuf::from(p.as_str().unwrap()))
+        .collect();
+    let want: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).collect();
+    assert_eq!(plots, want);
+    for p in &plots {
+        let png = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(png.starts_with(b"\x89PNG"), "{} is a PNG", p.display());
+    }
+}
+
 #[test]
 fn latency_rows_carry_the_issue_s_names_and_say_they_are_simulated() {
-    let out = kairos(&[
+    let (out, _results) = kairos(&[
         "dispatch",
         "latency",
         "--workers",
@@ -98,9 +205,12 @@ fn latency_rows_carry_the_issue_s_names_and_say_they_are_simulated() {
         "20000",
         "--json",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let v = json(&out);
     assert_eq!(v["simulated"], true);
+    assert_eq!(
+        (v["workers"].as_u64(), v["flows"].as_u64(), v["requests"].as_u64()),
+        (Some(4), Some(1000), Some(20_000))
+    );
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 8, "four policies at two loads");
     for r in rows {
@@ -113,18 +223,19 @@ fn latency_rows_carry_the_issue_s_names_and_say_they_are_simulated() {
     }
     let kairos_rows = rows.iter().filter(|r| r["policy"] == "kairos");
     assert!(kairos_rows.into_iter().all(|r| r["reordered"] == 0), "the hand-off keeps order");
-    let out = kairos(&["dispatch", "latency", "--services", "uniform"]);
+    assert_png_plots(&v, &["latency_p99_exponential.png"]);
+    let (out, _results) = kairos(&["dispatch", "latency", "--services", "uniform"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--services"));
 }
 
 #[test]
 fn a_load_step_follows_the_load_with_workers_and_kairos_keeps_order() {
-    let out =
+    let (out, _results) =
         kairos(&["dispatch", "step", "--phase-ms", "10", "--flows", "1000", "--cold-ns", "2000", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let v = json(&out);
     assert_eq!(v["simulated"], true);
+    assert_eq!(v["phase_ms"].as_f64(), Some(10.0));
     let rows = v["rows"].as_array().expect("rows");
     assert_eq!(rows.len(), 8, "four policies, two signals");
     for r in rows {
@@ -142,25 +253,27 @@ fn a_load_step_follows_the_load_with_workers_and_kairos_keeps_order() {
             assert_eq!(r["reordered"], 0, "the hand-off keeps order: {r}");
         }
     }
-    let dir = std::env::temp_dir().join(format!("kairos-step-plots-{}", std::process::id()));
-    let out = kairos(&["dispatch", "step", "--phase-ms", "10", "--plots", dir.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for name in ["step_workers_shenango", "step_p99_shenango", "step_workers_caladan", "step_p99_caladan"] {
-        let png = std::fs::read(dir.join(format!("{name}.png"))).expect("the chart");
-        assert!(png.starts_with(b"\x89PNG"), "{name} is a PNG");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let bad = kairos(&["dispatch", "step", "--loads", "0.1,1.5"]);
+    // The charts are the run's, listed in its summary.
+    assert_png_plots(
+        &v,
+        &[
+            "step_workers_shenango.png",
+            "step_p99_shenango.png",
+            "step_workers_caladan.png",
+            "step_p99_caladan.png",
+        ],
+    );
+    let (bad, results) = kairos(&["dispatch", "step", "--loads", "0.1,1.5"]);
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("--loads: 1.5 is out of range") && err.lines().count() == 1, "{err}");
+    assert!(runs(results.path(), "dispatch-step").is_empty());
 }
 
 #[test]
 fn the_cold_state_cost_is_measured_on_real_threads() {
-    let out = kairos(&["dispatch", "cold", "--quick", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let (out, _results) = kairos(&["dispatch", "cold", "--quick", "--json"]);
+    let v = json(&out);
     assert_eq!(v["simulated"], false);
     for mode in ["chained", "batched"] {
         for cost in ["warm_ns", "cross_core_ns", "memory_ns"] {
@@ -169,19 +282,20 @@ fn the_cold_state_cost_is_measured_on_real_threads() {
         }
     }
     // Whether the miss shows depends on the build (a debug build's own work per packet hides
-    // it); the relation is asserted by kairos-lab's test in release.
+    // it); the relation is asserted by `scripts/test` in release.
     assert!(v["cold_ns"].as_f64().is_some_and(|c| c >= 0.0), "{v}");
-    let bad = kairos(&["dispatch", "cold", "--cores", "0,0"]);
+    let (bad, results) = kairos(&["dispatch", "cold", "--cores", "0,0"]);
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("two distinct cores") && err.lines().count() == 1, "{err}");
+    assert!(runs(results.path(), "dispatch-cold").is_empty());
 }
 
 #[test]
 fn on_real_threads_the_hand_off_keeps_every_flow_in_sequence_and_the_baselines_run_beside() {
-    let out = kairos(&["dispatch", "threads", "--packets", "30000", "--change-ms", "0.1", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    let (out, _results) =
+        kairos(&["dispatch", "threads", "--packets", "30000", "--change-ms", "0.1", "--json"]);
+    let v = json(&out);
     assert_eq!(v["simulated"], false);
     let rows = v["rows"].as_array().expect("rows");
     let names: Vec<(String, bool)> =
@@ -206,12 +320,38 @@ fn on_real_threads_the_hand_off_keeps_every_flow_in_sequence_and_the_baselines_r
             );
         }
     }
-    let bad = kairos(&["dispatch", "threads", "--policies", "kairos,rss"]);
+    let (bad, _results) = kairos(&["dispatch", "threads", "--policies", "kairos,rss"]);
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("unknown policy 'rss'"), "{err}");
-    let bad = kairos(&["dispatch", "threads", "--workers", "1"]);
+    let (bad, _results) = kairos(&["dispatch", "threads", "--workers", "1"]);
     assert_eq!(bad.status.code(), Some(2));
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("--workers 1 is out of range") && err.lines().count() == 1, "{err}");
+}
+
+#[test]
+fn an_unwritable_results_directory_fails_at_once_before_measuring() {
+    let commands: [&[&str]; 6] = [
+        &["dispatch", "remap"],
+        &["dispatch", "skew"],
+        &["dispatch", "latency", "--quick"],
+        &["dispatch", "step", "--quick"],
+        &["dispatch", "cold", "--quick"],
+        &["dispatch", "threads", "--quick"],
+    ];
+    for args in commands {
+        let started = Instant::now();
+        let out = kairos_in(Path::new("/proc/kairos-results"), args);
+        let took = started.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("/proc/kairos-results") && stderr.contains("--results"),
+            "{args:?}: {stderr}"
+        );
+        // Generous for a loaded machine: the refusal is one mkdir after parsing the flags.
+        assert!(took < Duration::from_secs(2), "{args:?} took {took:?} to fail");
+    }
 }

@@ -6,7 +6,7 @@
 //!
 //! The loopback runs use a 1 ms period and a 5 ms threshold, so the debug build's members and a
 //! busy machine keep up; the bounds checked are the contract's (a crash is noticed within
-//! `T + Lambda` of the last heartbeat plus a generous wake-up), not the figures of the README.
+//! `T + Lambda` of the last heartbeat plus a generous wake-up), not the figures of docs/detector.md.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

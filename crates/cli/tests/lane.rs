@@ -22,13 +22,25 @@ fn one_line_error(out: &Output) -> String {
     lines[0].to_string()
 }
 
+/// A scratch file in a directory of its own, removed (with the directory) when dropped.
+struct ScratchFile {
+    path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::ops::Deref for ScratchFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
 /// A scratch file holding `content`.
-fn file(name: &str, content: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kairos-cli-lane-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
+fn file(name: &str, content: &str) -> ScratchFile {
+    let dir = tempfile::Builder::new().prefix("kairos-cli-lane-").tempdir().unwrap();
+    let path = dir.path().join(name);
     std::fs::write(&path, content).unwrap();
-    path
+    ScratchFile { path, _dir: dir }
 }
 
 fn plan(topology: &Path, requests: &Path, extra: &[&str]) -> Output {
@@ -110,7 +122,7 @@ fn plan_help_states_the_exit_codes() {
 fn an_endless_file_is_refused_at_once_in_one_line() {
     let requests = file("any.toml", &request("r", "64", "1e4"));
     for (topology, requests) in
-        [(PathBuf::from("/dev/zero"), requests.clone()), (EXAMPLE_TOPOLOGY.into(), "/dev/zero".into())]
+        [(PathBuf::from("/dev/zero"), requests.to_path_buf()), (EXAMPLE_TOPOLOGY.into(), "/dev/zero".into())]
     {
         let started = Instant::now();
         let out = plan(&topology, &requests, &[]);
@@ -219,7 +231,8 @@ fn nothing_to_plan_is_an_error_not_an_empty_table() {
 
 #[test]
 fn tightness_runs_on_the_two_host_fat_tree_and_refuses_bad_flags_before_any_work() {
-    let results = std::env::temp_dir().join(format!("kairos-cli-lane-results-{}", std::process::id()));
+    let scratch = tempfile::Builder::new().prefix("kairos-cli-lane-results-").tempdir().unwrap();
+    let results = scratch.path();
     let r = results.to_str().unwrap();
     // k = 2 used to panic ("cannot sample empty range") drawing multicast receivers.
     let out = kairos(&["lane", "tightness", "--quick", "--k", "2", "--json", "--results", r]);

@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,11 +27,9 @@ fn free_port() -> SocketAddr {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
 }
 
-fn scratch(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kairos-cli-controller-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A directory of the test's own, removed when dropped.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("kairos-cli-controller-").tempdir().unwrap()
 }
 
 fn start(dir: &Path, listen: SocketAddr, metrics: SocketAddr) -> Controller {
@@ -92,23 +90,24 @@ fn request(dir: &Path, addr: SocketAddr, host: &str, name: &str, to: &str, perio
 
 #[test]
 fn a_killed_controller_restarts_with_the_same_tunnels() {
-    let dir = scratch("restart");
+    let scratch = scratch();
+    let dir = scratch.path();
     let topo = kairos(&["lane", "generate", "rack", "--hosts", "3"]);
     assert!(topo.status.success());
     std::fs::write(dir.join("topo.toml"), &topo.stdout).unwrap();
     std::fs::write(dir.join("secret"), b"0123456789abcdef0123456789abcdef").unwrap();
     let (listen, metrics) = (free_port(), free_port());
 
-    let controller = start(&dir, listen, metrics);
+    let controller = start(dir, listen, metrics);
     for (host, name, to, period) in
         [("h0", "a", "h1", "100"), ("h0", "b", "h1,h2", "50"), ("h2", "c", "h0", "250")]
     {
-        let out = request(&dir, listen, host, name, to, period);
+        let out = request(dir, listen, host, name, to, period);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
         assert!(stdout.starts_with("granted tunnel "), "{stdout}");
     }
-    let refused = request(&dir, listen, "h0", "d", "h9", "100");
+    let refused = request(dir, listen, "h0", "d", "h9", "100");
     assert_eq!(refused.status.code(), Some(3), "a refusal exits 3");
     let secret = dir.join("secret");
     let foreign = kairos(&[
@@ -128,13 +127,14 @@ fn a_killed_controller_restarts_with_the_same_tunnels() {
     assert_eq!(held.iter().filter(|l| l.starts_with("kairos_lane_tunnel_period_ps")).count(), 3, "{held:#?}");
     drop(controller); // SIGKILL
 
-    let _again = start(&dir, listen, metrics);
+    let _again = start(dir, listen, metrics);
     assert_eq!(tunnels(metrics), held, "the same tunnels, periods, bounds and link loads");
 }
 
 #[test]
 fn bad_controller_flags_fail_at_once_with_one_line() {
-    let dir = scratch("flags");
+    let scratch = scratch();
+    let dir = scratch.path();
     std::fs::write(dir.join("short"), b"too short").unwrap();
     std::fs::write(dir.join("topo.toml"), "[[node]]\nname = \"h\"\nkind = \"host\"\n").unwrap();
     let cases: [(&[&str], &str); 3] = [

@@ -198,9 +198,9 @@ fn the_lane_end_to_end_on_the_testbed() {
         eprintln!("skipped: the lane testbed needs root");
         return;
     }
-    let dir = std::env::temp_dir().join(format!("kairos-lane-e2e-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    // The controller's journal, the key and the topology, removed when the test ends.
+    let scratch = tempfile::Builder::new().prefix("kairos-lane-e2e-").tempdir().unwrap();
+    let dir = scratch.path().to_path_buf();
     let path = |name: &str| -> PathBuf { dir.join(name) };
     std::fs::write(path("key"), b"an end-to-end secret of 32 bytes").unwrap();
 

@@ -91,19 +91,61 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
-    /// Refuses a shape the pool cannot run, saying what is wrong.
-    pub fn check(&self) -> Result<(), String> {
+    /// Refuses a shape the pool cannot run, saying what is wrong: the first of `workers`,
+    /// `flows` and `ring` out of range ([`PoolError::Workers`], [`PoolError::Flows`],
+    /// [`PoolError::Ring`]). `cores` is not checked: a core that cannot be had leaves its worker
+    /// unpinned.
+    pub fn check(&self) -> Result<(), PoolError> {
         if !(1..=crate::MAX_WORKERS).contains(&self.workers) {
-            return Err(format!("{} workers: the pool takes 1 to {}", self.workers, crate::MAX_WORKERS));
+            return Err(PoolError::Workers { workers: self.workers });
         }
         if !(1..=u32::MAX as usize).contains(&self.flows) {
-            return Err(format!("{} flows: the table takes 1 to {}", self.flows, u32::MAX));
+            return Err(PoolError::Flows { flows: self.flows });
         }
-        if self.ring < 2 || !self.ring.is_power_of_two() || self.ring > 1 << 24 {
-            return Err(format!("a ring of {} packets: it must be a power of two from 2 to 2^24", self.ring));
+        if self.ring < 2 || !self.ring.is_power_of_two() || self.ring > MAX_RING {
+            return Err(PoolError::Ring { ring: self.ring });
         }
         Ok(())
     }
+}
+
+/// The largest ring a worker may have, packets (2^24).
+const MAX_RING: usize = 1 << 24;
+
+/// Why a pool was refused ([`PoolConfig::check`]) or did not start ([`WorkerPool::start`]).
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// [`PoolConfig::workers`] is not 1 to [`crate::MAX_WORKERS`].
+    #[error("{workers} workers: the pool takes 1 to {max}", max = crate::MAX_WORKERS)]
+    Workers {
+        /// The number of workers asked for.
+        workers: usize,
+    },
+    /// [`PoolConfig::flows`] is not 1 to `u32::MAX` (a packet names its row with a `u32`).
+    #[error("{flows} flows: the table takes 1 to {max}", max = u32::MAX)]
+    Flows {
+        /// The number of rows asked for.
+        flows: usize,
+    },
+    /// [`PoolConfig::ring`] is not a power of two from 2 to 2^24.
+    #[error("a ring of {ring} packets: it must be a power of two from 2 to 2^24")]
+    Ring {
+        /// The ring size asked for, packets.
+        ring: usize,
+    },
+    /// A worker's ring could not be built (not expected for a shape [`PoolConfig::check`]
+    /// passed, whose rings are far below the ring crate's limit).
+    #[error(transparent)]
+    RingBuild(#[from] kairos_ring::RingError),
+    /// The system did not start a worker's thread; the workers started before it were stopped
+    /// and joined.
+    #[error("starting worker {worker}: {source}")]
+    Spawn {
+        /// The worker whose thread did not start, `0..workers`.
+        worker: usize,
+        /// The system's error.
+        source: std::io::Error,
+    },
 }
 
 /// What one worker counted.
@@ -149,8 +191,8 @@ pub struct WorkerPool {
 
 impl WorkerPool {
     /// Starts the workers. Fails on a shape [`PoolConfig::check`] refuses, or when the system
-    /// cannot start a thread (those started are stopped).
-    pub fn start(config: &PoolConfig) -> Result<Self, String> {
+    /// cannot start a thread ([`PoolError::Spawn`]; those started are stopped).
+    pub fn start(config: &PoolConfig) -> Result<Self, PoolError> {
         config.check()?;
         let shared = Arc::new(Shared {
             table: (0..config.flows).map(|_| FlowRow::default()).collect(),
@@ -159,7 +201,7 @@ impl WorkerPool {
         let mut producers = Vec::with_capacity(config.workers);
         let mut threads = Vec::with_capacity(config.workers);
         for id in 0..config.workers {
-            let (tx, rx) = spsc::<Packet>(config.ring, Overflow::DropNewest).map_err(|e| e.to_string())?;
+            let (tx, rx) = spsc::<Packet>(config.ring, Overflow::DropNewest)?;
             producers.push(tx);
             let core = (!config.cores.is_empty()).then(|| config.cores[id % config.cores.len()]);
             let shared = Arc::clone(&shared);
@@ -170,7 +212,7 @@ impl WorkerPool {
                 }
                 work(rx, id, &shared, stop)
             })
-            .map_err(|e| format!("starting worker {id}: {e}"))?;
+            .map_err(|source| PoolError::Spawn { worker: id, source })?;
             threads.push(thread);
         }
         Ok(Self { producers, shared, threads, sent: vec![0; config.workers], evicted: Vec::new() })
@@ -294,11 +336,14 @@ mod tests {
         let ok = PoolConfig { workers: 2, flows: 10, ring: 64, cores: Vec::new() };
         assert!(ok.check().is_ok());
         let e = PoolConfig { workers: 0, ..ok.clone() }.check().unwrap_err();
-        assert!(e.contains("0 workers"), "{e}");
+        assert!(matches!(e, PoolError::Workers { workers: 0 }), "{e:?}");
+        assert_eq!(e.to_string(), format!("0 workers: the pool takes 1 to {}", crate::MAX_WORKERS));
         let e = PoolConfig { ring: 100, ..ok.clone() }.check().unwrap_err();
-        assert!(e.contains("power of two"), "{e}");
-        let e = PoolConfig { flows: 0, ..ok }.check().unwrap_err();
-        assert!(e.contains("0 flows"), "{e}");
+        assert_eq!(e.to_string(), "a ring of 100 packets: it must be a power of two from 2 to 2^24");
+        let e = PoolConfig { flows: 0, ..ok.clone() }.check().unwrap_err();
+        assert_eq!(e.to_string(), format!("0 flows: the table takes 1 to {}", u32::MAX));
+        let e = WorkerPool::start(&PoolConfig { ring: 1 << 25, ..ok }).unwrap_err();
+        assert!(matches!(e, PoolError::Ring { ring } if ring == 1 << 25), "{e:?}");
     }
 
     #[test]

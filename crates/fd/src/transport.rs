@@ -125,7 +125,8 @@ impl Transport {
                         "member {me}'s address {own} is a lane host: give its host's lane node, or HOST:PORT"
                     ))
                 })?;
-                let others = peer::udp_others(me, members).map_err(TransportError::Members)?;
+                let others =
+                    peer::udp_others(me, members).map_err(|e| TransportError::Members(e.to_string()))?;
                 let socket = UdpSocket::bind(addr).map_err(|source| TransportError::Bind { addr, source })?;
                 socket.set_nonblocking(true)?;
                 let kernel_stamps = options::enable_rx_timestamps(&socket).is_ok();

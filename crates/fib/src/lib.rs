@@ -19,13 +19,13 @@
 //! - [`SeqlockFib`]: a sequence lock per entry. Readers never block the writer (they retry if a
 //!   write overlapped) and the writer never copies: the update-heavy case where the source found
 //!   both RCU and the RW lock wanting. Modelled with `loom` in `tests/loom.rs`.
-//! - [`PapayaFib`]: the `papaya` concurrent hash map, a well-kept peer.
+//! - `PapayaFib` (feature `peers`): the `papaya` concurrent hash map, a well-kept peer.
 
 #![warn(missing_docs)]
 // The seqlock is built from atomics alone; nothing in this crate needs `unsafe`.
 #![forbid(unsafe_code)]
 
-#[cfg(not(loom))]
+#[cfg(all(feature = "peers", not(loom)))]
 mod peer;
 #[cfg(not(loom))]
 mod rcu;
@@ -37,7 +37,7 @@ mod sync;
 use std::fmt;
 use std::str::FromStr;
 
-#[cfg(not(loom))]
+#[cfg(all(feature = "peers", not(loom)))]
 pub use peer::{PapayaFib, PapayaReader};
 #[cfg(not(loom))]
 pub use rcu::{RcuFib, RcuFibReader};
@@ -173,12 +173,14 @@ impl fmt::Display for FibKind {
     }
 }
 
+/// A name that is not a [`FibKind`]'s (the name as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown FIB '{0}' (use rcu, rwlock, seqlock or papaya)")]
+pub struct UnknownFibKind(pub String);
+
 impl FromStr for FibKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        FibKind::ALL
-            .into_iter()
-            .find(|k| k.name() == s)
-            .ok_or_else(|| format!("unknown FIB '{s}' (use rcu, rwlock, seqlock or papaya)"))
+    type Err = UnknownFibKind;
+    fn from_str(s: &str) -> Result<Self, UnknownFibKind> {
+        FibKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| UnknownFibKind(s.to_string()))
     }
 }

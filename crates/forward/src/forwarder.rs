@@ -29,7 +29,7 @@ use kairos_sys::stoppable_thread::panic_message;
 use kairos_sys::thread::thread_cpu_time_ns;
 use serde::Serialize;
 
-use crate::config::{ControlMode, Flush, ForwarderConfig, RingPolicy, Threading};
+use crate::config::{ConfigError, ControlMode, Flush, ForwarderConfig, RingPolicy, Threading};
 
 /// The next-hop MAC every user is reached through (one next hop, as in the source's testbed:
 /// the address tuple's time stamp is what tells addresses apart).
@@ -38,14 +38,20 @@ pub const NEXT_HOP: [u8; 6] = [0x02, 0x4b, 0x52, 0, 0, 1];
 /// What the forwarder counted.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ForwarderStats {
+    /// Packets received from the RX port, control and data.
     pub rx_packets: u64,
+    /// What the control ring was offered and dropped (zero with inline control; run to
+    /// completion counts the control packets it applied as offered).
     pub ctrl_ring: RingCounts,
+    /// What the data ring (or, run to completion, the data policy) admitted and dropped.
     pub data_ring: RingCounts,
     /// Packets the TX port refused (dropped).
     pub tx_drops: u64,
     /// Packets dropped because the pool was empty.
     pub pool_drops: u64,
+    /// Location updates written to the FIB.
     pub fib_updates: u64,
+    /// Location updates the FIB refused (a user outside its table).
     pub fib_errors: u64,
     /// Packets sent per TX call (mean over calls that sent).
     pub tx_avg_batch: f64,
@@ -70,9 +76,13 @@ pub struct ForwarderStats {
 /// A ring's drops, as the summary prints them.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct RingCounts {
+    /// Entries offered to the ring.
     pub offered: u64,
+    /// Offered entries refused because the ring was full (tail drop).
     pub dropped_newest: u64,
+    /// Queued entries discarded to admit newer ones (drop-oldest).
     pub dropped_oldest: u64,
+    /// Queued entries replaced by a newer one of the same user (keep-latest).
     pub replaced: u64,
 }
 
@@ -174,14 +184,27 @@ impl DataOut {
 #[derive(Debug, thiserror::Error)]
 pub enum ForwarderError {
     /// The configuration is not one the forwarder can run ([`ForwarderConfig::check`] says why).
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The run-to-completion thread could not be pinned to its core.
+    #[error("pinning the forwarder to core {core}: {error}")]
+    Pin {
+        /// The core asked for ([`ForwarderConfig::pin_core`]).
+        core: usize,
+        /// The system's refusal.
+        error: std::io::Error,
+    },
     /// The pool or a ring could not be made.
     #[error("{0}")]
     Pool(#[from] PoolError),
     /// A forwarder thread panicked; its message.
     #[error("the forwarder's {thread} thread panicked: {message}")]
-    Panicked { thread: &'static str, message: String },
+    Panicked {
+        /// Which thread: `control` or `data`.
+        thread: &'static str,
+        /// The panic's message.
+        message: String,
+    },
 }
 
 /// Runs the forwarder until `stop`; `fib` is `None` for the baseline (no addressing). `started`
@@ -196,11 +219,11 @@ pub fn run<F: Fib, P: Port>(
     stop: &AtomicBool,
     started: &AtomicBool,
 ) -> Result<ForwarderStats, ForwarderError> {
-    config.check(users).map_err(ForwarderError::Config)?;
+    config.check(users)?;
     if config.threading == Threading::RunToCompletion {
         if let Some(core) = config.pin_core {
             kairos_sys::thread::pin_current_thread(core)
-                .map_err(|e| ForwarderError::Config(format!("pinning the forwarder to core {core}: {e}")))?;
+                .map_err(|error| ForwarderError::Pin { core, error })?;
         }
         let refused = AtomicU64::new(0);
         realtime(config, &refused);

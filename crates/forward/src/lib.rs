@@ -12,6 +12,7 @@
 //! Layer 2, above `fib`, `io`, `ring` and `metrics`. The lab (`kairos-lab`'s `forward` and
 //! `sweep`) wires these to ports, runs them and reports.
 
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod config;
@@ -20,4 +21,4 @@ pub mod rtc;
 pub mod source;
 pub mod trace;
 
-pub use config::{ControlMode, Flush, ForwarderConfig, RingPolicy, Threading};
+pub use config::{ConfigError, ControlMode, Flush, ForwarderConfig, OfflineCore, RingPolicy, Threading};

@@ -39,10 +39,15 @@ pub enum Pace {
 /// where a higher rate starts to queue.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct AgeControl {
+    /// The rate of the first window, packets per second.
     pub initial_pps: f64,
+    /// The lowest rate a step may choose, packets per second.
     pub min_pps: f64,
+    /// The highest rate a step may choose, packets per second.
     pub max_pps: f64,
+    /// How long each measurement window lasts, ns.
     pub window_ns: u64,
+    /// The relative change of the rate per window (0.1: 10% up or down).
     pub step: f64,
 }
 
@@ -60,23 +65,31 @@ pub struct RateStep {
 /// What the source measured.
 #[derive(Debug, Clone)]
 pub struct SourceResult {
+    /// Packets sent, control and data (rows of the trace taken by the port).
     pub sent: u64,
+    /// Distinct data packets received back.
     pub received: u64,
+    /// Received data packets addressed with a FIB entry older than their user's last control
+    /// packet sent before them: counted as received, but they do not lower the age.
     pub misaddressed: u64,
     /// Data packets received more than once (fault injection only).
     pub duplicates: u64,
+    /// The app-update age of every user, from the first send to the last.
     pub ages: AgeTableSummary,
     /// Mean packets per sender `tx_burst` that took any.
     pub avg_batch: f64,
     /// Mean packets offered per call that offered any (K).
     pub avg_offered: f64,
+    /// When sending started, `CLOCK_MONOTONIC` ns.
     pub send_start_ns: u64,
+    /// The time stamp of the last send that took packets, `CLOCK_MONOTONIC` ns.
     pub send_end_ns: u64,
     /// Mean one-way-and-back latency of correctly received data packets, ns.
     pub mean_latency_ns: f64,
     /// Its median and 99th percentile, ns: the median is the whole path's floor (sender,
     /// forwarder and receiver), apart from the stalls that make the mean.
     pub p50_latency_ns: u64,
+    /// The 99th percentile of the same latencies, ns.
     pub p99_latency_ns: u64,
     /// The age-controlled sender's steps (empty for other paces).
     pub rate_steps: Vec<RateStep>,

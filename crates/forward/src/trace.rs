@@ -29,16 +29,22 @@ pub const MAX_CDR: f64 = 1.0;
 /// One row of the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Row {
+    /// A control packet (a location update) when true, else a data packet (an app update).
     pub control: bool,
+    /// The user the packet is about, below the trace's `users`.
     pub user: u32,
 }
 
 /// A trace and how it was made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trace {
+    /// How many users the rows are drawn over (ids `0..users`), 1 to [`MAX_USERS`].
     pub users: u32,
+    /// The control/data ratio the rows were drawn with, 0 to [`MAX_CDR`].
     pub cdr: f64,
+    /// The seed of the random draws (0 for a trace file that gives none).
     pub seed: u64,
+    /// The rows, in send order.
     pub rows: Vec<Row>,
 }
 
@@ -49,6 +55,7 @@ pub struct Zipf {
 }
 
 impl Zipf {
+    /// The distribution over users `0..n` (`n` at least 1).
     pub fn new(n: u32) -> Self {
         let weights: Vec<f64> = (1..=n).map(|r| 1.0 / f64::from(r)).collect();
         let total: f64 = weights.iter().sum();
@@ -68,6 +75,7 @@ impl Zipf {
         self.cdf[i] - if i == 0 { 0.0 } else { self.cdf[i - 1] }
     }
 
+    /// Draws a user.
     pub fn sample(&self, rng: &mut StdRng) -> u32 {
         let u: f64 = rng.random();
         self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1) as u32
@@ -95,6 +103,7 @@ impl Trace {
         Ok(Self { users, cdr, seed, rows })
     }
 
+    /// How many rows are data.
     pub fn data_rows(&self) -> usize {
         self.rows.iter().filter(|r| !r.control).count()
     }
@@ -109,6 +118,7 @@ impl Trace {
         counts.iter().map(|&c| c as f64 / total).collect()
     }
 
+    /// Writes the text form ([`Trace::write_text`]) to the file at `path`, replacing it.
     pub fn save(&self, path: &Path) -> Result<()> {
         let file =
             std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
@@ -127,6 +137,7 @@ impl Trace {
         Ok(())
     }
 
+    /// Reads the trace file at `path` (at most [`MAX_TRACE_BYTES`]); errors name the file.
     pub fn load(path: &Path) -> Result<Self> {
         let text = kairos_sys::fs::read_text(path, MAX_TRACE_BYTES)?;
         Self::parse(&text, &path.display().to_string())

@@ -22,7 +22,7 @@ fn run(config: &ForwarderConfig, users: u32) -> Result<forwarder::ForwarderStats
 fn no_users_with_a_keep_latest_ring_is_an_error_not_a_panic() {
     let config = ForwarderConfig { data_policy: RingPolicy::KeepLatest, ..ForwarderConfig::default() };
     match run(&config, 0) {
-        Err(ForwarderError::Config(why)) => assert!(why.contains("at least one user"), "{why}"),
+        Err(ForwarderError::Config(why)) => assert!(why.to_string().contains("at least one user"), "{why}"),
         other => panic!("expected a config error, got {other:?}"),
     }
 }
@@ -31,7 +31,9 @@ fn no_users_with_a_keep_latest_ring_is_an_error_not_a_panic() {
 #[test]
 fn a_ring_that_cannot_be_made_is_an_error() {
     let config = ForwarderConfig { data_ring: usize::MAX, ..ForwarderConfig::default() };
-    assert!(matches!(run(&config, 10), Err(ForwarderError::Config(why)) if why.contains("data ring")));
+    assert!(
+        matches!(run(&config, 10), Err(ForwarderError::Config(why)) if why.to_string().contains("data ring"))
+    );
 }
 
 /// A valid configuration runs and stops when told (here: at once).

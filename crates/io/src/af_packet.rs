@@ -69,7 +69,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
@@ -386,7 +386,7 @@ pub enum AfPacketError {
 #[derive(Debug)]
 struct Neighbours {
     /// `/proc/thread-self/net/arp`, opened in the socket's namespace, or why it could not be.
-    table: Result<File, String>,
+    table: io::Result<File>,
     cache: HashMap<Ipv4Addr, MacAddr>,
 }
 
@@ -399,7 +399,7 @@ const MAX_ARP_TABLE: u64 = 1 << 20;
 
 impl Neighbours {
     fn open() -> Self {
-        let table = File::open(ARP_TABLE).map_err(|e| format!("{ARP_TABLE}: {e}"));
+        let table = File::open(ARP_TABLE);
         Self { table, cache: HashMap::new() }
     }
 
@@ -409,8 +409,10 @@ impl Neighbours {
         }
         let unknown =
             |detail: String| AfPacketError::NeighbourUnknown { interface: interface.to_owned(), ip, detail };
-        let file =
-            self.table.as_mut().map_err(|e| unknown(format!(" (the table could not be opened: {e})")))?;
+        let file = self
+            .table
+            .as_mut()
+            .map_err(|e| unknown(format!(" (the table could not be opened: {ARP_TABLE}: {e})")))?;
         let mut text = String::new();
         file.seek(SeekFrom::Start(0))
             .and_then(|_| file.take(MAX_ARP_TABLE).read_to_string(&mut text))
@@ -922,7 +924,7 @@ mod tests {
 
     #[test]
     fn an_unknown_neighbour_is_an_error_that_says_what_to_do() {
-        let mut neighbours = Neighbours { table: Err("no procfs".into()), cache: HashMap::new() };
+        let mut neighbours = Neighbours { table: Err(io::Error::other("no procfs")), cache: HashMap::new() };
         let err = neighbours.resolve(Ipv4Addr::new(10, 0, 0, 9), "ks1x0").unwrap_err();
         let text = err.to_string();
         assert!(text.contains("no hardware address for 10.0.0.9") && text.contains("no procfs"), "{text}");

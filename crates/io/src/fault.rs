@@ -12,23 +12,35 @@ use crate::port::{Capabilities, Port, PortError, PortStats};
 /// Probabilities per received packet.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Faults {
+    /// Probability that a received packet is discarded (0 to 1; values outside are clamped).
     pub drop: f64,
+    /// Probability that a received packet is delivered twice (0 to 1).
     pub duplicate: f64,
     /// Swap with the next packet of the burst.
     pub reorder: f64,
+    /// Probability that a received packet has one bit flipped in its encoding (0 to 1): it
+    /// then fails its checksum and is counted as invalid.
     pub corrupt: f64,
+    /// Seed of the random draws: the same seed and input give the same faults.
     pub seed: u64,
 }
 
 /// What the injector did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FaultCounts {
+    /// Packets discarded.
     pub dropped: u64,
+    /// Packets delivered a second time.
     pub duplicated: u64,
+    /// Swaps of two neighbouring packets of a burst.
     pub reordered: u64,
+    /// Packets with a bit flipped (each then dropped as invalid by the decoder, or, should the
+    /// flip leave a valid packet, delivered as decoded).
     pub corrupted: u64,
 }
 
+/// A [`Port`] that receives through `P` and injects [`Faults`] into what it receives;
+/// transmission passes through untouched.
 #[derive(Debug)]
 pub struct FaultPort<P> {
     inner: P,
@@ -42,6 +54,7 @@ pub struct FaultPort<P> {
 }
 
 impl<P: Port> FaultPort<P> {
+    /// Wraps `inner`, injecting `faults` into every received burst.
     pub fn new(inner: P, faults: Faults) -> Self {
         Self {
             inner,
@@ -54,10 +67,12 @@ impl<P: Port> FaultPort<P> {
         }
     }
 
+    /// What the injector has done so far.
     pub fn counts(&self) -> FaultCounts {
         self.counts
     }
 
+    /// The wrapped port (packets held over for the next burst are lost).
     pub fn into_inner(self) -> P {
         self.inner
     }

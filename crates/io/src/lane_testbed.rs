@@ -194,31 +194,22 @@ impl Default for LaneTestbedConfig {
 
 impl LaneTestbedConfig {
     /// Checks every field against its limit; the error names the field and the limit.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), LaneTestbedConfigError> {
         if !(MIN_HOSTS..=MAX_HOSTS).contains(&self.hosts) {
-            return Err(format!("hosts must be from {MIN_HOSTS} to {MAX_HOSTS}, got {}", self.hosts));
+            return Err(LaneTestbedConfigError::Hosts { hosts: self.hosts });
         }
         if !(MIN_RATE_BPS..=MAX_RATE_BPS).contains(&self.rate_bps) {
-            return Err(format!(
-                "the link rate must be from {} to {} Mbit/s, got {} bit/s",
-                MIN_RATE_BPS / 1_000_000,
-                MAX_RATE_BPS / 1_000_000,
-                self.rate_bps
-            ));
+            return Err(LaneTestbedConfigError::Rate { rate_bps: self.rate_bps });
         }
-        for (what, limit) in [("lane", self.lane_limit), ("bulk", self.bulk_limit)] {
+        for (class, limit) in [("lane", self.lane_limit), ("bulk", self.bulk_limit)] {
             if !(1..=MAX_QUEUE_LIMIT).contains(&limit) {
-                return Err(format!(
-                    "the {what} queue limit must be from 1 to {MAX_QUEUE_LIMIT} packets, got {limit}"
-                ));
+                return Err(LaneTestbedConfigError::QueueLimit { class, limit });
             }
         }
         let p = &self.prefix;
         let allowed = p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !p.starts_with(PREFIX_START) || !allowed || p.ends_with('-') || p.len() > MAX_PREFIX_LEN {
-            return Err(format!(
-                "the name prefix must start with `{PREFIX_START}`, hold only a-z, 0-9 and dashes, not end with a dash, and be at most {MAX_PREFIX_LEN} bytes, got `{p}`"
-            ));
+            return Err(LaneTestbedConfigError::Prefix { prefix: p.clone() });
         }
         Ok(())
     }
@@ -230,27 +221,93 @@ impl LaneTestbedConfig {
     }
 }
 
+/// A [`LaneTestbedConfig`] field past its limit ([`LaneTestbedConfig::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaneTestbedConfigError {
+    /// The number of hosts is outside [`MIN_HOSTS`] to [`MAX_HOSTS`].
+    #[error("hosts must be from {MIN_HOSTS} to {MAX_HOSTS}, got {hosts}")]
+    Hosts {
+        /// The number asked for.
+        hosts: usize,
+    },
+    /// The link rate is outside [`MIN_RATE_BPS`] to [`MAX_RATE_BPS`].
+    #[error(
+        "the link rate must be from {} to {} Mbit/s, got {rate_bps} bit/s",
+        MIN_RATE_BPS / 1_000_000,
+        MAX_RATE_BPS / 1_000_000
+    )]
+    Rate {
+        /// The rate asked for, bits per second.
+        rate_bps: u64,
+    },
+    /// A class's `pfifo` limit is outside 1 to [`MAX_QUEUE_LIMIT`] packets.
+    #[error("the {class} queue limit must be from 1 to {MAX_QUEUE_LIMIT} packets, got {limit}")]
+    QueueLimit {
+        /// The class: `lane` or `bulk`.
+        class: &'static str,
+        /// The limit asked for, packets.
+        limit: u32,
+    },
+    /// The namespace name prefix is not `kairos` followed by lower-case letters, digits and
+    /// dashes, or is longer than [`MAX_PREFIX_LEN`] bytes.
+    #[error(
+        "the name prefix must start with `{PREFIX_START}`, hold only a-z, 0-9 and dashes, not end with a dash, and be at most {MAX_PREFIX_LEN} bytes, got `{prefix}`"
+    )]
+    Prefix {
+        /// The prefix asked for.
+        prefix: String,
+    },
+}
+
 /// Why a lane testbed could not be made or used.
 #[derive(Debug, thiserror::Error)]
 pub enum LaneTestbedError {
+    /// The process is not root; making namespaces needs `CAP_NET_ADMIN`.
     #[error(
         "the lane testbed makes network namespaces, a bridge and queueing disciplines, which need root (CAP_NET_ADMIN): run as root"
     )]
     NotRoot,
-    #[error("{0}")]
-    Config(String),
+    /// The configuration is past a limit ([`LaneTestbedConfig::check`]).
+    #[error(transparent)]
+    Config(#[from] LaneTestbedConfigError),
+    /// Another testbed of this process holds the prefix (the prefix).
     #[error("a lane testbed with prefix `{0}` is already up in this process: give another prefix")]
     PrefixInUse(String),
+    /// A host index past the testbed's hosts.
     #[error("no host {host}: the testbed has {hosts}")]
-    NoHost { host: usize, hosts: usize },
+    NoHost {
+        /// The index asked for.
+        host: usize,
+        /// How many hosts the testbed has.
+        hosts: usize,
+    },
+    /// An `ip` or `tc` command, or a socket in a namespace, failed.
     #[error(transparent)]
     Setup(#[from] TestbedError),
+    /// A calibration port failed to send or receive.
     #[error("calibration: {0}")]
     Port(#[from] PortError),
+    /// A calibration could not be run (the same host twice, samples past the limit, a packet
+    /// ring that could not be opened).
     #[error("calibration from h{from} to h{to}: {what}")]
-    Calibration { from: usize, to: usize, what: String },
+    Calibration {
+        /// The sending host's index.
+        from: usize,
+        /// The receiving host's index.
+        to: usize,
+        /// What went wrong.
+        what: String,
+    },
+    /// `tc -s class show` printed no counters for the lane and bulk classes.
     #[error("class counters of {device} in {namespace}: {what}")]
-    Counters { namespace: String, device: String, what: String },
+    Counters {
+        /// The namespace of the egress.
+        namespace: String,
+        /// The device of the egress.
+        device: String,
+        /// What was wrong with `tc`'s output.
+        what: String,
+    },
 }
 
 /// One host: its names and address.
@@ -499,7 +556,7 @@ impl LaneTestbed {
     /// Makes the testbed `config` describes: checks it, removes stale namespaces of killed
     /// runs, then makes the namespaces, the bridge, the veths and every egress's classes.
     pub fn create(config: LaneTestbedConfig) -> Result<Self, LaneTestbedError> {
-        config.check().map_err(LaneTestbedError::Config)?;
+        config.check()?;
         if !kairos_sys::user::is_root() {
             return Err(LaneTestbedError::NotRoot);
         }
@@ -835,7 +892,7 @@ mod tests {
         let with = |change: fn(&mut LaneTestbedConfig)| {
             let mut config = LaneTestbedConfig::default();
             change(&mut config);
-            config.check().unwrap_err()
+            config.check().unwrap_err().to_string()
         };
         assert!(with(|c| c.hosts = 1).contains("hosts must be from 2 to 16, got 1"));
         assert!(with(|c| c.hosts = 17).contains("got 17"));
@@ -844,7 +901,7 @@ mod tests {
         assert!(with(|c| c.bulk_limit = MAX_QUEUE_LIMIT + 1).contains("bulk queue limit"));
         for prefix in ["other", "kairos-", "kairos/x", "Kairos", "kairos-a-very-long-prefix-x"] {
             let config = LaneTestbedConfig { prefix: prefix.into(), ..LaneTestbedConfig::default() };
-            assert!(config.check().unwrap_err().contains("name prefix"), "{prefix}");
+            assert!(config.check().unwrap_err().to_string().contains("name prefix"), "{prefix}");
         }
         let config = LaneTestbedConfig { prefix: "kairos-prio2".into(), ..LaneTestbedConfig::default() };
         assert_eq!(config.check(), Ok(()));

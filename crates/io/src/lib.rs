@@ -17,6 +17,7 @@
 
 // Only the pool needs `unsafe` (its slots are shared between threads, ownership kept by `Buf`),
 // and the bridge's one step that vouches a mapping outlives its reader.
+#![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 pub mod af_packet;

@@ -10,6 +10,7 @@
 
 use crc::{CRC_32_ISCSI, Crc};
 
+/// The length of a packet's wire form, bytes.
 pub const WIRE_LEN: usize = 60;
 const MAGIC: [u8; 2] = *b"KR";
 const VERSION: u8 = 1;
@@ -31,7 +32,9 @@ pub enum Kind {
 /// One packet's fields, and its reception time stamp once received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Packet {
+    /// Data, control or warm-up.
     pub kind: Kind,
+    /// The user the update is about: the FIB entry data is addressed by, or control writes.
     pub user: u32,
     /// Position in the trace (the send order).
     pub seq: u64,
@@ -48,16 +51,22 @@ pub struct Packet {
 /// Why bytes were not a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The bytes are not [`WIRE_LEN`] long (their length).
     #[error("datagram of {0} bytes, expected {WIRE_LEN}")]
     Length(usize),
+    /// The first two bytes are not `KR`: not a Kairos packet.
     #[error("not a Kairos packet (bad magic)")]
     Magic,
+    /// A version this build does not read (the version byte).
     #[error("unsupported packet version {0}")]
     Version(u8),
+    /// A kind byte that is no [`Kind`] (the byte).
     #[error("unknown packet kind {0}")]
     Kind(u8),
+    /// The CRC-32C does not match the bytes: damaged in transit.
     #[error("checksum mismatch (corrupted in transit)")]
     Checksum,
+    /// The padding bytes are not all zero.
     #[error("non-zero padding")]
     Padding,
 }

@@ -24,12 +24,16 @@ pub enum RxTimestamps {
 /// Errors of a port (the I/O ones carry the OS error).
 #[derive(Debug, thiserror::Error)]
 pub enum PortError {
+    /// A system call failed.
     #[error("{what}: {source}")]
     Io {
+        /// The call or step that failed (`sendmmsg`, `recvmmsg`, ...).
         what: &'static str,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// The other end of an in-memory port was dropped.
     #[error("the peer port is gone")]
     Disconnected,
     /// A packet ring's error (it names the interface and the step).
@@ -40,7 +44,9 @@ pub enum PortError {
 /// Counters every port keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PortStats {
+    /// Packets received and handed to the caller.
     pub rx_packets: u64,
+    /// Packets `tx_burst` took.
     pub tx_packets: u64,
     /// Packets `tx_burst` could not hand over (the caller still owns them).
     pub tx_refused: u64,
@@ -54,7 +60,9 @@ pub trait Port: Send {
     fn rx_burst(&mut self, out: &mut [Packet]) -> Result<usize, PortError>;
     /// Offers `packets`; returns how many were taken (the first ones), without blocking.
     fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, PortError>;
+    /// What the port can do: its largest burst and where its reception stamps come from.
     fn capabilities(&self) -> Capabilities;
+    /// The port's counters since it was made.
     fn stats(&self) -> PortStats;
     /// The backend's name as experiments print it (`memory`, `udp`).
     fn name(&self) -> &'static str;

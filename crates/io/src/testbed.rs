@@ -17,27 +17,41 @@ use kairos_sys::cleanup::{self, Registration};
 /// Why a testbed could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum TestbedError {
+    /// The process is not root; making namespaces needs `CAP_NET_ADMIN`.
     #[error(
         "the UDP backend needs network namespaces, which need root (CAP_NET_ADMIN): run as root, or use --backend memory"
     )]
     NotRoot,
+    /// An `ip` or `tc` command ran and failed.
     #[error("`{command}` failed: {stderr}")]
-    Command { command: String, stderr: String },
+    Command {
+        /// The command line, program first.
+        command: String,
+        /// What it wrote to standard error, trimmed.
+        stderr: String,
+    },
+    /// A command could not be run, or a socket call in a namespace failed.
     #[error("{what}: {source}")]
     Io {
+        /// What was being done.
         what: String,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
 }
 
-/// Source-side and forwarder-side addresses.
+/// The source namespace's address (on the veth end there).
 pub const SOURCE_IP: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 1);
+/// The forwarder namespace's address (on its veth end, with [`ForwarderSide::Kernel`]).
 pub const FORWARDER_IP: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 2);
 
+/// Two network namespaces joined by a veth pair; removed on drop.
 #[derive(Debug)]
 pub struct Testbed {
+    /// The source namespace's name (`kairos-src-<n>-<pid>`).
     pub source_ns: String,
+    /// The forwarder namespace's name (`kairos-fwd-<n>-<pid>`).
     pub forwarder_ns: String,
     /// The veth end in the source namespace.
     pub source_dev: String,
@@ -218,10 +232,12 @@ impl Testbed {
         run_in_namespace(&self.forwarder_ns, f)
     }
 
+    /// The address of UDP port `port` in the source namespace.
     pub fn source_addr(port: u16) -> SocketAddr {
         SocketAddr::V4(SocketAddrV4::new(SOURCE_IP, port))
     }
 
+    /// The address of UDP port `port` in the forwarder namespace.
     pub fn forwarder_addr(port: u16) -> SocketAddr {
         SocketAddr::V4(SocketAddrV4::new(FORWARDER_IP, port))
     }

@@ -22,6 +22,8 @@ use crate::port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
 /// Most datagrams one call moves.
 pub const MAX_BURST: usize = kairos_sys::net::MAX_BURST;
 
+/// A [`Port`] over a connected, non-blocking UDP socket: one datagram a packet, bursts of up to
+/// [`MAX_BURST`] per system call, kernel receive stamps.
 #[derive(Debug)]
 pub struct UdpPort {
     socket: UdpSocket,
@@ -68,6 +70,7 @@ impl UdpPort {
         Ok(Self::on(socket))
     }
 
+    /// The address the socket is bound to.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.socket.local_addr()
     }

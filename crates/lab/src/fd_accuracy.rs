@@ -88,7 +88,7 @@ pub struct AccuracyConfig {
     pub period_us: u64,
     /// The thresholds Lambda, us.
     pub thresholds_us: Vec<u64>,
-    /// The threshold the table is published with (and the README recommends), us.
+    /// The threshold the table is published with (and docs/detector.md recommends), us.
     pub recommended_us: u64,
     /// Seconds measured per load.
     pub seconds: f64,
@@ -305,7 +305,7 @@ pub struct AccuracySummary {
     pub network: Network,
     /// One row per detector, threshold and load.
     pub rows: Vec<AccuracyRow>,
-    /// The threshold the README recommends, us.
+    /// The threshold docs/detector.md recommends, us.
     pub recommended_threshold_us: u64,
     /// No unexplained mistake at it.
     pub goal: Goal,

@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use crate::fd_cluster::{Cluster, ClusterSettings, Network};
 use crate::harness::{Experiment, Plan, Run, RunInfo};
 
-/// The threshold Lambda the README recommends for a 100 us period, us. It needs a machine that
+/// The threshold Lambda docs/detector.md recommends for a 100 us period, us. It needs a machine that
 /// keeps that period: on a 2-vCPU virtual machine where a timed wake-up cost 21 us of CPU, the
 /// two members of `fd detect` that share a core sent a heartbeat only every 480 us or so, and
 /// no threshold near this one held there (the root tests run at 1 ms and 5 ms instead:

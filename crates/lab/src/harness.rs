@@ -290,13 +290,15 @@ mod tests {
         }
     }
 
-    fn root() -> PathBuf {
-        std::env::temp_dir().join(format!("kairos-harness-{}", std::process::id()))
+    /// A results root of the test's own, removed when dropped.
+    fn root() -> tempfile::TempDir {
+        tempfile::Builder::new().prefix("kairos-harness-").tempdir().unwrap()
     }
 
     #[test]
     fn a_run_writes_config_and_summary_with_the_common_fields() {
-        let s = run(&Counting(3), &root(), &|_| {}).unwrap();
+        let root = root();
+        let s = run(&Counting(3), root.path(), &|_| {}).unwrap();
         let text = std::fs::read_to_string(s.info.results_dir.join("summary.json")).unwrap();
         for field in ["\"machine\"", "\"plots\"", "\"results_dir\"", "\"value\": 3"] {
             assert!(text.contains(field), "{field} missing from {text}");
@@ -307,7 +309,8 @@ mod tests {
 
     #[test]
     fn a_bad_config_is_refused_before_anything_is_created_or_run() {
-        let root = root().join("refused");
+        let scratch = root();
+        let root = scratch.path().join("refused");
         RAN.with(|r| r.set(false));
         let err = run(&Counting(0), &root, &|_| {}).unwrap_err();
         assert!(err.is::<InvalidConfig>());

@@ -23,10 +23,9 @@
 //!   with priority-inheritance locks.
 //! - [`rtu_throughput`]: a UDP receiver as an RTU against a plain loop, with and without load.
 //! - [`rcu_grace`]: grace-period latency, offline readers, and stall detection.
-//! - [`dispatch_cold`]: what a flow's state costs a worker when another core wrote it last, or
-//!   memory holds it, against when it is warm: the dispatch simulations' `--cold-ns`.
-//! - [`dispatch_threads`]: the dispatcher and its workers on real threads while workers come
-//!   and go: packets out of sequence, state moved, a packet's cost, per policy.
+//! - [`dispatch`]: flow-affinity dispatch while workers come and go: flows moved per steering
+//!   policy, load skew, latency and a load step on a virtual clock, what a moved flow's state
+//!   costs (`dispatch::cold`), and the dispatcher on real threads (`dispatch::threads`).
 //! - [`kv_check`]: the replicated key-value store's histories under faults, judged by the
 //!   linearizability checker, with the checker's self-test.
 //! - [`kv_bench`]: the replicated store's latency, throughput and failover beside Redis, Redis
@@ -40,8 +39,7 @@
 
 pub mod aoi_model;
 pub mod background;
-pub mod dispatch_cold;
-pub mod dispatch_threads;
+pub mod dispatch;
 pub mod fd_accuracy;
 pub mod fd_cluster;
 pub mod fd_detect;

@@ -21,7 +21,7 @@
 
 pub mod apply;
 
-use kairos_sys::host::{CpuList, HostError, HostFs, KernelCmdline};
+use kairos_sys::host::{CpuList, CpuListError, HostError, HostFs, KernelCmdline};
 use serde::Serialize;
 
 /// The checks, in the order they are reported; their `name`s are stable (tools read them).
@@ -310,7 +310,7 @@ fn check(name: &'static str, ok: bool, found: String, fix: String, cost: String)
 }
 
 /// `isolcpus=`'s flags and cores (`managed_irq,domain,2-3`).
-fn isolcpus_value(value: &str) -> (Vec<&str>, Result<CpuList, String>) {
+fn isolcpus_value(value: &str) -> (Vec<&str>, Result<CpuList, CpuListError>) {
     let parts: Vec<&str> = value.split(',').collect();
     let first_core =
         parts.iter().position(|p| p.starts_with(|c: char| c.is_ascii_digit())).unwrap_or(parts.len());

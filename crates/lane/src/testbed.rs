@@ -5,32 +5,45 @@
 
 use kairos_io::lane_testbed::TestbedTopology;
 
-use crate::te::{LinkSpec, NodeKind, Topology, ns_to_ps};
+use crate::te::{LinkSpec, LinkSpecError, NodeKind, Topology, TopologyError, ns_to_ps};
+
+/// Why a testbed's figures make no lane topology ([`topology`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TestbedTopologyError {
+    /// A measured time does not fit the model.
+    #[error("{what} of {ns} ns is too long (the model holds at most an hour)")]
+    TooLong {
+        /// Which figure: `the minimum delay` or `the jitter`.
+        what: &'static str,
+        /// The figure, ns.
+        ns: u64,
+    },
+    /// The links' figures are past the model's limits.
+    #[error("the testbed's links: {0}")]
+    Links(LinkSpecError),
+    /// The hosts and switch make no topology (a duplicate name).
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+}
 
 /// The lane's topology of testbed `t`, or a one-line reason it cannot be one (a figure past the
 /// model's limits).
-pub fn topology(t: &TestbedTopology) -> Result<Topology, String> {
-    let ps = |ns: u64, what: &str| {
-        ns_to_ps(ns as f64)
-            .ok_or_else(|| format!("{what} of {ns} ns is too long (the model holds at most an hour)"))
-    };
+pub fn topology(t: &TestbedTopology) -> Result<Topology, TestbedTopologyError> {
+    let ps =
+        |ns: u64, what: &'static str| ns_to_ps(ns as f64).ok_or(TestbedTopologyError::TooLong { what, ns });
     let spec = LinkSpec {
         bandwidth_bps: t.bandwidth_bps,
         queue_bytes: t.queue_bytes,
         min_delay: ps(t.min_delay_ns, "the minimum delay")?,
         max_jitter: ps(t.max_jitter_ns, "the jitter")?,
     };
-    spec.check().map_err(|e| format!("the testbed's links: {e}"))?;
+    spec.check().map_err(TestbedTopologyError::Links)?;
     let mut topology = Topology::new();
-    let hosts = t
-        .hosts
-        .iter()
-        .map(|h| topology.add_node(h, NodeKind::Host))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    let switch = topology.add_node(&t.switch, NodeKind::Switch).map_err(|e| e.to_string())?;
+    let hosts =
+        t.hosts.iter().map(|h| topology.add_node(h, NodeKind::Host)).collect::<Result<Vec<_>, _>>()?;
+    let switch = topology.add_node(&t.switch, NodeKind::Switch)?;
     for host in hosts {
-        topology.add_duplex(host, switch, spec).map_err(|e| e.to_string())?;
+        topology.add_duplex(host, switch, spec)?;
     }
     Ok(topology)
 }
@@ -77,7 +90,7 @@ mod tests {
             min_delay_ns: 1_300,
             max_jitter_ns: u64::MAX,
         };
-        let e = topology(&plain).unwrap_err();
+        let e = topology(&plain).unwrap_err().to_string();
         assert!(e.starts_with("the jitter of") && !e.contains('\n'), "{e}");
     }
 }

@@ -65,7 +65,7 @@ fn links_past_the_file_limits_fail_their_check_and_hand_built_ones_need_a_bandwi
         (LinkSpec { min_delay: MAX_TIME + 1, ..LinkSpec::default() }, "min_delay_ns must be at most"),
         (LinkSpec { bandwidth_bps: 1, queue_bytes: 4_000_000, ..LinkSpec::default() }, "64-bit picoseconds"),
     ] {
-        let e = spec.check().unwrap_err();
+        let e = spec.check().unwrap_err().to_string();
         assert!(e.contains(what), "{e}");
     }
     assert_eq!(LinkSpec::default().check(), Ok(()));

@@ -155,8 +155,11 @@ pub struct AgeTableSummary {
     pub peak_age_ns: f64,
     /// Largest age any user reached, ns.
     pub max_age_ns: u64,
+    /// Deliveries that lowered their user's age, summed over users.
     pub informative: u64,
+    /// Deliveries no fresher than what their user's monitor had, summed over users.
     pub obsolete: u64,
+    /// Deliveries received earlier than their user's previous one, summed over users.
     pub out_of_order: u64,
     /// Each user's own summary, by user.
     #[serde(skip)]
@@ -164,18 +167,23 @@ pub struct AgeTableSummary {
 }
 
 impl AgeTable {
+    /// A table of `users` monitors (users `0..users`), each observed from `start_ns` with age
+    /// zero.
     pub fn new(users: usize, start_ns: u64) -> Self {
         Self { users: vec![AgeProcess::new(start_ns); users], start: start_ns }
     }
 
+    /// The number of users.
     pub fn len(&self) -> usize {
         self.users.len()
     }
 
+    /// Whether the table has no user.
     pub fn is_empty(&self) -> bool {
         self.users.is_empty()
     }
 
+    /// When observation started, ns on the clock the deliveries are stamped with.
     pub fn start_ns(&self) -> u64 {
         self.start
     }
@@ -186,6 +194,7 @@ impl AgeTable {
         self.users.get_mut(user).map(|p| p.deliver(generated_ns, received_ns))
     }
 
+    /// The age process of `user`; `None` when the user is out of range.
     pub fn user(&self, user: usize) -> Option<&AgeProcess> {
         self.users.get(user)
     }
@@ -196,6 +205,7 @@ impl AgeTable {
         self.users.iter().map(|p| p.doubled_area_to(end_ns)).sum()
     }
 
+    /// The summary over `[start, end_ns]`: every user's, and their means.
     pub fn summary(&self, end_ns: u64) -> AgeTableSummary {
         let per_user: Vec<AgeSummary> = self.users.iter().map(|p| p.summary(end_ns)).collect();
         let n = per_user.len().max(1) as f64;

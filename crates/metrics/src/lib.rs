@@ -20,6 +20,7 @@
 //!
 //! The system calls the measurements make (pinning, `SCHED_FIFO`, absolute sleeps, thread CPU
 //! time, `/proc` readings) are `kairos-sys`'s.
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod aoi;

@@ -26,10 +26,15 @@ use serde::{Deserialize, Serialize};
 /// How the watch runs.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 pub struct StallWatchConfig {
+    /// The core the watch's thread is pinned to: the core whose stalls it times.
     pub core: usize,
+    /// How often the watch wakes (at least 1 us): stalls longer than this are all seen,
+    /// shorter ones with probability length / period.
     pub period: Duration,
     /// Wake-ups later than this are stalls (below it: the timer's own latency).
     pub threshold_ns: u64,
+    /// The watch's `SCHED_FIFO` priority, 1 to 99 (0: normal scheduling, so its stalls may be
+    /// any thread's).
     pub fifo_priority: i32,
 }
 
@@ -44,11 +49,14 @@ impl StallWatchConfig {
 /// (`CLOCK_MONOTONIC`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stall {
+    /// When the watch was due to wake, `CLOCK_MONOTONIC` ns.
     pub due_ns: u64,
+    /// When it woke, `CLOCK_MONOTONIC` ns (later than `due_ns` by more than the threshold).
     pub woke_ns: u64,
 }
 
 impl Stall {
+    /// How late the watch woke, ns: the least the stall lasted.
     pub fn length_ns(&self) -> u64 {
         self.woke_ns - self.due_ns
     }
@@ -62,13 +70,15 @@ impl Stall {
 /// What the watch saw.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StallReport {
+    /// The core watched.
     pub core: usize,
     /// It ran at `SCHED_FIFO` (otherwise its stalls may be any thread's).
     pub realtime: bool,
+    /// How many times the watch woke, stalled or not.
     pub wakeups: u64,
     /// Every wake-up later than the threshold, in order.
     pub stalls: Vec<Stall>,
-    /// The latest wake-up, ns.
+    /// The latest wake-up: the most the watch woke after it was due, ns.
     pub worst_ns: u64,
     /// The watch's CPU time over wall time.
     pub cpu_fraction: f64,

@@ -25,7 +25,7 @@
 //!   store only when the grace-period counter moved), [`ReaderHandle::offline`] around blocking.
 //! - [`RcuCell`]: a value read with one load and replaced by writers.
 //! - [`StallConfig`]: a watchdog that names readers that stop passing quiescent states.
-//! - [`peer::EpochCell`]: the same job through `crossbeam-epoch`, for experiments to measure
+//! - `peer::EpochCell` (feature `peers`): the same job through `crossbeam-epoch`, for experiments to measure
 //!   beside [`RcuCell`].
 //!
 //! # Example
@@ -58,7 +58,7 @@ mod cell;
 mod domain;
 mod error;
 mod grace;
-#[cfg(not(loom))]
+#[cfg(all(feature = "peers", not(loom)))]
 pub mod peer;
 mod policy;
 mod reader;

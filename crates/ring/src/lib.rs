@@ -34,5 +34,5 @@ mod sync;
 
 pub use doorbell::Doorbell;
 pub use keyed::{KeyedConsumer, KeyedProducer, keyed};
-pub use policy::{Admitted, Overflow, RingError, RingStats};
+pub use policy::{Admitted, Overflow, RingError, RingStats, UnknownOverflow};
 pub use ring::{Consumer, Producer, SharedProducer, mpsc, spsc};

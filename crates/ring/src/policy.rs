@@ -29,13 +29,18 @@ impl fmt::Display for Overflow {
     }
 }
 
+/// A name that is not an [`Overflow`] policy's (the name as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown overflow policy '{0}' (use drop-newest or drop-oldest)")]
+pub struct UnknownOverflow(pub String);
+
 impl FromStr for Overflow {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownOverflow;
+    fn from_str(s: &str) -> Result<Self, UnknownOverflow> {
         match s {
             "drop-newest" => Ok(Overflow::DropNewest),
             "drop-oldest" => Ok(Overflow::DropOldest),
-            other => Err(format!("unknown overflow policy '{other}' (use drop-newest or drop-oldest)")),
+            other => Err(UnknownOverflow(other.to_string())),
         }
     }
 }

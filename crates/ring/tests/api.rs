@@ -163,5 +163,5 @@ fn policies_parse_and_print() {
     for p in [Overflow::DropNewest, Overflow::DropOldest] {
         assert_eq!(p.name().parse::<Overflow>().unwrap(), p);
     }
-    assert!("fifo".parse::<Overflow>().unwrap_err().contains("drop-newest"));
+    assert!("fifo".parse::<Overflow>().unwrap_err().to_string().contains("drop-newest"));
 }

@@ -33,7 +33,7 @@ pub mod sim;
 mod sync;
 
 pub use analysis::{Analysis, AnalysisError, HandlerAnalysis, HandlerSpec, Unbounded, analyse};
-pub use file::handlers_from_toml;
+pub use file::{HandlerFileError, handlers_from_toml};
 pub use inbox::{Inbox, Ingress, inbox};
 pub use policy::{Decision, Policy};
 pub use shell::{Context, Handler, Running, Scheduler, ShellConfig};

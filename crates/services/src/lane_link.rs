@@ -88,21 +88,39 @@ pub struct LaneLinkConfig {
 
 impl LaneLinkConfig {
     /// Refuses what no lane grants, or what leaves no room for the heartbeats and a fragment.
-    pub fn check(&self, members: usize) -> Result<(), String> {
+    pub fn check(&self, members: usize) -> Result<(), LaneLinkConfigError> {
         let least = Packing::least_packet_bytes(members);
         if !(least..=MAX_PACKET_BYTES).contains(&self.packet_bytes) {
-            return Err(format!(
-                "the lane packet of {} bytes is out of range: {least} (heartbeats for {} other members and a \
-                 fragment) to {MAX_PACKET_BYTES}",
-                self.packet_bytes,
-                members.saturating_sub(1)
-            ));
+            return Err(LaneLinkConfigError::PacketBytes { packet_bytes: self.packet_bytes, least, members });
         }
         if self.period.is_zero() {
-            return Err("a lane tunnel's period must be above zero".into());
+            return Err(LaneLinkConfigError::ZeroPeriod);
         }
         Ok(())
     }
+}
+
+/// What no lane grants, or what leaves no room for the heartbeats and a fragment
+/// ([`LaneLinkConfig::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaneLinkConfigError {
+    /// The packet is smaller than the heartbeats and a fragment need, or larger than
+    /// [`MAX_PACKET_BYTES`].
+    #[error(
+        "the lane packet of {packet_bytes} bytes is out of range: {least} (heartbeats for {} other members and a fragment) to {MAX_PACKET_BYTES}",
+        .members.saturating_sub(1)
+    )]
+    PacketBytes {
+        /// The packet asked for, bytes.
+        packet_bytes: u64,
+        /// The smallest packet that holds the heartbeats and a fragment, bytes.
+        least: u64,
+        /// The members of the group, this one included.
+        members: usize,
+    },
+    /// A period of zero.
+    #[error("a lane tunnel's period must be above zero")]
+    ZeroPeriod,
 }
 
 /// Why the link could not be made.
@@ -326,7 +344,7 @@ impl LaneLink {
         others: &[String],
         config: &LaneLinkConfig,
     ) -> Result<Self, LaneLinkError> {
-        config.check(others.len() + 1).map_err(LaneLinkError::Config)?;
+        config.check(others.len() + 1).map_err(|e| LaneLinkError::Config(e.to_string()))?;
         if others.is_empty() {
             return Err(LaneLinkError::Config("a member alone needs no lane: give it peers".into()));
         }
@@ -388,7 +406,7 @@ impl LaneLink {
         peers: &BTreeMap<u64, PeerAddr>,
         config: &LaneLinkConfig,
     ) -> Result<Self, LaneLinkError> {
-        let others = other_hosts(me, peers).map_err(LaneLinkError::Config)?;
+        let others = other_hosts(me, peers).map_err(|e| LaneLinkError::Config(e.to_string()))?;
         let link = Self::join(app, name, &others, config)?;
         let own = peers.get(&me).and_then(PeerAddr::lane_host);
         if own != Some(link.host()) {
@@ -769,18 +787,41 @@ pub fn tunnel_name<'a>(prefix: &str, peers: impl IntoIterator<Item = (&'a u64, &
     format!("{prefix}-{hash:08x}")
 }
 
+/// Why the peers do not make a lane cluster ([`other_hosts`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaneClusterError {
+    /// A member's address is a UDP address.
+    #[error("member {member}'s address {addr} is not a lane host: a cluster is on the lane or off it")]
+    NotLaneHost {
+        /// The member.
+        member: u64,
+        /// Its address.
+        addr: PeerAddr,
+    },
+    /// Two members on one lane host.
+    #[error("members {first} and {second} are both on lane host {host}: one member a host")]
+    SharedHost {
+        /// The member met first.
+        first: u64,
+        /// The member met second.
+        second: u64,
+        /// The host they share.
+        host: String,
+    },
+}
+
 /// The other members' lane hosts, or why the peers do not make a lane cluster.
 pub fn other_hosts<'a>(
     me: u64,
     peers: impl IntoIterator<Item = (&'a u64, &'a PeerAddr)>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, LaneClusterError> {
     let mut hosts = BTreeMap::new();
     for (&id, addr) in peers {
-        let host = addr.lane_host().ok_or_else(|| {
-            format!("member {id}'s address {addr} is not a lane host: a cluster is on the lane or off it")
-        })?;
+        let host = addr
+            .lane_host()
+            .ok_or_else(|| LaneClusterError::NotLaneHost { member: id, addr: addr.clone() })?;
         if let Some(other) = hosts.insert(host.to_string(), id) {
-            return Err(format!("members {other} and {id} are both on lane host {host}: one member a host"));
+            return Err(LaneClusterError::SharedHost { first: other, second: id, host: host.to_string() });
         }
     }
     Ok(hosts.into_iter().filter(|&(_, id)| id != me).map(|(h, _)| h).collect())
@@ -842,7 +883,7 @@ mod tests {
         assert_eq!(other_hosts(2, &peers).unwrap(), ["h0", "h2"]);
         let mixed: BTreeMap<u64, PeerAddr> =
             [(1, lane("h0")), (2, PeerAddr::Udp("127.0.0.1:1".parse().unwrap()))].into();
-        assert!(other_hosts(1, &mixed).unwrap_err().contains("on the lane or off it"));
+        assert!(other_hosts(1, &mixed).unwrap_err().to_string().contains("on the lane or off it"));
         let shared: BTreeMap<u64, PeerAddr> = [(1, lane("h0")), (2, lane("h0"))].into();
         // Every member of a cluster names its tunnels alike; another cluster, otherwise.
         let other: BTreeMap<u64, PeerAddr> = [(1, lane("h3")), (2, lane("h1")), (3, lane("h2"))].into();
@@ -850,7 +891,7 @@ mod tests {
         assert_eq!(tunnel_name(LANE_TUNNEL, &peers), "kv-lane-04ad0470");
         assert_ne!(tunnel_name(LANE_TUNNEL, &peers), tunnel_name(LANE_TUNNEL, &other));
         assert!(tunnel_name(LANE_TUNNEL, &peers).starts_with("kv-lane-"));
-        assert!(other_hosts(1, &shared).unwrap_err().contains("both on lane host h0"));
+        assert!(other_hosts(1, &shared).unwrap_err().to_string().contains("both on lane host h0"));
     }
 
     #[test]
@@ -862,7 +903,13 @@ mod tests {
         };
         assert!(c(1_472, 100).check(3).is_ok());
         assert!(c(1_473, 100).check(3).is_err());
-        assert!(c(Packing::least_packet_bytes(3) - 1, 100).check(3).unwrap_err().contains("out of range"));
+        assert!(
+            c(Packing::least_packet_bytes(3) - 1, 100)
+                .check(3)
+                .unwrap_err()
+                .to_string()
+                .contains("out of range")
+        );
         assert!(c(Packing::least_packet_bytes(3), 100).check(3).is_ok());
         assert!(c(736, 0).check(3).is_err());
     }

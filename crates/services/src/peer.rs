@@ -43,20 +43,30 @@ impl fmt::Display for PeerAddr {
     }
 }
 
+/// A lane host among the peers of a member with a UDP address ([`udp_others`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "member {member}'s address {addr} is a lane host, member {me}'s a UDP address: a group is on the lane or off it"
+)]
+pub struct NotUdp {
+    /// The member whose address is a lane host.
+    pub member: u64,
+    /// Its address.
+    pub addr: PeerAddr,
+    /// The member asking (whose address is a UDP address).
+    pub me: u64,
+}
+
 /// The UDP addresses of the members of `peers` other than `me`, or why they are not all UDP
 /// addresses (a cluster is on the lane or off it).
 pub fn udp_others(
     me: u64,
     peers: &std::collections::BTreeMap<u64, PeerAddr>,
-) -> Result<Vec<(u64, SocketAddr)>, String> {
+) -> Result<Vec<(u64, SocketAddr)>, NotUdp> {
     peers
         .iter()
         .filter(|(m, _)| **m != me)
-        .map(|(&m, a)| {
-            a.udp().map(|u| (m, u)).ok_or_else(|| {
-                format!("member {m}'s address {a} is a lane host, member {me}'s a UDP address: a group is on the lane or off it")
-            })
-        })
+        .map(|(&m, a)| a.udp().map(|u| (m, u)).ok_or_else(|| NotUdp { member: m, addr: a.clone(), me }))
         .collect()
 }
 
@@ -68,8 +78,13 @@ fn valid_host(name: &str) -> bool {
         && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// Text that is neither a UDP address nor a lane host name (the text as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is neither HOST:PORT with a numeric host nor a lane host name such as h1")]
+pub struct InvalidPeerAddr(pub String);
+
 impl FromStr for PeerAddr {
-    type Err = String;
+    type Err = InvalidPeerAddr;
 
     /// `HOST:PORT` (a numeric host) is UDP; `lane:NAME` or a bare `NAME` is a lane host.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -80,7 +95,7 @@ impl FromStr for PeerAddr {
         if valid_host(name) {
             return Ok(Self::Lane(name.to_string()));
         }
-        Err(format!("'{s}' is neither HOST:PORT with a numeric host nor a lane host name such as h1"))
+        Err(InvalidPeerAddr(s.to_string()))
     }
 }
 

@@ -76,6 +76,42 @@ impl HostError {
     }
 }
 
+/// Why a core list (`0-3,8`) or mask (`ff,00000001`) could not be parsed ([`CpuList::parse`],
+/// [`CpuList::parse_mask`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CpuListError {
+    /// A list item is not a decimal core number (the item as written).
+    #[error("{0:?} is not a core number")]
+    NotACore(String),
+    /// A core number above [`MAX_CORE`].
+    #[error("core {0} is above {MAX_CORE}")]
+    AboveMax(usize),
+    /// A range whose first core is above its last (the range as written).
+    #[error("range {0:?} runs backwards")]
+    Backwards(String),
+    /// A mask with no hexadecimal digit.
+    #[error("an empty mask")]
+    EmptyMask,
+    /// A mask character that is neither a hexadecimal digit nor a comma.
+    #[error("{0:?} is not a hexadecimal digit")]
+    NotHexDigit(char),
+}
+
+/// Why the text of `/proc/interrupts` or `/proc/softirqs` could not be parsed
+/// ([`CounterTable::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CounterTableError {
+    /// The text is empty.
+    #[error("no header line")]
+    NoHeader,
+    /// A header column is not `CPUn` (the column as written).
+    #[error("header column {0:?} is not CPUn")]
+    NotACpuColumn(String),
+    /// The header names no core.
+    #[error("no CPU columns in the header")]
+    NoCpuColumns,
+}
+
 /// A set of cores, as the kernel's list files (`0-3,8`) and hexadecimal masks (`ff,00000001`)
 /// write them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -88,12 +124,12 @@ impl CpuList {
     }
 
     /// Parses a list such as `0-3,8,10-11` (blank means empty).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, CpuListError> {
         let mut cores = BTreeSet::new();
         for part in text.trim().split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let core = |s: &str| -> Result<usize, String> {
-                let n: usize = s.trim().parse().map_err(|_| format!("{s:?} is not a core number"))?;
-                if n > MAX_CORE { Err(format!("core {n} is above {MAX_CORE}")) } else { Ok(n) }
+            let core = |s: &str| -> Result<usize, CpuListError> {
+                let n: usize = s.trim().parse().map_err(|_| CpuListError::NotACore(s.to_string()))?;
+                if n > MAX_CORE { Err(CpuListError::AboveMax(n)) } else { Ok(n) }
             };
             match part.split_once('-') {
                 Some((from, to)) => {
@@ -101,7 +137,7 @@ impl CpuList {
                     // kernel's own files never hold one.
                     let (from, to) = (core(from)?, core(to)?);
                     if from > to {
-                        return Err(format!("range {part:?} runs backwards"));
+                        return Err(CpuListError::Backwards(part.to_string()));
                     }
                     cores.extend(from..=to);
                 }
@@ -115,19 +151,19 @@ impl CpuList {
 
     /// Parses a hexadecimal mask such as `3` or `ffffffff,00000001` (32-bit groups, most
     /// significant first, as `/proc/irq/default_smp_affinity` writes them).
-    pub fn parse_mask(text: &str) -> Result<Self, String> {
+    pub fn parse_mask(text: &str) -> Result<Self, CpuListError> {
         let digits: String = text.trim().chars().filter(|&c| c != ',').collect();
         if digits.is_empty() {
-            return Err("an empty mask".into());
+            return Err(CpuListError::EmptyMask);
         }
         let mut cores = BTreeSet::new();
         for (position, digit) in digits.chars().rev().enumerate() {
-            let value = digit.to_digit(16).ok_or_else(|| format!("{digit:?} is not a hexadecimal digit"))?;
+            let value = digit.to_digit(16).ok_or(CpuListError::NotHexDigit(digit))?;
             for bit in 0..4 {
                 if value & (1 << bit) != 0 {
                     let core = position * 4 + bit;
                     if core > MAX_CORE {
-                        return Err(format!("core {core} is above {MAX_CORE}"));
+                        return Err(CpuListError::AboveMax(core));
                     }
                     cores.insert(core);
                 }
@@ -281,20 +317,20 @@ pub struct CounterTable {
 impl CounterTable {
     /// Parses the text of `/proc/interrupts` or `/proc/softirqs`; rows with fewer counts than
     /// cores (`ERR:`, `MIS:`, which are totals) keep the counts they have.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, CounterTableError> {
         let mut lines = text.lines();
-        let header = lines.next().ok_or("no header line")?;
+        let header = lines.next().ok_or(CounterTableError::NoHeader)?;
         let cores = header
             .split_whitespace()
             .map(|column| {
                 column
                     .strip_prefix("CPU")
                     .and_then(|n| n.parse().ok())
-                    .ok_or_else(|| format!("header column {column:?} is not CPUn"))
+                    .ok_or_else(|| CounterTableError::NotACpuColumn(column.to_string()))
             })
-            .collect::<Result<Vec<usize>, String>>()?;
+            .collect::<Result<Vec<usize>, _>>()?;
         if cores.is_empty() {
-            return Err("no CPU columns in the header".into());
+            return Err(CounterTableError::NoCpuColumns);
         }
         let mut rows = Vec::new();
         for line in lines {
@@ -451,17 +487,17 @@ impl HostFs {
         self.read(path).map(|text| text.trim().to_string())
     }
 
-    fn read_parsed<T>(
+    fn read_parsed<T, E: fmt::Display>(
         &self,
         path: &str,
-        parse: impl FnOnce(&str) -> Result<T, String>,
+        parse: impl FnOnce(&str) -> Result<T, E>,
     ) -> Result<T, HostError> {
         let text = self.read_line(path)?;
-        parse(&text).map_err(|why| malformed(path, &text, why))
+        parse(&text).map_err(|why| malformed(path, &text, why.to_string()))
     }
 
     fn read_number<T: std::str::FromStr>(&self, path: &str) -> Result<T, HostError> {
-        self.read_parsed(path, |text| text.parse().map_err(|_| "not a number".to_string()))
+        self.read_parsed(path, |text| text.parse().map_err(|_| "not a number"))
     }
 
     fn exists(&self, path: &str) -> bool {
@@ -612,13 +648,13 @@ impl HostFs {
     /// `/proc/interrupts`.
     pub fn interrupts(&self) -> Result<CounterTable, HostError> {
         let text = self.read("/proc/interrupts")?;
-        CounterTable::parse(&text).map_err(|why| malformed("/proc/interrupts", &text, why))
+        CounterTable::parse(&text).map_err(|why| malformed("/proc/interrupts", &text, why.to_string()))
     }
 
     /// `/proc/softirqs`.
     pub fn softirqs(&self) -> Result<CounterTable, HostError> {
         let text = self.read("/proc/softirqs")?;
-        CounterTable::parse(&text).map_err(|why| malformed("/proc/softirqs", &text, why))
+        CounterTable::parse(&text).map_err(|why| malformed("/proc/softirqs", &text, why.to_string()))
     }
 
     /// Steal time of each core since boot, nanoseconds (`/proc/stat`; index = core).
@@ -726,9 +762,10 @@ mod tests {
         assert_eq!(list.without(2).to_string(), "0-1,3,8,10-11");
         assert_eq!(CpuList::parse("").unwrap(), CpuList::new());
         assert_eq!(CpuList::parse("5").unwrap().to_string(), "5");
-        assert!(CpuList::parse("3-1").is_err());
-        assert!(CpuList::parse("a").is_err());
+        assert_eq!(CpuList::parse("3-1").unwrap_err().to_string(), "range \"3-1\" runs backwards");
+        assert_eq!(CpuList::parse("a").unwrap_err().to_string(), "\"a\" is not a core number");
         assert!(CpuList::parse("0-4000000000").is_err(), "a huge range is malformed, not a huge set");
+        assert_eq!(CpuList::parse("9000").unwrap_err().to_string(), "core 9000 is above 8191");
     }
 
     #[test]
@@ -741,8 +778,8 @@ mod tests {
         assert_eq!(CpuList::parse("0").unwrap().to_mask(), "1");
         assert_eq!(CpuList::parse("4-7").unwrap().to_mask(), "f0");
         assert_eq!(CpuList::new().to_mask(), "0");
-        assert!(CpuList::parse_mask("xyz").is_err());
-        assert!(CpuList::parse_mask("").is_err());
+        assert_eq!(CpuList::parse_mask("xyz").unwrap_err().to_string(), "'z' is not a hexadecimal digit");
+        assert_eq!(CpuList::parse_mask("").unwrap_err().to_string(), "an empty mask");
     }
 
     #[test]
@@ -766,8 +803,11 @@ mod tests {
         assert_eq!(on_1[1], ("36".into(), 1_449_629, "PCI-MSIX-0000:00:02.0 1-edge virtio1-req.0".into()));
         assert_eq!(on_1[2], ("LOC".into(), 4_517_122, "Local timer interrupts".into()));
         assert_eq!(on_1[3].1, 0, "a total has no column for core 1");
-        assert!(CounterTable::parse("").is_err());
-        assert!(CounterTable::parse("garbage header\n").is_err());
+        assert_eq!(CounterTable::parse("").unwrap_err().to_string(), "no header line");
+        assert_eq!(
+            CounterTable::parse("garbage header\n").unwrap_err().to_string(),
+            "header column \"garbage\" is not CPUn"
+        );
     }
 
     #[test]

@@ -60,7 +60,7 @@ enum Fsync {
 struct RaftArgs {
     /// The failure detector's heartbeat period (and on the lane its tunnel's), microseconds,
     /// 10-1000000; default 3000 on UDP (a leader sends one only to a follower that had no
-    /// other word from it within half a period), 100 on the lane. See the README's trade-off
+    /// other word from it within half a period), 100 on the lane. See docs/store.md's trade-off
     /// of this period against idle CPU and failover time (scripts/kv-detector-tradeoff).
     #[arg(long, value_name = "US")]
     period_us: Option<u64>,
@@ -525,7 +525,7 @@ fn serve(a: &ServeArgs) -> Result<i32> {
                 key,
                 client_ca: a.tls_ca_cert.as_deref(),
             })
-            .map_err(exit::usage)?,
+            .map_err(|e| exit::usage(e.to_string()))?,
         ),
         _ => None,
     };

@@ -50,7 +50,6 @@
 //! Source: Wing and Gong (1993) and Lowe (2017) for the search; Porcupine (A. Athalye, Go) for
 //! the model interface, unknown outcomes and per-key partitioning; Knossos and Jepsen for the
 //! treatment of indeterminate (`:info`) operations; Herlihy and Wing (1990) for locality.
-//! Research notes: `shared/research/services.md`, section 4.
 
 use std::fmt::Debug;
 use std::hash::Hash;

@@ -114,6 +114,61 @@ pub const NOAUTH: &str = "NOAUTH Authentication required.";
 /// Redis's words for a wrong user or password.
 pub const WRONGPASS: &str = "WRONGPASS invalid username-password pair or user is disabled.";
 
+/// A line of a users file that is not a user this store can keep ([`Acl::new`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {rule}")]
+pub struct UsersFileError {
+    /// The line, 1-based.
+    pub line: usize,
+    /// What is wrong with it.
+    pub rule: UserRuleError,
+}
+
+/// What is wrong with one line of a users file ([`UsersFileError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UserRuleError {
+    /// The line does not start with `user` (the line as written).
+    #[error("'{0}' is not 'user NAME RULES...'")]
+    NotAUserLine(String),
+    /// `user` alone.
+    #[error("a user without a name")]
+    NoName,
+    /// A `#` rule that is not 64 hexadecimal digits.
+    #[error("user {user}: '{word}' is not # and 64 hex digits of a SHA-256")]
+    BadDigest {
+        /// The user the line is about.
+        user: String,
+        /// The rule as written.
+        word: String,
+    },
+    /// A key or channel pattern narrower than every key (the store does not check keys).
+    #[error("user {user}: '{word}' limits keys or channels, which this store does not check: use ~*")]
+    NarrowPattern {
+        /// The user the line is about.
+        user: String,
+        /// The rule as written.
+        word: String,
+    },
+    /// A `+@` or `-@` rule naming no [`Category`].
+    #[error(
+        "user {user}: unknown category '{category}' (known: all, read, write, admin, dangerous, connection)"
+    )]
+    UnknownCategory {
+        /// The user the line is about.
+        user: String,
+        /// The category as written.
+        category: String,
+    },
+    /// A rule this store does not know.
+    #[error("user {user}: unknown rule '{word}'")]
+    UnknownRule {
+        /// The user the line is about.
+        user: String,
+        /// The rule as written.
+        word: String,
+    },
+}
+
 /// The users a member knows.
 #[derive(Debug, Clone)]
 pub struct Acl {
@@ -139,7 +194,7 @@ impl Acl {
     /// The users of a users file (`users`, if any) and a password for `default` (`requirepass`,
     /// if any). With a users file, `default` is off unless the file says otherwise or a
     /// password is given; with a password alone, `default` needs it.
-    pub fn new(users: Option<&str>, requirepass: Option<&[u8]>) -> Result<Self, String> {
+    pub fn new(users: Option<&str>, requirepass: Option<&[u8]>) -> Result<Self, UsersFileError> {
         let mut acl = Self::default();
         if let Some(text) = users {
             acl.users.get_mut("default").expect("default is there").on = false;
@@ -148,7 +203,7 @@ impl Acl {
                 if line.is_empty() || line.starts_with('#') {
                     continue;
                 }
-                acl.apply_line(line).map_err(|e| format!("line {}: {e}", n + 1))?;
+                acl.apply_line(line).map_err(|rule| UsersFileError { line: n + 1, rule })?;
             }
         }
         if let Some(password) = requirepass {
@@ -160,12 +215,12 @@ impl Acl {
         Ok(acl)
     }
 
-    fn apply_line(&mut self, line: &str) -> Result<(), String> {
+    fn apply_line(&mut self, line: &str) -> Result<(), UserRuleError> {
         let mut words = line.split_whitespace();
         if words.next() != Some("user") {
-            return Err(format!("'{line}' is not 'user NAME RULES...'"));
+            return Err(UserRuleError::NotAUserLine(line.to_string()));
         }
-        let name = words.next().ok_or("a user without a name")?.to_string();
+        let name = words.next().ok_or(UserRuleError::NoName)?.to_string();
         let user = self.users.entry(name.clone()).or_insert_with(User::new);
         for word in words {
             match word {
@@ -193,31 +248,28 @@ impl Acl {
                             (0..32).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()).collect()
                         })
                         .flatten()
-                        .ok_or_else(|| {
-                            format!("user {name}: '{word}' is not # and 64 hex digits of a SHA-256")
+                        .ok_or_else(|| UserRuleError::BadDigest {
+                            user: name.clone(),
+                            word: word.to_string(),
                         })?;
                     let bytes: Vec<u8> = bytes;
                     user.nopass = false;
                     user.passwords.push(bytes.try_into().expect("32 bytes"));
                 }
                 _ if word.starts_with('~') || word.starts_with('%') || word.starts_with('&') => {
-                    return Err(format!(
-                        "user {name}: '{word}' limits keys or channels, which this store does not check: use ~*"
-                    ));
+                    return Err(UserRuleError::NarrowPattern { user: name, word: word.to_string() });
                 }
                 _ if word.starts_with("+@") || word.starts_with("-@") => {
-                    let rule = Category::parse(&word[2..]).ok_or_else(|| {
-                        format!(
-                            "user {name}: unknown category '{}' (known: all, read, write, admin, dangerous, connection)",
-                            &word[2..]
-                        )
+                    let rule = Category::parse(&word[2..]).ok_or_else(|| UserRuleError::UnknownCategory {
+                        user: name.clone(),
+                        category: word[2..].to_string(),
                     })?;
                     user.rules.push((word.starts_with('+'), rule));
                 }
                 _ if (word.starts_with('+') || word.starts_with('-')) && word.len() > 1 => {
                     user.rules.push((word.starts_with('+'), Rule::Command(word.as_bytes()[1..].to_vec())));
                 }
-                _ => return Err(format!("user {name}: unknown rule '{word}'")),
+                _ => return Err(UserRuleError::UnknownRule { user: name, word: word.to_string() }),
             }
         }
         Ok(())
@@ -306,7 +358,7 @@ mod tests {
 
     #[test]
     fn a_bad_line_is_refused_with_its_number_and_reason() {
-        let err = |text: &str| Acl::new(Some(text), None).unwrap_err();
+        let err = |text: &str| Acl::new(Some(text), None).unwrap_err().to_string();
         assert!(err("user a on >x +@bogus").contains("line 1: user a: unknown category 'bogus'"));
         assert!(
             err("\nuser a on ~cache:*").contains("line 2") && err("\nuser a on ~cache:*").contains("use ~*")

@@ -526,7 +526,7 @@ impl Member {
         }
         let (udp, beats, lane) = match (&own, &config.lane) {
             (PeerAddr::Udp(addr), None) => {
-                peer::udp_others(config.id, &config.peers).map_err(MemberError::Config)?;
+                peer::udp_others(config.id, &config.peers).map_err(|e| MemberError::Config(e.to_string()))?;
                 let (udp, beats) = Self::bind_udp(&config, *addr)?;
                 (Some(udp), beats, None)
             }
@@ -1572,7 +1572,7 @@ impl Member {
         };
         let mut peers = self.config.peers.clone();
         peers.insert(id, addr.clone());
-        let hosts = lane_link::other_hosts(self.config.id, &peers)?;
+        let hosts = lane_link::other_hosts(self.config.id, &peers).map_err(|e| e.to_string())?;
         if !lane.carries(peers.len()) {
             return Err(format!(
                 "the lane tunnel's packet holds no fragment beside heartbeats for {} members: start the members with a larger --lane-packet-bytes",

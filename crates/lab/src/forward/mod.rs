@@ -452,7 +452,7 @@ fn with_ports<F: Fib>(
             // The unclaimed end has no address and so no ARP: the source's hardware address is
             // pinned. The receiving ring takes every ethertype, as testpmd's does: a tap, it has
             // each frame before the namespace's stack runs (bound to IPv4 it came after the
-            // stack's IPv4 receive; README). The sending ring is bound to an ethertype nothing
+            // stack's IPv4 receive; docs/forwarding.md). The sending ring is bound to an ethertype nothing
             // carries, so the kernel copies no frame into a ring no one reads.
             let open = |port: u16, ethertype: u16| -> Result<AfPacketSocket> {
                 let local = SocketAddrV4::new(FORWARDER_IP, port);
@@ -500,9 +500,9 @@ impl ForwardConfig {
     /// Checks the run against `trace` before anything starts; the error says what is wrong, the
     /// limit and why.
     pub fn check(&self, trace: &Trace) -> Result<(), String> {
-        self.forwarder.check(trace.users)?;
+        self.forwarder.check(trace.users).map_err(|e| e.to_string())?;
         if let Some(core) = self.source_core {
-            kairos_forward::config::check_online_core(core, "the sender's")?;
+            kairos_forward::config::check_online_core(core, "the sender's").map_err(|e| e.to_string())?;
             if self.forwarder_core() == Some(core) {
                 return Err(format!(
                     "the sender's core {core} is the forwarder's: give them different cores (or leave --source-core out), else they take turns on one"

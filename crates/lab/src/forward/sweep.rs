@@ -134,7 +134,7 @@ pub struct Best {
 pub struct Check {
     pub name: String,
     pub held: bool,
-    /// Whether the check is a claim the README makes, so a test run fails when it does not
+    /// Whether the check is a claim docs/forwarding.md makes, so a test run fails when it does not
     /// hold; the others are observations, reported either way.
     pub claim: bool,
     pub detail: String,
@@ -168,7 +168,7 @@ fn source_config(backend: Backend, fib: Option<FibKind>, rate: Option<f64>, labe
         // first, for Kairos's rows and testpmd's alike. Left to the scheduler, the sender most
         // often joined the polling forwarder in its own process on its core, and the two took
         // turns there: at 62.5 kpps the age was 88-146 us against testpmd's 41-51 (a separate
-        // process), 36 against 34-49 with the sender pinned (README).
+        // process), 36 against 34-49 with the sender pinned (docs/forwarding.md).
         let last = kairos_sys::proc::last_core();
         c.forwarder.pin_core = Some(last);
         c.source_core = c.default_source_core();
@@ -177,7 +177,7 @@ fn source_config(backend: Backend, fib: Option<FibKind>, rate: Option<f64>, labe
         // bursts paid a wake-up on a packet's path whenever it lost the race, and one at
         // SCHED_FIFO took its core's turn from the kernel's packet work and the sender's (at
         // 200 kpps offered the sender reached 116 kpps beside it, 170 kpps beside the polling
-        // one at normal priority; README).
+        // one at normal priority; docs/forwarding.md).
         c.forwarder.fifo_priority = 0;
         c.forwarder.idle_spin_ns = PACKET_IDLE_SPIN_NS;
     }
@@ -344,13 +344,14 @@ impl Experiment for SweepConfig {
 
     fn plan(&self) -> Result<Plan, String> {
         self.check()?;
-        // Measured here (2 cores): a run of 200,000 packets in memory takes about 0.6 s; over
-        // UDP, where the kernel holds the rate near 50-90 kpps and most runs offer a fraction
-        // of it, one of 40,000 packets takes about 1 s.
+        // Measured here (2 cores): a step of the quick sweep in memory (200,000 packets, the
+        // median of three runs for the one-user rows) takes about 1.4 s (169 steps in 4 min);
+        // over UDP, where the kernel holds the rate near 50-90 kpps and most runs offer a
+        // fraction of it, one of 40,000 packets takes about 1 s.
         let seconds_per_packet = if self.backends.iter().any(|b| *b != Backend::Memory) {
             1.0 / 40_000.0
         } else {
-            0.6 / 200_000.0
+            1.4 / 200_000.0
         };
         Ok(Plan::new(self.runs(), seconds_per_packet * self.packets as f64))
     }
@@ -364,6 +365,7 @@ impl Experiment for SweepConfig {
         let checks = checks(&rows, self);
         info.plots = plots(&rows, &per_user, run_dir)?;
         write_csv(&rows, run_dir)?;
+        run_dir.write_text(TABLE_FILE, &table(&rows))?;
         Ok(SweepSummary {
             config: self.clone(),
             max_rate_pps,
@@ -1041,13 +1043,24 @@ fn plots(rows: &[SweepRow], per_user: &[PerUser], run: &RunDir) -> Result<Vec<Pa
         log_xy,
         drops,
     )?;
+    // The source's FIBs beside Kairos's configuration at the same CDR 0.1: its 0 (drawn at 0.5)
+    // is the point of the figure.
+    let mut misaddressed = series_by(rows, "routing", mpps, |r| r.row.misaddressed as f64 + 0.5, label);
+    misaddressed.extend(
+        series_by(rows, "beyond", mpps, |r| r.row.misaddressed as f64 + 0.5, label)
+            .into_iter()
+            .filter(|s| s.name.starts_with("kairos")),
+    );
+    for (i, s) in misaddressed.iter_mut().enumerate() {
+        s.color = i;
+    }
     chart(
         "fig4_misaddressed.png",
-        "Routing: misaddressed data packets (+0.5 for the log axis)",
+        "Routing: misaddressed data packets, the source's FIBs and Kairos (+0.5 for the log axis)",
         "offered rate R (Mpps)",
         "misaddressed packets",
         log_xy,
-        series_by(rows, "routing", mpps, |r| r.row.misaddressed as f64 + 0.5, label),
+        misaddressed,
     )?;
     chart(
         "fig4_fib_age.png",
@@ -1107,44 +1120,35 @@ fn plots(rows: &[SweepRow], per_user: &[PerUser], run: &RunDir) -> Result<Vec<Pa
         log_xy,
         baseline_variants,
     )?;
-    let steps: Vec<XySeries> = rows
-        .iter()
-        .filter(|r| r.experiment == "age-control")
-        .enumerate()
-        .flat_map(|(i, r)| {
-            [
-                XySeries {
-                    name: format!("rate (kpps) {}", r.row.backend),
-                    points: r
-                        .row
-                        .rate_steps
-                        .iter()
-                        .map(|s| (s.t_ns as f64 / 1e6, s.rate_pps / 1e3))
-                        .collect(),
-                    model: false,
-                    color: 2 * i,
-                },
-                XySeries {
-                    name: format!("window age (us) {}", r.row.backend),
-                    points: r
-                        .row
-                        .rate_steps
-                        .iter()
-                        .map(|s| (s.t_ns as f64 / 1e6, s.window_age_ns / 1e3))
-                        .collect(),
-                    model: true,
-                    color: 2 * i + 1,
-                },
-            ]
-        })
-        .collect();
+    // The age-controlled sender's rate and the age it measured, per 20 ms window: two charts,
+    // as kpps and microseconds share no axis.
+    let control = |y: fn(&kairos_forward::source::RateStep) -> f64, what: &str| -> Vec<XySeries> {
+        rows.iter()
+            .filter(|r| r.experiment == "age-control")
+            .enumerate()
+            .map(|(i, r)| XySeries {
+                name: format!("{what} {}", r.row.backend),
+                points: r.row.rate_steps.iter().map(|s| (s.t_ns as f64 / 1e6, y(s))).collect(),
+                model: false,
+                color: i,
+            })
+            .collect()
+    };
     chart(
         "age_control.png",
-        "Age-controlled sender (one user, no FIB): rate and measured age per 20 ms window",
+        "Age-controlled sender (one user, no FIB): measured age per 20 ms window",
         "time (ms)",
-        "rate (kpps) / age (us)",
+        "window average age (us)",
         Scales { log_x: false, log_y: true },
-        steps,
+        control(|s| s.window_age_ns / 1e3, "age"),
+    )?;
+    chart(
+        "age_control_rate.png",
+        "Age-controlled sender (one user, no FIB): the rate it chose per 20 ms window",
+        "time (ms)",
+        "offered rate (kpps)",
+        Scales { log_x: false, log_y: false },
+        control(|s| s.rate_pps / 1e3, "rate"),
     )?;
     chart(
         "beyond_age.png",
@@ -1236,15 +1240,44 @@ fn write_csv(rows: &[SweepRow], run: &RunDir) -> Result<()> {
 }
 
 /// The text report.
+/// The file in a run's directory that holds [`table`]'s text.
+pub const TABLE_FILE: &str = "table.txt";
+
+/// Every run of the grid, one line each (written to [`TABLE_FILE`]; `rows.csv` has the same
+/// rows for a spreadsheet).
+pub fn table(rows: &[SweepRow]) -> String {
+    let mut out = format!("{:<12} {:>5} {}\n", "experiment", "load", super::row_header());
+    for r in rows {
+        out.push_str(&format!("{:<12} {:>5.2} {}\n", r.experiment, r.load, super::row_line(&r.row)));
+    }
+    out
+}
+
+/// What each plot shows, in the order a reader should look at them.
+const PLOT_CAPTIONS: [(&str, &str); 12] = [
+    ("fig3a_baseline_age.png", "one user, no FIB: age against offered rate, the knee where the ring fills"),
+    ("fig3b_baseline_batch.png", "one user: the sender's batch grows with the rate"),
+    ("fig4_age.png", "1,000 users: age against rate for each FIB"),
+    ("fig4_drops.png", "1,000 users: data and control packets dropped at the rings"),
+    (
+        "fig4_misaddressed.png",
+        "1,000 users: packets sent to a stale next hop, the source's FIBs against Kairos",
+    ),
+    ("fig4_fib_age.png", "1,000 users: how old the location the FIB forwards by is"),
+    ("fig4c_per_user_age.png", "age per user (Zipf rank) beside the queueing model's prediction"),
+    ("update_rate_crossover.png", "age against the control/data ratio: where the RW lock overtakes RCU"),
+    ("beyond_baseline_age.png", "one user: tail drop against Kairos's freshness-aware rings"),
+    ("beyond_age.png", "1,000 users: the source's configuration against each Kairos change and all of them"),
+    ("age_control.png", "the age-controlled sender: the age it measured per window"),
+    ("age_control_rate.png", "the age-controlled sender: the rate it settled at"),
+];
+
+/// The run's conclusions: the machine, the maximum rates, the checks, the freshest
+/// configuration per rate and the verdict last, then where the table and figures are.
 pub fn report(s: &SweepSummary) -> String {
     let mut out = format!("machine: {}\n", s.run.machine.one_line());
     for (backend, rate) in &s.max_rate_pps {
-        out.push_str(&format!("maximum rate ({backend}): {rate:.0} pps\n"));
-    }
-    out.push('\n');
-    out.push_str(&format!("{:<12} {:>5} {}\n", "experiment", "load", super::row_header()));
-    for r in &s.rows {
-        out.push_str(&format!("{:<12} {:>5.2} {}\n", r.experiment, r.load, super::row_line(&r.row)));
+        out.push_str(&format!("maximum sustained rate ({backend}): {rate:.0} pps\n"));
     }
     out.push_str("\nfreshest configuration per rate:\n");
     for b in &s.best_per_rate {
@@ -1292,8 +1325,38 @@ pub fn report(s: &SweepSummary) -> String {
         };
         out.push_str(&format!("  [{verdict}] {}: {}\n", c.name, c.detail));
     }
-    out.push_str(&format!("\nresults: {}\n", s.run.results_dir.display()));
+    out.push_str(&format!("\n{}\n", verdict(s)));
+    let dir = &s.run.results_dir;
+    out.push_str(&format!(
+        "\nevery run ({} rows): {} (rows.csv for a spreadsheet)\n",
+        s.rows.len(),
+        dir.join(TABLE_FILE).display()
+    ));
+    out.push_str(&format!("figures, in {} (docs/forwarding.md explains each):\n", dir.display()));
+    for plot in &s.run.plots {
+        let name = plot.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let caption = PLOT_CAPTIONS.iter().find(|(file, _)| *file == name).map_or("", |(_, c)| c);
+        out.push_str(&format!("  {name:<28} {caption}\n"));
+    }
     out
+}
+
+/// The short verdict: how many of the claims held, and how much fresher the best configuration
+/// is than the source's where it gains most.
+fn verdict(s: &SweepSummary) -> String {
+    let claims = s.checks.iter().filter(|c| c.claim).count();
+    let held = s.checks.iter().filter(|c| c.claim && c.held).count();
+    let mut line = format!("verdict: {held} of {claims} claims held");
+    if let Some(b) = s.best_per_rate.iter().max_by(|a, b| a.gain.total_cmp(&b.gain)) {
+        line.push_str(&format!(
+            "; at its best ({}, {} load {:.2}) {} ages {:.1}x less than the source's configuration",
+            b.grid, b.backend, b.load, b.best, b.gain
+        ));
+    }
+    if held < claims {
+        line.push_str(" (a claim that did not hold is marked NOT held above)");
+    }
+    line
 }
 
 #[cfg(test)]

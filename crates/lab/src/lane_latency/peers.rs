@@ -457,27 +457,38 @@ pub(crate) fn bound(port: u16, protocol: &str) -> Result<bool> {
 
 /// A directory of this process's for a child's files, removed with them on drop.
 #[derive(Debug)]
-pub(crate) struct ScratchDir(PathBuf);
+pub(crate) struct ScratchDir {
+    path: PathBuf,
+    /// Removes the directory if a signal ends the process before this is dropped.
+    _undo: kairos_sys::cleanup::Registration,
+}
 
 impl ScratchDir {
     pub(crate) fn new(what: &str) -> Result<Self> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!("kairos-{what}-{}-{n}", std::process::id()));
+        // Made and registered under one hold: a signal between the two would leave it behind.
+        let _hold = kairos_sys::cleanup::hold_off();
         // Left by an earlier process of the same id: ours now.
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir(&path).with_context(|| format!("create {}", path.display()))?;
-        Ok(Self(path))
+        let doomed = path.clone();
+        let undo =
+            kairos_sys::cleanup::register(format!("scratch directory {}", path.display()), move || {
+                let _ = std::fs::remove_dir_all(doomed);
+            });
+        Ok(Self { path, _undo: undo })
     }
 
     pub(crate) fn path(&self) -> &Path {
-        &self.0
+        &self.path
     }
 }
 
 impl Drop for ScratchDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 

@@ -231,7 +231,9 @@ impl Core {
             sublane: spec.sublane,
         };
         // Checked here so that a malformed request is the node's error, not the journal's.
-        request.validate(self.controller.allocation().topology()).map_err(|e| ("invalid_request", e))?;
+        request
+            .validate(self.controller.allocation().topology())
+            .map_err(|e| ("invalid_request", e.to_string()))?;
         Ok(request)
     }
 

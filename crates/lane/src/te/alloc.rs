@@ -100,7 +100,7 @@ impl Allocation {
 
     /// Admits `request` along the tree X-OPT finds.
     pub fn admit(&mut self, request: Request) -> Result<Admission, Refusal> {
-        request.validate(&self.topo).map_err(Refusal::Invalid)?;
+        request.validate(&self.topo).map_err(|e| Refusal::Invalid(e.to_string()))?;
         let tree = opt::build_tree(&self.topo, &self.loads, &request)?;
         self.admit_on(request, tree)
     }
@@ -108,8 +108,9 @@ impl Allocation {
     /// Admits `request` along a given tree (links in any order; must be a tree from the sender
     /// reaching every receiver), after the approximate validity check.
     pub fn admit_on(&mut self, request: Request, tree: Tree) -> Result<Admission, Refusal> {
-        request.validate(&self.topo).map_err(Refusal::Invalid)?;
-        let links = opt::preorder(&self.topo, &request, &tree.links).map_err(Refusal::Invalid)?;
+        request.validate(&self.topo).map_err(|e| Refusal::Invalid(e.to_string()))?;
+        let links =
+            opt::preorder(&self.topo, &request, &tree.links).map_err(|e| Refusal::Invalid(e.to_string()))?;
         let s = usize::from(request.sublane);
         // The packet's transmission time on each link; every per-link sum the allocation keeps
         // must stay within 64 bits.

@@ -29,7 +29,11 @@ pub mod units;
 
 pub use adj::AdjOptions;
 pub use alloc::{Admission, Allocation, Change};
-pub use request::{Request, Resources, SUBLANES, requests_from_file, requests_from_toml};
-pub use topology::{Link, LinkId, LinkSpec, MAX_FILE_BYTES, Node, NodeId, NodeKind, Topology, TopologyError};
+pub use request::{
+    InvalidRequest, Request, RequestProblem, Resources, SUBLANES, requests_from_file, requests_from_toml,
+};
+pub use topology::{
+    Link, LinkId, LinkSpec, LinkSpecError, MAX_FILE_BYTES, Node, NodeId, NodeKind, Topology, TopologyError,
+};
 pub use tunnel::{Entry, Hop, LinkLoad, Refusal, Tunnel, TunnelId};
 pub use units::{MAX_BANDWIDTH_BPS, MAX_BYTES, MAX_TIME, MAX_TIME_NS, Picos, ns_to_ps, ps_to_ns, tx_time};

@@ -21,7 +21,7 @@ use petgraph::algo::dijkstra;
 use petgraph::graph::NodeIndex;
 use petgraph::visit::{EdgeFiltered, EdgeRef, Reversed};
 
-use super::request::Request;
+use super::request::{InvalidRequest, Request, RequestProblem};
 use super::topology::{LinkId, NodeId, NodeKind, Topology};
 use super::tunnel::{LinkLoad, Refusal};
 
@@ -175,20 +175,21 @@ fn why_unreachable(topo: &Topology, loads: &[LinkLoad], req: &Request, receiver:
 
 /// The links of a tree in preorder from the sender; an error when they are not a tree from the
 /// sender reaching every receiver.
-pub(crate) fn preorder(topo: &Topology, req: &Request, links: &[LinkId]) -> Result<Vec<LinkId>, String> {
+pub(crate) fn preorder(
+    topo: &Topology,
+    req: &Request,
+    links: &[LinkId],
+) -> Result<Vec<LinkId>, InvalidRequest> {
+    let invalid = |problem| Err(InvalidRequest { request: req.name.clone(), problem });
     let mut children: HashMap<NodeId, Vec<LinkId>> = HashMap::new();
     let mut parents: HashSet<NodeId> = HashSet::new();
     for &l in links {
         if l >= topo.links().len() {
-            return Err(format!("request '{}': no link {l}", req.name));
+            return invalid(RequestProblem::NoLink(l));
         }
         let link = topo.link(l);
         if !parents.insert(link.to) || link.to == req.sender {
-            return Err(format!(
-                "request '{}': the tree enters '{}' twice (not a tree)",
-                req.name,
-                topo.node(link.to).name
-            ));
+            return invalid(RequestProblem::NotATree(topo.node(link.to).name.clone()));
         }
         children.entry(link.from).or_default().push(l);
     }
@@ -205,10 +206,10 @@ pub(crate) fn preorder(topo: &Topology, req: &Request, links: &[LinkId]) -> Resu
         }
     }
     if order.len() != links.len() {
-        return Err(format!("request '{}': some links are not below the sender", req.name));
+        return invalid(RequestProblem::LinksNotBelowSender);
     }
     if let Some(&r) = req.receivers.iter().find(|r| !reached.contains(*r)) {
-        return Err(format!("request '{}': the tree does not reach '{}'", req.name, topo.node(r).name));
+        return invalid(RequestProblem::ReceiverNotReached(topo.node(r).name.clone()));
     }
     Ok(order)
 }

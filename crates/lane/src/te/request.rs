@@ -70,42 +70,88 @@ pub const SUBLANES: u8 = 8;
 
 impl Request {
     /// Checks the request against the topology: known hosts, distinct receivers, sizes.
-    pub fn validate(&self, topo: &Topology) -> Result<(), String> {
+    pub fn validate(&self, topo: &Topology) -> Result<(), InvalidRequest> {
+        let invalid = |problem| Err(InvalidRequest { request: self.name.clone(), problem });
         let host = |n: NodeId| n < topo.nodes().len() && topo.node(n).kind == NodeKind::Host;
         if !host(self.sender) {
-            return Err(format!("request '{}': the sender must be a host", self.name));
+            return invalid(RequestProblem::SenderNotHost);
         }
         if self.receivers.is_empty() {
-            return Err(format!("request '{}': at least one receiver", self.name));
+            return invalid(RequestProblem::NoReceiver);
         }
         for (i, &r) in self.receivers.iter().enumerate() {
             if !host(r) {
-                return Err(format!("request '{}': receivers must be hosts", self.name));
+                return invalid(RequestProblem::ReceiverNotHost);
             }
             if r == self.sender {
-                return Err(format!("request '{}': the sender cannot receive its own tunnel", self.name));
+                return invalid(RequestProblem::SenderReceives);
             }
             if self.receivers[..i].contains(&r) {
-                return Err(format!("request '{}': receiver '{}' given twice", self.name, topo.node(r).name));
+                return invalid(RequestProblem::ReceiverTwice(topo.node(r).name.clone()));
             }
         }
         if !(1..=MAX_BYTES).contains(&self.packet_bytes) {
-            return Err(format!(
-                "request '{}': packet_bytes must be between 1 and {MAX_BYTES} (1 TiB)",
-                self.name
-            ));
+            return invalid(RequestProblem::PacketBytes);
         }
         if !(1..=MAX_TIME).contains(&self.period) {
-            return Err(format!(
-                "request '{}': period_ns must be between 0.001 (1 ps) and {MAX_TIME_NS} (1 hour)",
-                self.name
-            ));
+            return invalid(RequestProblem::Period);
         }
         if self.sublane >= SUBLANES {
-            return Err(format!("request '{}': sublane must be below {SUBLANES}", self.name));
+            return invalid(RequestProblem::Sublane);
         }
         Ok(())
     }
+}
+
+/// A request that is wrong in itself or for its topology ([`Request::validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("request '{request}': {problem}")]
+pub struct InvalidRequest {
+    /// The request's name.
+    pub request: String,
+    /// What is wrong with it.
+    pub problem: RequestProblem,
+}
+
+/// What is wrong with a request ([`InvalidRequest`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestProblem {
+    /// The sender is not a host of the topology.
+    #[error("the sender must be a host")]
+    SenderNotHost,
+    /// No receiver.
+    #[error("at least one receiver")]
+    NoReceiver,
+    /// A receiver is not a host of the topology.
+    #[error("receivers must be hosts")]
+    ReceiverNotHost,
+    /// The sender is among the receivers.
+    #[error("the sender cannot receive its own tunnel")]
+    SenderReceives,
+    /// A receiver is named twice (its name).
+    #[error("receiver '{0}' given twice")]
+    ReceiverTwice(String),
+    /// The packet size is outside 1 to [`MAX_BYTES`].
+    #[error("packet_bytes must be between 1 and {MAX_BYTES} (1 TiB)")]
+    PacketBytes,
+    /// The period is outside 1 ps to [`MAX_TIME`].
+    #[error("period_ns must be between 0.001 (1 ps) and {MAX_TIME_NS} (1 hour)")]
+    Period,
+    /// The sub-lane is [`SUBLANES`] or above.
+    #[error("sublane must be below {SUBLANES}")]
+    Sublane,
+    /// A tree names a link the topology does not have (the link's index).
+    #[error("no link {0}")]
+    NoLink(usize),
+    /// A tree enters a node twice, or enters the sender (the node's name).
+    #[error("the tree enters '{0}' twice (not a tree)")]
+    NotATree(String),
+    /// Some of a tree's links are not below the sender.
+    #[error("some links are not below the sender")]
+    LinksNotBelowSender,
+    /// A tree does not reach a receiver (its name).
+    #[error("the tree does not reach '{0}'")]
+    ReceiverNotReached(String),
 }
 
 /// Parses `[[request]]` tables against `topo`; `file` names the file in errors.
@@ -165,7 +211,7 @@ pub fn requests_from_toml(text: &str, file: &str, topo: &Topology) -> Result<Vec
             period,
             sublane: r.sublane.unwrap_or(0),
         };
-        req.validate(topo).map_err(|what| at(span.clone(), what))?;
+        req.validate(topo).map_err(|what| at(span.clone(), what.to_string()))?;
         out.push(req);
     }
     Ok(out)

@@ -86,26 +86,62 @@ pub struct LinkSpec {
 impl LinkSpec {
     /// Checks the limits files and the generator's flags are held to (see the fields); the
     /// error says which and why.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), LinkSpecError> {
         if !(1..=MAX_BANDWIDTH_BPS).contains(&self.bandwidth_bps) {
-            return Err(format!(
-                "bandwidth_bps must be between 1 and {MAX_BANDWIDTH_BPS} (1 Pbit/s), got {}",
-                self.bandwidth_bps
-            ));
+            return Err(LinkSpecError::Bandwidth { bandwidth_bps: self.bandwidth_bps });
         }
         if self.queue_bytes > MAX_BYTES {
-            return Err(format!("queue_bytes must be at most {MAX_BYTES} (1 TiB), got {}", self.queue_bytes));
+            return Err(LinkSpecError::QueueBytes { queue_bytes: self.queue_bytes });
         }
-        for (field, t) in [("min_delay_ns", self.min_delay), ("max_jitter_ns", self.max_jitter)] {
-            if t > MAX_TIME {
-                return Err(format!(
-                    "{field} must be at most {MAX_TIME_NS} (1 hour), got {}; {LIMIT_WHY}",
-                    ps_to_ns(t)
-                ));
+        for (field, time) in [("min_delay_ns", self.min_delay), ("max_jitter_ns", self.max_jitter)] {
+            if time > MAX_TIME {
+                return Err(LinkSpecError::Time { field, time });
             }
         }
         check_drain(self.queue_bytes, self.bandwidth_bps)
     }
+}
+
+/// A [`LinkSpec`] past the limits files and flags are held to ([`LinkSpec::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkSpecError {
+    /// The bandwidth is 0 or above [`MAX_BANDWIDTH_BPS`].
+    #[error("bandwidth_bps must be between 1 and {MAX_BANDWIDTH_BPS} (1 Pbit/s), got {bandwidth_bps}")]
+    Bandwidth {
+        /// The bandwidth given, bits per second.
+        bandwidth_bps: u64,
+    },
+    /// The queue is above [`MAX_BYTES`].
+    #[error("queue_bytes must be at most {MAX_BYTES} (1 TiB), got {queue_bytes}")]
+    QueueBytes {
+        /// The queue given, bytes.
+        queue_bytes: u64,
+    },
+    /// A delay or jitter above [`MAX_TIME`].
+    #[error("{field} must be at most {MAX_TIME_NS} (1 hour), got {}; {LIMIT_WHY}", ps_to_ns(*.time))]
+    Time {
+        /// The field as files name it: `min_delay_ns` or `max_jitter_ns`.
+        field: &'static str,
+        /// The time given, ps.
+        time: Picos,
+    },
+    /// A full queue takes longer to send than 64-bit picoseconds hold.
+    #[error(
+        "queue_bytes {queue_bytes} takes {:.0} s to send at bandwidth_bps {bandwidth_bps}, more than the {:.0} s (about 213 days) that 64-bit picoseconds hold; give a smaller queue or a faster link",
+        drain_seconds(*.queue_bytes, *.bandwidth_bps),
+        Picos::MAX as f64 / 1e12
+    )]
+    Drain {
+        /// The queue, bytes.
+        queue_bytes: u64,
+        /// The bandwidth, bits per second.
+        bandwidth_bps: u64,
+    },
+}
+
+/// How long a queue of `queue_bytes` takes to send at `bandwidth_bps`, seconds (for messages).
+fn drain_seconds(queue_bytes: u64, bandwidth_bps: u64) -> f64 {
+    queue_bytes as f64 * 8.0 / bandwidth_bps.max(1) as f64
 }
 
 /// Why times are limited, for error messages.
@@ -115,14 +151,10 @@ const LIMIT_WHY: &str = "bounds add such times up in 64-bit picoseconds";
 /// does that of every packet the link admits (a packet must fit in the queue), and a file
 /// cannot make the analysis truncate one (a truncated transmission time once made `lane plan`
 /// announce a bound about 4x too small).
-fn check_drain(queue_bytes: u64, bandwidth_bps: u64) -> Result<(), String> {
+fn check_drain(queue_bytes: u64, bandwidth_bps: u64) -> Result<(), LinkSpecError> {
     match tx_time(queue_bytes, bandwidth_bps) {
         Some(_) => Ok(()),
-        None => Err(format!(
-            "queue_bytes {queue_bytes} takes {:.0} s to send at bandwidth_bps {bandwidth_bps}, more than the {:.0} s (about 213 days) that 64-bit picoseconds hold; give a smaller queue or a faster link",
-            queue_bytes as f64 * 8.0 / bandwidth_bps.max(1) as f64,
-            Picos::MAX as f64 / 1e12
-        )),
+        None => Err(LinkSpecError::Drain { queue_bytes, bandwidth_bps }),
     }
 }
 
@@ -351,7 +383,7 @@ impl Topology {
                 max_jitter: time(&l.max_jitter_ns, "max_jitter_ns")?,
             };
             check_drain(spec.queue_bytes, spec.bandwidth_bps)
-                .map_err(|what| at(l.queue_bytes.span(), what))?;
+                .map_err(|what| at(l.queue_bytes.span(), what.to_string()))?;
             let pairs: &[(NodeId, NodeId)] =
                 if l.bidirectional.unwrap_or(false) { &[(from, to), (to, from)] } else { &[(from, to)] };
             for &(a, b) in pairs {

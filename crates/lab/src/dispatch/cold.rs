@@ -1,5 +1,6 @@
-//! What a flow's state costs when it is not warm in the worker's cache: the figure the dispatch
-//! simulations take as `--cold-ns`, measured on this machine with real threads.
+//! `kairos dispatch cold`: what a flow's state costs when it is not warm in the worker's cache,
+//! the figure the dispatch simulations take as `--cold-ns`, measured on this machine with real
+//! threads.
 //!
 //! Each flow's state is one 64-byte line of eight counters, read and written by every packet
 //! of the flow (a per-flow table as a worker keeps it). Three costs per packet:
@@ -16,17 +17,23 @@
 //! packet's state is found only after the previous one's: the latency a packet sees when its
 //! state is on its critical path) and batched (independent flows, whose misses the core
 //! overlaps). Every figure is ns per packet, median and range over the turns.
+//!
+//! # Summary fields (stable)
+//! `machine`, `noise`, `plots` (none), `results_dir`, `chained` and `batched` (each `warm_ns`,
+//! `cross_core_ns`, `memory_ns`, each `median`, `p10`, `p90`, `min`, `max`), `cold_ns`,
+//! `config`, `simulated` (false). `scripts/test` reads `chained.*.median` and `cold_ns`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::{Result, bail};
+use kairos_metrics::NoiseConfig;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 
-use crate::machine::MachineInfo;
+use crate::harness::{Experiment, Plan, Run, RunInfo};
 
 /// One flow's state: a cache line of counters; the first word names the flow the chained pass
 /// visits next.
@@ -91,18 +98,6 @@ pub struct ColdConfig {
 }
 
 impl ColdConfig {
-    /// Refuses cores that are not two distinct online ones, saying which were given.
-    pub fn check(&self) -> Result<(), String> {
-        let online = kairos_sys::proc::online_cores();
-        let [a, b] = self.cores;
-        if a == b || a >= online || b >= online {
-            return Err(format!(
-                "--cores {a},{b}: the measurement needs two distinct cores below {online} (this machine's online cores)"
-            ));
-        }
-        Ok(())
-    }
-
     /// 512 flows a batch; 2,000 turns (500 with `quick`); a 64 MiB table for the memory pass.
     pub fn preset(quick: bool) -> Self {
         Self {
@@ -151,7 +146,10 @@ pub struct Costs {
 
 /// What was measured.
 #[derive(Debug, Clone, Serialize)]
-pub struct ColdReport {
+pub struct ColdSummary {
+    /// Machine, noise, plots and results directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
     /// Each packet's state found after the previous packet's (one miss at a time).
     pub chained: Costs,
     /// Independent packets, whose misses the core overlaps.
@@ -160,26 +158,100 @@ pub struct ColdReport {
     pub cold_ns: f64,
     /// The settings.
     pub config: ColdConfig,
-    /// The machine.
-    pub machine: MachineInfo,
-    /// Measured on real threads (not simulated).
+    /// Always false: measured on real threads.
     pub simulated: bool,
 }
 
-/// Runs the measurement.
-pub fn run(config: &ColdConfig) -> Result<ColdReport> {
-    config.check().map_err(anyhow::Error::msg)?;
-    let machine = MachineInfo::probe();
-    let chained = costs(config, true)?;
-    let batched = costs(config, false)?;
-    Ok(ColdReport {
-        cold_ns: (chained.cross_core_ns.median - chained.warm_ns.median).max(0.0),
-        chained,
-        batched,
-        config: config.clone(),
-        machine,
-        simulated: false,
-    })
+impl Experiment for ColdConfig {
+    const NAME: &'static str = "dispatch-cold";
+    type Summary = ColdSummary;
+
+    fn plan(&self) -> Result<Plan, String> {
+        let online = kairos_sys::proc::online_cores();
+        let [a, b] = self.cores;
+        if a == b || a >= online || b >= online {
+            return Err(format!(
+                "--cores {a},{b}: the measurement needs two distinct cores below {online} (this machine's online cores)"
+            ));
+        }
+        // Past 1 GiB the table is no longer an experiment's allocation but a machine's.
+        if !(1..=1 << 24).contains(&self.memory_flows) {
+            return Err(format!("memory_flows must be 1 to 16777216 (1 GiB), got {}", self.memory_flows));
+        }
+        // A chained pass needs a flow to start from, and a memory sample a batch to walk.
+        if !(1..=self.memory_flows).contains(&self.batch) {
+            return Err(format!(
+                "batch must be 1 to memory_flows ({}) flows, got {}",
+                self.memory_flows, self.batch
+            ));
+        }
+        // The first turn finds its lines fresh, not in the other core's cache: two turns at
+        // least for one cross-core figure.
+        if !(2..=10_000_000).contains(&self.turns) {
+            return Err(format!("turns must be 2 to 10000000, got {}", self.turns));
+        }
+        if !(1..=1_000_000).contains(&self.memory_samples) {
+            return Err(format!("memory_samples must be 1 to 1000000, got {}", self.memory_samples));
+        }
+        // Chained then batched, each two passes a turn (about 100 ns a packet) and the memory
+        // pass, whose table is made and touched (about 1 us a flow in a debug build).
+        let turns = self.turns as f64 * self.batch as f64 * 2.0 * 1e-7;
+        Ok(Plan::new(2, turns + self.memory_flows as f64 * 1e-6))
+    }
+
+    /// The quiet windows around the run only: its two threads own two cores, and a sampler
+    /// taking either for a millisecond would land in a turn's figure.
+    fn noise(&self) -> Option<NoiseConfig> {
+        Some(NoiseConfig::around_only())
+    }
+
+    fn run(&self, run: &mut Run<'_>) -> Result<ColdSummary> {
+        run.doing("chained");
+        let chained = costs(self, true)?;
+        run.step("batched");
+        let batched = costs(self, false)?;
+        run.step("");
+        Ok(ColdSummary {
+            run: run.finish(),
+            cold_ns: (chained.cross_core_ns.median - chained.warm_ns.median).max(0.0),
+            chained,
+            batched,
+            config: self.clone(),
+            simulated: false,
+        })
+    }
+}
+
+/// The table a person reads: the three costs chained and batched, and the cold miss.
+pub fn report(s: &ColdSummary) -> String {
+    let [first, second] = s.config.cores;
+    let mut out = format!(
+        "real threads on cores {first} and {second}: a 64-byte flow state read and written per packet, {} flows a batch, {} turns; {}\n",
+        s.config.batch,
+        s.config.turns,
+        s.run.machine.one_line()
+    );
+    out.push_str(&format!(
+        "{:<44} {:>8} {:>8} {:>8}   {:>8}\n",
+        "ns per packet", "chained", "p10", "p90", "batched"
+    ));
+    for (what, c, b) in [
+        ("warm (this worker touched the flow last)", s.chained.warm_ns, s.batched.warm_ns),
+        ("cross-core (another core wrote it last)", s.chained.cross_core_ns, s.batched.cross_core_ns),
+        ("memory (64 MiB table, random flows)", s.chained.memory_ns, s.batched.memory_ns),
+    ] {
+        out.push_str(&format!(
+            "{:<44} {:>8.1} {:>8.1} {:>8.1}   {:>8.1}\n",
+            what, c.median, c.p10, c.p90, b.median
+        ));
+    }
+    out.push_str(&format!(
+        "a moved flow's state costs {:.0} ns more than a warm one, chained (the simulations' --cold-ns); batched {:.1} ns\n",
+        s.cold_ns,
+        s.batched.cross_core_ns.median - s.batched.warm_ns.median
+    ));
+    out.push_str(&crate::output::report_footer(&s.run));
+    out
 }
 
 fn costs(config: &ColdConfig, chained: bool) -> Result<Costs> {
@@ -259,6 +331,11 @@ mod tests {
     fn two_cores_must_be_distinct() {
         let mut config = ColdConfig::preset(true);
         config.cores = [0, 0];
-        assert!(run(&config).unwrap_err().to_string().contains("two distinct cores"));
+        assert!(config.plan().unwrap_err().contains("two distinct cores"));
+        // The preset's cores exist only where there are two.
+        if kairos_sys::proc::online_cores() >= 2 {
+            let config = ColdConfig { turns: 1, ..ColdConfig::preset(true) };
+            assert!(config.plan().unwrap_err().starts_with("turns must be"));
+        }
     }
 }

@@ -1,5 +1,5 @@
-//! The dispatcher on real threads while workers come and go: per policy, with and without the
-//! hand-off, how many packets are seen out of sequence, how many flows' state moved, and what
+//! `kairos dispatch threads`: the dispatcher on real threads while workers come and go: per
+//! policy, with and without the hand-off, how many packets are seen out of sequence, how many flows' state moved, and what
 //! a packet costs a worker, over a forced change of workers every millisecond.
 //!
 //! This thread is the dispatcher: it draws each packet's flow from a trace made beforehand
@@ -15,6 +15,12 @@
 //! Everything here is measured, not simulated. On a machine with fewer cores than workers plus
 //! the dispatcher, the threads share cores (workers spin briefly, then yield), which slows the
 //! run but cannot hide a reordering: the check is in the data, not in the timing.
+//!
+//! # Summary fields (stable)
+//! `machine`, `noise`, `plots` (none), `results_dir`, `config`, `simulated` (false), `rows`, in
+//! [`ThreadsConfig::rows`]' order (`policy`, `hand_off`, `packets`, `changes`, `handoffs`,
+//! `max_held`, `idle_moves`, `out_of_sequence`, `lost_updates`, `state_moves`,
+//! `worker_ns_per_packet`, `mpps`).
 
 use std::time::{Duration, Instant};
 
@@ -24,11 +30,12 @@ use kairos_dispatch::pool::Packet;
 use kairos_dispatch::remap::flow_hashes;
 use kairos_dispatch::skew::Zipf;
 use kairos_dispatch::{Dispatcher, PolicyKind, PoolConfig, Steer, WorkerId, WorkerPool};
+use kairos_metrics::NoiseConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::machine::MachineInfo;
+use crate::harness::{Experiment, Plan, Run, RunInfo};
 
 /// Packets between two looks at the clock (and at held packets).
 const CHECK_EVERY: u64 = 64;
@@ -77,35 +84,6 @@ impl ThreadsConfig {
         }
     }
 
-    /// Refuses settings the run cannot take, naming the flag.
-    pub fn check(&self) -> Result<(), String> {
-        if !(1_000..=10_000_000_000).contains(&self.packets) {
-            return Err(format!("--packets {} is out of range: 1000 to 10000000000", self.packets));
-        }
-        if !(2..=64).contains(&self.workers) {
-            return Err(format!("--workers {} is out of range: 2 to 64", self.workers));
-        }
-        if !(1..=10_000_000).contains(&self.flows) {
-            return Err(format!("--flows {} is out of range: 1 to 10000000", self.flows));
-        }
-        if !(0.0..=3.0).contains(&self.zipf) {
-            return Err(format!("--zipf {} is out of range: 0 to 3", self.zipf));
-        }
-        if !(0.01..=10_000.0).contains(&self.change_ms) {
-            return Err(format!("--change-ms {} is out of range: 0.01 to 10000", self.change_ms));
-        }
-        if self.policies.is_empty() {
-            return Err(
-                "--policies names none: give at least one of hash-mod, calisto, caladan, kairos".into()
-            );
-        }
-        let online = kairos_sys::proc::online_cores();
-        if let Some(c) = self.cores.iter().find(|&&c| c >= online) {
-            return Err(format!("--cores {c}: this machine's online cores are 0 to {}", online - 1));
-        }
-        Ok(())
-    }
-
     /// The rows to run, in order: each policy with the hand-off, then the baselines without.
     pub fn rows(&self) -> Vec<(PolicyKind, bool)> {
         let mut rows: Vec<_> = self.policies.iter().map(|&p| (p, true)).collect();
@@ -148,35 +126,132 @@ pub struct ThreadsRow {
     pub mpps: f64,
 }
 
-/// The rows, the settings and the machine.
+/// What the threads experiment found.
 #[derive(Debug, Clone, Serialize)]
-pub struct ThreadsReport {
+pub struct ThreadsSummary {
+    /// Machine, noise, plots and results directory.
+    #[serde(flatten)]
+    pub run: RunInfo,
     /// One per (policy, hand-off).
     pub rows: Vec<ThreadsRow>,
     /// Always false: real threads.
     pub simulated: bool,
     /// The settings.
     pub config: ThreadsConfig,
-    /// The machine.
-    pub machine: MachineInfo,
 }
 
-/// Runs every row; `progress` hears (packets done, packets in all) as the rows go.
-pub fn run(config: &ThreadsConfig, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<ThreadsReport> {
-    config.check().map_err(anyhow::Error::msg)?;
-    let machine = MachineInfo::probe();
+impl Experiment for ThreadsConfig {
+    const NAME: &'static str = "dispatch-threads";
+    type Summary = ThreadsSummary;
+
+    fn plan(&self) -> Result<Plan, String> {
+        if !(1_000..=10_000_000_000).contains(&self.packets) {
+            return Err(format!("--packets {} is out of range: 1000 to 10000000000", self.packets));
+        }
+        if !(2..=64).contains(&self.workers) {
+            return Err(format!("--workers {} is out of range: 2 to 64", self.workers));
+        }
+        if !(1..=10_000_000).contains(&self.flows) {
+            return Err(format!("--flows {} is out of range: 1 to 10000000", self.flows));
+        }
+        if !(0.0..=3.0).contains(&self.zipf) {
+            return Err(format!("--zipf {} is out of range: 0 to 3", self.zipf));
+        }
+        if !(0.01..=10_000.0).contains(&self.change_ms) {
+            return Err(format!("--change-ms {} is out of range: 0.01 to 10000", self.change_ms));
+        }
+        if self.policies.is_empty() {
+            return Err(
+                "--policies names none: give at least one of hash-mod, calisto, caladan, kairos".into()
+            );
+        }
+        let online = kairos_sys::proc::online_cores();
+        if let Some(c) = self.cores.iter().find(|&&c| c >= online) {
+            return Err(format!("--cores {c}: this machine's online cores are 0 to {}", online - 1));
+        }
+        // About 10 us a packet in a debug build on two shared cores, where the load-aware rows
+        // (buckets moved at every change) run slowest; a release build is tens of times faster.
+        Ok(Plan::new(self.rows().len(), self.packets as f64 * 1e-5))
+    }
+
+    /// The quiet windows around the run only: the dispatcher spins on its core, and a sampler
+    /// taking it for a millisecond would stall the pipeline inside a row's packets a second.
+    fn noise(&self) -> Option<NoiseConfig> {
+        Some(NoiseConfig::around_only())
+    }
+
+    fn run(&self, run: &mut Run<'_>) -> Result<ThreadsSummary> {
+        let rows = measure(self, &mut |i, kind, hand_off| {
+            if i > 0 {
+                run.step("");
+            }
+            let how = if hand_off { "with the hand-off" } else { "without the hand-off" };
+            run.doing(&format!("{} {how}", kind.name()));
+        })?;
+        run.step("");
+        Ok(ThreadsSummary { run: run.finish(), rows, simulated: false, config: self.clone() })
+    }
+}
+
+/// Runs every row in order; `next` hears each row's index, policy and hand-off before it
+/// starts.
+fn measure(config: &ThreadsConfig, next: &mut dyn FnMut(usize, PolicyKind, bool)) -> Result<Vec<ThreadsRow>> {
     let hashes = flow_hashes(config.flows, config.seed);
     let trace = trace(config);
-    let rows = config.rows();
-    let total = config.packets * rows.len() as u64;
-    let mut out = Vec::with_capacity(rows.len());
-    for (i, &(kind, hand_off)) in rows.iter().enumerate() {
-        let base = config.packets * i as u64;
-        let row = run_row(config, kind, hand_off, &hashes, &trace, &|done| progress(base + done, total))?;
-        out.push(row);
+    let mut rows = Vec::new();
+    for (i, (kind, hand_off)) in config.rows().into_iter().enumerate() {
+        next(i, kind, hand_off);
+        rows.push(run_row(config, kind, hand_off, &hashes, &trace)?);
     }
-    progress(total, total);
-    Ok(ThreadsReport { rows: out, simulated: false, config: config.clone(), machine })
+    Ok(rows)
+}
+
+/// The table a person reads: per policy and hand-off, order kept, state moved, cost.
+pub fn report(s: &ThreadsSummary) -> String {
+    let c = &s.config;
+    let mut out = format!(
+        "real threads: the dispatcher on core {}, {} workers on {}; {} packets a row over {} flows (Zipf {}), a change of workers every {} ms; {}\n",
+        c.cores.first().map_or("any".to_string(), |c| c.to_string()),
+        c.workers,
+        if c.cores.len() > 1 { format!("cores {:?}", &c.cores[1..]) } else { "any core".to_string() },
+        c.packets,
+        c.flows,
+        c.zipf,
+        c.change_ms,
+        s.run.machine.one_line()
+    );
+    out.push_str(&format!(
+        "{:<9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10} {:>6}\n",
+        "policy",
+        "hand-off",
+        "changes",
+        "hand-offs",
+        "idle moves",
+        "max held",
+        "out of seq",
+        "lost",
+        "state moves",
+        "worker ns",
+        "Mpps"
+    ));
+    for row in &s.rows {
+        out.push_str(&format!(
+            "{:<9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10.1} {:>6.2}\n",
+            row.policy,
+            if row.hand_off { "on" } else { "off" },
+            row.changes,
+            row.handoffs,
+            row.idle_moves,
+            row.max_held,
+            row.out_of_sequence,
+            row.lost_updates,
+            row.state_moves,
+            row.worker_ns_per_packet,
+            row.mpps
+        ));
+    }
+    out.push_str(&crate::output::report_footer(&s.run));
+    out
 }
 
 /// The flow of each packet, drawn beforehand.
@@ -196,7 +271,6 @@ fn run_row(
     hand_off: bool,
     hashes: &[u64],
     trace: &[u32],
-    progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ThreadsRow> {
     let worker_cores = if config.cores.len() > 1 { config.cores[1..].to_vec() } else { config.cores.clone() };
     let pool_config =
@@ -219,7 +293,6 @@ fn run_row(
             let mut next_change = started + period;
             let mut changes = 0u64;
             let mut now_ns = 0u64;
-            let report_every = (config.packets / 100).max(CHECK_EVERY);
             for i in 0..config.packets {
                 let flow = trace[i as usize % trace.len()];
                 let s = &mut seq[flow as usize];
@@ -240,9 +313,6 @@ fn run_row(
                         }
                         changes += 1;
                         next_change += period;
-                    }
-                    if i % report_every == 0 {
-                        progress(i);
                     }
                 }
             }
@@ -301,27 +371,31 @@ mod tests {
 
     #[test]
     fn settings_out_of_range_are_refused_naming_the_flag() {
-        assert!(small().check().is_ok());
-        let e = ThreadsConfig { workers: 1, ..small() }.check().unwrap_err();
+        assert!(small().plan().is_ok());
+        let e = ThreadsConfig { workers: 1, ..small() }.plan().unwrap_err();
         assert!(e.starts_with("--workers 1"), "{e}");
-        let e = ThreadsConfig { policies: Vec::new(), ..small() }.check().unwrap_err();
+        let e = ThreadsConfig { policies: Vec::new(), ..small() }.plan().unwrap_err();
         assert!(e.starts_with("--policies"), "{e}");
-        let e = ThreadsConfig { cores: vec![4096], ..small() }.check().unwrap_err();
+        let e = ThreadsConfig { cores: vec![4096], ..small() }.plan().unwrap_err();
         assert!(e.starts_with("--cores 4096"), "{e}");
-        let e = ThreadsConfig { zipf: 4.0, ..small() }.check().unwrap_err();
+        let e = ThreadsConfig { zipf: 4.0, ..small() }.plan().unwrap_err();
         assert!(e.starts_with("--zipf 4"), "{e}");
     }
 
     #[test]
     fn the_hand_off_keeps_order_and_the_baseline_without_it_is_run_beside() {
-        let r = run(&small(), &|_, _| {}).unwrap();
-        let names: Vec<_> = r.rows.iter().map(|r| (r.policy, r.hand_off)).collect();
+        let mut announced = Vec::new();
+        let rows =
+            measure(&small(), &mut |i, kind, hand_off| announced.push((i, kind.name(), hand_off))).unwrap();
+        let names: Vec<_> = rows.iter().map(|r| (r.policy, r.hand_off)).collect();
+        let told: Vec<_> = announced.iter().map(|&(_, p, h)| (p, h)).collect();
+        assert_eq!(told, names, "each row is announced before it runs, in order");
         assert_eq!(names, [("kairos", true), ("hash-mod", true), ("kairos", false), ("hash-mod", false)]);
-        for row in r.rows.iter().filter(|r| r.hand_off) {
+        for row in rows.iter().filter(|r| r.hand_off) {
             assert!(row.changes > 0 && row.state_moves > 0, "{row:?}");
             assert_eq!((row.out_of_sequence, row.lost_updates), (0, 0), "{row:?}");
         }
-        assert!(r.rows.iter().all(|r| r.packets == 200_000 && r.mpps > 0.0));
+        assert!(rows.iter().all(|r| r.packets == 200_000 && r.mpps > 0.0));
     }
 
     #[test]
