@@ -44,6 +44,8 @@
 //! [`remap`] counts the fraction of flows whose worker changes when a worker joins or leaves,
 //! against the ideal (`1/(n+1)` on a join to `n+1`, `1/n` on a leave from `n`).
 
+#![warn(missing_docs)]
+
 pub mod buckets;
 pub mod caladan;
 pub mod calisto;
@@ -62,4 +64,4 @@ pub use calisto::Calisto;
 pub use dispatcher::{DispatchStats, Dispatcher, Workers};
 pub use hash_mod::HashMod;
 pub use policy::{MAX_WORKERS, PolicyKind, Steer, WorkerId, mix};
-pub use pool::{PoolConfig, PoolReport, WorkerPool};
+pub use pool::{PoolConfig, PoolError, PoolReport, WorkerPool};

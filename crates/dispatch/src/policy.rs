@@ -2,10 +2,13 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A worker's number, `0..MAX_WORKERS`.
+/// A worker's number, `0..MAX_WORKERS`: the same number names the worker to the policy, the
+/// dispatcher's counters and the worker pool.
 pub type WorkerId = u16;
 
-/// The most workers a policy steers to.
+/// The most workers a policy steers to: worker numbers run `0..MAX_WORKERS`, and the policies
+/// and the dispatcher that keep state per worker size it by this bound (a larger number panics
+/// there).
 pub const MAX_WORKERS: usize = 1024;
 
 /// Where each packet of a flow goes, as workers join and leave.
@@ -79,22 +82,22 @@ impl<S: Steer + ?Sized> Steer for &mut S {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PolicyKind {
-    /// [`crate::HashMod`].
+    /// Shenango's `active[hash % n]` ([`crate::HashMod`]); `hash-mod`.
     HashMod,
-    /// [`crate::Calisto`].
+    /// Calisto's flow table, filled round-robin on first sight ([`crate::Calisto`]); `calisto`.
     Calisto,
-    /// [`crate::Caladan`].
+    /// Caladan's 16-slot indirection table ([`crate::Caladan`]); `caladan`.
     Caladan,
-    /// [`crate::Buckets`].
+    /// Kairos's load-aware table of 4096 buckets ([`crate::Buckets`]); `kairos`.
     Kairos,
 }
 
 impl PolicyKind {
-    /// Every policy, baselines first.
+    /// Every policy, baselines first, in the order tables and plots list them.
     pub const ALL: [PolicyKind; 4] =
         [PolicyKind::HashMod, PolicyKind::Calisto, PolicyKind::Caladan, PolicyKind::Kairos];
 
-    /// The name `--policy` takes.
+    /// The name `--policy` takes, and the one [`Steer::name`] gives for a policy of this kind.
     pub fn name(self) -> &'static str {
         match self {
             PolicyKind::HashMod => "hash-mod",

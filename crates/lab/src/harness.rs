@@ -36,8 +36,8 @@ pub trait Experiment: Serialize {
     type Summary: Serialize;
 
     /// Checks the configuration and says how much work it is. Called before anything starts;
-    /// the error says what is wrong, the limit and why.
-    fn plan(&self) -> Result<Plan, String>;
+    /// the error says what is wrong, the limit and why, in one line.
+    fn plan(&self) -> Result<Plan, InvalidConfig>;
 
     /// The noise probe's settings, or `None` for experiments that measure no time (models,
     /// simulations).
@@ -158,7 +158,7 @@ impl Run<'_> {
 
 /// Runs the experiment `config` describes, writing `results_root/NAME/<run-id>/`.
 pub fn run<E: Experiment>(config: &E, results_root: &Path, log: &dyn Fn(&str)) -> Result<E::Summary> {
-    let plan = config.plan().map_err(|why| anyhow::Error::new(InvalidConfig(why)))?;
+    let plan = config.plan()?;
     let dir = RunDir::create(results_root, E::NAME)?;
     dir.write_json("config.json", config)?;
     if !interactive() {
@@ -188,17 +188,19 @@ pub fn run<E: Experiment>(config: &E, results_root: &Path, log: &dyn Fn(&str)) -
     Ok(summary)
 }
 
-/// A config the experiment refused before starting: a usage error, not a failed run.
-#[derive(Debug)]
+/// A config the experiment refused before starting: a usage error, not a failed run. The
+/// message is one line saying what is wrong, the limit and why (usually naming the command-line
+/// flag that sets the value); the command line exits with its usage code for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct InvalidConfig(pub String);
 
-impl std::fmt::Display for InvalidConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+impl InvalidConfig {
+    /// A refusal saying `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
     }
 }
-
-impl std::error::Error for InvalidConfig {}
 
 /// Checks a length of time given in seconds against `min..=max`, naming it `what` and saying
 /// why the bounds are what they are.

@@ -83,9 +83,8 @@ fn files_are_read_bounded_and_nothing_to_plan_is_refused() {
     let e = Topology::load(std::path::Path::new("/dev/zero")).unwrap_err();
     assert!(matches!(e, TopologyError::Read(_)), "{e}");
     assert!(e.to_string().starts_with("/dev/zero: is a device"), "{e}");
-    let dir = std::env::temp_dir().join(format!("kairos-lane-files-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let empty = dir.join("empty.toml");
+    let dir = tempfile::Builder::new().prefix("kairos-lane-files-").tempdir().unwrap();
+    let empty = dir.path().join("empty.toml");
     std::fs::write(&empty, "").unwrap();
     let e = Topology::load(&empty).unwrap_err().to_string();
     assert!(

@@ -140,15 +140,16 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<(), FileError> {
 mod tests {
     use super::*;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("kairos-sys-fs-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir.join(name)
+    /// A path named `name` in a directory of the test's own, removed with the returned guard.
+    fn scratch(name: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::Builder::new().prefix("kairos-sys-fs-").tempdir().unwrap();
+        let path = dir.path().join(name);
+        (dir, path)
     }
 
     #[test]
     fn reads_text_within_the_limit() {
-        let p = scratch("ok.txt");
+        let (_dir, p) = scratch("ok.txt");
         std::fs::write(&p, "a = 1\n").unwrap();
         assert_eq!(read_text(&p, 6).unwrap(), "a = 1\n");
     }
@@ -158,7 +159,7 @@ mod tests {
         let err = read_text(Path::new("/dev/zero"), 1 << 30).unwrap_err();
         assert!(matches!(err, FileError::Device { .. }), "{err}");
         assert_eq!(err.to_string(), "/dev/zero: is a device, expected a file");
-        let p = scratch("large.txt");
+        let (_dir, p) = scratch("large.txt");
         std::fs::write(&p, "0123456789").unwrap();
         let err = read_text(&p, 9).unwrap_err();
         assert_eq!(
@@ -176,7 +177,7 @@ mod tests {
         let err = read_text(&dir, 100).unwrap_err();
         assert!(err.to_string().starts_with(&format!("{}: is a directory", dir.display())), "{err}");
 
-        let p = scratch("garbage.bin");
+        let (_dir, p) = scratch("garbage.bin");
         std::fs::write(&p, [b'o', b'k', 0xff, 0xfe]).unwrap();
         let err = read_text(&p, 100).unwrap_err();
         assert_eq!(
@@ -184,15 +185,14 @@ mod tests {
             format!("{}: not UTF-8 text (first bad byte at offset 2); expected a text file", p.display())
         );
 
-        let missing = scratch("missing.toml");
+        let (_dir, missing) = scratch("missing.toml");
         let err = read_text(&missing, 100).unwrap_err();
         assert!(err.to_string().starts_with(&format!("{}: ", missing.display())), "{err}");
     }
 
     #[test]
     fn an_atomic_write_replaces_the_file_whole_and_leaves_no_temporary() {
-        let dir = scratch("atomic").with_extension("d");
-        let _ = std::fs::remove_dir_all(&dir);
+        let (_scratch, dir) = scratch("atomic");
         let p = dir.join("nested").join("state.json");
         write_atomic(&p, b"first").unwrap();
         write_atomic(&p, b"second").unwrap();

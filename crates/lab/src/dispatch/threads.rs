@@ -283,7 +283,7 @@ fn run_row(
             if let Some(core) = dispatcher_core {
                 kairos_sys::thread::pin_current_thread(core)?;
             }
-            let mut pool = WorkerPool::start(&pool_config).map_err(anyhow::Error::msg)?;
+            let mut pool = WorkerPool::start(&pool_config)?;
             let mut policy = kind.build(config.workers);
             let mut d = Dispatcher::new(&mut *policy, hand_off, DEFAULT_GROUPS);
             d.set_idle_steering(config.idle_steering);
