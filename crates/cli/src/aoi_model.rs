@@ -44,6 +44,9 @@ pub struct AoiModelArgs {
     results: PathBuf,
 }
 
+/// Runs `kairos aoi-model`: without `--rate`, the sweep through the lab's harness and its
+/// summary; with it, that one point, printed as a line (or one JSON object with `--json`). A
+/// bad flag is a usage error (exit code 2); the exit code on success.
 pub fn run(args: &AoiModelArgs) -> Result<i32> {
     let discipline = Discipline::parse(&args.discipline, args.buffer).map_err(|e| usage(e.to_string()))?;
     if !(args.service_rate.is_finite() && args.service_rate > 0.0 && args.service_rate <= 1e12) {

@@ -210,6 +210,7 @@ struct Workload {
 }
 
 impl Workload {
+    /// The flags as the lab's workload, unchecked (the experiment's `plan` checks them).
     fn lab(&self) -> dispatch::Workload {
         dispatch::Workload { flows: self.flows, zipf: self.zipf, cold_ns: self.cold_ns, seed: self.seed }
     }

@@ -50,6 +50,10 @@ pub struct DoctorArgs {
     probe_ms: u64,
 }
 
+/// Runs `kairos doctor`: examines the lane's core and prints the findings (`--apply` first
+/// makes the run-time fixes; `--revert` only undoes them). Ok with [`exit::OK`] once it has
+/// examined, whatever it found; a bad flag is a usage error, and an `--apply` or `--revert`
+/// that failed or was not permitted an error.
 pub(crate) fn run(args: &DoctorArgs) -> Result<i32> {
     if args.apply && args.revert {
         return Err(usage(

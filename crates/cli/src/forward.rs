@@ -106,6 +106,9 @@ pub struct ForwardArgs {
     results: PathBuf,
 }
 
+/// Runs `kairos forward`: one run of the forwarding experiment through the lab's harness, from
+/// a trace file or one generated from the flags, printed as a row (or its JSON with `--json`).
+/// A bad flag or trace is a usage error (exit code 2).
 pub fn forward(args: &ForwardArgs) -> Result<()> {
     let (fib, peer) = match args.fib.as_str() {
         "none" => (None, None),
@@ -199,6 +202,8 @@ pub struct SweepArgs {
     results: PathBuf,
 }
 
+/// Runs `kairos sweep`: the forwarding experiment's grid, written under `--results`, and prints
+/// its summary (a table, or one JSON object with `--json`).
 pub fn sweep(args: &SweepArgs) -> Result<()> {
     let mut config =
         sweep::SweepConfig { backends: args.backend.clone(), ..sweep::SweepConfig::preset(args.quick) };

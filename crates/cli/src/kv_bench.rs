@@ -92,7 +92,7 @@ pub fn config(a: &KvBenchArgs) -> Result<BenchConfig> {
             .iter()
             .map(|s| SystemKind::from_name(s.trim()))
             .collect::<Result<_, _>>()
-            .map_err(exit::usage)?;
+            .map_err(|e| exit::usage(e.to_string()))?;
         c.systems.sort();
         c.systems.dedup();
     }

@@ -252,10 +252,14 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
             }
             config.period_us = a.period_us;
             config.message_bytes = a.message_bytes;
-            config.transport = Transport::from_name(&a.transport).map_err(usage)?;
+            config.transport = Transport::from_name(&a.transport).map_err(|e| usage(e.to_string()))?;
             if !a.rows.is_empty() {
-                config.rows =
-                    a.rows.iter().map(|r| RowKind::from_slug(r)).collect::<Result<_, _>>().map_err(usage)?;
+                config.rows = a
+                    .rows
+                    .iter()
+                    .map(|r| RowKind::from_slug(r))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| usage(e.to_string()))?;
             }
             if !a.loads.is_empty() {
                 config.loads = a
@@ -263,7 +267,7 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
                     .iter()
                     .map(|l| LoadKind::from_name(l))
                     .collect::<Result<_, _>>()
-                    .map_err(usage)?;
+                    .map_err(|e| usage(e.to_string()))?;
             }
             crate::experiment(&a.common, &config, report)
         }

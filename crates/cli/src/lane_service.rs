@@ -101,6 +101,9 @@ pub struct ReleaseArgs {
     tunnel: u64,
 }
 
+/// The shared secret in the file at `path` (`--secret-file`): at most 4096 bytes, as
+/// [`Secret::new`] accepts them; a file that cannot be read or a secret refused is a usage
+/// error.
 pub(crate) fn secret(path: &std::path::Path) -> Result<Secret> {
     let bytes = kairos_sys::fs::read_bytes(path, MAX_SECRET_BYTES)
         .map_err(|e| usage(format!("--secret-file {e}")))?;

@@ -4,6 +4,7 @@
 //! undoing its system changes, with exit status 128 + the signal ([`kairos_sys::cleanup`]).
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 /// `print!` to standard output through [`exit::write_out`]: a closed pipe ends the command
 /// quietly (exit 141) instead of panicking. Used in functions returning `anyhow::Result`.
@@ -54,7 +55,7 @@ enum Command {
     RcuLatency(RcuLatencyArgs),
     /// Grace-period latency, offline readers and stall detection of the RCU domain.
     RcuGrace(RcuGraceArgs),
-    /// Runs every experiment (rcu-latency, rcu-grace).
+    /// The two RCU experiments at their presets, rcu-latency then rcu-grace.
     Lab(LabArgs),
     /// Age of information of one queue: simulation beside the closed forms.
     AoiModel(aoi_model::AoiModelArgs),
@@ -192,10 +193,13 @@ fn main() {
     }
 }
 
+/// Writes one progress line to stderr, prefixed `kairos: `.
 fn log(line: &str) {
     eprintln!("kairos: {line}");
 }
 
+/// `value` seconds as a duration, or a usage error naming `flag` unless it is finite, above 0
+/// and at most 86400 (a day).
 fn seconds(value: f64, flag: &str) -> Result<Duration> {
     if !value.is_finite() || value <= 0.0 || value > 86_400.0 {
         return Err(exit::usage(format!(
@@ -205,6 +209,7 @@ fn seconds(value: f64, flag: &str) -> Result<Duration> {
     Ok(Duration::from_secs_f64(value))
 }
 
+/// `rcu-latency`'s configuration: the preset for `--quick` or not, with the flags given on top.
 fn latency_config(args: &RcuLatencyArgs) -> Result<rcu_latency::RcuLatencyConfig> {
     let mut config = rcu_latency::RcuLatencyConfig::preset(args.common.quick);
     if let Some(s) = args.seconds {
@@ -231,6 +236,7 @@ fn latency_config(args: &RcuLatencyArgs) -> Result<rcu_latency::RcuLatencyConfig
     Ok(config)
 }
 
+/// `rcu-grace`'s configuration: the preset for `--quick` or not, with `--clean-seconds` on top.
 fn grace_config(args: &RcuGraceArgs) -> Result<rcu_grace::RcuGraceConfig> {
     let mut config = rcu_grace::RcuGraceConfig::preset(args.common.quick);
     if let Some(s) = args.clean_seconds {

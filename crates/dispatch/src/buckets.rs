@@ -30,18 +30,19 @@
 
 use crate::policy::{Steer, WorkerId, mix};
 
-/// The default table size.
+/// Buckets in the table [`crate::PolicyKind::build`] makes: 4096 (8 KiB of worker numbers),
+/// enough that one bucket is a small share of a worker's load at a thousand workers.
 pub const DEFAULT_BUCKETS: usize = 4096;
 
 /// A bucket handed from one worker to another (`from` is `None` for a bucket that had no active
 /// worker).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BucketMove {
-    /// The bucket.
+    /// The bucket's index in the table, `0..len()`.
     pub bucket: u32,
-    /// Its worker before.
+    /// The active worker that had it, or `None` (the first join, which fills the table).
     pub from: Option<WorkerId>,
-    /// Its worker now.
+    /// The worker that has it now, active when the move is made.
     pub to: WorkerId,
 }
 
@@ -64,7 +65,8 @@ pub struct Buckets {
 }
 
 impl Buckets {
-    /// A table of `buckets` buckets (a power of two, rounded up), no worker active.
+    /// A table of `buckets` buckets (rounded up to a power of two, at least 2), no worker
+    /// active, moves not recorded, the default tolerance and move limit.
     pub fn new(buckets: usize) -> Self {
         let buckets = buckets.max(2).next_power_of_two();
         Self {
@@ -82,39 +84,44 @@ impl Buckets {
         }
     }
 
-    /// How far above the mean load the most loaded worker may be before buckets move (0.02:
-    /// RSS++'s threshold).
+    /// How far above the mean load the most loaded worker may be before a rebalance moves
+    /// buckets, a fraction of the mean (default 0.02, RSS++'s threshold: 2% above the mean).
     pub fn tolerance(&self) -> f64 {
         self.tolerance
     }
 
-    /// Sets the tolerance.
+    /// Sets [`Buckets::tolerance`], a fraction of the mean load (0.1: 10% above it); a
+    /// negative value counts as 0 (buckets move whenever the busiest worker is above the mean,
+    /// within [`Buckets::max_moves`]).
     pub fn set_tolerance(&mut self, tolerance: f64) {
         self.tolerance = tolerance.max(0.0);
     }
 
-    /// The most buckets one rebalance moves (default: 5% of the table).
+    /// The most buckets one rebalance moves (default: 5% of the table, rounded down); joins,
+    /// leaves and idle steering are not limited by it.
     pub fn max_moves(&self) -> usize {
         self.max_moves
     }
 
-    /// Sets the most buckets one rebalance moves.
+    /// Sets [`Buckets::max_moves`]; 0 turns the load-aware rebalancing off.
     pub fn set_max_moves(&mut self, moves: usize) {
         self.max_moves = moves;
     }
 
-    /// The bucket of a flow.
+    /// The bucket of the flow whose hash is `hash`, `0..len()`: the top bits of its
+    /// [`mix`]ed hash.
     #[inline]
     pub fn bucket(&self, hash: u64) -> u32 {
         (mix(hash) >> self.shift) as u32
     }
 
-    /// The worker of a bucket, active or not.
+    /// The worker of `bucket` (`0..len()`, else a panic), active or not: it names a parked
+    /// worker only while no worker is active (and worker 0 before the first join).
     pub fn owner(&self, bucket: u32) -> WorkerId {
         self.table[bucket as usize]
     }
 
-    /// The buckets in the table.
+    /// Buckets in the table: a power of two, at least 2.
     pub fn len(&self) -> usize {
         self.table.len()
     }
@@ -145,12 +152,14 @@ impl Buckets {
         }
     }
 
-    /// Buckets moved since creation.
+    /// Bucket moves since creation, by joins, leaves, rebalances and idle steering (the first
+    /// join, which fills the table, is not counted).
     pub fn moved_total(&self) -> u64 {
         self.moved_total
     }
 
-    /// Each active worker's packets counted since the last rebalance.
+    /// Each active worker's packets counted since the last rebalance, as `(worker, packets)`
+    /// in the active order: the sum of its buckets' counts.
     pub fn loads(&self) -> Vec<(WorkerId, u64)> {
         let mut load = vec![0u64; crate::MAX_WORKERS];
         for (b, &c) in self.counts.iter().enumerate() {

@@ -7,7 +7,8 @@
 
 use crate::policy::{Steer, WorkerId};
 
-/// The table's slots when the workers fit in it.
+/// Slots in the table [`crate::PolicyKind::build`] makes: 16, as in the research note's model,
+/// or `workers + 1` (a slot for each worker and one joiner) when that is more.
 pub const SLOTS: usize = 16;
 
 /// The indirection-table baseline; see the module doc.
@@ -18,8 +19,9 @@ pub struct Caladan {
 }
 
 impl Caladan {
-    /// A table of `slots` slots (at least the number of workers that will ever be active), no
-    /// worker active.
+    /// A table of `slots` slots (at least 1), no worker active. `slots` must exceed the highest
+    /// worker number that will be active, so each active worker has its own slot; a worker
+    /// beyond the table has none and gets only dealt slots.
     pub fn new(slots: usize) -> Self {
         Self { slots: vec![0; slots.max(1)], active: Vec::new() }
     }

@@ -20,11 +20,14 @@
 
 use crate::policy::{Steer, WorkerId, mix};
 
-/// The default capacity: 2^20 entries (16 MiB), above the source's 700,000 flows.
+/// The capacity [`crate::PolicyKind::build`] gives: 2^20 entries (16 MiB), above the source's
+/// 700,000 flows.
 pub const DEFAULT_CAPACITY: usize = 1 << 20;
-/// Slots probed for a flow before it is treated as not storable.
+/// Slots probed for a flow, from its home slot on, before it is treated as not storable: the
+/// bound on a packet's work.
 pub const PROBE: usize = 16;
-/// An entry unseen for this long may be evicted, ms.
+/// An entry unseen for this long may be taken by a new flow, ms (of the `now_ns` the packets
+/// bring).
 pub const IDLE_MS: u32 = 1_000;
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -50,7 +53,8 @@ pub struct Calisto {
 }
 
 impl Calisto {
-    /// A table of `capacity` entries (rounded up to a power of two), no worker active.
+    /// A table of `capacity` entries (rounded up to a power of two, at least [`PROBE`]), no
+    /// worker active; its memory, 16 bytes an entry, is allocated here.
     pub fn new(capacity: usize) -> Self {
         let capacity = capacity.max(PROBE).next_power_of_two();
         Self {
@@ -65,22 +69,24 @@ impl Calisto {
         }
     }
 
-    /// Packets of new flows the full table could not take.
+    /// Packets of new flows that found their probe path full of live entries and went by
+    /// `hash % n` instead (every such packet counts, as the flow is tried again at its next).
     pub fn overflows(&self) -> u64 {
         self.overflows
     }
 
-    /// Idle entries replaced by new flows.
+    /// Idle entries (unseen for [`IDLE_MS`]) replaced by new flows.
     pub fn evictions(&self) -> u64 {
         self.evictions
     }
 
-    /// Flows stored.
+    /// Entries in use, each a flow stored (an eviction reuses an entry in place, so this never
+    /// falls, and it is at most the capacity).
     pub fn stored(&self) -> usize {
         self.stored
     }
 
-    /// The table's memory, bytes.
+    /// The table's memory, bytes: the capacity times 16.
     pub fn memory_bytes(&self) -> usize {
         self.table.len() * std::mem::size_of::<Entry>()
     }

@@ -35,9 +35,11 @@ use std::collections::VecDeque;
 
 use crate::policy::{Steer, WorkerId, mix};
 
-/// The default number of groups (as many as `kairos`'s buckets).
+/// Groups a dispatcher is usually made with: as many as `kairos`'s buckets, so for that policy
+/// a group is a bucket.
 pub const DEFAULT_GROUPS: usize = crate::buckets::DEFAULT_BUCKETS;
-/// Packets held at once, by default, before new ones are dropped.
+/// Packets held at once, by default, before a packet that would be held is dropped (and
+/// counted in [`DispatchStats::hold_full`]).
 pub const DEFAULT_HOLD_LIMIT: usize = 65_536;
 /// The most packets a worker may have queued (as last seen) for the idle steering to send it
 /// a group. A short queue is a real gain; between two long ones the difference is mostly the
@@ -47,7 +49,8 @@ pub const IDLE_TARGET_MAX_QUEUED: u64 = 4;
 
 /// The workers' queues, as the dispatcher sees them.
 pub trait Workers<P> {
-    /// Puts `packet` on `worker`'s queue; gives it back when the queue is full.
+    /// Puts `packet` on `worker`'s queue; gives it back when the queue is full (the dispatcher
+    /// then drops and counts it). `worker` is one the policy named, `0..MAX_WORKERS`.
     fn send(&mut self, worker: WorkerId, packet: P) -> Result<(), P>;
     /// Packets `worker` has finished, ever (acquire: what the worker did before counting is
     /// visible to whoever reads the count).
@@ -57,11 +60,11 @@ pub trait Workers<P> {
 /// What the dispatcher counted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DispatchStats {
-    /// Packets offered.
+    /// Packets given to [`Dispatcher::dispatch`].
     pub packets: u64,
-    /// Packets enqueued to a worker.
+    /// Packets put on a worker's queue, at once or after being held.
     pub enqueued: u64,
-    /// Packets held for a hand-off at some point.
+    /// Packets held for a hand-off at some point (each counted once, however long it waited).
     pub held: u64,
     /// Hand-offs: a group's packets sent to a new worker after waiting for the old.
     pub handoffs: u64,
@@ -71,7 +74,7 @@ pub struct DispatchStats {
     pub queue_full: u64,
     /// Dropped: too many packets were held.
     pub hold_full: u64,
-    /// Most packets held at once.
+    /// The most packets held at once, since the dispatcher was made.
     pub max_held: u64,
     /// Idle groups moved to a shorter queue (policies that steer idle flows).
     pub idle_moves: u64,
@@ -104,8 +107,9 @@ pub struct Dispatcher<S, P> {
 }
 
 impl<S: Steer, P> Dispatcher<S, P> {
-    /// A dispatcher over `policy`, keeping order across moves when `order`, with `groups`
-    /// groups (a power of two, rounded up) and the default hold limit.
+    /// A dispatcher over `policy`, keeping order across moves (the hand-off) when `order`, with
+    /// `groups` groups (rounded up to a power of two, at least 2), the default hold limit and
+    /// idle steering on.
     pub fn new(policy: S, order: bool, groups: usize) -> Self {
         let groups = groups.max(2).next_power_of_two();
         Self {
@@ -131,38 +135,47 @@ impl<S: Steer, P> Dispatcher<S, P> {
         self.idle_steering = on;
     }
 
-    /// Sets how many packets may be held at once.
+    /// Sets how many packets may be held at once (default [`DEFAULT_HOLD_LIMIT`]); a packet
+    /// that would be held past it is dropped and counted. Packets already held stay held.
     pub fn set_hold_limit(&mut self, limit: usize) {
         self.hold_limit = limit;
     }
 
-    /// The policy.
+    /// The steering policy, to read (its active workers, its own counters).
     pub fn policy(&self) -> &S {
         &self.policy
     }
 
-    /// The policy, to add or park workers and rebalance.
+    /// The steering policy, to add or park workers and rebalance; the dispatcher follows a
+    /// change from the next packet on, holding a moved group's packets when `order` asks for
+    /// the hand-off.
     pub fn policy_mut(&mut self) -> &mut S {
         &mut self.policy
     }
 
-    /// The counters.
+    /// What the dispatcher has counted so far (a copy).
     pub fn stats(&self) -> DispatchStats {
         self.stats
     }
 
-    /// Packets held now.
+    /// Packets held now, waiting for a hand-off: 0 once every old worker has finished its
+    /// groups' tails and [`Dispatcher::poll`] has sent what waited.
     pub fn held_now(&self) -> usize {
         self.held_now
     }
 
-    /// The group of a flow.
+    /// The group of the flow whose hash is `hash`, `0..groups`: the top bits of its mixed hash
+    /// ([`mix`]), as [`crate::Buckets::bucket`] takes them (with as many groups as buckets, a
+    /// group is a bucket).
     #[inline]
     pub fn group(&self, hash: u64) -> u32 {
         (mix(hash) >> self.shift) as u32
     }
 
-    /// One packet of the flow `hash`, at `now_ns`.
+    /// Steers one packet of the flow whose hash is `hash`, arriving at `now_ns` (ns on the
+    /// caller's clock, non-decreasing): it goes on its worker's queue, is held behind its
+    /// group's hand-off, or is dropped and counted (no active worker, a full queue, the hold
+    /// limit).
     pub fn dispatch(&mut self, hash: u64, packet: P, now_ns: u64, workers: &mut impl Workers<P>) {
         self.stats.packets += 1;
         let g = self.group(hash);

@@ -38,10 +38,10 @@ pub enum Signal {
 }
 
 impl Signal {
-    /// Both.
+    /// Both signals, Shenango's first.
     pub const ALL: [Signal; 2] = [Signal::Shenango, Signal::Caladan];
 
-    /// The name the command line takes.
+    /// The name the command line takes and the reports print.
     pub fn name(self) -> &'static str {
         match self {
             Signal::Shenango => "shenango",
@@ -49,7 +49,8 @@ impl Signal {
         }
     }
 
-    /// How often the allocator looks, ns.
+    /// How often the allocator checks for congestion, ns of virtual time: 5,000 (Shenango),
+    /// 10,000 (Caladan).
     pub fn interval_ns(self) -> f64 {
         match self {
             Signal::Shenango => 5_000.0,
@@ -63,45 +64,47 @@ impl Signal {
 pub struct Phase {
     /// Offered load, a fraction of all `max_workers`' capacity.
     pub load: f64,
-    /// Its length, ns.
+    /// Its length, ns of virtual time.
     pub duration_ns: f64,
 }
 
 /// A load step's settings.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepConfig {
-    /// Workers the allocator may use (one is always active).
+    /// Workers the allocator may use (one is always active); offered load is a fraction of
+    /// all of them.
     pub max_workers: usize,
-    /// Flows.
+    /// Flows the requests belong to, at least 1 (flow `k` weighs `1/(k+1)^zipf`).
     pub flows: usize,
     /// The flows' Zipf exponent (0: uniform).
     pub zipf: f64,
     /// Mean service time, ns.
     pub mean_service_ns: f64,
-    /// The service distribution.
+    /// How service times are drawn around `mean_service_ns`.
     pub service: Service,
-    /// The load, stretch by stretch.
+    /// The load, stretch by stretch, in order; arrivals stop at the end of the last.
     pub phases: Vec<Phase>,
     /// Extra service time of a request whose flow's state is cold on its worker, ns.
     pub cold_ns: f64,
-    /// The congestion signal.
+    /// The congestion signal that grants workers.
     pub signal: Signal,
-    /// Caladan's queueing-delay threshold, ns.
+    /// Caladan's queueing-delay threshold, ns (unused with [`Signal::Shenango`]).
     pub delay_threshold_ns: f64,
     /// From a grant until the worker takes packets, ns.
     pub wake_ns: f64,
     /// Idle time after which a worker parks, ns.
     pub park_idle_ns: f64,
-    /// The reporting window, ns.
+    /// The reporting window, ns of virtual time.
     pub window_ns: f64,
-    /// The draws' seed.
+    /// Seed of every draw (flows, service times, gaps): a seed replays a run.
     pub seed: u64,
 }
 
 impl StepConfig {
-    /// The default step: 16 workers, 10% -> 80% -> 10% for `phase_ms` each, exponential
-    /// service of 10 us, uniform flows, the calibrated cold miss, a 5 us wake-up, parking after 10 us
-    /// idle, 10 ms windows.
+    /// The default step under `signal`: 16 workers, 10% -> 80% -> 10% for `phase_ms` (ms)
+    /// each, exponential service of 10 us, 700,000 uniform flows, the calibrated cold miss
+    /// ([`crate::latency::CALIBRATED_COLD_NS`]), a 10 us delay threshold, a 5 us wake-up,
+    /// parking after 10 us idle, 10 ms windows, seed 1.
     pub fn default_step(phase_ms: f64, signal: Signal) -> Self {
         let phase = |load| Phase { load, duration_ns: phase_ms * 1e6 };
         Self {
@@ -138,30 +141,32 @@ impl StepConfig {
 /// One window of the step.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepWindow {
-    /// Its start, ms.
+    /// Its start, ms of virtual time.
     pub start_ms: f64,
-    /// The offered load at its start.
+    /// The offered load at its start, a fraction 0-1 of all `max_workers`' capacity (0 past
+    /// the last phase).
     pub load: f64,
-    /// Workers in use, the mean of the allocator's checks.
+    /// Workers in use, the mean over the allocator's checks in the window (0 when none fell
+    /// in it).
     pub workers: f64,
-    /// p99 of the requests that arrived in it, us.
+    /// p99 latency of the requests that arrived in it, us (0 when none did).
     pub p99_us: f64,
-    /// Requests that arrived in it.
+    /// Requests that arrived in it (and completed).
     pub requests: u64,
 }
 
 /// A policy's run through the step.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepRow {
-    /// The policy.
+    /// The policy's name ([`PolicyKind::name`]).
     pub policy: &'static str,
-    /// The congestion signal.
+    /// The congestion signal's name ([`Signal::name`]).
     pub signal: &'static str,
-    /// Every request's latency.
+    /// Latency percentiles of every completed request (none discarded), us.
     pub latency_us: Percentiles,
-    /// p99 per phase, us.
+    /// p99 latency of the requests that arrived in each phase, us, in phase order.
     pub phase_p99_us: Vec<f64>,
-    /// Workers in use, the mean over the run.
+    /// Workers in use, the mean over every check of the allocator in the run.
     pub mean_workers: f64,
     /// Workers granted (and taken on after their wake-up).
     pub joins: u64,
@@ -169,13 +174,15 @@ pub struct StepRow {
     pub leaves: u64,
     /// Requests completed before an earlier one of their flow.
     pub reordered: u64,
-    /// Requests that found their flow's state cold, as a fraction.
+    /// Requests that found their flow's state cold, a fraction 0-1 of those completed.
     pub cold_fraction: f64,
-    /// Window by window.
+    /// The run window by window ([`StepConfig::window_ns`] each), in time order.
     pub windows: Vec<StepWindow>,
 }
 
-/// Runs the step for `kind`.
+/// Simulates the step for `kind` until every request that arrived is done: worker 0 active
+/// from the start, the others granted and parked by the allocator, rebalancing every
+/// millisecond of virtual time, the hand-off on for `kairos` only, no hold limit.
 pub fn run(config: &StepConfig, kind: PolicyKind) -> StepRow {
     let n = config.max_workers.max(1);
     let mut policy = kind.build_for(1, n);

@@ -13,7 +13,7 @@ pub struct HashMod {
 }
 
 impl HashMod {
-    /// No worker active.
+    /// The policy with no worker active: [`Steer::pick`] gives `None` until a worker joins.
     pub fn new() -> Self {
         Self::default()
     }

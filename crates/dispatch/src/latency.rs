@@ -48,10 +48,10 @@ pub enum Service {
 }
 
 impl Service {
-    /// Every distribution.
+    /// Every distribution, lightest tail first.
     pub const ALL: [Service; 4] = [Service::Constant, Service::Exponential, Service::Bimodal, Service::Heavy];
 
-    /// The name the command line takes.
+    /// The name the command line takes (`--service`, `--services`) and the reports print.
     pub fn name(self) -> &'static str {
         match self {
             Service::Constant => "constant",
@@ -74,42 +74,43 @@ impl Service {
 /// One point's settings.
 #[derive(Debug, Clone, Serialize)]
 pub struct LatencyConfig {
-    /// Workers.
+    /// Simulated workers, all active for the whole run, at least 1.
     pub workers: usize,
-    /// Flows.
+    /// Flows the requests belong to, at least 1 (flow `k` weighs `1/(k+1)^zipf`).
     pub flows: usize,
     /// The flows' Zipf exponent (0: uniform).
     pub zipf: f64,
-    /// Mean service time, ns.
+    /// Mean service time, ns, above 0.
     pub mean_service_ns: f64,
-    /// The service distribution.
+    /// How service times are drawn around `mean_service_ns`.
     pub service: Service,
-    /// Offered load, 0-1 of the workers' capacity.
+    /// Offered load, a fraction 0-1 of the workers' capacity (below 1 for a steady state).
     pub load: f64,
     /// Requests simulated (the first 10% discarded).
     pub requests: u64,
     /// Extra service time of a request whose flow's state is cold on its worker, ns.
     pub cold_ns: f64,
-    /// The draws' seed.
+    /// Seed of every draw (flows, service times, gaps): a seed replays a point.
     pub seed: u64,
 }
 
 /// One point's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct LatencyRow {
-    /// The policy.
+    /// The policy's name ([`PolicyKind::name`]).
     pub policy: &'static str,
-    /// The service distribution.
+    /// The service distribution simulated.
     pub service: Service,
-    /// Offered load.
+    /// Offered load, a fraction 0-1 of the workers' capacity, as configured.
     pub load: f64,
-    /// Latency percentiles, us.
+    /// Latency percentiles of the requests kept (all but the first 10% completed), us.
     pub latency_us: Percentiles,
     /// Requests completed before an earlier one of their flow.
     pub reordered: u64,
-    /// The busiest worker's requests over the mean.
+    /// Requests the busiest worker completed over the mean per worker (1: even).
     pub max_over_mean_load: f64,
-    /// Requests that found their flow's state cold, as a fraction.
+    /// Requests that found their flow's state cold, a fraction 0-1 of those completed (a flow's
+    /// first request is always cold).
     pub cold_fraction: f64,
 }
 
@@ -128,18 +129,19 @@ impl Percentiles {
     }
 }
 
-/// Latency percentiles, us.
+/// Latency percentiles, us (each the sample at that rank, no interpolation; all 0 for no
+/// sample).
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Percentiles {
-    /// Median.
+    /// The median, us.
     pub p50: f64,
-    /// 90th.
+    /// The 90th percentile, us.
     pub p90: f64,
-    /// 99th.
+    /// The 99th percentile, us.
     pub p99: f64,
-    /// 99.9th.
+    /// The 99.9th percentile, us.
     pub p999: f64,
-    /// 99.99th.
+    /// The 99.99th percentile, us.
     pub p9999: f64,
 }
 
@@ -286,7 +288,9 @@ impl Workers<Request> for SimWorkers {
     }
 }
 
-/// Runs one point for `kind`.
+/// Simulates one point for `kind` until `config.requests` requests have completed: `workers`
+/// active throughout, rebalancing every millisecond of virtual time, the hand-off on for
+/// `kairos` only (the baselines as published), no hold limit.
 pub fn run(config: &LatencyConfig, kind: PolicyKind) -> LatencyRow {
     let n = config.workers;
     // A fixed set of workers: Caladan's table has exactly their slots.

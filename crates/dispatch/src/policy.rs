@@ -86,7 +86,8 @@ pub enum PolicyKind {
     HashMod,
     /// Calisto's flow table, filled round-robin on first sight ([`crate::Calisto`]); `calisto`.
     Calisto,
-    /// Caladan's 16-slot indirection table ([`crate::Caladan`]); `caladan`.
+    /// Caladan's indirection table of 16 slots, or one per worker when more
+    /// ([`crate::Caladan`]); `caladan`.
     Caladan,
     /// Kairos's load-aware table of 4096 buckets ([`crate::Buckets`]); `kairos`.
     Kairos,

@@ -218,7 +218,7 @@ impl WorkerPool {
         Ok(Self { producers, shared, threads, sent: vec![0; config.workers], evicted: Vec::new() })
     }
 
-    /// Workers in the pool.
+    /// Worker threads in the pool ([`PoolConfig::workers`]).
     pub fn workers(&self) -> usize {
         self.threads.len()
     }

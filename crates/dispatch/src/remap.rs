@@ -23,19 +23,20 @@ pub enum Event {
 /// One policy's answer to one change.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RemapRow {
-    /// The policy.
+    /// The policy's name ([`PolicyKind::name`]).
     pub policy: &'static str,
-    /// The change.
+    /// The change of the worker set measured.
     pub event: Event,
     /// Active workers before.
     pub workers_before: usize,
     /// Active workers after.
     pub workers_after: usize,
-    /// Flows whose worker changed, as a fraction of all.
+    /// Flows whose worker changed, a fraction 0-1 of all.
     pub flows_moved_fraction: f64,
-    /// The least any even policy moves.
+    /// The least fraction of the flows any policy that stays even moves: `1/(n+1)` on a join
+    /// to `n+1` workers, `1/n` on a leave from `n`.
     pub ideal_fraction: f64,
-    /// The largest worker's share of the flows after the change over the mean share.
+    /// The busiest worker's flows after the change over the mean per active worker (1: even).
     pub max_over_mean_flows: f64,
 }
 
@@ -76,7 +77,8 @@ pub fn remap(kind: PolicyKind, workers: usize, flows: &[u64], event: Event) -> R
     }
 }
 
-/// `count` flow hashes from `seed` (a SplitMix64 sequence: distinct, uniform).
+/// `count` flow hashes from `seed` (a SplitMix64 sequence: distinct, uniform); the same seed
+/// gives the same hashes.
 pub fn flow_hashes(count: usize, seed: u64) -> Vec<u64> {
     let mut state = seed;
     (0..count)

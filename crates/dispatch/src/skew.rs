@@ -23,12 +23,13 @@ use crate::policy::{Steer, WorkerId};
 pub struct Uniform(u64);
 
 impl Uniform {
-    /// Draws from `seed`.
+    /// The stream of `seed`, any value: its lowest bit is set, as xorshift needs a non-zero
+    /// state, so seeds `2k` and `2k + 1` give the same stream.
     pub fn new(seed: u64) -> Self {
         Self(seed | 1)
     }
 
-    /// The next draw.
+    /// The next draw, in [0, 1), with 53 bits of resolution.
     pub fn next_f64(&mut self) -> f64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -66,7 +67,7 @@ impl Zipf {
         self.cdf.partition_point(|&c| c <= u).min(self.cdf.len() - 1)
     }
 
-    /// The heaviest flow's share of the traffic.
+    /// The heaviest flow's (flow 0's) share of the traffic, a fraction 0-1.
     pub fn top_share(&self) -> f64 {
         self.cdf[0]
     }
@@ -75,44 +76,47 @@ impl Zipf {
 /// One run's settings.
 #[derive(Debug, Clone, Serialize)]
 pub struct SkewConfig {
-    /// Active workers.
+    /// Active workers, as the policy given to [`run`] was built with (the run takes the
+    /// policy's active set; this is the record of it).
     pub workers: usize,
-    /// Flows.
+    /// Flows the packets are drawn from, at least 1.
     pub flows: usize,
-    /// The Zipf exponent.
+    /// The Zipf exponent: flow `k` weighs `1/(k+1)^exponent` (0: uniform).
     pub exponent: f64,
     /// Packets per millisecond of virtual time.
     pub packets_per_ms: u64,
-    /// Milliseconds between rebalances.
+    /// Milliseconds between rebalances (0: never).
     pub rebalance_ms: u64,
-    /// The window the balance is measured over, ms.
+    /// The window the balance is measured over, ms (0 is taken as 1).
     pub window_ms: u64,
-    /// Virtual time, ms.
+    /// Virtual time simulated, ms.
     pub duration_ms: u64,
-    /// The draws' seed.
+    /// Seed of the flow draws: a seed replays a run.
     pub seed: u64,
 }
 
 /// One window's balance.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct SkewWindow {
-    /// When the window ended, ms.
+    /// Virtual time at the window's end, ms.
     pub end_ms: u64,
-    /// The busiest worker's packets over the mean.
+    /// The busiest active worker's packets in the window over the mean per active worker (1:
+    /// even; 0 when no packet was steered).
     pub max_over_mean: f64,
 }
 
 /// One run's windows and what they add up to.
 #[derive(Debug, Clone, Serialize)]
 pub struct SkewReport {
-    /// The policy.
+    /// The policy's name ([`Steer::name`]).
     pub policy: &'static str,
     /// Every window, in order.
     pub windows: Vec<SkewWindow>,
     /// The floor no flow-keeping policy beats: the heaviest flow's share times the workers
     /// (or 1).
     pub floor: f64,
-    /// The first window end from which every later window is within 5% of the mean, ms.
+    /// The end of the first window from which every window is within 5% of the mean
+    /// (`max_over_mean` at most 1.05), ms; `None` when the last window is not, or there is none.
     pub balanced_from_ms: Option<u64>,
 }
 

@@ -749,7 +749,7 @@ impl LaneTestbed {
         parse_class_counters(&text).map_err(|what| LaneTestbedError::Counters {
             namespace: namespace.into(),
             device: device.into(),
-            what,
+            what: what.to_string(),
         })
     }
 
@@ -850,8 +850,27 @@ impl Drop for LaneTestbed {
     }
 }
 
+/// What `tc -s class show` printed that is not the two classes' counters.
+#[derive(Debug, thiserror::Error)]
+enum CountersParseError {
+    /// A counter that is not a number.
+    #[error("{text}: {source}")]
+    Number {
+        /// The word.
+        text: String,
+        /// Why it is not a count.
+        source: std::num::ParseIntError,
+    },
+    /// One of the classes has no counters in the output.
+    #[error("no counters of classes {LANE_CLASS} and {BULK_CLASS} in: {output}")]
+    Missing {
+        /// The output, trimmed.
+        output: String,
+    },
+}
+
 /// The lane and bulk classes' counters from `tc -s class show` output.
-fn parse_class_counters(text: &str) -> Result<ClassCounters, String> {
+fn parse_class_counters(text: &str) -> Result<ClassCounters, CountersParseError> {
     let mut lane = None;
     let mut bulk = None;
     let mut class = "";
@@ -860,8 +879,11 @@ fn parse_class_counters(text: &str) -> Result<ClassCounters, String> {
         match words.as_slice() {
             ["class", _kind, id, ..] => class = id,
             ["Sent", bytes, "bytes", packets, "pkt", "(dropped", dropped, ..] => {
-                let number =
-                    |s: &str| s.trim_end_matches(',').parse::<u64>().map_err(|e| format!("{s}: {e}"));
+                let number = |s: &str| {
+                    s.trim_end_matches(',')
+                        .parse::<u64>()
+                        .map_err(|source| CountersParseError::Number { text: s.into(), source })
+                };
                 let count = ClassCount {
                     packets: number(packets)?,
                     bytes: number(bytes)?,
@@ -878,7 +900,7 @@ fn parse_class_counters(text: &str) -> Result<ClassCounters, String> {
     }
     match (lane, bulk) {
         (Some(lane), Some(bulk)) => Ok(ClassCounters { lane, bulk }),
-        _ => Err(format!("no counters of classes {LANE_CLASS} and {BULK_CLASS} in: {}", text.trim())),
+        _ => Err(CountersParseError::Missing { output: text.trim().into() }),
     }
 }
 
@@ -944,7 +966,9 @@ mod tests {
         let counters = parse_class_counters(text).unwrap();
         assert_eq!(counters.lane, ClassCount { packets: 100, bytes: 7400, dropped: 0 });
         assert_eq!(counters.bulk, ClassCount { packets: 50566, bytes: 75785204, dropped: 49094 });
-        assert!(parse_class_counters("class htb 1:1 root\n").unwrap_err().contains("no counters"));
+        assert!(
+            parse_class_counters("class htb 1:1 root\n").unwrap_err().to_string().contains("no counters")
+        );
     }
 
     #[test]

@@ -11,8 +11,7 @@
 //!   express lane, one loop driven by events and deadlines, and its failure detector
 //!   ([`member::watch`], on [`kairos_fd`]'s core and heartbeats).
 //! - [`sim`]: a deterministic simulation of a cluster of replicas under faults, with clients
-//!   that record a history.
-//! - [`lincheck`]: a linearizability checker for the store's histories.
+//!   that record a history, judged by [`kairos_lincheck`], the linearizability checker.
 //!
 //! Everything here exists for the store. The failure detector is a product of its own
 //! ([`kairos_fd`]), which the store uses and which knows nothing of the store; what the two
@@ -23,7 +22,6 @@
 #![warn(missing_docs)]
 
 pub mod kv;
-pub mod lincheck;
 pub mod member;
 pub mod replica;
 pub mod resp;

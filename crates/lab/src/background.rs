@@ -6,17 +6,22 @@ use std::process::{Command, Stdio};
 
 use kairos_sys::child::OwnedChild;
 
+/// `stress-ng` could not be started (most often: it is not installed). The loaded rows of an
+/// experiment are skipped with this as the reason.
+#[derive(Debug, thiserror::Error)]
+#[error("stress-ng could not start ({0}); install it (Debian: stress-ng) for the loaded rows")]
+pub struct StressNgError(pub std::io::Error);
+
 /// Starts `cpu_workers` `stress-ng` CPU workers and one I/O worker (on core `core` when given),
 /// or says why it could not. The load lasts as long as the returned owner.
-pub fn stress_ng(cpu_workers: usize, core: Option<usize>) -> Result<OwnedChild, String> {
+pub fn stress_ng(cpu_workers: usize, core: Option<usize>) -> Result<OwnedChild, StressNgError> {
     let mut cmd = Command::new("stress-ng");
     cmd.args(["--cpu", &cpu_workers.to_string(), "--io", "1", "--timeout", "3600s", "--quiet"]);
     if let Some(c) = core {
         cmd.args(["--taskset", &c.to_string()]);
     }
-    OwnedChild::spawn(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null())).map_err(|e| {
-        format!("stress-ng could not start ({e}); install it (Debian: stress-ng) for the loaded rows")
-    })
+    OwnedChild::spawn(cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()))
+        .map_err(StressNgError)
 }
 
 #[cfg(test)]

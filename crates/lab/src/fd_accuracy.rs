@@ -63,7 +63,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fd_cluster::{Cluster, ClusterSettings, Network};
 use crate::fd_detect::RECOMMENDED_THRESHOLD_US;
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 
 /// A load the group runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,19 +84,19 @@ pub struct AccuracyConfig {
     pub exe: PathBuf,
     /// Members, 2 to 8.
     pub members: usize,
-    /// Heartbeat period, us.
+    /// Heartbeat period, us (10 to 1000000).
     pub period_us: u64,
-    /// The thresholds Lambda, us.
+    /// The thresholds Lambda, us: 1 to 32 of them, each at most 10000000.
     pub thresholds_us: Vec<u64>,
     /// The threshold the table is published with (and docs/detector.md recommends), us.
     pub recommended_us: u64,
-    /// Seconds measured per load.
+    /// Seconds measured per load (1 to 86400).
     pub seconds: f64,
-    /// Seconds run before measuring (the peers' warm-up).
+    /// Seconds run before measuring (the peers' warm-up), 0 to 600.
     pub warmup_seconds: f64,
-    /// The loads.
+    /// The loads, one group run each (at least one).
     pub loads: Vec<Load>,
-    /// Where the members run.
+    /// Where the members run (namespaces and the lane need root).
     pub network: Network,
     /// The first member's UDP port.
     pub base_port: u16,
@@ -107,7 +107,7 @@ pub struct AccuracyConfig {
     /// The demonstration application's bump period, us (the contract: at most a third of the
     /// period).
     pub app_bump_us: u64,
-    /// The stall watch's period, us.
+    /// The stall watch's period, us (10 to 1000000).
     pub stall_period_us: u64,
     /// Wake-ups later than this are stalls, us.
     pub stall_threshold_us: u64,
@@ -576,25 +576,41 @@ fn rows(load: Load, reports: &[MemberReport], evidence: &Evidence<'_>) -> Vec<Ac
         .collect()
 }
 
+/// Why a load could not be started: its rows are skipped with this as the reason.
+#[derive(Debug, thiserror::Error)]
+enum LoadError {
+    /// stress-ng did not start.
+    #[error(transparent)]
+    StressNg(#[from] crate::background::StressNgError),
+    /// The flood needs the testbed's hosts, which the group does not run on.
+    #[error("the flood runs between testbed hosts (root)")]
+    NoTestbed,
+    /// The iperf3 server did not start.
+    #[error("iperf3 could not start ({0}); install it (Debian: iperf3) for the flood")]
+    Iperf3Server(std::io::Error),
+    /// The iperf3 client did not start.
+    #[error("{0}")]
+    Iperf3Client(std::io::Error),
+}
+
 /// The load's processes, ended when dropped.
-fn start_load(load: Load, cluster: &Cluster) -> Result<Vec<OwnedChild>, String> {
+fn start_load(load: Load, cluster: &Cluster) -> Result<Vec<OwnedChild>, LoadError> {
     match load {
         Load::Idle => Ok(Vec::new()),
-        Load::Stress => crate::background::stress_ng(kairos_sys::proc::online_cores(), None).map(|c| vec![c]),
+        Load::Stress => Ok(vec![crate::background::stress_ng(kairos_sys::proc::online_cores(), None)?]),
         Load::Flood => {
             let (Some(mut server), Some(mut client)) =
                 (cluster.host_command(0, "iperf3"), cluster.host_command(1, "iperf3"))
             else {
-                return Err("the flood runs between testbed hosts (root)".into());
+                return Err(LoadError::NoTestbed);
             };
             server
                 .args(["-s", "-p", "5299"])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
-            let server = OwnedChild::spawn_named(&mut server, "iperf3 server").map_err(|e| {
-                format!("iperf3 could not start ({e}); install it (Debian: iperf3) for the flood")
-            })?;
+            let server =
+                OwnedChild::spawn_named(&mut server, "iperf3 server").map_err(LoadError::Iperf3Server)?;
             std::thread::sleep(Duration::from_millis(200));
             let to = kairos_io::lane_testbed::host_address(0).to_string();
             client
@@ -602,7 +618,8 @@ fn start_load(load: Load, cluster: &Cluster) -> Result<Vec<OwnedChild>, String> 
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
-            let client = OwnedChild::spawn_named(&mut client, "iperf3 client").map_err(|e| e.to_string())?;
+            let client =
+                OwnedChild::spawn_named(&mut client, "iperf3 client").map_err(LoadError::Iperf3Client)?;
             Ok(vec![server, client])
         }
     }
@@ -612,18 +629,23 @@ impl Experiment for AccuracyConfig {
     const NAME: &'static str = "fd-accuracy";
     type Summary = AccuracySummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         if !(2..=8).contains(&self.members) {
-            return Err(format!("--members {} is out of range: 2 to 8", self.members));
+            return Err(InvalidConfig::new(format!("--members {} is out of range: 2 to 8", self.members)));
         }
         if !(10..=1_000_000).contains(&self.period_us) {
-            return Err(format!("--period-us {} is out of range: 10 to 1000000", self.period_us));
+            return Err(InvalidConfig::new(format!(
+                "--period-us {} is out of range: 10 to 1000000",
+                self.period_us
+            )));
         }
         if self.thresholds_us.is_empty()
             || self.thresholds_us.len() > 32
             || self.thresholds_us.iter().any(|&t| t > 10_000_000)
         {
-            return Err("--thresholds-us takes 1 to 32 thresholds of at most 10000000 us".into());
+            return Err(InvalidConfig::new(
+                "--thresholds-us takes 1 to 32 thresholds of at most 10000000 us",
+            ));
         }
         crate::harness::check_seconds(
             self.seconds,
@@ -640,15 +662,18 @@ impl Experiment for AccuracyConfig {
             "the peers learn the period",
         )?;
         if self.loads.is_empty() {
-            return Err("give at least one load".into());
+            return Err(InvalidConfig::new("give at least one load"));
         }
         if self.network.testbed() && !kairos_sys::user::is_root() {
-            return Err(
-                "--network namespaces and lane need root (the testbed makes network namespaces)".into()
-            );
+            return Err(InvalidConfig::new(
+                "--network namespaces and lane need root (the testbed makes network namespaces)",
+            ));
         }
         if !(10..=1_000_000).contains(&self.stall_period_us) {
-            return Err(format!("--stall-period-us {} is out of range: 10 to 1000000", self.stall_period_us));
+            return Err(InvalidConfig::new(format!(
+                "--stall-period-us {} is out of range: 10 to 1000000",
+                self.stall_period_us
+            )));
         }
         Ok(Plan::new(self.loads.len(), self.seconds + self.warmup_seconds + 2.0))
     }
@@ -695,7 +720,7 @@ impl Experiment for AccuracyConfig {
             let background = match start_load(load, &cluster) {
                 Ok(b) => b,
                 Err(reason) => {
-                    skipped.push(SkippedLoad { load, reason });
+                    skipped.push(SkippedLoad { load, reason: reason.to_string() });
                     run.step("fd accuracy");
                     continue;
                 }

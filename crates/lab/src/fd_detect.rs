@@ -46,7 +46,7 @@ use kairos_sys::clock::monotonic_ns;
 use serde::{Deserialize, Serialize};
 
 use crate::fd_cluster::{Cluster, ClusterSettings, Network};
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 
 /// The threshold Lambda docs/detector.md recommends for a 100 us period, us. It needs a machine that
 /// keeps that period: on a 2-vCPU virtual machine where a timed wake-up cost 21 us of CPU, the
@@ -121,19 +121,20 @@ pub struct DetectConfig {
     pub exe: PathBuf,
     /// Members of the group, 3 to 8.
     pub members: usize,
-    /// Heartbeat period, us.
+    /// Heartbeat period, us (10 to 1000000).
     pub period_us: u64,
-    /// Kairos's threshold Lambda, us.
+    /// Kairos's threshold Lambda, us (0 to 10000000).
     pub threshold_us: u64,
-    /// Trials per failure for the fast detectors.
+    /// Trials per failure for the fast detectors (1 to 10000).
     pub trials: usize,
-    /// Trials per failure for the slow ones (seconds each).
+    /// Trials per failure for the slow ones, seconds each (0 to 1000).
     pub slow_trials: usize,
-    /// The failures to make.
+    /// The failures to make (at least one; `link_down` alone needs the testbed).
     pub failures: Vec<Failure>,
-    /// Where the members run.
+    /// Where the members run (namespaces and the lane need root).
     pub network: Network,
-    /// The first member's UDP port.
+    /// The first member's UDP port (1024 or more, with room for a port per member below
+    /// 65536).
     pub base_port: u16,
     /// The member loops' `SCHED_FIFO` priority (0: none; asked only as root).
     pub fifo_priority: i32,
@@ -487,46 +488,52 @@ impl Experiment for DetectConfig {
     const NAME: &'static str = "fd-detect";
     type Summary = DetectSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         if !(3..=8).contains(&self.members) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--members {} is out of range: 3 to 8 (a victim and at least two observers)",
                 self.members
-            ));
+            )));
         }
         if !(10..=1_000_000).contains(&self.period_us) {
-            return Err(format!("--period-us {} is out of range: 10 to 1000000", self.period_us));
+            return Err(InvalidConfig::new(format!(
+                "--period-us {} is out of range: 10 to 1000000",
+                self.period_us
+            )));
         }
         if self.threshold_us > 10_000_000 {
-            return Err(format!("--threshold-us {} is out of range: 0 to 10000000", self.threshold_us));
+            return Err(InvalidConfig::new(format!(
+                "--threshold-us {} is out of range: 0 to 10000000",
+                self.threshold_us
+            )));
         }
         if !(1..=10_000).contains(&self.trials) || self.slow_trials > 1_000 {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--trials {} and --slow-trials {} are out of range: 1 to 10000, and 0 to 1000",
                 self.trials, self.slow_trials
-            ));
+            )));
         }
         if self.failures.is_empty() {
-            return Err("give at least one failure".into());
+            return Err(InvalidConfig::new("give at least one failure"));
         }
         if self.failures.contains(&Failure::LinkDown)
             && self.failures.len() == 1
             && self.network == Network::Loopback
         {
-            return Err(
-                "link_down needs the testbed's namespaces (root): on loopback there is no link to cut".into(),
-            );
+            return Err(InvalidConfig::new(
+                "link_down needs the testbed's namespaces (root): on loopback there is no link to cut",
+            ));
         }
         if self.network.testbed() && !kairos_sys::user::is_root() {
-            return Err(
-                "--network namespaces and lane need root (the testbed makes network namespaces)".into()
-            );
+            return Err(InvalidConfig::new(
+                "--network namespaces and lane need root (the testbed makes network namespaces)",
+            ));
         }
         if u32::from(self.base_port) + self.members as u32 > 65_535 || self.base_port < 1024 {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--base-port {} leaves no room for {} members",
                 self.base_port, self.members
-            ));
+            )));
         }
         let runs = self.runs().len();
         Ok(Plan::new(runs * (self.trials + self.slow_trials), 0.4))
@@ -731,9 +738,9 @@ mod tests {
         c.network = Network::Loopback;
         assert!(c.plan().is_ok());
         c.members = 2;
-        assert!(c.plan().unwrap_err().contains("--members"));
+        assert!(c.plan().unwrap_err().to_string().contains("--members"));
         c.members = 3;
         c.failures = vec![Failure::LinkDown];
-        assert!(c.plan().unwrap_err().contains("link_down"));
+        assert!(c.plan().unwrap_err().to_string().contains("link_down"));
     }
 }

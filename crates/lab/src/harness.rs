@@ -204,39 +204,48 @@ impl InvalidConfig {
 
 /// Checks a length of time given in seconds against `min..=max`, naming it `what` and saying
 /// why the bounds are what they are.
-pub fn check_seconds(seconds: f64, min: f64, max: f64, what: &str, why: &str) -> Result<(), String> {
+pub fn check_seconds(seconds: f64, min: f64, max: f64, what: &str, why: &str) -> Result<(), InvalidConfig> {
     if seconds.is_finite() && (min..=max).contains(&seconds) {
         Ok(())
     } else {
-        Err(format!("{what} must be between {min} and {max} seconds ({why}), got {seconds}"))
+        Err(InvalidConfig::new(format!(
+            "{what} must be between {min} and {max} seconds ({why}), got {seconds}"
+        )))
     }
 }
 
 /// Checks that `core` exists on this machine.
-pub fn check_core(core: usize) -> Result<(), String> {
+pub fn check_core(core: usize) -> Result<(), InvalidConfig> {
     let cores = kairos_sys::proc::online_cores();
     if core < cores {
         Ok(())
     } else {
-        Err(format!("core {core} does not exist: this machine has cores 0-{}", cores - 1))
+        Err(InvalidConfig::new(format!("core {core} does not exist: this machine has cores 0-{}", cores - 1)))
     }
 }
 
 /// Checks the points of a real-time experiment: utilisations in (0, 1], seconds per point from
 /// 0.1 (enough for `holds`) to 3600, and a core that exists.
-pub fn check_points(utilisations: &[f64], seconds: f64, core: usize, holds: &str) -> Result<(), String> {
+pub fn check_points(
+    utilisations: &[f64],
+    seconds: f64,
+    core: usize,
+    holds: &str,
+) -> Result<(), InvalidConfig> {
     check_utilisations(utilisations)?;
     check_seconds(seconds, 0.1, 3_600.0, "seconds per point", &format!("0.1 s holds {holds}"))?;
     check_core(core)
 }
 
 /// Checks a list of utilisations: at least one, each a fraction of a core in (0, 1].
-pub fn check_utilisations(utilisations: &[f64]) -> Result<(), String> {
+pub fn check_utilisations(utilisations: &[f64]) -> Result<(), InvalidConfig> {
     if utilisations.is_empty() {
-        return Err("give at least one utilisation".into());
+        return Err(InvalidConfig::new("give at least one utilisation"));
     }
     match utilisations.iter().find(|u| !(u.is_finite() && **u > 0.0 && **u <= 1.0)) {
-        Some(u) => Err(format!("utilisations are fractions of a core in (0, 1], got {u}")),
+        Some(u) => {
+            Err(InvalidConfig::new(format!("utilisations are fractions of a core in (0, 1], got {u}")))
+        }
         None => Ok(()),
     }
 }
@@ -271,9 +280,9 @@ mod tests {
     impl Experiment for Counting {
         const NAME: &'static str = "counting";
         type Summary = Summary;
-        fn plan(&self) -> Result<Plan, String> {
+        fn plan(&self) -> Result<Plan, InvalidConfig> {
             if self.0 == 0 {
-                Err("count must be at least 1".into())
+                Err(InvalidConfig::new("count must be at least 1"))
             } else {
                 Ok(Plan::new(self.0 as usize, 0.1))
             }

@@ -8,7 +8,7 @@
 //! enough of their messages for a steady p99.9) and `offender` every `period_us`. The good ones
 //! send one 40-byte message a period throughout. The offender sends nothing in the `alone`
 //! segments and two 60-byte messages a period of its own (each a packet's worth: twice its
-//! grant) in the `offender sending` ones; the two kinds alternate, [`CYCLES`] pairs of
+//! grant) in the `offender sending` ones; the two kinds alternate, `CYCLES` pairs of
 //! `phase_s / CYCLES` each, so both conditions meet the same machine (a shared machine moves a
 //! p99.9 of microseconds between consecutive phases by more than the offender does). Then the
 //! offender goes on until its tunnel is ended (not compared: at most three report intervals),
@@ -47,7 +47,7 @@ use kairos_metrics::latency::{LatencyRecorder, LatencySummary};
 use kairos_sys::clock::realtime_ns;
 use serde::Serialize;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 use crate::plot::{Series, tail_chart};
 
 /// Every tunnel's packet, bytes on the wire: the lane's 30-byte header and three 26-byte
@@ -92,7 +92,7 @@ pub struct PoliceConfig {
     pub good_period_us: u64,
     /// Each phase's length, seconds (0.2 to 600).
     pub phase_s: f64,
-    /// How often a node reports use (and, at most, excess), ms.
+    /// How often a node reports use (and, at most, excess), ms (1 to 60000).
     pub report_ms: u64,
 }
 
@@ -176,21 +176,30 @@ impl Experiment for PoliceConfig {
     const NAME: &'static str = "lane-police";
     type Summary = PoliceSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         if !(100..=100_000).contains(&self.period_us) {
-            return Err(format!("--period-us must be from 100 to 100000, got {}", self.period_us));
+            return Err(InvalidConfig::new(format!(
+                "--period-us must be from 100 to 100000, got {}",
+                self.period_us
+            )));
         }
         if !(100..=self.period_us).contains(&self.good_period_us) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "the good tunnels' period must be from 100 us to the offender's {} us, got {}",
                 self.period_us, self.good_period_us
-            ));
+            )));
         }
         if !(0.2..=600.0).contains(&self.phase_s) {
-            return Err(format!("--phase-s must be from 0.2 to 600 seconds, got {}", self.phase_s));
+            return Err(InvalidConfig::new(format!(
+                "--phase-s must be from 0.2 to 600 seconds, got {}",
+                self.phase_s
+            )));
         }
         if !(1..=60_000).contains(&self.report_ms) {
-            return Err(format!("report interval must be from 1 to 60000 ms, got {}", self.report_ms));
+            return Err(InvalidConfig::new(format!(
+                "report interval must be from 1 to 60000 ms, got {}",
+                self.report_ms
+            )));
         }
         Ok(Plan::new(CYCLES + 1, 2.0 * self.phase_s / CYCLES as f64 + 0.1))
     }

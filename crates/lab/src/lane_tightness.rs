@@ -35,7 +35,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo, human};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo, human};
 use crate::plot::{Scales, XySeries, xy_chart};
 
 /// What the tightness experiment runs.
@@ -109,36 +109,42 @@ impl TightnessConfig {
     }
 
     /// Checks every field against its limit, saying why, before anything runs.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), InvalidConfig> {
         if self.k < 2 || !self.k.is_multiple_of(2) || self.k > MAX_K {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--k must be an even fat-tree arity from 2 to {MAX_K} (k = {MAX_K} has {} hosts and {} links; larger trees take longer to build and route over than to validate), got {}",
                 MAX_K.pow(3) / 4,
                 3 * MAX_K.pow(3) / 2,
                 self.k
-            ));
+            )));
         }
         if !(1..=MAX_REQUESTS).contains(&self.requests) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--requests must be from 1 to {MAX_REQUESTS} (the targeted adversary validates every tunnel against all the others, so the work grows with the square), got {}",
                 self.requests
-            ));
+            )));
         }
         if !(1..=MAX_PERIODS).contains(&self.periods) {
-            return Err(format!("periods must be from 1 to {MAX_PERIODS}, got {}", self.periods));
+            return Err(InvalidConfig::new(format!(
+                "periods must be from 1 to {MAX_PERIODS}, got {}",
+                self.periods
+            )));
         }
         if !(1..=MAX_RELEASES).contains(&self.max_releases) {
-            return Err(format!("max_releases must be from 1 to {MAX_RELEASES}, got {}", self.max_releases));
+            return Err(InvalidConfig::new(format!(
+                "max_releases must be from 1 to {MAX_RELEASES}, got {}",
+                self.max_releases
+            )));
         }
         let seconds = self.estimate_seconds();
         if seconds > MAX_SECONDS {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--k {} with --requests {} would take about {} (admission, then 8 adversary runs and one targeted run per tunnel); the limit is {}: offer fewer requests",
                 self.k,
                 self.requests,
                 human(std::time::Duration::from_secs_f64(seconds)),
                 human(std::time::Duration::from_secs_f64(MAX_SECONDS))
-            ));
+            )));
         }
         Ok(())
     }
@@ -239,7 +245,7 @@ impl Experiment for TightnessConfig {
     const NAME: &'static str = "lane-tightness";
     type Summary = TightnessSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         self.check()?;
         // Three steps: admission, the general adversaries, the targeted one.
         Ok(Plan::new(3, self.estimate_seconds() / 3.0))
@@ -600,8 +606,9 @@ mod tests {
         // About half a minute and a minute.
         assert!(TightnessConfig::quick().estimate_seconds() < 15.0);
         assert!((20.0..120.0).contains(&TightnessConfig::full().estimate_seconds()));
-        let with =
-            |k, requests| TightnessConfig { k, requests, ..TightnessConfig::full() }.check().unwrap_err();
+        let with = |k, requests| {
+            TightnessConfig { k, requests, ..TightnessConfig::full() }.check().unwrap_err().to_string()
+        };
         assert!(with(3, 40).contains("even fat-tree arity from 2 to 32"), "{}", with(3, 40));
         assert!(with(0, 40).contains("from 2 to 32"));
         assert!(with(34, 40).contains("from 2 to 32"));
@@ -613,7 +620,7 @@ mod tests {
         assert!(with_ok(8, 4_500).is_err());
     }
 
-    fn with_ok(k: usize, requests: usize) -> Result<(), String> {
+    fn with_ok(k: usize, requests: usize) -> Result<(), InvalidConfig> {
         TightnessConfig { k, requests, ..TightnessConfig::full() }.check()
     }
 }

@@ -36,6 +36,7 @@
 //!   watch; [`fd_cluster`]: the group of member processes both run.
 
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod aoi_model;
 pub mod background;

@@ -19,7 +19,7 @@
 //! `offline_p99_ratio`, `stall_trials` (`reader`, `delay_ns`), `stall_threshold_ns`,
 //! `stall_within_10pct`, `clean_run_s`, `false_reports`.
 
-use crate::harness::{Experiment, Plan, Run, RunInfo, check_core, check_seconds};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo, check_core, check_seconds};
 use anyhow::{Context, Result, anyhow};
 use kairos_metrics::{LatencyRecorder, LatencySummary, NoiseConfig};
 use kairos_rcu::{Domain, DomainConfig, ReclaimPolicy, StallConfig};
@@ -36,19 +36,20 @@ use std::time::Duration;
 pub struct RcuGraceConfig {
     /// Work between two quiescent states of the reader.
     pub qs_interval: Duration,
-    /// Grace periods measured per phase.
+    /// Grace periods measured per phase (1 to 10000000).
     pub samples: usize,
-    /// Stall report threshold.
+    /// Stall report threshold: a reader that passes no quiescent state for longer than this
+    /// is reported.
     pub stall_threshold: Duration,
-    /// How long the stalled reader stalls.
+    /// How long the stalled reader stalls (longer than `stall_threshold`).
     pub stall_length: Duration,
-    /// Stall trials.
+    /// Stall trials, each stalling a reader once (at most 1000).
     pub stall_trials: usize,
-    /// Length of the run without stalls.
+    /// Length of the run without stalls, in which no stall may be reported (0.1 s to a day).
     pub clean_run: Duration,
-    /// Core of the reader.
+    /// Core of the reader (one that exists here).
     pub reader_core: usize,
-    /// Core of the writer.
+    /// Core of the writer (one that exists here).
     pub writer_core: usize,
 }
 
@@ -170,21 +171,24 @@ fn work_for(ns: u64) {
 
 impl RcuGraceConfig {
     /// Checks cores, counts and lengths before anything runs.
-    fn validate(&self) -> Result<(), String> {
+    fn validate(&self) -> Result<(), InvalidConfig> {
         check_core(self.reader_core)?;
         check_core(self.writer_core)?;
         if !(1..=10_000_000).contains(&self.samples) {
-            return Err(format!("samples must be 1-10000000 (each is a grace period), got {}", self.samples));
+            return Err(InvalidConfig::new(format!(
+                "samples must be 1-10000000 (each is a grace period), got {}",
+                self.samples
+            )));
         }
         if self.stall_trials > 1_000 {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "stall trials must be at most 1000 (each stalls a reader), got {}",
                 self.stall_trials
-            ));
+            )));
         }
         check_seconds(self.clean_run.as_secs_f64(), 0.1, 86_400.0, "the clean run", "up to a day")?;
         if self.stall_length <= self.stall_threshold {
-            return Err("a stall must last longer than the threshold that detects it".into());
+            return Err(InvalidConfig::new("a stall must last longer than the threshold that detects it"));
         }
         Ok(())
     }
@@ -194,7 +198,7 @@ impl Experiment for RcuGraceConfig {
     const NAME: &'static str = "rcu-grace";
     type Summary = Summary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         self.validate()?;
         let grace = self.qs_interval * 2 * self.samples as u32 * 2;
         let stalls = self.stall_length * 2 * self.stall_trials as u32;

@@ -31,7 +31,7 @@ use kairos_rtu::analysis::{HandlerSpec, analyse};
 use kairos_rtu::shell::{Context, Scheduler, ShellConfig};
 use serde::Serialize;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo, check_points};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo, check_points};
 use crate::plot::{Scales, XySeries, measured_per_key, xy_chart};
 
 #[derive(Debug, Clone, Serialize)]
@@ -39,11 +39,11 @@ use crate::plot::{Scales, XySeries, measured_per_key, xy_chart};
 pub struct DeadlinesConfig {
     /// Total utilisations of the twelve handlers, one point each, in (0, 1].
     pub utilisations: Vec<f64>,
-    /// Run time per point.
+    /// Run time per point, seconds (0.1 to 3600).
     pub seconds: f64,
-    /// Core of the shell (and of the background load).
+    /// Core of the shell (and of the background load); one that exists here.
     pub core: usize,
-    /// Cost of one unit of work, us.
+    /// Cost of one unit of work, us (1 to 1000; batches are whole units).
     pub unit_us: u64,
 }
 
@@ -77,13 +77,13 @@ impl Experiment for DeadlinesConfig {
     const NAME: &'static str = "rtu-deadlines";
     type Summary = DeadlinesSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         check_points(&self.utilisations, self.seconds, self.core, "a few jobs of the 45 ms handler")?;
         if !(1..=1_000).contains(&self.unit_us) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "the unit of work must be 1-1000 us (batches are whole units), got {}",
                 self.unit_us
-            ));
+            )));
         }
         // Every point with and without load, each with about 0.3 s of set-up.
         Ok(Plan::new(self.utilisations.len() * 2, self.seconds + 0.3))
@@ -288,7 +288,8 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<DeadlinesSumma
             drop(load);
             format!("stress-ng --cpu 1 --io 1 on core {}", config.core)
         }
-        Err(why) => {
+        Err(e) => {
+            let why = e.to_string();
             run.log(&why);
             why
         }

@@ -29,7 +29,7 @@ use kairos_sys::proc::{last_core, online_cores};
 use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo, check_seconds};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo, check_seconds};
 use crate::plot::{Scales, measured_per_key, xy_chart};
 
 const STREAMS: usize = 6;
@@ -45,7 +45,8 @@ const SCALES: [u64; 2] = [1, 16];
 #[derive(Debug, Clone, Serialize)]
 /// What the partitioning experiment runs.
 pub struct PartitionConfig {
-    /// Seconds per point (eight points: two scales, two ways, with and without load).
+    /// Seconds per point, 0.1 to 3600 (eight points: two scales, two ways, with and without
+    /// load).
     pub seconds: f64,
 }
 
@@ -222,7 +223,7 @@ impl Experiment for PartitionConfig {
     const NAME: &'static str = "rtu-partition";
     type Summary = PartitionSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         check_seconds(self.seconds, 0.1, 3_600.0, "seconds per point", "0.1 s holds five sender periods")?;
         // Two scales, two ways, with and without load.
         Ok(Plan::new(8, self.seconds + 0.2))
@@ -264,9 +265,7 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
             format!("stress-ng --cpu {cores} --io 1")
         }
         Err(e) => {
-            let why = format!(
-                "stress-ng could not start ({e}); install it (Debian: stress-ng) for the loaded rows"
-            );
+            let why = e.to_string();
             run.log(&why);
             why
         }

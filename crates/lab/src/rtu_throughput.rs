@@ -34,39 +34,53 @@ use kairos_sys::stoppable_thread::StoppableThread;
 use kairos_sys::thread::pin_current_thread;
 use serde::Serialize;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo, check_core, check_seconds};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo, check_core, check_seconds};
 use crate::plot::{Scales, measured_per_key, xy_chart};
 
+/// What a run of `kairos rtu throughput` does: the datagram sizes, how long each receiver runs
+/// at each, and the receiver's core.
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputConfig {
+    /// Datagram sizes, UDP payload bytes (each 1 to 65507; at least one).
     pub packet_sizes: Vec<usize>,
+    /// How long each receiver runs at each size, seconds (0.1 to 3600).
     pub seconds: f64,
     /// Receiver core (the sender takes another one when there is one).
     pub core: usize,
 }
 
 impl ThroughputConfig {
+    /// The quick preset: 64, 1024 and 8192 bytes, 1 s a row, the receiver on the last core.
     pub fn quick() -> Self {
         let cores = online_cores();
         Self { packet_sizes: vec![64, 1024, 8192], seconds: 1.0, core: cores - 1 }
     }
 
+    /// The full preset: five sizes from 64 to 8192 bytes, 5 s a row.
     pub fn full() -> Self {
         Self { packet_sizes: vec![64, 256, 1024, 4096, 8192], seconds: 5.0, ..Self::quick() }
     }
 
+    /// [`ThroughputConfig::quick`] or [`ThroughputConfig::full`].
     pub fn preset(quick: bool) -> Self {
         if quick { Self::quick() } else { Self::full() }
     }
 }
 
+/// One receiver at one size, with or without load (a row of `rows.csv`).
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputRow {
+    /// `rtu`, `rtu + io thread` or `plain loop`.
     pub receiver: &'static str,
+    /// The datagrams' UDP payload, bytes.
     pub packet_bytes: usize,
+    /// Whether stress-ng loaded the receiver's core.
     pub background_load: bool,
+    /// Datagrams received per second.
     pub received_pps: f64,
+    /// Payload received, Mbit/s.
     pub received_mbps: f64,
+    /// Datagrams the kernel dropped for a full socket buffer during the row.
     pub socket_drops: u64,
     /// Datagrams the I/O thread read but dropped for a full inbox (the inbox receiver only).
     pub inbox_drops: u64,
@@ -82,24 +96,32 @@ fn rx_spec(batch: u64, unit_cost_ns: u64) -> HandlerSpec {
     HandlerSpec { name: "rx".into(), period_ns: 1_000_000, batch, iteration: 50, unit_cost_ns }
 }
 
+/// How much of its throughput a receiver kept under load, at one size.
 #[derive(Debug, Clone, Serialize)]
 pub struct Kept {
+    /// `rtu`, `rtu + io thread` or `plain loop`.
     pub receiver: &'static str,
+    /// The datagrams' UDP payload, bytes.
     pub packet_bytes: usize,
     /// Loaded throughput over unloaded.
     pub kept: f64,
 }
 
+/// What `kairos rtu throughput` found (`summary.json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct ThroughputSummary {
     /// Machine, noise, plots and results directory.
     #[serde(flatten)]
     pub run: RunInfo,
+    /// The configuration run.
     pub config: ThroughputConfig,
+    /// How the background load was made, or why it could not be (no loaded rows then).
     pub background: String,
     /// Every RTU row's shell and I/O thread got `SCHED_FIFO` (the plain loop asks for none).
     pub rtu_realtime: bool,
+    /// Every receiver at every size, unloaded then loaded.
     pub rows: Vec<ThroughputRow>,
+    /// Loaded over unloaded throughput, per receiver and size (none without the load).
     pub kept: Vec<Kept>,
 }
 
@@ -243,12 +265,14 @@ impl Experiment for ThroughputConfig {
     const NAME: &'static str = "rtu-throughput";
     type Summary = ThroughputSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         if self.packet_sizes.is_empty() {
-            return Err("give at least one packet size".into());
+            return Err(InvalidConfig::new("give at least one packet size"));
         }
         if let Some(s) = self.packet_sizes.iter().find(|&&s| !(1..=65_507).contains(&s)) {
-            return Err(format!("packet sizes are UDP payloads of 1-65507 bytes, got {s}"));
+            return Err(InvalidConfig::new(format!(
+                "packet sizes are UDP payloads of 1-65507 bytes, got {s}"
+            )));
         }
         check_seconds(
             self.seconds,
@@ -292,7 +316,8 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
             drop(load);
             format!("stress-ng --cpu 1 --io 1 on core {}", config.core)
         }
-        Err(why) => {
+        Err(e) => {
+            let why = e.to_string();
             run.log(&why);
             why
         }
@@ -339,6 +364,7 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
     Ok(summary)
 }
 
+/// The summary as the table a person reads.
 pub fn report(s: &ThroughputSummary) -> String {
     let mut out = format!("machine: {}\nbackground: {}\n", s.run.machine.one_line(), s.background);
     if !s.rtu_realtime {

@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use kairos_lane::controller::Reason;
 use kairos_lane::node::app::{LaneApp, NodeToApp};
 use kairos_lane::service::wire::TunnelSpec;
 use kairos_sys::clock::{realtime_ns, sleep_until_ns};
@@ -54,7 +55,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             eprintln!("sensor: reading {i} not queued: {e}");
         }
         for event in app.events(Duration::ZERO)? {
-            println!("event: {event:?}");
+            println!("{}", describe(&event));
             if matches!(event, NodeToApp::Ended { .. }) {
                 return Ok(());
             }
@@ -63,6 +64,36 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     app.release(tunnel)?;
     Ok(())
+}
+
+/// What the node told the application, as a line a person reads.
+fn describe(event: &NodeToApp) -> String {
+    match event {
+        NodeToApp::Welcome { host, .. } => format!("node on {host}: connected"),
+        NodeToApp::Granted { tunnel_id, grant, .. } => format!(
+            "tunnel {tunnel_id} granted: {} bytes every {} us",
+            grant.packet_bytes,
+            grant.period_ps / 1_000_000
+        ),
+        NodeToApp::Refused { reason, .. } => format!("refused: {reason}"),
+        NodeToApp::Changed { tunnel_id, grant, reason, .. } => {
+            let why = match reason {
+                Reason::Te => "the controller made room for another tunnel",
+                Reason::BwExceeded => "BW_EXCEEDED: this sensor sent more than its grant",
+                Reason::BwUnused => "BW_UNUSED: this sensor used much less than its grant",
+            };
+            format!(
+                "tunnel {tunnel_id} changed ({why}): now {} bytes every {} us",
+                grant.packet_bytes,
+                grant.period_ps / 1_000_000
+            )
+        }
+        NodeToApp::Ended { tunnel_id, terminated: true } => {
+            format!("tunnel {tunnel_id} ended by the controller")
+        }
+        NodeToApp::Ended { tunnel_id, terminated: false } => format!("tunnel {tunnel_id} released"),
+        NodeToApp::Error { reason } => format!("the node could not do it: {reason}"),
+    }
 }
 
 /// Sleeps until the wall clock reads `deadline_ns` (the lane's clock is the wall clock).

@@ -336,7 +336,7 @@ pub struct NoiseProbe {
     config: NoiseConfig,
     before: Vec<CoreNoise>,
     /// `None`: no sampler asked for.
-    sampler: Option<Result<Sampler, String>>,
+    sampler: Option<Result<Sampler, std::io::Error>>,
     clock_read_ns: f64,
 }
 
@@ -346,8 +346,7 @@ impl NoiseProbe {
     pub fn start(config: NoiseConfig) -> Self {
         let clock_read_ns = crate::clock::read_cost_ns(&crate::clock::MonotonicClock, 5);
         let before = measure_window(&config);
-        let sampler = (!config.sample_for.is_zero())
-            .then(|| Sampler::start(&config).map_err(|e| format!("the noise sampler could not start: {e}")));
+        let sampler = (!config.sample_for.is_zero()).then(|| Sampler::start(&config));
         Self { config, before, sampler, clock_read_ns }
     }
 
@@ -355,9 +354,13 @@ impl NoiseProbe {
     pub fn finish(self) -> NoiseReport {
         let during = match self.sampler {
             None => DuringNoise { not_sampled: true, ..DuringNoise::default() },
-            Some(sampler) => sampler
-                .and_then(|s| s.finish().map_err(|e| e.to_string()))
-                .unwrap_or_else(|why| DuringNoise { error: Some(why), ..DuringNoise::default() }),
+            Some(Err(e)) => DuringNoise {
+                error: Some(format!("the noise sampler could not start: {e}")),
+                ..DuringNoise::default()
+            },
+            Some(Ok(sampler)) => sampler
+                .finish()
+                .unwrap_or_else(|e| DuringNoise { error: Some(e.to_string()), ..DuringNoise::default() }),
         };
         let after = measure_window(&self.config);
         let max_gap_ns =

@@ -96,11 +96,11 @@ fn wait_for_exit(guard: MutexGuard<'static, Registry>) -> ! {
 /// [`register`] too, but a program calls it first thing so that a signal before any change
 /// still exits with 128 + its number.
 pub fn install() -> io::Result<()> {
-    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+    static INSTALLED: OnceLock<Result<(), InstallFailure>> = OnceLock::new();
     INSTALLED
         .get_or_init(|| {
             let mut signals = signal_hook::iterator::Signals::new(SIGNALS)
-                .map_err(|e| format!("cannot catch SIGINT, SIGTERM and SIGHUP: {e}"))?;
+                .map_err(|e| InstallFailure::Catch(e.to_string()))?;
             let (placed, was_placed) = std::sync::mpsc::channel();
             std::thread::Builder::new()
                 .name("kairos-cleanup".into())
@@ -113,13 +113,28 @@ pub fn install() -> io::Result<()> {
                         std::process::exit(128 + signal);
                     }
                 })
-                .map_err(|e| format!("cannot start the signal thread: {e}"))?;
+                .map_err(|e| InstallFailure::Spawn(e.to_string()))?;
             // Returns once the thread runs where it should; a signal before that waits for it
             // in signal-hook's queue.
-            was_placed.recv().map_err(|_| "the signal thread died as it started".to_string())
+            was_placed.recv().map_err(|_| InstallFailure::Died)
         })
         .clone()
         .map_err(io::Error::other)
+}
+
+/// Why the signal thread could not be started: kept, and given to every later caller (an
+/// `io::Error` cannot be cloned, so the causes are kept as text).
+#[derive(Debug, Clone, thiserror::Error)]
+enum InstallFailure {
+    /// signal-hook could not take the signals.
+    #[error("cannot catch SIGINT, SIGTERM and SIGHUP: {0}")]
+    Catch(String),
+    /// The thread could not be spawned.
+    #[error("cannot start the signal thread: {0}")]
+    Spawn(String),
+    /// The thread ended before it said it was placed.
+    #[error("the signal thread died as it started")]
+    Died,
 }
 
 /// Keeps the handler's thread off the last core (where the experiments pin their real-time

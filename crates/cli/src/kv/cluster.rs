@@ -182,6 +182,8 @@ fn replication_info(host: &str, port: u16, password: Option<&[u8]>) -> Option<St
     connection.info("replication").ok()
 }
 
+/// Runs `kairos kv cluster`: checks the flags (a bad one is a usage error, before anything
+/// starts), starts the members and supervises them until Ctrl-C; the exit code.
 pub(super) fn cluster(a: &ClusterArgs) -> Result<i32> {
     a.raft.check()?;
     // Read and checked here, so that a bad file is one error, not one per member.

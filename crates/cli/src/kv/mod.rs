@@ -631,6 +631,8 @@ struct CheckArgs {
     workload: String,
 }
 
+/// Runs a `kairos kv` command (`check`, `serve`, `cluster` or `bench`); the exit code on
+/// success.
 pub fn run(args: &KvArgs) -> Result<i32> {
     match &args.command {
         KvCommand::Check(a) => {

@@ -1556,33 +1556,27 @@ impl Member {
     /// lane a host the lane has (this member's tunnel is given it now, which the node refuses
     /// for a host not in the lane's topology), no host shared, and room in a packet for the
     /// heartbeats.
-    fn can_add(&mut self, id: u64, addr: &PeerAddr) -> Result<(), String> {
+    fn can_add(&mut self, id: u64, addr: &PeerAddr) -> Result<(), JoinRefusal> {
         let Some(lane) = self.lane.as_mut() else {
             return match addr {
                 PeerAddr::Udp(_) => Ok(()),
-                PeerAddr::Lane(h) => {
-                    Err(format!("{h} is a lane host, but this cluster is not on the lane: give HOST:PORT"))
-                }
+                PeerAddr::Lane(h) => Err(JoinRefusal::LaneHostOffLane(h.to_string())),
             };
         };
         let PeerAddr::Lane(_) = addr else {
-            return Err(format!(
-                "this cluster is on the lane: give the new member's lane host (h3), not {addr}"
-            ));
+            return Err(JoinRefusal::NotLaneHost(addr.clone()));
         };
         let mut peers = self.config.peers.clone();
         peers.insert(id, addr.clone());
-        let hosts = lane_link::other_hosts(self.config.id, &peers).map_err(|e| e.to_string())?;
+        let hosts = lane_link::other_hosts(self.config.id, &peers)?;
         if !lane.carries(peers.len()) {
-            return Err(format!(
-                "the lane tunnel's packet holds no fragment beside heartbeats for {} members: start the members with a larger --lane-packet-bytes",
-                peers.len()
-            ));
+            return Err(JoinRefusal::PacketTooSmall(peers.len()));
         }
         if lane.changing_receivers() {
-            return Err("the last change of membership is still being applied to the lane's tunnels: try again in a second".into());
+            return Err(JoinRefusal::Changing);
         }
-        lane.try_receivers(hosts).map_err(|e| format!("the lane refused a tunnel to {addr}: {e}"))
+        lane.try_receivers(hosts)
+            .map_err(|e| JoinRefusal::LaneRefused { addr: addr.clone(), reason: e.to_string() })
     }
 
     /// `KAIROS.FAULT PARTITION ms [peer ...] | LOSS percent ms | HEAL`: drops this member's
@@ -1846,6 +1840,38 @@ impl Member {
             }
         }
     }
+}
+
+/// Why a new member cannot join: the text after `ERR` in the reply to `KAIROS.MEMBER ADD`.
+#[derive(Debug, thiserror::Error)]
+enum JoinRefusal {
+    /// A lane host named for a cluster on UDP.
+    #[error("{0} is a lane host, but this cluster is not on the lane: give HOST:PORT")]
+    LaneHostOffLane(String),
+    /// A UDP address named for a cluster on the lane.
+    #[error("this cluster is on the lane: give the new member's lane host (h3), not {0}")]
+    NotLaneHost(PeerAddr),
+    /// The members with the newcomer do not make a lane cluster (a host shared).
+    #[error(transparent)]
+    LaneCluster(#[from] lane_link::LaneClusterError),
+    /// The tunnel's packet cannot carry a fragment beside the heartbeats of this many members.
+    #[error(
+        "the lane tunnel's packet holds no fragment beside heartbeats for {0} members: start the members with a larger --lane-packet-bytes"
+    )]
+    PacketTooSmall(usize),
+    /// The tunnels are still following the last change.
+    #[error(
+        "the last change of membership is still being applied to the lane's tunnels: try again in a second"
+    )]
+    Changing,
+    /// The lane's node refused the tunnel to the newcomer's host.
+    #[error("the lane refused a tunnel to {addr}: {reason}")]
+    LaneRefused {
+        /// The newcomer's address.
+        addr: PeerAddr,
+        /// The node's answer.
+        reason: String,
+    },
 }
 
 #[cfg(test)]

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use super::cluster::{FaultKind, OpKind, SimConfig, SimOp, Workload, run};
 use crate::kv::Reply;
-use crate::lincheck::{KvCommand, KvInput, KvOp, KvOutput, Operation, Verdict, check_kv};
 use crate::replica::{Broken, ReadMode};
+use kairos_lincheck::{KvCommand, KvInput, KvOp, KvOutput, Operation, Verdict, check_kv};
 
 /// One history's verdict.
 #[derive(Debug, Clone, serde::Serialize)]

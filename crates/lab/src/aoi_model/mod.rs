@@ -17,7 +17,7 @@
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 use crate::plot::{Scales, XySeries, xy_chart};
 use kairos_aoi::sim::{SimConfig, simulate};
 pub use kairos_aoi::{Arrival, Discipline, Service, closed_form, sim};
@@ -95,7 +95,7 @@ pub struct SweepConfig {
     pub arrival: Arrival,
     /// How long service takes.
     pub service: Service,
-    /// Arrivals simulated per point.
+    /// Arrivals simulated per point (1 to [`MAX_ARRIVALS`]).
     pub arrivals: u64,
     /// Seed of the simulation.
     pub seed: u64,
@@ -106,12 +106,12 @@ pub const MAX_ARRIVALS: u64 = 100_000_000;
 
 impl SweepConfig {
     /// Checks the arrivals before anything runs.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         if !(1..=MAX_ARRIVALS).contains(&self.arrivals) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "arrivals per point must be 1-{MAX_ARRIVALS} (more takes over 10 s a point), got {}",
                 self.arrivals
-            ));
+            )));
         }
         Ok(())
     }
@@ -135,7 +135,7 @@ impl Experiment for SweepConfig {
     const NAME: &'static str = "aoi-model";
     type Summary = Sweep;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         self.validate()?;
         // About ten million arrivals a second here.
         Ok(Plan::new(sweep_plan().len(), self.arrivals as f64 / 1e7))

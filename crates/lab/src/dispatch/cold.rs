@@ -33,7 +33,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 
 /// One flow's state: a cache line of counters; the first word names the flow the chained pass
 /// visits next.
@@ -85,15 +85,15 @@ fn pass(table: &[FlowState], order: &[usize], chained: bool) -> f64 {
 /// The measurement's settings.
 #[derive(Debug, Clone, Serialize)]
 pub struct ColdConfig {
-    /// Flows in the batch the two cores pass back and forth.
+    /// Flows in the batch the two cores pass back and forth (1 to `memory_flows`).
     pub batch: usize,
-    /// Turns (each thread has half).
+    /// Turns, 2 to 10000000 (each thread has half; the first finds its lines fresh).
     pub turns: usize,
-    /// Flows in the table of the memory pass (64 bytes each).
+    /// Flows in the table of the memory pass, 64 bytes each (1 to 16777216: 1 GiB).
     pub memory_flows: usize,
-    /// Samples of the memory pass, each a visit of `batch` random flows.
+    /// Samples of the memory pass, each a visit of `batch` random flows (1 to 1000000).
     pub memory_samples: usize,
-    /// The two cores.
+    /// The two cores: distinct, and online here (`--cores`).
     pub cores: [usize; 2],
 }
 
@@ -166,32 +166,38 @@ impl Experiment for ColdConfig {
     const NAME: &'static str = "dispatch-cold";
     type Summary = ColdSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         let online = kairos_sys::proc::online_cores();
         let [a, b] = self.cores;
         if a == b || a >= online || b >= online {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--cores {a},{b}: the measurement needs two distinct cores below {online} (this machine's online cores)"
-            ));
+            )));
         }
         // Past 1 GiB the table is no longer an experiment's allocation but a machine's.
         if !(1..=1 << 24).contains(&self.memory_flows) {
-            return Err(format!("memory_flows must be 1 to 16777216 (1 GiB), got {}", self.memory_flows));
+            return Err(InvalidConfig::new(format!(
+                "memory_flows must be 1 to 16777216 (1 GiB), got {}",
+                self.memory_flows
+            )));
         }
         // A chained pass needs a flow to start from, and a memory sample a batch to walk.
         if !(1..=self.memory_flows).contains(&self.batch) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "batch must be 1 to memory_flows ({}) flows, got {}",
                 self.memory_flows, self.batch
-            ));
+            )));
         }
         // The first turn finds its lines fresh, not in the other core's cache: two turns at
         // least for one cross-core figure.
         if !(2..=10_000_000).contains(&self.turns) {
-            return Err(format!("turns must be 2 to 10000000, got {}", self.turns));
+            return Err(InvalidConfig::new(format!("turns must be 2 to 10000000, got {}", self.turns)));
         }
         if !(1..=1_000_000).contains(&self.memory_samples) {
-            return Err(format!("memory_samples must be 1 to 1000000, got {}", self.memory_samples));
+            return Err(InvalidConfig::new(format!(
+                "memory_samples must be 1 to 1000000, got {}",
+                self.memory_samples
+            )));
         }
         // Chained then batched, each two passes a turn (about 100 ns a packet) and the memory
         // pass, whose table is made and touched (about 1 us a flow in a debug build).
@@ -331,11 +337,11 @@ mod tests {
     fn two_cores_must_be_distinct() {
         let mut config = ColdConfig::preset(true);
         config.cores = [0, 0];
-        assert!(config.plan().unwrap_err().contains("two distinct cores"));
+        assert!(config.plan().unwrap_err().to_string().contains("two distinct cores"));
         // The preset's cores exist only where there are two.
         if kairos_sys::proc::online_cores() >= 2 {
             let config = ColdConfig { turns: 1, ..ColdConfig::preset(true) };
-            assert!(config.plan().unwrap_err().starts_with("turns must be"));
+            assert!(config.plan().unwrap_err().to_string().starts_with("turns must be"));
         }
     }
 }

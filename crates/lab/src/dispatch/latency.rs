@@ -17,7 +17,7 @@ use kairos_metrics::NoiseConfig;
 use serde::Serialize;
 
 use super::{Workload, chart, check_loads, in_range};
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 use crate::plot::{Scales, measured_per_key};
 
 /// What `kairos dispatch latency` runs.
@@ -82,14 +82,16 @@ impl Experiment for LatencyConfig {
     const NAME: &'static str = "dispatch-latency";
     type Summary = LatencySummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         self.workload.check()?;
         in_range("--workers", self.workers, 1, 1000)?;
         in_range("--mean-service-us", self.mean_service_us, 0.1, 100_000.0)?;
         in_range("--requests", self.requests, 1_000, 100_000_000)?;
         check_loads(&self.loads, 1000, "loads")?;
         if self.services.is_empty() {
-            return Err("--services names none: give constant, exponential, bimodal or heavy".into());
+            return Err(InvalidConfig::new(
+                "--services names none: give constant, exponential, bimodal or heavy",
+            ));
         }
         // About 6 us a request in a debug build.
         let points = self.services.len() * self.loads.len() * PolicyKind::ALL.len();
@@ -183,11 +185,14 @@ mod tests {
         let quick = LatencyConfig::preset(true).plan().unwrap();
         assert_eq!(quick.steps, 2 * 4 * 4, "two services, four loads, four policies");
         assert_eq!(LatencyConfig::preset(false).plan().unwrap().steps, 4 * 19 * 4);
-        let e = LatencyConfig { workers: 0, ..LatencyConfig::preset(true) }.plan().unwrap_err();
+        let e = LatencyConfig { workers: 0, ..LatencyConfig::preset(true) }.plan().unwrap_err().to_string();
         assert_eq!(e, "--workers 0 is out of range: 1 to 1000");
-        let e = LatencyConfig { requests: 10, ..LatencyConfig::preset(true) }.plan().unwrap_err();
+        let e = LatencyConfig { requests: 10, ..LatencyConfig::preset(true) }.plan().unwrap_err().to_string();
         assert_eq!(e, "--requests 10 is out of range: 1000 to 100000000");
-        let e = LatencyConfig { services: Vec::new(), ..LatencyConfig::preset(true) }.plan().unwrap_err();
+        let e = LatencyConfig { services: Vec::new(), ..LatencyConfig::preset(true) }
+            .plan()
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("--services"), "{e}");
     }
 }

@@ -31,7 +31,7 @@ use anyhow::Result;
 use kairos_dispatch::latency::{CALIBRATED_COLD_NS, Service};
 use serde::Serialize;
 
-use crate::harness::Run;
+use crate::harness::{InvalidConfig, Run};
 use crate::plot::{Scales, XySeries, xy_chart};
 
 pub mod cold;
@@ -64,7 +64,7 @@ impl Default for Workload {
 
 impl Workload {
     /// The first value out of range, naming its flag.
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvalidConfig> {
         in_range("--flows", self.flows, 1, 10_000_000)?;
         in_range("--zipf", self.zipf, 0.0, 3.0)?;
         in_range("--cold-ns", self.cold_ns, 0.0, 1_000_000.0)
@@ -72,22 +72,22 @@ impl Workload {
 }
 
 /// `--flag V is out of range: LO to HI` unless `value` is in `lo..=hi` (NaN never is).
-fn in_range<T: PartialOrd + Display + Copy>(flag: &str, value: T, lo: T, hi: T) -> Result<(), String> {
+fn in_range<T: PartialOrd + Display + Copy>(flag: &str, value: T, lo: T, hi: T) -> Result<(), InvalidConfig> {
     if (lo..=hi).contains(&value) {
         Ok(())
     } else {
-        Err(format!("{flag} {value} is out of range: {lo} to {hi}"))
+        Err(InvalidConfig::new(format!("{flag} {value} is out of range: {lo} to {hi}")))
     }
 }
 
 /// Refuses an empty list, more than `most` (counted in `unit`s), or a load outside 0.01-0.99
 /// (a simulated queue at full load has no steady state to measure).
-fn check_loads(loads: &[f64], most: usize, unit: &str) -> Result<(), String> {
+fn check_loads(loads: &[f64], most: usize, unit: &str) -> Result<(), InvalidConfig> {
     if loads.is_empty() || loads.len() > most {
-        return Err(format!("--loads takes 1 to {most} {unit}"));
+        return Err(InvalidConfig::new(format!("--loads takes 1 to {most} {unit}")));
     }
     match loads.iter().find(|l| !(0.01..=0.99).contains(*l)) {
-        Some(bad) => Err(format!("--loads: {bad} is out of range: 0.01 to 0.99")),
+        Some(bad) => Err(InvalidConfig::new(format!("--loads: {bad} is out of range: 0.01 to 0.99"))),
         None => Ok(()),
     }
 }
@@ -125,14 +125,17 @@ mod tests {
 
     #[test]
     fn a_value_out_of_range_names_its_flag_and_the_range() {
-        assert_eq!(in_range("--workers", 1, 2, 1000), Err("--workers 1 is out of range: 2 to 1000".into()));
+        assert_eq!(
+            in_range("--workers", 1, 2, 1000),
+            Err(InvalidConfig::new("--workers 1 is out of range: 2 to 1000"))
+        );
         assert!(in_range("--zipf", f64::NAN, 0.0, 3.0).is_err());
         assert_eq!(
             check_loads(&[0.1, 1.5], 100, "phases"),
-            Err("--loads: 1.5 is out of range: 0.01 to 0.99".into())
+            Err(InvalidConfig::new("--loads: 1.5 is out of range: 0.01 to 0.99"))
         );
-        assert_eq!(check_loads(&[], 100, "phases"), Err("--loads takes 1 to 100 phases".into()));
+        assert_eq!(check_loads(&[], 100, "phases"), Err(InvalidConfig::new("--loads takes 1 to 100 phases")));
         let w = Workload { flows: 0, ..Workload::default() };
-        assert_eq!(w.check(), Err("--flows 0 is out of range: 1 to 10000000".into()));
+        assert_eq!(w.check(), Err(InvalidConfig::new("--flows 0 is out of range: 1 to 10000000")));
     }
 }

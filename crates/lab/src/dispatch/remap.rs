@@ -16,7 +16,7 @@ use kairos_metrics::NoiseConfig;
 use serde::Serialize;
 
 use super::in_range;
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 
 /// What `kairos dispatch remap` runs.
 #[derive(Debug, Clone, Serialize)]
@@ -55,7 +55,7 @@ impl Experiment for RemapConfig {
     const NAME: &'static str = "dispatch-remap";
     type Summary = RemapSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         in_range("--workers", self.workers, 2, 1000)?;
         in_range("--flows", self.flows, 1, 10_000_000)?;
         // A policy sees every flow twice a row: about 0.2 us a flow in a debug build.
@@ -122,9 +122,9 @@ mod tests {
     #[test]
     fn workers_and_flows_out_of_range_are_refused_naming_the_flag() {
         assert!(RemapConfig::default().plan().is_ok());
-        let e = RemapConfig { workers: 1, ..RemapConfig::default() }.plan().unwrap_err();
+        let e = RemapConfig { workers: 1, ..RemapConfig::default() }.plan().unwrap_err().to_string();
         assert_eq!(e, "--workers 1 is out of range: 2 to 1000");
-        let e = RemapConfig { flows: 0, ..RemapConfig::default() }.plan().unwrap_err();
+        let e = RemapConfig { flows: 0, ..RemapConfig::default() }.plan().unwrap_err().to_string();
         assert_eq!(e, "--flows 0 is out of range: 1 to 10000000");
     }
 }

@@ -15,7 +15,7 @@ use kairos_metrics::NoiseConfig;
 use serde::Serialize;
 
 use super::{chart, in_range};
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 use crate::plot::{Scales, XySeries};
 
 /// What `kairos dispatch skew` runs.
@@ -106,7 +106,7 @@ impl Experiment for SkewConfig {
     const NAME: &'static str = "dispatch-skew";
     type Summary = SkewSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         in_range("--workers", self.workers, 2, 1000)?;
         in_range("--flows", self.flows, 1, 10_000_000)?;
         in_range("--zipf", self.zipf, 0.0, 3.0)?;
@@ -223,7 +223,7 @@ mod tests {
             ),
         ];
         for (config, why) in bad {
-            assert_eq!(config.plan().unwrap_err(), why);
+            assert_eq!(config.plan().unwrap_err().to_string(), why);
         }
     }
 

@@ -19,7 +19,7 @@ use kairos_metrics::NoiseConfig;
 use serde::Serialize;
 
 use super::{Workload, chart, check_loads, in_range};
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 use crate::plot::{Scales, XySeries};
 
 /// What `kairos dispatch step` runs.
@@ -97,7 +97,7 @@ impl Experiment for StepConfig {
     const NAME: &'static str = "dispatch-step";
     type Summary = StepSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         self.workload.check()?;
         in_range("--workers", self.workers, 2, 1000)?;
         in_range("--park-idle-us", self.park_idle_us, 0.0, 1_000_000.0)?;
@@ -207,11 +207,12 @@ mod tests {
     #[test]
     fn values_out_of_range_are_refused_naming_the_flag() {
         assert_eq!(StepConfig::preset(true).plan().unwrap().steps, 8, "two signals, four policies");
-        let e = StepConfig { loads: vec![0.1, 1.5], ..StepConfig::preset(true) }.plan().unwrap_err();
+        let e =
+            StepConfig { loads: vec![0.1, 1.5], ..StepConfig::preset(true) }.plan().unwrap_err().to_string();
         assert_eq!(e, "--loads: 1.5 is out of range: 0.01 to 0.99");
-        let e = StepConfig { loads: Vec::new(), ..StepConfig::preset(true) }.plan().unwrap_err();
+        let e = StepConfig { loads: Vec::new(), ..StepConfig::preset(true) }.plan().unwrap_err().to_string();
         assert_eq!(e, "--loads takes 1 to 100 phases");
-        let e = StepConfig { phase_ms: 0.5, ..StepConfig::preset(true) }.plan().unwrap_err();
+        let e = StepConfig { phase_ms: 0.5, ..StepConfig::preset(true) }.plan().unwrap_err().to_string();
         assert_eq!(e, "--phase-ms 0.5 is out of range: 1 to 10000");
     }
 }

@@ -35,7 +35,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 
 /// Packets between two looks at the clock (and at held packets).
 const CHECK_EVERY: u64 = 64;
@@ -45,19 +45,21 @@ const TRACE: usize = 1 << 20;
 /// One run's settings.
 #[derive(Debug, Clone, Serialize)]
 pub struct ThreadsConfig {
-    /// Packets a row.
+    /// Packets a row, 1000 to 10000000000.
     pub packets: u64,
-    /// Worker threads, 2 or more (one stays while the others take turns leaving).
+    /// Worker threads, 2 to 64 (one stays while the others take turns leaving).
     pub workers: usize,
-    /// Flows (rows of state).
+    /// Flows (rows of state), 1 to 10000000.
     pub flows: usize,
-    /// The flows' Zipf exponent (0: uniform).
+    /// The flows' Zipf exponent, 0 (uniform) to 3.
     pub zipf: f64,
-    /// Wall-clock time between two changes of workers, ms.
+    /// Wall-clock time between two changes of workers, ms (0.01 to 10000).
     pub change_ms: f64,
-    /// The policies, each run with the hand-off; `hash-mod` and `kairos` also without it.
+    /// The policies, each run with the hand-off; `hash-mod` and `kairos` also without it (at
+    /// least one).
     pub policies: Vec<PolicyKind>,
-    /// The dispatcher's core and the workers' (dealt round-robin); empty: none pinned.
+    /// The dispatcher's core and the workers' (dealt round-robin), each online here; empty:
+    /// none pinned.
     pub cores: Vec<usize>,
     /// The trace's seed.
     pub seed: u64,
@@ -144,30 +146,39 @@ impl Experiment for ThreadsConfig {
     const NAME: &'static str = "dispatch-threads";
     type Summary = ThreadsSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         if !(1_000..=10_000_000_000).contains(&self.packets) {
-            return Err(format!("--packets {} is out of range: 1000 to 10000000000", self.packets));
+            return Err(InvalidConfig::new(format!(
+                "--packets {} is out of range: 1000 to 10000000000",
+                self.packets
+            )));
         }
         if !(2..=64).contains(&self.workers) {
-            return Err(format!("--workers {} is out of range: 2 to 64", self.workers));
+            return Err(InvalidConfig::new(format!("--workers {} is out of range: 2 to 64", self.workers)));
         }
         if !(1..=10_000_000).contains(&self.flows) {
-            return Err(format!("--flows {} is out of range: 1 to 10000000", self.flows));
+            return Err(InvalidConfig::new(format!("--flows {} is out of range: 1 to 10000000", self.flows)));
         }
         if !(0.0..=3.0).contains(&self.zipf) {
-            return Err(format!("--zipf {} is out of range: 0 to 3", self.zipf));
+            return Err(InvalidConfig::new(format!("--zipf {} is out of range: 0 to 3", self.zipf)));
         }
         if !(0.01..=10_000.0).contains(&self.change_ms) {
-            return Err(format!("--change-ms {} is out of range: 0.01 to 10000", self.change_ms));
+            return Err(InvalidConfig::new(format!(
+                "--change-ms {} is out of range: 0.01 to 10000",
+                self.change_ms
+            )));
         }
         if self.policies.is_empty() {
-            return Err(
-                "--policies names none: give at least one of hash-mod, calisto, caladan, kairos".into()
-            );
+            return Err(InvalidConfig::new(
+                "--policies names none: give at least one of hash-mod, calisto, caladan, kairos",
+            ));
         }
         let online = kairos_sys::proc::online_cores();
         if let Some(c) = self.cores.iter().find(|&&c| c >= online) {
-            return Err(format!("--cores {c}: this machine's online cores are 0 to {}", online - 1));
+            return Err(InvalidConfig::new(format!(
+                "--cores {c}: this machine's online cores are 0 to {}",
+                online - 1
+            )));
         }
         // About 10 us a packet in a debug build on two shared cores, where the load-aware rows
         // (buckets moved at every change) run slowest; a release build is tens of times faster.
@@ -372,13 +383,13 @@ mod tests {
     #[test]
     fn settings_out_of_range_are_refused_naming_the_flag() {
         assert!(small().plan().is_ok());
-        let e = ThreadsConfig { workers: 1, ..small() }.plan().unwrap_err();
+        let e = ThreadsConfig { workers: 1, ..small() }.plan().unwrap_err().to_string();
         assert!(e.starts_with("--workers 1"), "{e}");
-        let e = ThreadsConfig { policies: Vec::new(), ..small() }.plan().unwrap_err();
+        let e = ThreadsConfig { policies: Vec::new(), ..small() }.plan().unwrap_err().to_string();
         assert!(e.starts_with("--policies"), "{e}");
-        let e = ThreadsConfig { cores: vec![4096], ..small() }.plan().unwrap_err();
+        let e = ThreadsConfig { cores: vec![4096], ..small() }.plan().unwrap_err().to_string();
         assert!(e.starts_with("--cores 4096"), "{e}");
-        let e = ThreadsConfig { zipf: 4.0, ..small() }.plan().unwrap_err();
+        let e = ThreadsConfig { zipf: 4.0, ..small() }.plan().unwrap_err().to_string();
         assert!(e.starts_with("--zipf 4"), "{e}");
     }
 

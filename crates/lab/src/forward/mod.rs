@@ -51,11 +51,15 @@ pub use kairos_forward::{
 };
 use kairos_sys::stoppable_thread::panic_message;
 
+use crate::harness::InvalidConfig;
+
 /// The transport between the source and the forwarder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Backend {
+    /// In-process rings between the threads: no kernel, no root.
     Memory,
+    /// UDP sockets across two network namespaces joined by a veth pair (root).
     Udp,
     /// The forwarder on memory-mapped `AF_PACKET` rings on its unclaimed veth end (the sender and
     /// receiver on UDP sockets), as `dpdk-testpmd`'s `af_packet` PMD takes it.
@@ -72,14 +76,19 @@ impl fmt::Display for Backend {
     }
 }
 
+/// A backend name that is none of `memory`, `udp` and `packet`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend '{0}' (use memory, udp or packet)")]
+pub struct UnknownBackend(pub String);
+
 impl FromStr for Backend {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownBackend;
+    fn from_str(s: &str) -> Result<Self, UnknownBackend> {
         match s {
             "memory" => Ok(Backend::Memory),
             "udp" => Ok(Backend::Udp),
             "packet" => Ok(Backend::Packet),
-            other => Err(format!("unknown backend '{other}' (use memory, udp or packet)")),
+            other => Err(UnknownBackend(other.to_string())),
         }
     }
 }
@@ -87,22 +96,29 @@ impl FromStr for Backend {
 /// One run's configuration.
 #[derive(Debug, Clone, Serialize)]
 pub struct ForwardConfig {
+    /// The transport between the source and the forwarder (udp and packet need root).
     pub backend: Backend,
     /// `None`: the baseline, no FIB.
     #[serde(serialize_with = "fib_name")]
     pub fib: Option<FibKind>,
     /// Reclamation of the RCU FIB (`direct`: the source's synchronous mode).
     pub rcu_policy: &'static str,
+    /// The forwarder's own settings: threading, rings and their policies, control, flush,
+    /// pinning and priority (checked against the trace's users by [`ForwardConfig::check`]).
     pub forwarder: ForwarderConfig,
-    /// Sender burst B.
+    /// Sender burst B, packets per call (1 to the port's largest burst).
     pub source_burst: usize,
-    /// Packets per second offered; `None` for as fast as possible.
+    /// Packets per second offered, 1 to [`MAX_RATE_PPS`]; `None` for as fast as the
+    /// forwarder takes them.
     pub rate_pps: Option<f64>,
     /// Let the sender adapt its rate to the measured age (overrides `rate_pps`).
     pub age_control: Option<source::AgeControl>,
-    /// Size of each in-memory link's ring (the NIC rings; the source's TX ring is 64).
+    /// Size of each in-memory link's ring, packets (the NIC rings; the source's TX ring is 64).
     pub link_ring: usize,
+    /// How long the sender waits, after its last send, for packets still in flight, ns (at
+    /// most [`MAX_DRAIN_NS`]; the wait ends early when every data packet came back).
     pub drain_ns: u64,
+    /// The row's name in the table (empty: the FIB, ring policy and ring size).
     pub label: String,
     /// Run a peer forwarder in place of Kairos's (the UDP backend, no FIB).
     pub peer: Option<Peer>,
@@ -122,6 +138,7 @@ pub struct ForwardConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Peer {
+    /// DPDK's `dpdk-testpmd` in `io` forwarding mode on its `af_packet` driver.
     DpdkTestpmd,
 }
 
@@ -148,37 +165,66 @@ impl Default for ForwardConfig {
 /// One run's results.
 #[derive(Debug, Clone, Serialize)]
 pub struct Row {
+    /// The configuration's label ([`ForwardConfig::label`]).
     pub label: String,
+    /// The transport run.
     pub backend: Backend,
+    /// The FIB's name (`rcu`, `rwlock`, `seqlock`, `papaya`, `none`) or the peer forwarder's.
     pub fib: &'static str,
+    /// The data ring's policy (`drop-newest`, `drop-oldest`, `keep-latest`).
     pub ring_policy: &'static str,
+    /// The data ring's size, packets.
     pub ring_size: usize,
+    /// Where control packets are applied: a thread of their own, or inline.
     pub control: ControlMode,
+    /// Pipeline or run-to-completion.
     pub threading: Threading,
+    /// When the data thread flushes its batch: `count` or `age`.
     pub flush: &'static str,
+    /// The trace's control/data ratio.
     pub cdr: f64,
+    /// The trace's users.
     pub users: u32,
+    /// The rate offered, packets per second: the configured one, the age controller's
+    /// settled rate (the mean of its last quarter of steps), or 0 when unlimited.
     pub rate_pps: f64,
+    /// The rate the sender achieved, packets per second.
     pub sent_pps: f64,
+    /// The app-update age: the mean over users of each one's time-average age, ns.
     pub avg_age_ns: f64,
+    /// The mean over users of each one's mean peak age, ns.
     pub peak_age_ns: f64,
+    /// Data packets the data ring (or policy) discarded: full-ring drops and replacements.
     pub data_drops: u64,
     /// Of `data_drops`, packets replaced by a newer one of the same user before they left
     /// (`keep-latest`): superseded, not lost, as that newer packet carries the user's news.
     pub data_replaced: u64,
+    /// Control packets the control ring dropped (0 with inline control).
     pub ctrl_drops: u64,
+    /// Data packets received that the FIB addressed with an entry older than their user's
+    /// last control packet sent before them: received, but they do not lower the age.
     pub misaddressed: u64,
+    /// Distinct data packets received back.
     pub received: u64,
+    /// Packets sent, control and data.
     pub sent: u64,
+    /// The sender's mean packets per `tx_burst` that took any.
     pub avg_batch: f64,
+    /// The forwarder's mean packets per TX call that sent any.
     pub fwd_avg_batch: f64,
+    /// Location-update age at the FIB: the mean over users of the time-average of now less
+    /// the stamp of the published entry, ns.
     pub fib_age_ns: f64,
+    /// Packets the forwarder's TX port refused.
     pub tx_drops: u64,
+    /// Packets the forwarder dropped for an empty buffer pool.
     pub pool_drops: u64,
+    /// The mean time from send to receive back of the data packets received correctly, ns.
     pub mean_latency_ns: f64,
     /// The median and 99th percentile of the same latencies, ns: the median is the path's
     /// floor, which the stalls that make the mean leave alone.
     pub p50_latency_ns: u64,
+    /// The 99th percentile of the same latencies, ns.
     pub p99_latency_ns: u64,
     /// Whether idle cores polled during the run instead of entering idle states
     /// ([`ForwardConfig::poll_idle_cores`], held; false when not asked or refused).
@@ -499,40 +545,41 @@ impl ForwardConfig {
 
     /// Checks the run against `trace` before anything starts; the error says what is wrong, the
     /// limit and why.
-    pub fn check(&self, trace: &Trace) -> Result<(), String> {
-        self.forwarder.check(trace.users).map_err(|e| e.to_string())?;
+    pub fn check(&self, trace: &Trace) -> Result<(), InvalidConfig> {
+        self.forwarder.check(trace.users).map_err(|e| InvalidConfig::new(e.to_string()))?;
         if let Some(core) = self.source_core {
-            kairos_forward::config::check_online_core(core, "the sender's").map_err(|e| e.to_string())?;
+            kairos_forward::config::check_online_core(core, "the sender's")
+                .map_err(|e| InvalidConfig::new(e.to_string()))?;
             if self.forwarder_core() == Some(core) {
-                return Err(format!(
+                return Err(InvalidConfig::new(format!(
                     "the sender's core {core} is the forwarder's: give them different cores (or leave --source-core out), else they take turns on one"
-                ));
+                )));
             }
         }
         if !trace.rows.iter().any(|r| !r.control) {
-            return Err("the trace has no data rows, so there is no age to measure".into());
+            return Err(InvalidConfig::new("the trace has no data rows, so there is no age to measure"));
         }
         let max_burst = kairos_io::udp::MAX_BURST;
         if !(1..=max_burst).contains(&self.source_burst) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "the sender's burst must be 1 to {max_burst}, got {} (a port moves at most {max_burst} packets per call)",
                 self.source_burst
-            ));
+            )));
         }
         if !(1..=kairos_forward::config::MAX_RING).contains(&self.link_ring) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "the link ring must hold 1 to {} packets, got {}",
                 kairos_forward::config::MAX_RING,
                 self.link_ring
-            ));
+            )));
         }
         if let Some(r) = self.rate_pps
             && !(r.is_finite() && (1.0..=MAX_RATE_PPS).contains(&r))
         {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "the rate must be 1 to {MAX_RATE_PPS:.0} packets per second, got {} (omit it to send as fast as the forwarder takes packets)",
                 shown(r)
-            ));
+            )));
         }
         if let Some(c) = self.age_control
             && !(c.min_pps >= 1.0
@@ -543,25 +590,24 @@ impl ForwardConfig {
                 && c.step < 1.0
                 && c.window_ns > 0)
         {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "age control needs 1 <= min <= initial <= max <= {MAX_RATE_PPS:.0} packets per second, a step in (0, 1) and a positive window"
-            ));
+            )));
         }
         if self.drain_ns > MAX_DRAIN_NS {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "the drain wait must be at most {MAX_DRAIN_NS} ns (10 s), got {}",
                 self.drain_ns
-            ));
+            )));
         }
         if let Some(Peer::DpdkTestpmd) = self.peer
             && (self.backend == Backend::Memory || self.fib.is_some())
         {
-            return Err(
-                "the dpdk-testpmd peer runs across the namespaces without a FIB (--backend udp or packet)"
-                    .into(),
-            );
+            return Err(InvalidConfig::new(
+                "the dpdk-testpmd peer runs across the namespaces without a FIB (--backend udp or packet)",
+            ));
         }
-        rcu_policy(self.rcu_policy).map_err(|e| e.to_string())?;
+        rcu_policy(self.rcu_policy).map_err(|e| InvalidConfig::new(e.to_string()))?;
         Ok(())
     }
 }
@@ -578,7 +624,7 @@ pub fn run_once(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
 
 /// One run of `trace` under `config`, reporting the rows sent to `tick` as it goes.
 pub fn run_once_watched(config: &ForwardConfig, trace: &Trace, tick: &dyn Fn(usize)) -> Result<Row> {
-    config.check(trace).map_err(anyhow::Error::msg)?;
+    config.check(trace)?;
     // Refused without root: the run goes on with idle states, and its row says so.
     let idle = config.poll_idle_cores.then(NoIdleStates::request).and_then(Result::ok);
     let mut row = run_checked(config, trace, tick)?;
@@ -628,6 +674,7 @@ pub fn row_line(r: &Row) -> String {
     )
 }
 
+/// The column headings of [`row_line`].
 pub fn row_header() -> String {
     format!(
         "{:<28} {:>7} {:>10} {:>10} {:>11} {:>10} {:>9} {:>8} {:>8} {:>9} {:>6} {:>9} {:>8}",
@@ -685,19 +732,19 @@ impl crate::harness::Experiment for ForwardRun {
         Some(kairos_metrics::NoiseConfig::around_only())
     }
 
-    fn plan(&self) -> Result<crate::harness::Plan, String> {
+    fn plan(&self) -> Result<crate::harness::Plan, InvalidConfig> {
         self.config.check(&self.trace)?;
         if self.config.backend != Backend::Memory && !kairos_sys::user::is_root() {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--backend {} needs root (it makes two network namespaces); run as root or use --backend memory",
                 self.config.backend
-            ));
+            )));
         }
         if self.config.forwarder.fifo_priority > 0 && !kairos_sys::user::is_root() {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--priority {} needs SCHED_FIFO, which only root may set here (run as root, or leave --priority at 0)",
                 self.config.forwarder.fifo_priority
-            ));
+            )));
         }
         let rate = match self.config.age_control {
             Some(c) => c.initial_pps,

@@ -39,9 +39,13 @@ pub struct Testpmd {
 /// What testpmd counted, from the statistics it prints on exit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TestpmdStats {
+    /// Packets its ports received (`RX-packets`, all ports).
     pub rx_packets: u64,
+    /// Packets its ports dropped on receive, for want of a descriptor or a buffer (`RX-dropped`).
     pub rx_dropped: u64,
+    /// Packets its ports sent (`TX-packets`).
     pub tx_packets: u64,
+    /// Packets it could not send (`TX-dropped`: the transmit ring was full).
     pub tx_dropped: u64,
 }
 

@@ -39,7 +39,7 @@ use kairos_fib::FibKind;
 use serde::Serialize;
 
 use super::{Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, Row, Threading, run_once};
-use crate::harness::{self, Experiment, Plan, Run, RunInfo};
+use crate::harness::{self, Experiment, InvalidConfig, Plan, Run, RunInfo};
 use crate::output::RunDir;
 use crate::plot::{Scales, XySeries, measured_per_key, xy_chart};
 use kairos_aoi::closed_form::zipf_user_avg;
@@ -49,22 +49,31 @@ use kairos_forward::trace::Trace;
 /// The grid.
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepConfig {
+    /// The backends the whole grid runs on, in turn (at least one; udp and packet need root).
     pub backends: Vec<Backend>,
-    /// Trace rows per run.
+    /// Trace rows per run ([`MIN_PACKETS`] to the trace's maximum).
     pub packets: usize,
+    /// Users of the routing grid's traces (the baseline's have one).
     pub users: u32,
+    /// Control/data ratios of the routing grid; must include 0.01 and 0.1, which the
+    /// maximum-rate search and the variants use.
     pub cdrs: Vec<f64>,
+    /// Offered rates, as fractions of the backend's maximum rate, each in (0, 10]: above 1 is
+    /// overload.
     pub rate_fractions: Vec<f64>,
     /// CDRs of the update-rate sweep.
     pub crossover_cdrs: Vec<f64>,
     /// Rate (fraction of the maximum) of the update-rate sweep.
     pub crossover_fraction: f64,
-    /// Interleaved runs of each one-user configuration; the median (by average age) is kept.
+    /// Interleaved runs of each one-user configuration (1 to 20); the median (by average age)
+    /// is kept.
     pub repetitions: usize,
+    /// The traces' seed: the same seed draws the same traces.
     pub seed: u64,
 }
 
 impl SweepConfig {
+    /// The quick preset: the memory backend, 200,000 rows a run, five rates, three repetitions.
     pub fn quick() -> Self {
         Self {
             backends: vec![Backend::Memory],
@@ -79,6 +88,8 @@ impl SweepConfig {
         }
     }
 
+    /// The full preset: 400,000 rows a run, ten rates, seven update-rate CDRs, five
+    /// repetitions.
     pub fn full() -> Self {
         Self {
             packets: 400_000,
@@ -89,6 +100,7 @@ impl SweepConfig {
         }
     }
 
+    /// [`SweepConfig::quick`] or [`SweepConfig::full`].
     pub fn preset(quick: bool) -> Self {
         if quick { Self::quick() } else { Self::full() }
     }
@@ -97,9 +109,12 @@ impl SweepConfig {
 /// A row with the part of the grid it belongs to.
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepRow {
+    /// The part of the grid: `max-rate`, `baseline`, `peer-baseline`, `routing`,
+    /// `update-rate`, `beyond`, `beyond-baseline` or `age-control`.
     pub experiment: &'static str,
     /// Offered rate as a fraction of the backend's maximum.
     pub load: f64,
+    /// The run's row (its fields flattened into this one's in the JSON).
     #[serde(flatten)]
     pub row: Row,
     /// Of a row kept as the median of interleaved runs, the least average age any of them had,
@@ -108,10 +123,14 @@ pub struct SweepRow {
     pub least_avg_age_ns: Option<f64>,
 }
 
+/// One user's age at the highest sustainable rate (RW lock, CDR 0.1), beside the Zipf oracle.
 #[derive(Debug, Clone, Serialize)]
 pub struct PerUser {
+    /// The user's Zipf rank, from 1 (the most packets).
     pub rank: usize,
+    /// Its measured time-average age, ns.
     pub avg_age_ns: f64,
+    /// The oracle's age for it, `S + (1/R)(1/p_i - 1/2)`, ns.
     pub oracle_ns: f64,
 }
 
@@ -120,10 +139,15 @@ pub struct PerUser {
 pub struct Best {
     /// `one user` (the baseline grid) or `cdr 0.1` (the routing grid).
     pub grid: &'static str,
+    /// The backend.
     pub backend: Backend,
+    /// The offered rate, as a fraction of the backend's maximum.
     pub load: f64,
+    /// The freshest configuration's label.
     pub best: String,
+    /// Its average age, ns.
     pub best_age_ns: f64,
+    /// The source's configuration's average age at the same rate, ns.
     pub source_age_ns: f64,
     /// `source_age_ns / best_age_ns`.
     pub gain: f64,
@@ -132,21 +156,32 @@ pub struct Best {
 /// A check computed from the rows.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
+    /// What is checked, in a few words.
     pub name: String,
+    /// Whether it held.
     pub held: bool,
     /// Whether the check is a claim docs/forwarding.md makes, so a test run fails when it does not
     /// hold; the others are observations, reported either way.
     pub claim: bool,
+    /// The figures it was decided on.
     pub detail: String,
 }
 
+/// What `kairos sweep` found (`summary.json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct SweepSummary {
+    /// The grid run.
     pub config: SweepConfig,
+    /// The maximum rate found, packets per second, by backend (`udp`), with the baseline's
+    /// (`udp-baseline`) and the peer forwarder's (`udp-peer`) where they ran.
     pub max_rate_pps: BTreeMap<String, f64>,
+    /// Every run, kept medians for repeated configurations.
     pub rows: Vec<SweepRow>,
+    /// Per-user age against the oracle at the highest sustainable rate.
     pub per_user: Vec<PerUser>,
+    /// The freshest configuration at each rate, per grid and backend.
     pub best_per_rate: Vec<Best>,
+    /// What the rows show, claim by claim.
     pub checks: Vec<Check>,
     /// Whether the peer forwarder (dpdk-testpmd) ran, or why not.
     pub peer: String,
@@ -294,36 +329,38 @@ impl SweepConfig {
         self.backends.iter().map(per_backend).sum()
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> Result<(), InvalidConfig> {
         if self.backends.is_empty() {
-            return Err("--backend needs at least one of memory, udp, packet".into());
+            return Err(InvalidConfig::new("--backend needs at least one of memory, udp, packet"));
         }
         if let Some(b) = self.backends.iter().find(|b| **b != Backend::Memory)
             && !kairos_sys::user::is_root()
         {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--backend {b} needs root (it makes two network namespaces); run as root or use --backend memory"
-            ));
+            )));
         }
         if !(MIN_PACKETS..=kairos_forward::trace::MAX_ROWS).contains(&self.packets) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--packets must be {MIN_PACKETS} to {}, got {} (a run needs enough updates per user to measure an age)",
                 kairos_forward::trace::MAX_ROWS,
                 self.packets
-            ));
+            )));
         }
         for needed in ["0.01", "0.1"] {
             if !self.cdrs.iter().any(|c| format!("{c}") == needed) {
-                return Err(format!(
+                return Err(InvalidConfig::new(format!(
                     "the sweep's CDRs must include {needed} (its maximum-rate search and variants use it)"
-                ));
+                )));
             }
         }
         if !(1..=20).contains(&self.repetitions) {
-            return Err(format!("repetitions must be 1 to 20, got {}", self.repetitions));
+            return Err(InvalidConfig::new(format!("repetitions must be 1 to 20, got {}", self.repetitions)));
         }
         if self.rate_fractions.iter().any(|f| !(f.is_finite() && *f > 0.0 && *f <= 10.0)) {
-            return Err("rate fractions must be in (0, 10] (fractions of the maximum rate)".into());
+            return Err(InvalidConfig::new(
+                "rate fractions must be in (0, 10] (fractions of the maximum rate)",
+            ));
         }
         Ok(())
     }
@@ -342,7 +379,7 @@ impl Experiment for SweepConfig {
         Some(kairos_metrics::NoiseConfig::around_only())
     }
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         self.check()?;
         // Measured here (2 cores): a step of the quick sweep in memory (200,000 packets, the
         // median of three runs for the one-user rows) takes about 1.4 s (169 steps in 4 min);

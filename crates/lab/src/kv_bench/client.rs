@@ -30,7 +30,7 @@ use kairos_metrics::latency::LatencyRecorder;
 use kairos_sys::net::poll::PollSet;
 use serde::Serialize;
 
-use super::grpc::{self, Call, Http2Error};
+use super::grpc::{self, Call, GrpcError, Http2Error};
 use kairos_kv::resp::client::{Reply, parse_reply, write_request};
 
 /// Keys each client cycles through.
@@ -70,8 +70,28 @@ impl Op {
     }
 }
 
+/// Why a request failed. A client counts it, keeps the first one's text for the report, and
+/// goes on (on a new connection where the old one failed).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// A RESP server answered something other than success.
+    #[error("{request} answered {answer}")]
+    Refused {
+        /// What was asked: `SET`, `GET`, or `SET + WAIT`.
+        request: &'static str,
+        /// The answer as parsed (both answers for `SET + WAIT`).
+        answer: String,
+    },
+    /// An etcd call failed, its connection still usable.
+    #[error(transparent)]
+    Grpc(#[from] GrpcError),
+    /// The connection failed: a send or receive, the timeout, or bytes that are no answer.
+    #[error("{0}")]
+    Connection(io::Error),
+}
+
 /// What an answer said: done, or why not.
-pub type Outcome = Result<(), String>;
+pub type Outcome = Result<(), RequestError>;
 
 /// A protocol's requests and answers, without the socket.
 pub trait Wire: Send {
@@ -119,19 +139,26 @@ impl Wire for RespWire {
                 buf.drain(..used + more);
                 match (&first, &second) {
                     (set, Reply::Integer(n)) if set.is_ok() && *n >= 1 => Ok(()),
-                    _ => Err(format!("SET + WAIT answered {first:?}, {second:?}")),
+                    _ => Err(RequestError::Refused {
+                        request: "SET + WAIT",
+                        answer: format!("{first:?}, {second:?}"),
+                    }),
                 }
             }
             (Op::Write, false) => {
                 buf.drain(..used);
-                if first.is_ok() { Ok(()) } else { Err(format!("SET answered {first:?}")) }
+                if first.is_ok() {
+                    Ok(())
+                } else {
+                    Err(RequestError::Refused { request: "SET", answer: format!("{first:?}") })
+                }
             }
             (Op::Read, _) => {
                 buf.drain(..used);
                 if matches!(first, Reply::Bulk(_) | Reply::NullBulk) {
                     Ok(())
                 } else {
-                    Err(format!("GET answered {first:?}"))
+                    Err(RequestError::Refused { request: "GET", answer: format!("{first:?}") })
                 }
             }
         };
@@ -153,10 +180,11 @@ impl Wire for EtcdWire {
     }
 
     fn answer(&mut self, buf: &mut Vec<u8>) -> io::Result<Option<Outcome>> {
-        self.session.answer(buf).map_err(|e| match e {
+        let answer = self.session.answer(buf).map_err(|e| match e {
             Http2Error::GoAway { .. } => io::Error::new(io::ErrorKind::ConnectionAborted, e.to_string()),
             _ => invalid(e),
-        })
+        })?;
+        Ok(answer.map(|outcome| outcome.map_err(RequestError::Grpc)))
     }
 
     fn continue_request(&mut self, out: &mut Vec<u8>) {
@@ -240,12 +268,12 @@ impl Conn {
 
     /// Does `op` and waits for its answer.
     pub fn execute(&mut self, op: Op, key: &[u8], value: &[u8]) -> Outcome {
-        self.send(op, key, value).map_err(|e| e.to_string())?;
+        self.send(op, key, value).map_err(RequestError::Connection)?;
         loop {
             match self.receive() {
                 Ok(Some(outcome)) => return outcome,
                 Ok(None) => {}
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(RequestError::Connection(e)),
             }
         }
     }
@@ -475,7 +503,7 @@ fn load_thread(
                         Ok(()) => {}
                         Err(why) => {
                             tally.errors += 1;
-                            tally.first_error.get_or_insert(why);
+                            tally.first_error.get_or_insert_with(|| why.to_string());
                         }
                     }
                     if answered < end && client.send(settings.op).is_err() {
@@ -534,19 +562,20 @@ mod tests {
         let mut conn = connect(Protocol::Etcd, running.client_addr(0), Duration::from_secs(5)).unwrap();
         for i in 0..3_000 {
             let key = format!("k:{}", i % 100);
-            assert_eq!(conn.execute(Op::Write, key.as_bytes(), b"a sixteen-byte v"), Ok(()), "put {i}");
-            assert_eq!(conn.execute(Op::Read, key.as_bytes(), b""), Ok(()), "range {i}");
+            conn.execute(Op::Write, key.as_bytes(), b"a sixteen-byte v")
+                .unwrap_or_else(|e| panic!("put {i}: {e}"));
+            conn.execute(Op::Read, key.as_bytes(), b"").unwrap_or_else(|e| panic!("range {i}: {e}"));
         }
-        assert_eq!(conn.execute(Op::Read, b"never written", b""), Ok(()));
+        conn.execute(Op::Read, b"never written", b"").unwrap();
         for len in [65_536, 300_000] {
             let value = vec![b'v'; len];
-            assert_eq!(conn.execute(Op::Write, b"large", &value), Ok(()), "a put of {len} bytes");
-            assert_eq!(conn.execute(Op::Read, b"large", b""), Ok(()), "a range of {len} bytes");
+            conn.execute(Op::Write, b"large", &value).unwrap_or_else(|e| panic!("a put of {len} bytes: {e}"));
+            conn.execute(Op::Read, b"large", b"").unwrap_or_else(|e| panic!("a range of {len} bytes: {e}"));
         }
         // etcd refuses an empty key with a status in its trailers; the connection goes on.
         let refused = conn.execute(Op::Write, b"", b"v");
-        assert!(refused.as_ref().is_err_and(|e| e.contains("without a message")), "{refused:?}");
-        assert_eq!(conn.execute(Op::Read, b"large", b""), Ok(()));
+        assert!(matches!(refused, Err(RequestError::Grpc(GrpcError::NoMessage(_)))), "{refused:?}");
+        conn.execute(Op::Read, b"large", b"").unwrap();
         drop(running);
         let _ = std::fs::remove_dir_all(&base);
     }

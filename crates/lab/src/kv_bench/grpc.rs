@@ -11,6 +11,8 @@
 //! opened its window. The frame parser refuses (with an [`Http2Error`]) what it cannot take,
 //! frames longer than [`MAX_FRAME`] and messages longer than [`MAX_MESSAGE`] among them, and
 //! never panics (the `grpc_frames` fuzz target).
+//! A call the server answered but did not carry out says why with a [`GrpcError`]; the
+//! connection goes on.
 //!
 //! What it implements: the connection preface and a SETTINGS frame (push off, a stream window
 //! past the largest message, so that no answer waits on a stream's window), acknowledgements of
@@ -140,8 +142,32 @@ pub fn error_code(code: u32) -> String {
     }
 }
 
+/// Why a call failed, its connection still usable: what the server answered instead of one
+/// gRPC message. Each names the call's method path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrpcError {
+    /// The server reset the call's stream (RST_STREAM) with this error code.
+    #[error("{path}: the server reset the stream ({})", error_code(*.code))]
+    Reset {
+        /// The call's method path.
+        path: &'static str,
+        /// The RST_STREAM's error code (RFC 9113, 7).
+        code: u32,
+    },
+    /// The stream ended with no message: a unary call that fails ends with trailers only, its
+    /// gRPC status in them.
+    #[error("{0} answered without a message (a gRPC error in its trailers)")]
+    NoMessage(&'static str),
+    /// The stream ended before the message was whole.
+    #[error("{0}: the stream ended inside the message")]
+    Truncated(&'static str),
+    /// More bytes came than one message holds: a unary call answers one.
+    #[error("{0} answered more than one message")]
+    ExtraMessage(&'static str),
+}
+
 /// What a call's answer said: done, or why not.
-pub type Outcome = Result<(), String>;
+pub type Outcome = Result<(), GrpcError>;
 
 /// One unary call of etcd's KV service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -455,10 +481,7 @@ impl Session {
                 }
                 let path = self.path;
                 self.finish_call();
-                Ok(Some(Err(format!(
-                    "{path}: the server reset the stream ({})",
-                    error_code(u32_at(payload, 0))
-                ))))
+                Ok(Some(Err(GrpcError::Reset { path, code: u32_at(payload, 0) })))
             }
             frame::SETTINGS => {
                 if stream != 0 {
@@ -571,7 +594,7 @@ impl Session {
         let (path, received) = (self.path, self.received);
         self.finish_call();
         if received == 0 {
-            return Err(format!("{path} answered without a message (a gRPC error in its trailers)"));
+            return Err(GrpcError::NoMessage(path));
         }
         let whole = if received >= MESSAGE_PREFIX {
             MESSAGE_PREFIX + u32_at(&self.prefix, 1) as usize
@@ -580,8 +603,8 @@ impl Session {
         };
         match received.cmp(&whole) {
             std::cmp::Ordering::Equal => Ok(()),
-            std::cmp::Ordering::Less => Err(format!("{path}: the stream ended inside the message")),
-            std::cmp::Ordering::Greater => Err(format!("{path} answered more than one message")),
+            std::cmp::Ordering::Less => Err(GrpcError::Truncated(path)),
+            std::cmp::Ordering::Greater => Err(GrpcError::ExtraMessage(path)),
         }
     }
 
@@ -784,9 +807,10 @@ mod tests {
         assert!(buf.is_empty());
         buf.extend(frame_bytes(frame::RST_STREAM, 0, 1, &[0, 0, 0, 8]));
         let outcome = s.answer(&mut buf).unwrap().unwrap();
+        assert_eq!(outcome, Err(GrpcError::Reset { path: "/etcdserverpb.KV/Put", code: 8 }));
         assert_eq!(
-            outcome,
-            Err("/etcdserverpb.KV/Put: the server reset the stream (error code 8 CANCEL)".into())
+            outcome.unwrap_err().to_string(),
+            "/etcdserverpb.KV/Put: the server reset the stream (error code 8 CANCEL)"
         );
         // The stream's later frames belong to no call.
         buf.extend(answer_frames(1, &grpc_message(3)));
@@ -809,7 +833,10 @@ mod tests {
             let mut s = session();
             s.request(Call::Range { key: b"k" }, &mut Vec::new());
             let outcome = s.answer(&mut bytes.clone()).unwrap().unwrap();
-            assert!(outcome.as_ref().is_err_and(|e| e.contains(says)), "{outcome:?}, not {says:?}");
+            assert!(
+                outcome.as_ref().is_err_and(|e| e.to_string().contains(says)),
+                "{outcome:?}, not {says:?}"
+            );
         }
         // An empty message is a whole one (an answer whose fields are all at their defaults).
         let mut s = session();

@@ -63,7 +63,7 @@ use self::client::{Op, PointSettings};
 use self::failover::{Quantiles, Trial};
 use self::rounds::{Ranges, RunFigures};
 use self::systems::{DataDir, Env, Fsync, Running, Setup, Storage, SystemKind};
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 
 /// Clients of the redis-benchmark run (its default).
 pub const BENCHMARK_CLIENTS: usize = 50;
@@ -79,42 +79,44 @@ pub const MIN_RUNS: usize = 3;
 /// What `kv bench` runs.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchConfig {
-    /// The systems, in order.
+    /// The systems, in order (at least one).
     pub systems: Vec<SystemKind>,
-    /// Kairos cluster sizes.
+    /// Kairos cluster sizes, members (each 1 to 7).
     pub kairos_members: Vec<usize>,
-    /// Kairos fsync settings.
+    /// Kairos fsync settings (at least one when kairos runs).
     pub kairos_fsync: Vec<Fsync>,
     /// Where etcd's data goes (tmpfs; the full run adds the disk).
     pub etcd_storage: Vec<Storage>,
-    /// Clients per point.
+    /// Clients per point: one point per count, each 1 to 1000.
     pub clients: Vec<usize>,
     /// Runs of every point, one a round, the rounds interleaving the setups (at least
-    /// [`MIN_RUNS`]).
+    /// [`MIN_RUNS`], at most 100).
     pub runs: usize,
     /// How long each cluster is left idle, before any load, while its CPU time is counted,
-    /// seconds.
+    /// seconds (0.1 to 60).
     pub idle_seconds: f64,
-    /// Each point's counted window, seconds.
+    /// Each point's counted window, seconds (0.1 to 3600).
     pub seconds: f64,
-    /// Each point's warm-up before the window, seconds.
+    /// Each point's warm-up before the window, seconds (0 to 60).
     pub warmup_seconds: f64,
-    /// Failover trials per kairos and etcd setup (0: none).
+    /// Failover trials per kairos and etcd setup (0: none; at most 1000).
     pub failover_trials: usize,
-    /// redis-benchmark's `-n` (0: no redis-benchmark run).
+    /// redis-benchmark's `-n` (0: no redis-benchmark run; else 100 to 10000000).
     pub benchmark_requests: u64,
-    /// Bytes of each value written.
+    /// Bytes of each value written (1 to 65536).
     pub value_bytes: usize,
-    /// The servers' cores.
+    /// The servers' cores (at least one; each one that exists here).
     pub server_cores: Vec<usize>,
-    /// The load generator's cores.
+    /// The load generator's cores (at least one; each one that exists here).
     pub client_cores: Vec<usize>,
-    /// The kairos members' failure-detector period, us (`--period-us`; `None`: theirs).
+    /// The kairos members' failure-detector period, us (`--period-us`, 10 to 1000000; `None`:
+    /// theirs).
     pub kairos_period_us: Option<u64>,
-    /// The kairos members' election timeout, ticks (`--election-ticks`; `None`: theirs).
+    /// The kairos members' election timeout, ticks (`--election-ticks`, 3 to 100000; `None`:
+    /// theirs).
     pub kairos_election_ticks: Option<usize>,
-    /// The kairos members' failure-detector threshold, us (`--fd-lambda-us`; `None`: the
-    /// members' default for their fsync setting).
+    /// The kairos members' failure-detector threshold, us (`--fd-lambda-us`, at most 10000000;
+    /// `None`: the members' default for their fsync setting).
     pub kairos_fd_lambda_us: Option<u64>,
     /// The kairos members run without their failure detector (`--no-fd`).
     pub kairos_no_fd: bool,
@@ -445,15 +447,15 @@ impl Experiment for BenchConfig {
     const NAME: &'static str = "kv-bench";
     type Summary = BenchSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         if self.systems.is_empty() {
-            return Err("give at least one system (--systems)".into());
+            return Err(InvalidConfig::new("give at least one system (--systems)"));
         }
         if self.clients.is_empty() || self.clients.iter().any(|c| !(1..=1000).contains(c)) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--clients must be one or more counts from 1 to 1000, got {:?}",
                 self.clients
-            ));
+            )));
         }
         crate::harness::check_seconds(self.seconds, 0.1, 3_600.0, "--seconds", "a point's window")?;
         crate::harness::check_seconds(
@@ -464,10 +466,10 @@ impl Experiment for BenchConfig {
             "connections and caches settle in well under a second",
         )?;
         if !(MIN_RUNS..=100).contains(&self.runs) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--runs {} is out of range: {MIN_RUNS} (a median and a range need three) to 100",
                 self.runs
-            ));
+            )));
         }
         crate::harness::check_seconds(
             self.idle_seconds,
@@ -477,65 +479,74 @@ impl Experiment for BenchConfig {
             "a cluster's CPU at rest, counted in clock ticks",
         )?;
         if self.failover_trials > 1000 {
-            return Err(format!("--failover-trials {} is out of range: 0 to 1000", self.failover_trials));
+            return Err(InvalidConfig::new(format!(
+                "--failover-trials {} is out of range: 0 to 1000",
+                self.failover_trials
+            )));
         }
         if self.benchmark_requests != 0 && !(100..=10_000_000).contains(&self.benchmark_requests) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--benchmark-requests {} is out of range: 0 (no redis-benchmark run) or 100 to 10000000",
                 self.benchmark_requests
-            ));
+            )));
         }
         if !(1..=65_536).contains(&self.value_bytes) {
-            return Err(format!("value bytes {} out of range: 1 to 65536", self.value_bytes));
+            return Err(InvalidConfig::new(format!(
+                "value bytes {} out of range: 1 to 65536",
+                self.value_bytes
+            )));
         }
         if self.systems.contains(&SystemKind::Kairos) {
             if self.kairos_members.is_empty() || self.kairos_members.iter().any(|m| !(1..=7).contains(m)) {
-                return Err(format!(
+                return Err(InvalidConfig::new(format!(
                     "--members must be one or more of 1 to 7, got {:?}",
                     self.kairos_members
-                ));
+                )));
             }
             if self.kairos_fsync.is_empty() {
-                return Err("give at least one kairos fsync setting (--fsync)".into());
+                return Err(InvalidConfig::new("give at least one kairos fsync setting (--fsync)"));
             }
         }
         if self.systems.contains(&SystemKind::Etcd) && self.etcd_storage.is_empty() {
-            return Err("give etcd at least one place for its data".into());
+            return Err(InvalidConfig::new("give etcd at least one place for its data"));
         }
         if let Some(us) = self.kairos_period_us.filter(|us| !(10..=1_000_000).contains(us)) {
-            return Err(format!("--period-us {us} is out of range: 10 to 1000000"));
+            return Err(InvalidConfig::new(format!("--period-us {us} is out of range: 10 to 1000000")));
         }
         if let Some(ticks) = self.kairos_election_ticks.filter(|t| !(3..=100_000).contains(t)) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--election-ticks {ticks} is out of range: 3 (more than the 2 heartbeat ticks) to 100000"
-            ));
+            )));
         }
         if self.kairos_fd_lambda_us.is_some_and(|us| us > 10_000_000) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--fd-lambda-us {} is out of range: 0 to 10000000 (or --no-fd)",
                 self.kairos_fd_lambda_us.unwrap_or_default()
-            ));
+            )));
         }
         for (cores, flag) in [(&self.server_cores, "--server-cores"), (&self.client_cores, "--client-cores")]
         {
             if cores.is_empty() {
-                return Err(format!("{flag} needs at least one core"));
+                return Err(InvalidConfig::new(format!("{flag} needs at least one core")));
             }
             for &core in cores {
-                crate::harness::check_core(core).map_err(|e| format!("{flag}: {e}"))?;
+                crate::harness::check_core(core).map_err(|e| InvalidConfig::new(format!("{flag}: {e}")))?;
             }
         }
         if self.systems.contains(&SystemKind::Kairos) && !self.kairos_exe.is_file() {
-            return Err(format!("the kairos executable {} does not exist", self.kairos_exe.display()));
+            return Err(InvalidConfig::new(format!(
+                "the kairos executable {} does not exist",
+                self.kairos_exe.display()
+            )));
         }
         let skipped = self.skipped();
         let setups: Vec<Setup> =
             self.setups().into_iter().filter(|s| !skipped.contains_key(s.system.name())).collect();
         if setups.is_empty() {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "nothing to run: {}",
                 skipped.iter().map(|(s, why)| format!("{s}: {why}")).collect::<Vec<_>>().join("; ")
-            ));
+            )));
         }
         let point_s = self.seconds + self.warmup_seconds;
         let mut steps = 0usize;
@@ -1199,7 +1210,7 @@ mod tests {
         let refused = |change: fn(&mut BenchConfig)| {
             let mut c = config();
             change(&mut c);
-            let e = c.plan().unwrap_err();
+            let e = c.plan().unwrap_err().to_string();
             assert!(!e.contains('\n'), "{e}");
             e
         };

@@ -2,7 +2,7 @@
 //! sans-I/O replicas ([`kairos_kv::replica`]) on a simulated network with crashes
 //! (leader and followers), power loss, partitions, packet loss and pauses, with clients doing
 //! SET, GET, INCR and APPEND on a few keys with a unique value per write; the in-repo checker
-//! ([`kairos_kv::lincheck`]) judges every history, and the final state is searched for
+//! (`kairos-lincheck`) judges every history, and the final state is searched for
 //! every acknowledged write. The self-test runs broken replicas (stale reads, acknowledgement
 //! before commit), which the checker must catch.
 //!
@@ -32,28 +32,29 @@ use kairos_kv::sim::check::{BrokenMode, SeedResult, caught, check_seed};
 use kairos_kv::sim::{FaultKind, SimConfig, Workload};
 use serde::Serialize;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 
 /// What `kv check` runs.
 #[derive(Debug, Clone, Serialize)]
 pub struct CheckConfig {
     /// The first seed.
     pub first_seed: u64,
-    /// Seeds (histories) of the correct store.
+    /// Seeds (histories) of the correct store, 1 to 1000000.
     pub seeds: u64,
-    /// Seeds per broken mode in the self-test.
+    /// Seeds per broken mode in the self-test (0 to 100000).
     pub self_test_seeds: u64,
-    /// Members of each simulated cluster (3 or 5).
+    /// Members of each simulated cluster, 3 to 7 (the presets: 3 or 5).
     pub members: usize,
-    /// Simulated time per history, milliseconds.
+    /// Simulated time per history, milliseconds (50 to 60000).
     pub duration_ms: u64,
     /// The checker's time budget per history, milliseconds (then: unknown).
     pub budget_ms: u64,
-    /// Seconds of the real-process run (0: none).
+    /// Seconds of the real-process run (0: none; else 3 to 3600).
     pub real_seconds: f64,
     /// The `kairos` executable for the real-process run's members (none: no real run).
     pub kairos: Option<PathBuf>,
-    /// The real-process run's members on the lane's testbed (root): partitions by the kernel.
+    /// The real-process run's members on the lane's testbed (root, and a real-process run):
+    /// partitions by the kernel.
     pub testbed: bool,
     /// What the simulated clients do.
     pub workload: Workload,
@@ -223,37 +224,45 @@ impl Experiment for CheckConfig {
     const NAME: &'static str = "kv-check";
     type Summary = CheckSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         if !(1..=1_000_000).contains(&self.seeds) {
-            return Err(format!("--seeds {} is out of range: 1 to 1000000", self.seeds));
+            return Err(InvalidConfig::new(format!("--seeds {} is out of range: 1 to 1000000", self.seeds)));
         }
         if self.self_test_seeds > 100_000 {
-            return Err(format!("--self-test-seeds {} is out of range: 0 to 100000", self.self_test_seeds));
+            return Err(InvalidConfig::new(format!(
+                "--self-test-seeds {} is out of range: 0 to 100000",
+                self.self_test_seeds
+            )));
         }
         if !(3..=7).contains(&self.members) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--members {} is out of range: 3 to 7 (a majority must survive one member's fault)",
                 self.members
-            ));
+            )));
         }
         if !(0.0..=3600.0).contains(&self.real_seconds)
             || (self.real_seconds > 0.0 && self.real_seconds < 3.0)
         {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--real-seconds {} is out of range: 0 (none) or 3 to 3600",
                 self.real_seconds
-            ));
+            )));
         }
         if self.testbed && self.real_seconds == 0.0 {
-            return Err("--testbed places the real-process run, which --real-seconds 0 turns off: give it seconds or drop --testbed".into());
+            return Err(InvalidConfig::new(
+                "--testbed places the real-process run, which --real-seconds 0 turns off: give it seconds or drop --testbed",
+            ));
         }
         if self.testbed && !kairos_sys::user::is_root() {
-            return Err(
-                "--testbed makes network namespaces, which needs root: run as root or drop --testbed".into(),
-            );
+            return Err(InvalidConfig::new(
+                "--testbed makes network namespaces, which needs root: run as root or drop --testbed",
+            ));
         }
         if !(50..=60_000).contains(&self.duration_ms) {
-            return Err(format!("--duration-ms {} is out of range: 50 to 60000", self.duration_ms));
+            return Err(InvalidConfig::new(format!(
+                "--duration-ms {} is out of range: 50 to 60000",
+                self.duration_ms
+            )));
         }
         let steps = self.seeds
             + self.self_test_seeds * BrokenMode::of(self.workload).len() as u64

@@ -112,7 +112,7 @@ pub fn start(testbed: &LaneTestbed, from: usize, to: usize, stress_core: usize) 
     client.args(["-c", &to_address, "-B", &from_address, "-p", &port, "-i", "0"]);
     client.args(["-t", &CLIENT_SECONDS.to_string()]);
     let client = spawn_logged(&mut client, &client_out, "iperf3 client")?;
-    let stress = crate::background::stress_ng(1, Some(stress_core)).map_err(|e| anyhow!("{e}"))?;
+    let stress = crate::background::stress_ng(1, Some(stress_core))?;
     let mut load =
         Load { testbed, from, client, server, stress, dir, started: Instant::now(), bulk_before: before };
 

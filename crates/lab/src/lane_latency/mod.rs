@@ -44,7 +44,7 @@ use serde::Serialize;
 use self::lane_row::LaneRowSettings;
 use self::peers::{Peer, PeerSettings, Sample};
 use self::stats::{BoundCheck, Percentiles, Spread};
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 use crate::plot::{Scales, Series, XySeries, tail_chart, xy_chart};
 
 /// The sending host and the receiving host.
@@ -103,11 +103,8 @@ impl RowKind {
     }
 
     /// The row named `slug`, or a one-line error listing the names.
-    pub fn from_slug(slug: &str) -> Result<Self, String> {
-        Self::ALL.into_iter().find(|r| r.slug() == slug).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|r| r.slug()).collect();
-            format!("no row {slug:?}: the rows are {}", names.join(", "))
-        })
+    pub fn from_slug(slug: &str) -> Result<Self, UnknownName> {
+        Self::ALL.into_iter().find(|r| r.slug() == slug).ok_or_else(|| UnknownName::Row(slug.to_string()))
     }
 
     fn is_lane(self) -> bool {
@@ -149,11 +146,8 @@ impl LoadKind {
     }
 
     /// The load named `name`, or a one-line error.
-    pub fn from_name(name: &str) -> Result<Self, String> {
-        Self::ALL
-            .into_iter()
-            .find(|l| l.name() == name)
-            .ok_or_else(|| format!("no load {name:?}: idle or flood"))
+    pub fn from_name(name: &str) -> Result<Self, UnknownName> {
+        Self::ALL.into_iter().find(|l| l.name() == name).ok_or_else(|| UnknownName::Load(name.to_string()))
     }
 }
 
@@ -179,12 +173,27 @@ impl Transport {
     }
 
     /// The transport named `name`, or a one-line error.
-    pub fn from_name(name: &str) -> Result<Self, String> {
+    pub fn from_name(name: &str) -> Result<Self, UnknownName> {
         [Self::Udp, Self::Packet]
             .into_iter()
             .find(|t| t.name() == name)
-            .ok_or_else(|| format!("no transport {name:?}: udp or packet"))
+            .ok_or_else(|| UnknownName::Transport(name.to_string()))
     }
+}
+
+/// A row, load or transport named on the command line that does not exist; the message lists
+/// the names that do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnknownName {
+    /// No row has this slug.
+    #[error("no row {0:?}: the rows are {slugs}", slugs = RowKind::ALL.map(RowKind::slug).join(", "))]
+    Row(String),
+    /// No load has this name.
+    #[error("no load {0:?}: idle or flood")]
+    Load(String),
+    /// No transport has this name.
+    #[error("no transport {0:?}: udp or packet")]
+    Transport(String),
 }
 
 /// What a run of `kairos lane latency` does.
@@ -222,12 +231,12 @@ impl LatencyConfig {
         }
     }
 
-    fn cores(&self) -> Result<(usize, usize), String> {
+    fn cores(&self) -> Result<(usize, usize), InvalidConfig> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         if cores < 2 {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "kairos lane latency needs 2 cores (the lane's and the load's), this machine has {cores}"
-            ));
+            )));
         }
         Ok((cores - 1, 0))
     }
@@ -321,32 +330,41 @@ impl Experiment for LatencyConfig {
     const NAME: &'static str = "lane-latency";
     type Summary = LatencySummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         if !(100..=10_000_000).contains(&self.packets) {
-            return Err(format!("--packets must be from 100 to 10000000, got {}", self.packets));
+            return Err(InvalidConfig::new(format!(
+                "--packets must be from 100 to 10000000, got {}",
+                self.packets
+            )));
         }
         if !(10..=1_000_000).contains(&self.period_us) {
-            return Err(format!("--period-us must be from 10 to 1000000, got {}", self.period_us));
+            return Err(InvalidConfig::new(format!(
+                "--period-us must be from 10 to 1000000, got {}",
+                self.period_us
+            )));
         }
         if !(16..=1_000).contains(&self.message_bytes) {
-            return Err(format!("--message-bytes must be from 16 to 1000, got {}", self.message_bytes));
+            return Err(InvalidConfig::new(format!(
+                "--message-bytes must be from 16 to 1000, got {}",
+                self.message_bytes
+            )));
         }
         if self.rows.is_empty() || self.loads.is_empty() {
-            return Err("at least one row and one load are needed".into());
+            return Err(InvalidConfig::new("at least one row and one load are needed"));
         }
         self.cores()?;
         if !kairos_sys::user::is_root() {
-            return Err(
-                "kairos lane latency makes network namespaces and real-time threads: run it as root".into()
-            );
+            return Err(InvalidConfig::new(
+                "kairos lane latency makes network namespaces and real-time threads: run it as root",
+            ));
         }
         let missing = missing_programs(self);
         if !missing.is_empty() {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "{} not installed: install it (Debian: apt-get install {}) or leave out the rows or load that use it (--rows, --loads)",
                 missing.join(", "),
                 missing.join(" ")
-            ));
+            )));
         }
         let row_s = self.packets as f64 * self.period_us as f64 / 1e6 + 1.5;
         Ok(Plan::new(self.rows.len() * self.loads.len(), row_s))
@@ -504,7 +522,7 @@ fn trace(kind: RowKind, load: LoadKind, samples: &[Sample]) -> Trace {
 }
 
 fn latency(config: &LatencyConfig, run: &mut Run<'_>) -> Result<LatencySummary> {
-    let (lane_core, stress_core) = config.cores().map_err(anyhow::Error::msg)?;
+    let (lane_core, stress_core) = config.cores()?;
     let cores = lane_core + 1;
     run.doing("making the testbed");
     let testbed = LaneTestbed::create(LaneTestbedConfig { hosts: 2, ..LaneTestbedConfig::default() })
@@ -793,7 +811,7 @@ mod tests {
         for r in RowKind::ALL {
             assert_eq!(RowKind::from_slug(r.slug()), Ok(r));
         }
-        assert!(RowKind::from_slug("dpdk").unwrap_err().contains("udp-blocking"));
+        assert!(RowKind::from_slug("dpdk").unwrap_err().to_string().contains("udp-blocking"));
         assert_eq!(LoadKind::from_name("flood"), Ok(LoadKind::Flood));
         assert!(LoadKind::from_name("storm").is_err());
     }
@@ -802,13 +820,13 @@ mod tests {
     fn bad_settings_are_refused_before_anything_starts() {
         let mut c = LatencyConfig::preset(true);
         c.packets = 10;
-        assert!(c.plan().unwrap_err().contains("--packets"));
+        assert!(c.plan().unwrap_err().to_string().contains("--packets"));
         let mut c = LatencyConfig::preset(true);
         c.period_us = 5;
-        assert!(c.plan().unwrap_err().contains("--period-us"));
+        assert!(c.plan().unwrap_err().to_string().contains("--period-us"));
         let mut c = LatencyConfig::preset(true);
         c.rows.clear();
-        assert!(c.plan().unwrap_err().contains("at least one row"));
+        assert!(c.plan().unwrap_err().to_string().contains("at least one row"));
     }
 
     #[test]

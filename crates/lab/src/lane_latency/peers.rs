@@ -60,6 +60,7 @@ use kairos_sys::net::{MmsgBatch, options};
 
 use super::load::require_tool;
 use super::sockperf;
+use crate::harness::InvalidConfig;
 
 pub use super::samples::{PeerRun, Sample};
 
@@ -135,21 +136,30 @@ const RECEIVE_BUFFER_BYTES: usize = 4 << 20;
 
 impl PeerSettings {
     /// Checks every field against its limit; the error is one line naming the field.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), InvalidConfig> {
         if self.from == self.to {
-            return Err(format!("the sending and receiving hosts must differ, both are h{}", self.from));
+            return Err(InvalidConfig::new(format!(
+                "the sending and receiving hosts must differ, both are h{}",
+                self.from
+            )));
         }
         if !(MIN_PERIOD..=MAX_PERIOD).contains(&self.period) {
-            return Err(format!("the period must be from 10 us to 1 s, got {:?}", self.period));
+            return Err(InvalidConfig::new(format!(
+                "the period must be from 10 us to 1 s, got {:?}",
+                self.period
+            )));
         }
         if !(1..=MAX_PACKETS).contains(&self.packets) {
-            return Err(format!("packets must be from 1 to {MAX_PACKETS}, got {}", self.packets));
+            return Err(InvalidConfig::new(format!(
+                "packets must be from 1 to {MAX_PACKETS}, got {}",
+                self.packets
+            )));
         }
         if !(MIN_MESSAGE_BYTES..=MAX_MESSAGE_BYTES).contains(&self.message_bytes) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "the message size must be from {MIN_MESSAGE_BYTES} to {MAX_MESSAGE_BYTES} bytes, got {}",
                 self.message_bytes
-            ));
+            )));
         }
         Ok(())
     }
@@ -512,7 +522,7 @@ mod tests {
         let with = |change: fn(&mut PeerSettings)| {
             let mut s = settings();
             change(&mut s);
-            let error = s.check().unwrap_err();
+            let error = s.check().unwrap_err().to_string();
             assert!(!error.contains('\n'), "{error}");
             error
         };

@@ -5,6 +5,7 @@
 /// One message's journey; CLOCK_REALTIME ns (kairos_sys::clock::realtime_ns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sample {
+    /// The message's sequence number, from 0 in the order sent.
     pub seq: u64,
     /// The sender's stamp, read just before its send call.
     pub sent_ns: u64,

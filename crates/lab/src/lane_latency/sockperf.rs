@@ -58,15 +58,149 @@ pub struct LogError {
     /// The line, from 1; `None` for what is missing from the whole file.
     pub line: Option<usize>,
     /// What was wrong.
-    pub what: String,
+    pub what: LogProblem,
 }
 
-fn at(line: usize, what: impl Into<String>) -> LogError {
-    LogError { line: Some(line), what: what.into() }
+/// What was wrong with a full log, or with one of its lines.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LogProblem {
+    /// A second `[Valid Duration]` line: the log of more than one server.
+    #[error("a second [Valid Duration] line (one server only)")]
+    SecondValidLine,
+    /// A second table: the log of more than one server.
+    #[error("a second table (one server only)")]
+    SecondTable,
+    /// The table's last column is neither `latency(usec)` nor `rtt(usec)`.
+    #[error("the last column is `{0}`, not latency(usec) or rtt(usec)")]
+    UnknownColumn(String),
+    /// A row's request was sent no later than the row before's.
+    #[error("the request was sent no later than the row before's")]
+    RequestOutOfOrder,
+    /// A row's reply arrived before the row before's (sockperf leaves those out).
+    #[error("the reply arrived before the row before's")]
+    ReplyOutOfOrder,
+    /// The file ends inside the table.
+    #[error("the table has no closing rule (the file was cut short)")]
+    Unclosed,
+    /// There is no `[Valid Duration]` line; `no_observations` when sockperf said it found no
+    /// valid observations (a run too short for its warm-up).
+    #[error(
+        "no [Valid Duration] line{}",
+        if *.no_observations {
+            ": sockperf found no valid observations (its run was too short for its warm-up)"
+        } else {
+            ""
+        }
+    )]
+    NoValidLine {
+        /// sockperf said it found no valid observations.
+        no_observations: bool,
+    },
+    /// The summary's count of replies is not the table's count of rows.
+    #[error("the summary counts {received} replies but the table has {rows} rows")]
+    CountMismatch {
+        /// Replies, as the summary counts them.
+        received: u64,
+        /// Rows in the table.
+        rows: usize,
+    },
+    /// The table has no rows.
+    #[error("the table has no rows")]
+    NoRows,
+    /// The summary counts more replies than requests.
+    #[error("ReceivedMessages={received} is more than SentMessages={sent}")]
+    MoreReceivedThanSent {
+        /// `SentMessages`.
+        sent: u64,
+        /// `ReceivedMessages`.
+        received: u64,
+    },
+    /// The `[Valid Duration]` line lacks one of its counts.
+    #[error("[Valid Duration] without SentMessages= and ReceivedMessages=")]
+    NoCounts,
+    /// A count is not a run of digits.
+    #[error("{name}=`{text}` is not a count")]
+    NotACount {
+        /// The count's name.
+        name: &'static str,
+        /// What stood there.
+        text: String,
+    },
+    /// A count does not fit 64 bits.
+    #[error("{name}={text} is too large")]
+    CountTooLarge {
+        /// The count's name.
+        name: &'static str,
+        /// What stood there.
+        text: String,
+    },
+    /// A row without its four fields.
+    #[error("a row has 4 comma-separated fields, this has {fields}: `{line}`")]
+    FieldCount {
+        /// Fields found.
+        fields: usize,
+        /// The row.
+        line: String,
+    },
+    /// A row's number is not the next (rows count from 0 without gaps).
+    #[error("row {found} where row {expected} was due (rows count from 0 without gaps)")]
+    RowOutOfSequence {
+        /// The row's number.
+        found: u64,
+        /// The number due.
+        expected: u64,
+    },
+    /// A row's stamp or last column is not a number this reader takes.
+    #[error("{column}: {error}")]
+    BadNumber {
+        /// `txTime`, `rxTime` or `the last column`.
+        column: &'static str,
+        /// What is wrong with it.
+        error: DecimalError,
+    },
+    /// A row's reply came before its request.
+    #[error("the reply ({rx}) came before the request ({tx})")]
+    ReplyBeforeRequest {
+        /// The request's stamp, as printed.
+        tx: String,
+        /// The reply's stamp, as printed.
+        rx: String,
+    },
+    /// A row's last column disagrees with its stamps by more than rounding.
+    #[error("the last column says {column} us where the stamps give {:.3}", *.stamps_ns as f64 / 1e3)]
+    ColumnMismatch {
+        /// The last column, as printed (us).
+        column: String,
+        /// What the stamps give, ns.
+        stamps_ns: u64,
+    },
 }
 
-fn whole(what: impl Into<String>) -> LogError {
-    LogError { line: None, what: what.into() }
+/// Why a decimal number was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecimalError {
+    /// Not digits with at most one point between them.
+    #[error("`{0}` is not a non-negative decimal number")]
+    NotDecimal(String),
+    /// More decimals than the column has.
+    #[error("`{text}` has more than {places} decimals")]
+    TooManyDecimals {
+        /// The number as printed.
+        text: String,
+        /// The most decimals taken.
+        places: u32,
+    },
+    /// Past 64 bits in the column's unit.
+    #[error("`{0}` is too large")]
+    TooLarge(String),
+}
+
+fn at(line: usize, what: LogProblem) -> LogError {
+    LogError { line: Some(line), what }
+}
+
+fn whole(what: LogProblem) -> LogError {
+    LogError { line: None, what }
 }
 
 /// Where the reader is in the file.
@@ -99,24 +233,19 @@ pub fn parse(text: &str, origin_ns: u64) -> Result<PeerRun, LogError> {
             Part::Summary | Part::After => {
                 if let Some(at_valid) = line.find(VALID) {
                     if counts.is_some() {
-                        return Err(at(n, "a second [Valid Duration] line (one server only)"));
+                        return Err(at(n, LogProblem::SecondValidLine));
                     }
                     let (sent, received) =
                         valid_counts(&line[at_valid + VALID.len()..]).map_err(|w| at(n, w))?;
                     counts = Some((n, sent, received));
                 } else if let Some(last) = line.strip_prefix(HEADING) {
                     if part == Part::After {
-                        return Err(at(n, "a second table (one server only)"));
+                        return Err(at(n, LogProblem::SecondTable));
                     }
                     part = match last.trim() {
                         "latency(usec)" => Part::Table { full_rtt: false },
                         "rtt(usec)" => Part::Table { full_rtt: true },
-                        other => {
-                            return Err(at(
-                                n,
-                                format!("the last column is `{other}`, not latency(usec) or rtt(usec)"),
-                            ));
-                        }
+                        other => return Err(at(n, LogProblem::UnknownColumn(other.to_string()))),
                     };
                 }
             }
@@ -125,11 +254,11 @@ pub fn parse(text: &str, origin_ns: u64) -> Result<PeerRun, LogError> {
                 let row = table_row(line, rows.len() as u64, full_rtt).map_err(|w| at(n, w))?;
                 if let Some(previous) = rows.last() {
                     if row.tx_ns <= previous.tx_ns {
-                        return Err(at(n, "the request was sent no later than the row before's"));
+                        return Err(at(n, LogProblem::RequestOutOfOrder));
                     }
                     if row.rx_ns < previous.rx_ns {
                         // sockperf leaves out-of-order replies out of the table.
-                        return Err(at(n, "the reply arrived before the row before's"));
+                        return Err(at(n, LogProblem::ReplyOutOfOrder));
                     }
                 }
                 rows.push(row);
@@ -137,24 +266,17 @@ pub fn parse(text: &str, origin_ns: u64) -> Result<PeerRun, LogError> {
         }
     }
     if matches!(part, Part::Table { .. }) {
-        return Err(whole("the table has no closing rule (the file was cut short)"));
+        return Err(whole(LogProblem::Unclosed));
     }
     let Some((line, sent, received)) = counts else {
-        let hint = if text.contains("No valid observations") {
-            ": sockperf found no valid observations (its run was too short for its warm-up)"
-        } else {
-            ""
-        };
-        return Err(whole(format!("no [Valid Duration] line{hint}")));
+        let no_observations = text.contains("No valid observations");
+        return Err(whole(LogProblem::NoValidLine { no_observations }));
     };
     if rows.len() as u64 != received {
-        return Err(at(
-            line,
-            format!("the summary counts {received} replies but the table has {} rows", rows.len()),
-        ));
+        return Err(at(line, LogProblem::CountMismatch { received, rows: rows.len() }));
     }
     let Some(first_tx_ns) = rows.first().map(|r| r.tx_ns) else {
-        return Err(whole("the table has no rows"));
+        return Err(whole(LogProblem::NoRows));
     };
     let samples = rows
         .iter()
@@ -174,7 +296,7 @@ pub fn parse(text: &str, origin_ns: u64) -> Result<PeerRun, LogError> {
 
 /// `RunTime=0.540 sec; SentMessages=109; ReceivedMessages=109` after `[Valid Duration]`:
 /// (sent, received), received no more than sent.
-fn valid_counts(rest: &str) -> Result<(u64, u64), String> {
+fn valid_counts(rest: &str) -> Result<(u64, u64), LogProblem> {
     let mut sent = None;
     let mut received = None;
     for field in rest.split(';') {
@@ -187,59 +309,59 @@ fn valid_counts(rest: &str) -> Result<(u64, u64), String> {
     }
     match (sent, received) {
         (Some(s), Some(r)) if r <= s => Ok((s, r)),
-        (Some(s), Some(r)) => Err(format!("ReceivedMessages={r} is more than SentMessages={s}")),
-        _ => Err("[Valid Duration] without SentMessages= and ReceivedMessages=".into()),
+        (Some(sent), Some(received)) => Err(LogProblem::MoreReceivedThanSent { sent, received }),
+        _ => Err(LogProblem::NoCounts),
     }
 }
 
-fn count(text: &str, name: &str) -> Result<u64, String> {
+fn count(text: &str, name: &'static str) -> Result<u64, LogProblem> {
     let digits = text.trim();
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{name}=`{digits}` is not a count"));
+        return Err(LogProblem::NotACount { name, text: digits.to_string() });
     }
-    digits.parse().map_err(|_| format!("{name}={digits} is too large"))
+    digits.parse().map_err(|_| LogProblem::CountTooLarge { name, text: digits.to_string() })
 }
 
 /// `0, 2.405809000, 2.405919759, 55.380`: row `expected` of the table.
-fn table_row(line: &str, expected: u64, full_rtt: bool) -> Result<Row, String> {
+fn table_row(line: &str, expected: u64, full_rtt: bool) -> Result<Row, LogProblem> {
     let fields: Vec<&str> = line.split(',').map(str::trim).collect();
     let [packet, tx, rx, column] = fields.as_slice() else {
-        return Err(format!("a row has 4 comma-separated fields, this has {}: `{line}`", fields.len()));
+        return Err(LogProblem::FieldCount { fields: fields.len(), line: line.to_string() });
     };
     let packet = count(packet, "packet")?;
     if packet != expected {
-        return Err(format!("row {packet} where row {expected} was due (rows count from 0 without gaps)"));
+        return Err(LogProblem::RowOutOfSequence { found: packet, expected });
     }
-    let tx_ns = decimal(tx, 9).map_err(|w| format!("txTime: {w}"))?;
-    let rx_ns = decimal(rx, 9).map_err(|w| format!("rxTime: {w}"))?;
+    let number = |text: &str, places: u32, column: &'static str| {
+        decimal(text, places).map_err(|error| LogProblem::BadNumber { column, error })
+    };
+    let tx_ns = number(tx, 9, "txTime")?;
+    let rx_ns = number(rx, 9, "rxTime")?;
     // In nanoseconds: three decimals of microseconds.
-    let column_ns = decimal(column, 3).map_err(|w| format!("the last column: {w}"))?;
+    let column_ns = number(column, 3, "the last column")?;
     if rx_ns < tx_ns {
-        return Err(format!("the reply ({rx}) came before the request ({tx})"));
+        return Err(LogProblem::ReplyBeforeRequest { tx: tx.to_string(), rx: rx.to_string() });
     }
     let round_trip = rx_ns - tx_ns;
     let expected_column = if full_rtt { round_trip } else { round_trip / 2 };
     if column_ns.abs_diff(expected_column) > COLUMN_TOLERANCE_NS {
-        return Err(format!(
-            "the last column says {column} us where the stamps give {:.3}",
-            expected_column as f64 / 1e3
-        ));
+        return Err(LogProblem::ColumnMismatch { column: column.to_string(), stamps_ns: expected_column });
     }
     Ok(Row { tx_ns, rx_ns })
 }
 
 /// A non-negative decimal with at most `places` decimals, in units of 10^-`places`.
-fn decimal(text: &str, places: u32) -> Result<u64, String> {
+fn decimal(text: &str, places: u32) -> Result<u64, DecimalError> {
     let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
     let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
     if whole.is_empty() || !digits(whole) || !digits(fraction) || (text.contains('.') && fraction.is_empty())
     {
-        return Err(format!("`{text}` is not a non-negative decimal number"));
+        return Err(DecimalError::NotDecimal(text.to_string()));
     }
     if fraction.len() > places as usize {
-        return Err(format!("`{text}` has more than {places} decimals"));
+        return Err(DecimalError::TooManyDecimals { text: text.to_string(), places });
     }
-    let too_large = || format!("`{text}` is too large");
+    let too_large = || DecimalError::TooLarge(text.to_string());
     let whole: u64 = whole.parse().map_err(|_| too_large())?;
     let fraction: u64 = if fraction.is_empty() { 0 } else { fraction.parse().map_err(|_| too_large())? };
     let fraction = fraction * 10u64.pow(places - fraction_len(text));

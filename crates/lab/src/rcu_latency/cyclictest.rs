@@ -15,14 +15,31 @@ pub enum Cyclictest {
     /// Running; collect with [`Cyclictest::finish`].
     Running(OwnedChild),
     /// Could not run; the reason is reported.
-    Skipped(String),
+    Skipped(CyclictestError),
+}
+
+/// Why a row has no cyclictest figure (reported as the row's `cyclictest_skipped`).
+#[derive(Debug, thiserror::Error)]
+pub enum CyclictestError {
+    /// The experiment's task has no real-time priority, so there is none below it to give.
+    #[error("SCHED_FIFO not granted (run as root)")]
+    NotRealtime,
+    /// cyclictest could not be started (most often: not installed).
+    #[error("cyclictest did not start ({0}); install Debian's rt-tests")]
+    NotStarted(std::io::Error),
+    /// Waiting for cyclictest or reading its output failed.
+    #[error("cyclictest: {0}")]
+    Wait(std::io::Error),
+    /// cyclictest ended without its summary line; what it wrote on stderr.
+    #[error("cyclictest printed no result: {0}")]
+    NoResult(String),
 }
 
 impl Cyclictest {
     /// Starts cyclictest for `duration` on `core` at `priority` with `interval`.
     pub fn start(core: usize, priority: i32, interval: Duration, duration: Duration) -> Self {
         if priority <= 0 {
-            return Self::Skipped("SCHED_FIFO not granted (run as root)".into());
+            return Self::Skipped(CyclictestError::NotRealtime);
         }
         let secs = duration.as_secs().max(1);
         let spawned = OwnedChild::spawn(
@@ -39,22 +56,19 @@ impl Cyclictest {
         );
         match spawned {
             Ok(child) => Self::Running(child),
-            Err(e) => Self::Skipped(format!("cyclictest did not start ({e}); install Debian's rt-tests")),
+            Err(e) => Self::Skipped(CyclictestError::NotStarted(e)),
         }
     }
 
     /// Waits for cyclictest to finish; its maximum latency in microseconds, or why there is none.
-    pub fn finish(self) -> Result<u64, String> {
+    pub fn finish(self) -> Result<u64, CyclictestError> {
         match self {
             Self::Skipped(why) => Err(why),
             Self::Running(child) => {
-                let output = child.wait_with_output().map_err(|e| format!("cyclictest: {e}"))?;
+                let output = child.wait_with_output().map_err(CyclictestError::Wait)?;
                 let text = String::from_utf8_lossy(&output.stdout);
                 parse_max_us(&text).ok_or_else(|| {
-                    format!(
-                        "cyclictest printed no result: {}",
-                        String::from_utf8_lossy(&output.stderr).trim()
-                    )
+                    CyclictestError::NoResult(String::from_utf8_lossy(&output.stderr).trim().to_string())
                 })
             }
         }

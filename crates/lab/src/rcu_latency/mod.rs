@@ -40,11 +40,13 @@ use kairos_metrics::LatencySummary;
 use serde::Serialize;
 use std::time::Duration;
 
+use crate::harness::InvalidConfig;
+
 impl crate::harness::Experiment for RcuLatencyConfig {
     const NAME: &'static str = "rcu-latency";
     type Summary = Summary;
 
-    fn plan(&self) -> Result<crate::harness::Plan, String> {
+    fn plan(&self) -> Result<crate::harness::Plan, InvalidConfig> {
         self.validate()?;
         // Each row also sets up its domain and drains its backlog: about 0.3 s.
         let rows = run::plan_rows(self).len() * self.repetitions;
@@ -64,33 +66,36 @@ impl crate::harness::Experiment for RcuLatencyConfig {
 /// presets the command offers.
 #[derive(Debug, Clone, Serialize)]
 pub struct RcuLatencyConfig {
-    /// How long each row runs, per repetition.
+    /// How long each row runs, per repetition: at least 100 periods, at most an hour.
     pub row_duration: Duration,
-    /// How many times every row runs (interleaved, so machine noise spreads over rows).
+    /// How many times every row runs, 1 to 100 (interleaved, so machine noise spreads over
+    /// rows).
     pub repetitions: usize,
-    /// The realtime task's period.
+    /// The realtime task's period, 1 us to 1 s.
     pub period: Duration,
-    /// Storm sizes (callbacks per grace period); every row runs at each.
+    /// Storm sizes (callbacks per grace period, each 1 to [`MAX_STORM`]); every row runs at
+    /// each.
     pub storms: Vec<usize>,
-    /// Extra work per callback, ns, on top of freeing the node.
+    /// Extra work per callback, ns, on top of freeing the node (at most 1000000).
     pub callback_work_ns: u64,
     /// RcuCell reads per period (the "packet burst").
     pub reads_per_period: usize,
-    /// Core of the realtime task.
+    /// Core of the realtime task (one that exists here).
     pub realtime_core: usize,
-    /// Core of the writer and the offload reclaimer.
+    /// Core of the writer and the offload reclaimer (one that exists here).
     pub housekeeping_core: usize,
-    /// `SCHED_FIFO` priority of the realtime task (0: do not ask).
+    /// `SCHED_FIFO` priority of the realtime task, 1 to 98 (0: do not ask); cyclictest runs
+    /// one below it.
     pub fifo_priority: i32,
-    /// Throttle: callbacks per reader call.
+    /// Throttle: callbacks per reader call (1 to 1000000).
     pub throttle_max_batch: usize,
-    /// Throttle and Adaptive: time budget per reader call.
+    /// Throttle and Adaptive: time budget per reader call (1 us up to the period).
     pub budget: Duration,
     /// Nice value of the offload reclaimer thread.
     pub reclaimer_nice: i32,
     /// Run cyclictest beside the inline and offload rows when possible.
     pub cyclictest: bool,
-    /// Only these rows (empty: all).
+    /// Only these rows, by name (each one of [`ROW_NAMES`]; empty: all).
     pub only: Vec<String>,
 }
 
@@ -127,45 +132,52 @@ impl RcuLatencyConfig {
     }
 
     /// Checks the knobs; the error says which one and how to fix it.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
         let cores = kairos_sys::proc::online_cores();
         if self.period.is_zero() || self.period > Duration::from_secs(1) {
-            return Err("--period-us must be 1-1000000 (up to one second)".into());
+            return Err(InvalidConfig::new("--period-us must be 1-1000000 (up to one second)"));
         }
         if self.row_duration < self.period * 100 {
-            return Err("--seconds must cover at least 100 periods".into());
+            return Err(InvalidConfig::new("--seconds must cover at least 100 periods"));
         }
         if self.row_duration > Duration::from_secs(3_600) {
-            return Err("--seconds must be at most 3600 per row".into());
+            return Err(InvalidConfig::new("--seconds must be at most 3600 per row"));
         }
         if !(1..=100).contains(&self.repetitions) {
-            return Err("--runs must be 1-100".into());
+            return Err(InvalidConfig::new("--runs must be 1-100"));
         }
         // A storm retires this many 256-byte nodes per grace period; the backlog may hold a few
         // storms at once.
         if let Some(&storm) = self.storms.iter().find(|&&s| s == 0 || s > MAX_STORM) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "--storm sizes must be 1-{MAX_STORM} callbacks (a storm of 256-byte nodes must fit in memory several times over), got {storm}"
-            ));
+            )));
         }
         if self.callback_work_ns > 1_000_000 {
-            return Err("--callback-work-ns must be at most 1000000 (1 ms per callback)".into());
+            return Err(InvalidConfig::new("--callback-work-ns must be at most 1000000 (1 ms per callback)"));
         }
         if self.realtime_core >= cores || self.housekeeping_core >= cores {
-            return Err(format!("cores must be below {cores} (this machine has {cores})"));
+            return Err(InvalidConfig::new(format!(
+                "cores must be below {cores} (this machine has {cores})"
+            )));
         }
         if !(1..=1_000_000).contains(&self.throttle_max_batch)
             || self.budget.is_zero()
             || self.budget > self.period
         {
-            return Err("--throttle-batch must be 1-1000000 and --budget-us 1 up to the period".into());
+            return Err(InvalidConfig::new(
+                "--throttle-batch must be 1-1000000 and --budget-us 1 up to the period",
+            ));
         }
         if !(1..=98).contains(&self.fifo_priority) && self.fifo_priority != 0 {
-            return Err("--priority must be 1-98, or 0 for no real-time priority".into());
+            return Err(InvalidConfig::new("--priority must be 1-98, or 0 for no real-time priority"));
         }
         for name in &self.only {
             if !ROW_NAMES.contains(&name.as_str()) {
-                return Err(format!("unknown row {name:?}; rows are {}", ROW_NAMES.join(", ")));
+                return Err(InvalidConfig::new(format!(
+                    "unknown row {name:?}; rows are {}",
+                    ROW_NAMES.join(", ")
+                )));
             }
         }
         Ok(())

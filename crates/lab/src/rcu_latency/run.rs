@@ -1,7 +1,7 @@
 //! Running the rows: wiring the domain, the realtime reader, the writer, the noise sampler and
 //! cyclictest together, then the files and verdicts.
 
-use super::cyclictest::Cyclictest;
+use super::cyclictest::{Cyclictest, CyclictestError};
 use super::realtime::{self, RealtimeRun, RealtimeSpec};
 use super::workload::{self, Route};
 use super::{RcuLatencyConfig, RealtimeSetup, Row, RowNoise, Summary, Verdict, peer};
@@ -82,7 +82,7 @@ impl Aggregate {
         &mut self,
         parts: RowParts,
         during: &kairos_metrics::DuringNoise,
-        cyclictest: Option<Result<u64, String>>,
+        cyclictest: Option<Result<u64, CyclictestError>>,
     ) {
         self.lateness.merge(&parts.realtime.lateness);
         self.wakeup.merge(&parts.realtime.wakeup);
@@ -104,7 +104,7 @@ impl Aggregate {
         self.noise.gaps_over_100us += during.cores.iter().map(|c| c.gaps_over_100us).sum::<u64>();
         match cyclictest {
             Some(Ok(max)) => self.cyclictest_max_us = Some(self.cyclictest_max_us.unwrap_or(0).max(max)),
-            Some(Err(why)) => self.cyclictest_skipped = Some(why),
+            Some(Err(why)) => self.cyclictest_skipped = Some(why.to_string()),
             None => {}
         }
     }

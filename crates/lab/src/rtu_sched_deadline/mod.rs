@@ -5,7 +5,7 @@
 //! sleep). Each point runs three ways in the same run:
 //! RMDP on the shell (one core); `SCHED_DEADLINE` on every core (global EDF: the kernel refuses
 //! a deadline thread an affinity narrower than its root domain); and `SCHED_DEADLINE` on the
-//! shell's core alone, in a root domain of one core made with cpusets ([`one_core`]), where the
+//! shell's core alone, in a root domain of one core made with cpusets (`one_core`), where the
 //! machine allows it. The kernel admits deadline threads up to 95% of the domain's cores
 //! (`sched_rt_runtime_us`), runtime margins included, so the one-core rows of the heaviest sets
 //! are refusals; the rows say so.
@@ -34,35 +34,70 @@ use serde::Serialize;
 
 mod one_core;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 use crate::plot::{Scales, measured_per_key, xy_chart};
 use crate::rtu_deadlines::{DeadlinesConfig, handler_set, run_point};
-use one_core::OneCoreDomain;
+use one_core::{DomainError, OneCoreDomain};
 
+/// One scheduler at one point (a row of `rows.csv`).
 #[derive(Debug, Clone, Serialize)]
 pub struct EdfRow {
+    /// `RMDP (one core)`, `SCHED_DEADLINE (global EDF)` or `SCHED_DEADLINE (one core)`.
     pub scheduler: &'static str,
+    /// The set's total utilisation (fraction of one core).
     pub utilisation: f64,
+    /// The least slack of any job, us: its deadline (the end of its period) less its end;
+    /// below 0 is a miss. 0 in a refused row.
     pub min_slack_us: f64,
+    /// Jobs that ended past their deadline.
     pub misses: u64,
+    /// Jobs run.
     pub invocations: u64,
+    /// Why the kernel did not admit the point (the row then has no figures), if it did not.
     pub refused: Option<String>,
 }
 
 const GLOBAL: &str = "SCHED_DEADLINE (global EDF)";
 const ONE_CORE: &str = "SCHED_DEADLINE (one core)";
 
+/// What `kairos rtu sched-deadline` found (`summary.json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct EdfSummary {
     /// Machine, noise, plots and results directory.
     #[serde(flatten)]
     pub run: RunInfo,
+    /// The deadline experiment's configuration run.
     pub config: DeadlinesConfig,
     /// The RMDP shell got `SCHED_FIFO` at every point (else its rows ran at normal priority).
     pub realtime: bool,
+    /// Why `SCHED_DEADLINE` could not be used at all (its rows are skipped then), if so.
     pub refused: Option<String>,
+    /// Why there are no one-core rows (no v1 cpusets, one core), if so.
     pub one_core: Option<String>,
+    /// RMDP and global EDF at every point, then the one-core rows.
     pub rows: Vec<EdfRow>,
+}
+
+/// Why a handler thread has no `SCHED_DEADLINE` reservation.
+#[derive(Debug, thiserror::Error)]
+enum ThreadRefused {
+    /// It could not join the one-core domain.
+    #[error(transparent)]
+    Domain(#[from] DomainError),
+    /// The kernel refused the reservation.
+    #[error("{0}")]
+    Kernel(std::io::Error),
+}
+
+/// Why a point has no `SCHED_DEADLINE` row.
+#[derive(Debug, thiserror::Error)]
+enum EdfError {
+    /// A handler thread panicked.
+    #[error("a SCHED_DEADLINE thread panicked")]
+    Panicked,
+    /// A handler thread got no reservation (the set then does not run).
+    #[error("the kernel refused SCHED_DEADLINE: {0}")]
+    Refused(ThreadRefused),
 }
 
 /// (min slack ns, misses, invocations) of one handler thread, or why the kernel refused it.
@@ -71,17 +106,17 @@ fn edf_thread(
     stop: Arc<AtomicBool>,
     domain: Option<Arc<OneCoreDomain>>,
     admitted: Arc<(Barrier, AtomicBool)>,
-) -> Result<(i64, u64, u64), String> {
+) -> Result<(i64, u64, u64), ThreadRefused> {
     let cost = spec.batch * spec.unit_cost_ns;
     let runtime = cost + cost / 20 + 50_000;
-    let joined = domain.as_ref().map_or(Ok(()), |d| d.join());
+    let joined = domain.as_ref().map_or(Ok(()), |d| d.join()).map_err(ThreadRefused::Domain);
     let set = joined.and_then(|()| {
         set_deadline(DeadlineReservation {
             runtime_ns: runtime.min(spec.period_ns),
             deadline_ns: spec.period_ns,
             period_ns: spec.period_ns,
         })
-        .map_err(|e| e.to_string())
+        .map_err(ThreadRefused::Kernel)
     });
     // The set runs only when the kernel admitted every thread of it.
     let (barrier, refused) = &*admitted;
@@ -116,7 +151,7 @@ fn edf_point(
     specs: &[HandlerSpec],
     seconds: f64,
     domain: Option<&Arc<OneCoreDomain>>,
-) -> Result<EdfRow, String> {
+) -> Result<EdfRow, EdfError> {
     let stop = Arc::new(AtomicBool::new(false));
     let admitted = Arc::new((Barrier::new(specs.len()), AtomicBool::new(false)));
     let threads: Vec<_> = specs
@@ -131,7 +166,7 @@ fn edf_point(
     stop.store(true, Ordering::Relaxed);
     let (mut min_slack, mut misses, mut jobs, mut refused) = (i64::MAX, 0, 0, None);
     for t in threads {
-        match t.join().map_err(|_| "a SCHED_DEADLINE thread panicked".to_string())? {
+        match t.join().map_err(|_| EdfError::Panicked)? {
             Ok((s, m, j)) => (min_slack, misses, jobs) = (min_slack.min(s), misses + m, jobs + j),
             Err(e) => refused = Some(e),
         }
@@ -142,7 +177,7 @@ fn edf_point(
     // then underflowed and refused every small reservation until the next rebuild.
     std::thread::sleep(Duration::from_millis(200));
     if let Some(e) = refused {
-        return Err(format!("the kernel refused SCHED_DEADLINE: {e}"));
+        return Err(EdfError::Refused(e));
     }
     Ok(EdfRow {
         scheduler: if domain.is_some() { ONE_CORE } else { GLOBAL },
@@ -163,7 +198,7 @@ impl Experiment for SchedDeadlineConfig {
     const NAME: &'static str = "rtu-sched-deadline";
     type Summary = EdfSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         let points = self.0.plan()?;
         // RMDP, global EDF and one-core EDF at every point, each followed by 200 ms for the
         // kernel to release exited threads' bandwidth.
@@ -201,7 +236,7 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
             Ok(row) => rows.push(row),
             Err(why) => {
                 run.log(&format!("{why}; the SCHED_DEADLINE rows are skipped"));
-                refused = Some(why);
+                refused = Some(why.to_string());
             }
         }
     }
@@ -223,12 +258,12 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
                     min_slack_us: 0.0,
                     misses: 0,
                     invocations: 0,
-                    refused: Some(why),
+                    refused: Some(why.to_string()),
                 }));
             }
             Err(why) => {
                 run.log(&format!("{why}; no one-core SCHED_DEADLINE rows"));
-                one_core = Some(why);
+                one_core = Some(why.to_string());
                 break;
             }
         }
@@ -257,6 +292,7 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<EdfSummary> {
     Ok(summary)
 }
 
+/// The summary as the table a person reads.
 pub fn report(s: &EdfSummary) -> String {
     let mut out = format!("machine: {}\n", s.run.machine.one_line());
     if !s.realtime {

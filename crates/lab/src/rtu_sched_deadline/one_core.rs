@@ -24,6 +24,9 @@ use kairos_sys::cleanup::{self, Registration};
 const CPUSET: &str = "/sys/fs/cgroup/cpuset";
 const PREFIX: &str = "kairos-dl-";
 
+/// A root domain of one core for `SCHED_DEADLINE` threads: two exclusive cpusets, one holding
+/// the chosen core and one the rest, with load balancing off in the root cpuset. Dropping it
+/// undoes all of that (see the module documentation).
 #[derive(Debug)]
 pub struct OneCoreDomain {
     root: PathBuf,
@@ -34,25 +37,61 @@ pub struct OneCoreDomain {
     undo: Option<Registration>,
 }
 
-fn write(path: &Path, value: &str) -> Result<(), String> {
-    std::fs::write(path, value).map_err(|e| format!("writing {value:?} to {}: {e}", path.display()))
+/// Why a one-core domain could not be made or joined.
+#[derive(Debug, thiserror::Error)]
+pub enum DomainError {
+    /// The machine does not mount the v1 cpuset hierarchy.
+    #[error(
+        "a one-core SCHED_DEADLINE domain needs the v1 cpuset hierarchy at {CPUSET}, which this machine does not mount"
+    )]
+    NoCpusets,
+    /// The machine has one core, which cannot be set apart from the rest.
+    #[error("a one-core domain needs a second core for everything else")]
+    OneCore,
+    /// The root cpuset's balancing setting could not be read.
+    #[error("reading the root cpuset: {0}")]
+    ReadRoot(std::io::Error),
+    /// A cpuset could not be made.
+    #[error("making the cpuset {}: {error}", .path.display())]
+    MakeSet {
+        /// The cpuset's directory.
+        path: PathBuf,
+        /// What the file system said.
+        error: std::io::Error,
+    },
+    /// A cpuset file refused a value.
+    #[error("writing {value:?} to {}: {error}", .path.display())]
+    Write {
+        /// What was written.
+        value: String,
+        /// The file.
+        path: PathBuf,
+        /// What the file system said.
+        error: std::io::Error,
+    },
+}
+
+fn write(path: &Path, value: &str) -> Result<(), DomainError> {
+    std::fs::write(path, value).map_err(|error| DomainError::Write {
+        value: value.to_string(),
+        path: path.to_path_buf(),
+        error,
+    })
 }
 
 impl OneCoreDomain {
     /// Makes the one-core domain for `core` (of `cores`), or says why it cannot.
-    pub fn new(core: usize, cores: usize) -> Result<Self, String> {
+    pub fn new(core: usize, cores: usize) -> Result<Self, DomainError> {
         let root = PathBuf::from(CPUSET);
         if !root.join("cpuset.sched_load_balance").exists() {
-            return Err(format!(
-                "a one-core SCHED_DEADLINE domain needs the v1 cpuset hierarchy at {CPUSET}, which this machine does not mount"
-            ));
+            return Err(DomainError::NoCpusets);
         }
         if cores < 2 {
-            return Err("a one-core domain needs a second core for everything else".into());
+            return Err(DomainError::OneCore);
         }
         remove_stale(&root);
         let balance_before = std::fs::read_to_string(root.join("cpuset.sched_load_balance"))
-            .map_err(|e| format!("reading the root cpuset: {e}"))?
+            .map_err(DomainError::ReadRoot)?
             .trim()
             .to_string();
         let pid = std::process::id();
@@ -73,7 +112,8 @@ impl OneCoreDomain {
         let mems = std::fs::read_to_string(domain.root.join("cpuset.mems")).unwrap_or_else(|_| "0".into());
         let others: Vec<String> = (0..cores).filter(|&c| c != core).map(|c| c.to_string()).collect();
         for (dir, cpus) in [(&domain.dl, core.to_string()), (&domain.rest, others.join(","))] {
-            std::fs::create_dir(dir).map_err(|e| format!("making the cpuset {}: {e}", dir.display()))?;
+            std::fs::create_dir(dir)
+                .map_err(|error| DomainError::MakeSet { path: dir.to_path_buf(), error })?;
             write(&dir.join("cpuset.cpus"), &cpus)?;
             write(&dir.join("cpuset.mems"), mems.trim())?;
             write(&dir.join("cpuset.cpu_exclusive"), "1")?;
@@ -83,7 +123,7 @@ impl OneCoreDomain {
     }
 
     /// Moves the calling thread into the one-core set.
-    pub fn join(&self) -> Result<(), String> {
+    pub fn join(&self) -> Result<(), DomainError> {
         let tid = kairos_sys::thread::thread_id();
         write(&self.dl.join("tasks"), &tid.to_string())
     }

@@ -36,64 +36,91 @@ use kairos_sys::proc::last_core;
 use kairos_sys::thread::{pin_current_thread, set_fifo, thread_context_switches};
 use serde::Serialize;
 
-use crate::harness::{Experiment, Plan, Run, RunInfo, check_points};
+use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo, check_points};
 use crate::plot::{Scales, measured_per_key, xy_chart};
 
+/// What a run of `kairos rtu switches` does: the points (utilisations), how long each way runs
+/// at each, on which core, and the work per unit.
 #[derive(Debug, Clone, Serialize)]
 pub struct SwitchesConfig {
-    /// Total utilisation of the six handlers, per point.
+    /// Total utilisation of the six handlers, per point: fractions of the core in (0, 1], each
+    /// one the analysis admits (the plan refuses the others).
     pub utilisations: Vec<f64>,
+    /// How long each way runs at each point, seconds (0.1 to 3600).
     pub seconds: f64,
+    /// The core both ways run on (one that exists here; the presets take the last).
     pub core: usize,
-    /// Computation per unit of work, ns.
+    /// Computation per unit of work, ns (1000 to 1000000); each unit is declared to the
+    /// analysis 5 us over it.
     pub work_ns: u64,
 }
 
 impl SwitchesConfig {
+    /// The quick preset: three points (0.2, 0.4, 0.6), 2 s each way, on the last core.
     pub fn quick() -> Self {
         Self { utilisations: vec![0.2, 0.4, 0.6], seconds: 2.0, core: last_core(), work_ns: 20_000 }
     }
 
+    /// The full preset: six points (0.1 to 0.6), 20 s each way.
     pub fn full() -> Self {
         Self { utilisations: vec![0.1, 0.2, 0.3, 0.4, 0.5, 0.6], seconds: 20.0, ..Self::quick() }
     }
 
+    /// [`SwitchesConfig::quick`] or [`SwitchesConfig::full`].
     pub fn preset(quick: bool) -> Self {
         if quick { Self::quick() } else { Self::full() }
     }
 }
 
+/// One way at one point: what it did and what it cost (a row of `rows.csv`).
 #[derive(Debug, Clone, Serialize)]
 pub struct SwitchRow {
+    /// The six handlers' total utilisation (fraction of the core).
     pub utilisation: f64,
+    /// `rmdp` (one shell thread, no lock) or `threads + PI mutex`.
     pub way: &'static str,
+    /// Units of work done (updates of the shared queue).
     pub units: u64,
+    /// Voluntary context switches of the way's threads, as the OS counts them.
     pub voluntary_switches: u64,
+    /// Involuntary context switches (preemptions) of the way's threads, as the OS counts them.
     pub involuntary_switches: u64,
+    /// Voluntary and involuntary switches per unit of work: the figure of merit.
     pub switches_per_unit: f64,
+    /// Lock acquisitions of the shared state (0 for RMDP, which lends it without a lock).
     pub lock_operations: u64,
+    /// Jobs that ended past their deadline (the end of their period).
     pub misses: u64,
+    /// Work time over wall time: units times the work per unit, over the way's run.
     pub useful_utilisation: f64,
     /// Every thread of this way got `SCHED_FIFO` (the shell; or each handler's thread).
     pub realtime: bool,
 }
 
+/// What `kairos rtu switches` found (`summary.json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct SwitchesSummary {
     /// Machine, noise, plots and results directory.
     #[serde(flatten)]
     pub run: RunInfo,
+    /// The configuration run.
     pub config: SwitchesConfig,
+    /// Every row's threads got `SCHED_FIFO` (else some ran at normal priority: see each row).
     pub realtime: bool,
+    /// Both ways at every point, RMDP first.
     pub rows: Vec<SwitchRow>,
+    /// Threads over RMDP at every point.
     pub ratios: Vec<Ratio>,
     /// Context switches per unit, threads over RMDP: the median over the utilisations.
     pub switch_ratio: f64,
 }
 
+/// The two ways compared at one point.
 #[derive(Debug, Clone, Serialize)]
 pub struct Ratio {
+    /// The six handlers' total utilisation (fraction of the core).
     pub utilisation: f64,
+    /// Context switches per unit of work, threads over RMDP.
     pub switch_ratio: f64,
 }
 
@@ -130,7 +157,7 @@ fn unit_of_work(shared: &mut Shared, work_ns: u64) {
     spin_until_ns(monotonic_ns() + work_ns);
 }
 
-fn rmdp(u: f64, config: &SwitchesConfig) -> Result<SwitchRow, String> {
+fn rmdp(u: f64, config: &SwitchesConfig) -> Result<SwitchRow> {
     let specs = handler_set(u, config.work_ns);
     let mut sched = Scheduler::new(Shared::default());
     let work = config.work_ns;
@@ -142,14 +169,14 @@ fn rmdp(u: f64, config: &SwitchesConfig) -> Result<SwitchRow, String> {
                 }
                 units
             })
-            .map_err(|e| format!("utilisation {u}: {e}"))?;
+            .with_context(|| format!("utilisation {u}"))?;
     }
     let start = monotonic_ns();
     let running = sched
         .spawn(ShellConfig { core: Some(config.core), ..ShellConfig::default() })
-        .map_err(|e| format!("starting the real-time shell's thread: {e}"))?;
+        .context("starting the real-time shell's thread")?;
     std::thread::sleep(Duration::from_secs_f64(config.seconds));
-    let report = running.stop().map_err(|e| e.to_string())?;
+    let report = running.stop()?;
     let wall = (monotonic_ns() - start).max(1);
     let units = report.shared.updates;
     let (vol, invol) = report.context_switches;
@@ -234,13 +261,13 @@ impl Experiment for SwitchesConfig {
     const NAME: &'static str = "rtu-switches";
     type Summary = SwitchesSummary;
 
-    fn plan(&self) -> Result<Plan, String> {
+    fn plan(&self) -> Result<Plan, InvalidConfig> {
         check_points(&self.utilisations, self.seconds, self.core, "a few jobs of every handler")?;
         if !(1_000..=1_000_000).contains(&self.work_ns) {
-            return Err(format!(
+            return Err(InvalidConfig::new(format!(
                 "work per unit must be 1-1000 us (1000-1000000 ns), got {} ns",
                 self.work_ns
-            ));
+            )));
         }
         for &u in &self.utilisations {
             admitted(u, self.work_ns)?;
@@ -256,12 +283,12 @@ impl Experiment for SwitchesConfig {
 
 /// Checks that the analysis admits the six handlers at `u` (the RMDP way runs only admitted
 /// sets); the error says which handler it refuses and why.
-fn admitted(u: f64, work_ns: u64) -> Result<(), String> {
+fn admitted(u: f64, work_ns: u64) -> Result<(), InvalidConfig> {
     let specs = handler_set(u, work_ns);
-    let analysis = analyse(&specs).map_err(|e| format!("utilisation {u}: {e}"))?;
+    let analysis = analyse(&specs).map_err(|e| InvalidConfig::new(format!("utilisation {u}: {e}")))?;
     match analysis.handlers.iter().find(|h| !h.schedulable) {
         None => Ok(()),
-        Some(h) => Err(format!(
+        Some(h) => Err(InvalidConfig::new(format!(
             "utilisation {u}: the analysis does not admit the six handlers (declared at {:.2} of the \
              core: each unit is declared 5 us over its work), and the RMDP way runs admitted sets \
              only; handler {} {}; give lower utilisations",
@@ -269,7 +296,7 @@ fn admitted(u: f64, work_ns: u64) -> Result<(), String> {
             h.name,
             h.unbounded
                 .map_or_else(|| "misses its deadline".to_string(), |why| format!("is unbounded: {why}"))
-        )),
+        ))),
     }
 }
 
@@ -277,7 +304,7 @@ fn measure(config: &SwitchesConfig, run: &mut Run<'_>) -> Result<SwitchesSummary
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     for &u in &config.utilisations {
-        let r = rmdp(u, config).map_err(|e| anyhow::anyhow!("the RMDP way failed: {e}"))?;
+        let r = rmdp(u, config).context("the RMDP way failed")?;
         let t = threads(u, config)?;
         ratios.push(Ratio {
             utilisation: u,
@@ -376,7 +403,7 @@ mod tests {
             }
         }
         let config = SwitchesConfig { utilisations: vec![0.2, 0.99], ..SwitchesConfig::quick() };
-        let e = config.plan().unwrap_err();
+        let e = config.plan().unwrap_err().to_string();
         assert!(e.starts_with("utilisation 0.99: the analysis does not admit the six handlers"), "{e}");
     }
 }

@@ -168,7 +168,8 @@ pub struct NodeReport {
 #[derive(Debug)]
 pub struct RunningNode {
     control: Option<StoppableThread<u64>>,
-    lane: Option<StoppableThread<(LaneCounts, Result<(), String>)>>,
+    /// The lane loop: its counts, and why it did not run real-time (`None`: it did).
+    lane: Option<StoppableThread<(LaneCounts, Option<String>)>>,
     socket: PathBuf,
     connected: Arc<AtomicBool>,
     bridge_prefix: String,
@@ -213,7 +214,7 @@ impl RunningNode {
         }
         if let Some(l) = self.lane.take() {
             match l.stop() {
-                Ok((lane, realtime)) => (report.lane, report.not_realtime) = (lane, realtime.err()),
+                Ok((lane, not_realtime)) => (report.lane, report.not_realtime) = (lane, not_realtime),
                 Err(e) => report.not_realtime = Some(e.to_string()),
             }
         }
@@ -294,12 +295,12 @@ pub fn start_measured(config: NodeConfig, measure: HostMeasure) -> Result<Runnin
         // A sleeping loop wakes for its releases: without this, a normal thread's wake-ups
         // are rounded up by 50 us, two periods of a 25 us tunnel.
         let _ = kairos_sys::thread::set_timer_slack_ns(1);
-        let realtime = if priority > 0 {
-            kairos_sys::thread::set_fifo(priority).map_err(|e| e.to_string())
+        let not_realtime = if priority > 0 {
+            kairos_sys::thread::set_fifo(priority).err().map(|e| e.to_string())
         } else {
-            Err("not asked (--fifo 0)".to_string())
+            Some("not asked (--fifo 0)".to_string())
         };
-        (lane_loop.run(stop), realtime)
+        (lane_loop.run(stop), not_realtime)
     })
     .map_err(io_error("cannot start the lane loop"))?;
     let mut control = Control::new(config, poll, listener, commands_tx, reports_rx, host, measure.log)?;

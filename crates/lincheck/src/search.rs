@@ -535,7 +535,7 @@ fn counterexample<M: Model>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lincheck::{KvCommand, KvModel, KvOutput};
+    use crate::{KvCommand, KvModel, KvOutput};
 
     type Op = Operation<KvCommand, KvOutput>;
 

@@ -1,4 +1,5 @@
-//! A linearizability checker for the histories clients record against the replicated store.
+//! `kairos-lincheck`: a linearizability checker for the histories clients record against a
+//! replicated store, with a model of Kairos's key-value store and any other [`Model`].
 //!
 //! Role: decide whether what the clients saw (each request's call and return instants, input and
 //! output) could have come from one copy of the store applying each request atomically at some
@@ -50,6 +51,9 @@
 //! Source: Wing and Gong (1993) and Lowe (2017) for the search; Porcupine (A. Athalye, Go) for
 //! the model interface, unknown outcomes and per-key partitioning; Knossos and Jepsen for the
 //! treatment of indeterminate (`:info`) operations; Herlihy and Wing (1990) for locality.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 use std::fmt::Debug;
 use std::hash::Hash;

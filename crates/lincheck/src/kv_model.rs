@@ -321,7 +321,7 @@ pub fn check_kv(history: &[KvOp], budget: Duration) -> KvReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lincheck::{check, read_jsonl, write_jsonl};
+    use crate::{check, read_jsonl, write_jsonl};
 
     type Op = Operation<KvCommand, KvOutput>;
 

@@ -170,7 +170,7 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
-    use crate::lincheck::{Verdict, check, check_kv};
+    use crate::{Verdict, check, check_kv};
 
     const NO_LIMIT: Duration = Duration::from_secs(3600);
 
