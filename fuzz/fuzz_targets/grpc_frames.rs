@@ -8,13 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-// The client's source compiled here on its own: the fuzz build then needs none of the lab's
-// other code and dependencies.
-#[allow(dead_code)]
-#[path = "../../crates/lab/src/kv_bench/grpc.rs"]
-mod grpc;
-
-use grpc::{Call, FRAME_HEADER, MAX_FRAME, PREFACE, Session};
+use kairos_peers::grpc::{Call, FRAME_HEADER, MAX_FRAME, PREFACE, Session};
 
 /// `bytes` (a preface first, if any) are whole frames within the size limit, HEADERS and DATA
 /// on odd streams.

@@ -8,13 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-// The reader's source and its data types, compiled here on their own: the fuzz build then
-// needs none of the lab's other code and dependencies.
-#[path = "../../crates/lab/src/lane_latency/samples.rs"]
-mod samples;
-#[allow(dead_code)]
-#[path = "../../crates/lab/src/lane_latency/sockperf.rs"]
-mod sockperf;
+use kairos_peers::sockperf;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -13,6 +13,7 @@
 //! - [`peer`]: where a member is reached: a UDP address or a host of the express lane.
 //! - [`lane_link`]: a member's messages and heartbeats on the express lane, as an application
 //!   of its host's lane node.
+//! - [`stream`]: messages read off a byte stream by a pure parser (the RESP and HTTP clients).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -22,3 +23,4 @@ pub mod frame;
 pub mod lane_link;
 pub mod peer;
 pub mod seal;
+pub mod stream;

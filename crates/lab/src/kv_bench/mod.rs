@@ -43,11 +43,13 @@
 
 pub mod client;
 pub mod failover;
-pub mod grpc;
-pub mod http;
 pub mod redis_benchmark;
 pub mod report;
 pub mod rounds;
+
+/// The peers' protocol clients, which live in `kairos-peers` (etcd's gRPC API over HTTP/2, and
+/// its JSON gateway over HTTP/1.1).
+pub use kairos_peers::{grpc, http};
 pub mod systems;
 
 use std::collections::BTreeMap;

@@ -26,9 +26,11 @@
 pub mod lane_row;
 pub mod load;
 pub mod peers;
-pub mod samples;
-pub mod sockperf;
 pub mod stats;
+
+/// What a peer measured, message by message, and sockperf's log read into it: in
+/// `kairos-peers`, the crate of the peers' formats.
+pub use kairos_peers::{samples, sockperf};
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! bodies): one keep-alive connection, one request at a time, and the response read by a pure
 //! parser, as the bench's probes of etcd need and no more: whether a member answers a put and a
 //! range, and its status (`/v3/maintenance/status`: the leader's id). The measured calls go
-//! through etcd's gRPC API instead ([`super::grpc`]), without the gateway's hop.
+//! through etcd's gRPC API instead ([`crate::grpc`]), without the gateway's hop.
 //!
 //! [`parse_response`] takes a buffer and returns a whole response and the bytes it took, or
 //! `None` when the buffer holds only part of one; bodies are framed by `Content-Length` or
@@ -174,7 +174,7 @@ fn dechunk(buf: &[u8]) -> Result<Option<(Vec<u8>, usize)>, HttpError> {
 
 /// Reads from `reader` into `buf` until a whole response is there, and takes it out of `buf`.
 pub fn read_response(reader: &mut impl Read, buf: &mut Vec<u8>) -> io::Result<Response> {
-    kairos_kv::resp::client::read_framed(reader, buf, parse_response)
+    kairos_services::stream::read_framed(reader, buf, parse_response)
 }
 
 /// One keep-alive connection to an HTTP server.

@@ -1,6 +1,5 @@
-//! What a peer of the latency experiment measured, message by message: plain data, with no
-//! dependency, so the fuzz target of the sockperf log reader compiles the reader's source and
-//! this file alone (`fuzz/fuzz_targets/sockperf_log.rs`).
+//! What a peer of the lane's latency experiment measured, message by message: plain data, as
+//! [`crate::sockperf`] reads it from sockperf's log and the experiment's own peers record it.
 
 /// One message's journey; CLOCK_REALTIME ns (kairos_sys::clock::realtime_ns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -38,7 +38,7 @@
 //! row number (dropped replies have no row, so the numbers are dense), and `sent` is the valid
 //! window's requests, so lost replies are `sent` minus the rows, as for the other peers.
 
-use super::samples::{PeerRun, Sample};
+use crate::samples::{PeerRun, Sample};
 
 /// The rule of dashes around the table.
 const RULE: &str = "------------------------------";
