@@ -1291,7 +1291,7 @@ pub fn table(rows: &[SweepRow]) -> String {
 }
 
 /// What each plot shows, in the order a reader should look at them.
-const PLOT_CAPTIONS: [(&str, &str); 12] = [
+const PLOT_CAPTIONS: &[(&str, &str)] = &[
     ("fig3a_baseline_age.png", "one user, no FIB: age against offered rate, the knee where the ring fills"),
     ("fig3b_baseline_batch.png", "one user: the sender's batch grows with the rate"),
     ("fig4_age.png", "1,000 users: age against rate for each FIB"),
