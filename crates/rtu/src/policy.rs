@@ -82,6 +82,9 @@ pub struct Missed {
     pub deadline: u64,
     /// When it completed, late; `None`: dropped unfinished at its deadline.
     pub completion: Option<u64>,
+    /// The handler had been demoted for overrunning when the job missed: the analysis's promise
+    /// no longer covered it (it ran below every admitted handler, one unit a dispatch).
+    pub demoted: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -211,6 +214,7 @@ impl Policy {
                         release: s.release,
                         deadline: s.next_release,
                         completion: None,
+                        demoted: s.demoted,
                     });
                 }
                 s.release = s.next_release;
@@ -271,6 +275,7 @@ impl Policy {
                 release: s.release,
                 deadline,
                 completion: Some(now),
+                demoted: s.demoted,
             });
         }
         Some(Finished { handler, job: s.job, release: s.release, completion: now })
@@ -392,8 +397,15 @@ mod tests {
         assert_eq!(
             missed,
             vec![
-                Missed { handler: 0, job: 0, release: 0, deadline: 10, completion: None },
-                Missed { handler: 0, job: 1, release: 10, deadline: 20, completion: Some(25) },
+                Missed { handler: 0, job: 0, release: 0, deadline: 10, completion: None, demoted: false },
+                Missed {
+                    handler: 0,
+                    job: 1,
+                    release: 10,
+                    deadline: 20,
+                    completion: Some(25),
+                    demoted: false
+                },
             ]
         );
         assert_eq!(p.counts(0).misses, 2);
@@ -461,5 +473,22 @@ mod tests {
         let c = p.counts(0);
         assert_eq!((c.job_overruns, c.demoted), (3, true));
         assert_eq!(c.worst_excess_ns, 150_000);
+        assert!(p.take_missed().is_empty());
+        // A job left unfinished after the demotion misses as a demoted handler's.
+        p.release(t);
+        p.release(t + 10_000_000);
+        let missed = p.take_missed();
+        assert_eq!(missed.iter().map(|m| (m.job, m.demoted)).collect::<Vec<_>>(), [(6, true)]);
+    }
+
+    #[test]
+    fn a_miss_before_any_demotion_is_not_marked_demoted() {
+        let spec =
+            HandlerSpec { name: "h".into(), period_ns: 1_000, batch: 2, iteration: 1, unit_cost_ns: 100 };
+        let mut p = Policy::new(&[spec], &[]);
+        p.release(0);
+        p.release(1_000);
+        let missed = p.take_missed();
+        assert_eq!(missed.iter().map(|m| (m.job, m.demoted)).collect::<Vec<_>>(), [(0, false)]);
     }
 }
