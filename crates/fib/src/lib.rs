@@ -32,7 +32,6 @@ mod rcu;
 #[cfg(not(loom))]
 mod rwlock;
 pub mod seqlock;
-mod sync;
 
 use std::fmt;
 use std::str::FromStr;

@@ -7,10 +7,12 @@
 //! the writer and the writer never allocates or copies. The fences pair as in Boehm, "Can
 //! seqlocks get along with programming language memory models?" (MSPC 2012): the writer's
 //! release fence after making the sequence odd, the reader's acquire fence before its second
-//! load of the sequence.
+//! load of the sequence. The atomics, fences and spin hint are `kairos-sync`'s, so under
+//! `cfg(loom)` they are loom's and `tests/loom.rs` checks this code.
+
+use kairos_sync::{AtomicU64, Ordering, fence, spin};
 
 use crate::AddrTuple;
-use crate::sync::{AtomicU64, Ordering, fence, spin};
 
 /// One FIB entry under a sequence lock, on a cache line of its own.
 #[derive(Debug)]

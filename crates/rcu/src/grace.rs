@@ -35,7 +35,7 @@
 
 use crate::error::{ReaderOnline, RegisterError};
 use crate::stats::DomainStats;
-use crate::sync::{self, AtomicU64, AtomicUsize, Mutex, Ordering, Padded, fence};
+use crate::sync::{self, AtomicU64, AtomicUsize, CachePadded, Mutex, Ordering, fence};
 
 /// A grace period, as returned by [`crate::Domain::start`]; complete once [`crate::Domain::poll`]
 /// says so. Tickets of one domain are ordered: a later grace period has a larger ticket.
@@ -62,10 +62,10 @@ struct Slot {
 
 /// The grace-period counter and the reader slots of one domain.
 pub(crate) struct GracePeriods {
-    gp: Padded<AtomicU64>,
+    gp: CachePadded<AtomicU64>,
     /// The smallest slot value the last full scan saw: every ticket up to it has ended.
-    acked: Padded<AtomicU64>,
-    slots: Box<[Padded<Slot>]>,
+    acked: CachePadded<AtomicU64>,
+    slots: Box<[CachePadded<Slot>]>,
     /// Slots ever handed out (a high-water mark): scans stop there.
     slots_used: AtomicUsize,
     /// The registered readers' names, by slot (`None`: free).
@@ -77,9 +77,9 @@ impl GracePeriods {
     /// A counter at 1 and `max_readers` free slots.
     pub(crate) fn new(max_readers: usize) -> Self {
         Self {
-            gp: Padded(AtomicU64::new(1)),
-            acked: Padded(AtomicU64::new(1)),
-            slots: (0..max_readers).map(|_| Padded(Slot::default())).collect(),
+            gp: CachePadded(AtomicU64::new(1)),
+            acked: CachePadded(AtomicU64::new(1)),
+            slots: (0..max_readers).map(|_| CachePadded(Slot::default())).collect(),
             slots_used: AtomicUsize::new(0),
             names: Mutex::new(Vec::new()),
             started: AtomicU64::new(0),

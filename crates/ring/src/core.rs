@@ -16,7 +16,7 @@
 //! makes the ring look fuller (or emptier) for a moment, never blocks it. That matters on a
 //! machine with more threads than cores, where a waiter could spin for a whole time slice.
 
-use crate::sync::{AtomicU64, Ordering, Padded, Payload};
+use crate::sync::{AtomicU64, CachePadded, Ordering, Payload};
 
 /// One slot of the ring.
 #[derive(Debug)]
@@ -53,9 +53,9 @@ impl Counters {
 
 #[derive(Debug)]
 pub(crate) struct Core<T> {
-    head: Padded<AtomicU64>,
-    tail: Padded<AtomicU64>,
-    pub(crate) counters: Padded<Counters>,
+    head: CachePadded<AtomicU64>,
+    tail: CachePadded<AtomicU64>,
+    pub(crate) counters: CachePadded<Counters>,
     slots: Box<[Slot<T>]>,
     capacity: u64,
     /// Whether producers may claim from the head (drop-oldest): consumers must then CAS.
@@ -77,9 +77,9 @@ impl<T: Copy> Core<T> {
             .collect::<Vec<_>>()
             .into_boxed_slice();
         Self {
-            head: Padded(AtomicU64::new(0)),
-            tail: Padded(AtomicU64::new(0)),
-            counters: Padded(Counters::default()),
+            head: CachePadded(AtomicU64::new(0)),
+            tail: CachePadded(AtomicU64::new(0)),
+            counters: CachePadded(Counters::default()),
             slots,
             capacity: capacity as u64,
             evicting,
