@@ -47,38 +47,22 @@ echo "lane police ok: $(grep -o '"bw_exceeded_after_first_drop_periods":[0-9.]*'
 
 lane_testbed() {
 step "the lane testbed: lane probes keep their latency through a bulk flood at both egresses (release, root)"
-if [ "$(id -u)" = 0 ]; then
-  cargo test --release --locked -q --workspace --test lane_testbed -- --ignored --test-threads=1 --nocapture
-else
-  echo "not root: the lane testbed's strict-priority test skipped"
-fi
+root_tests lane_testbed "the lane testbed's strict-priority test" --nocapture
 }
 
 lane_node_packet() {
 step "the lane's nodes on the packet-ring transport: messages cross a two-host testbed with kernel stamps in the lane class, an unresolved peer counted (release, root)"
-if [ "$(id -u)" = 0 ]; then
-  cargo test --release --locked -q --workspace --test node_packet -- --ignored --test-threads=1
-else
-  echo "not root: the lane's packet-transport node test skipped"
-fi
+root_tests node_packet "the lane's packet-transport node test"
 }
 
 lane_latency_peers() {
 step "the lane latency experiment's peer rows and load: four peers idle and under an iperf3 flood and stress-ng, nothing left (release, root)"
-if [ "$(id -u)" = 0 ]; then
-  cargo test --release --locked -q --workspace --test lane_latency -- --ignored --test-threads=1 --nocapture
-else
-  echo "not root: the lane latency peers' test skipped"
-fi
+root_tests lane_latency "the lane latency peers' test" --nocapture
 }
 
 lane_e2e() {
 step "the express lane end to end: testbed, controller, three nodes, applications; every message within the bound its node promised (or during a stall), strangers refused, a controller SIGKILLed and restarted (release, root)"
-if [ "$(id -u)" = 0 ]; then
-  cargo test --release --locked -q --workspace --test lane_e2e -- --ignored --test-threads=1 --nocapture
-else
-  echo "not root: the lane's end-to-end test skipped"
-fi
+root_tests lane_e2e "the lane's end-to-end test" --nocapture
 }
 
 lane_latency() {

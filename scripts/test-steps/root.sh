@@ -4,27 +4,15 @@
 
 signals() {
 step "signals: SIGINT, SIGTERM and SIGHUP mid-run end it with 128 + the signal and undo its children, namespaces and cpusets (release, root)"
-if [ "$(id -u)" = 0 ]; then
-  cargo test --release --locked -q --workspace --test signals -- --ignored --test-threads=1
-else
-  echo "not root: the signal tests skipped"
-fi
+root_tests signals "the signal tests"
 }
 
 af_packet() {
 step "the af_packet rings across two namespaces: TX ring to the peer's RX ring and a UDP socket, with kernel stamps (release, root)"
-if [ "$(id -u)" = 0 ]; then
-  cargo test --release --locked -q --workspace --test af_packet -- --ignored --test-threads=1
-else
-  echo "not root: the af_packet ring tests skipped"
-fi
+root_tests af_packet "the af_packet ring tests"
 }
 
 doctor() {
 step "the host doctor: --apply changes what it records and --revert puts every setting it may touch back (release, root)"
-if [ "$(id -u)" = 0 ]; then
-  cargo test --release --locked -q --workspace --test doctor -- --ignored --test-threads=1
-else
-  echo "not root: the doctor's apply and revert test skipped"
-fi
+root_tests doctor "the doctor's apply and revert test"
 }
