@@ -89,38 +89,28 @@
 //! Needs root (`CAP_NET_ADMIN`, `ip` and `tc` from iproute2); without it,
 //! [`LaneTestbed::create`] says so.
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+mod calibration;
+mod classes;
+
+pub use calibration::{
+    CALIBRATION_TIMEOUT_NS, Calibration, CalibrationPath, MAX_CALIBRATION_SAMPLES, transmission_ns,
+};
+pub use classes::{BULK_ASSURED_BPS, BULK_CLASS, ClassCount, ClassCounters, LANE_CLASS, LINK_CLASS};
+
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;
 use std::sync::Mutex;
 
 use kairos_sys::cleanup::{self, Registration};
-use kairos_sys::clock::monotonic_ns;
 use kairos_sys::net::options;
 
-use kairos_sys::net::{RingConfig, RxLayout};
-
-use crate::af_packet::{AfPacketPort, AfPacketSocket};
-use crate::packet::{Kind, Packet};
-use crate::port::{Port, PortError};
+use crate::port::PortError;
 use crate::testbed::{
     TestbedError, ip, remove_namespaces, remove_stale_namespaces, run_in_namespace, socket_in, tool,
 };
-use crate::udp::UdpPort;
 
 /// The type-of-service byte lane sockets set: DSCP EF (46) in the top six bits.
 pub const LANE_TOS: u8 = 46 << 2;
-/// The mask the filter reads the byte through: DSCP only, whatever the ECN bits.
-const DSCP_MASK: u8 = 0xfc;
-
-/// The class every egress shapes to the link rate.
-pub const LINK_CLASS: &str = "1:1";
-/// The lane's class: priority 0, the link rate.
-pub const LANE_CLASS: &str = "1:10";
-/// Everything else (the default class): priority 1, borrowing what the lane leaves.
-pub const BULK_CLASS: &str = "1:20";
-/// The bulk class's own assured rate: the least HTB keeps exact, so bulk gets the link only by
-/// borrowing, after the lane.
-pub const BULK_ASSURED_BPS: u64 = 8_000;
 
 /// The bytes a queued packet is counted as in the topology's queue size: the veths' MTU.
 pub const MTU_BYTES: u64 = 1500;
@@ -332,109 +322,6 @@ pub enum Egress {
     SwitchPort(usize),
 }
 
-/// A class's counters (`tc -s class show`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ClassCount {
-    /// Packets it sent.
-    pub packets: u64,
-    /// Bytes it sent (with the Ethernet header).
-    pub bytes: u64,
-    /// Packets its queue dropped.
-    pub dropped: u64,
-}
-
-/// The lane and bulk classes' counters at one egress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ClassCounters {
-    /// [`LANE_CLASS`].
-    pub lane: ClassCount,
-    /// [`BULK_CLASS`].
-    pub bulk: ClassCount,
-}
-
-/// One-way latencies from one host to another across the bridge (both hops), ns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Calibration {
-    /// The sending host.
-    pub from: usize,
-    /// The receiving host.
-    pub to: usize,
-    /// Datagrams measured.
-    pub samples: u64,
-    /// Datagrams that did not arrive within [`CALIBRATION_TIMEOUT_NS`].
-    pub lost: u64,
-    /// The least latency.
-    pub min_ns: u64,
-    /// The median.
-    pub p50_ns: u64,
-    /// The 99th percentile.
-    pub p99_ns: u64,
-    /// At [`JITTER_PERCENTILE`].
-    pub p999_ns: u64,
-    /// The largest latency.
-    pub max_ns: u64,
-}
-
-/// How long a calibration datagram may take before it counts as lost.
-pub const CALIBRATION_TIMEOUT_NS: u64 = 100_000_000;
-/// Datagrams sent before the measured ones (the first waits for ARP).
-const CALIBRATION_WARMUP: u64 = 64;
-/// The most samples a calibration takes (some seconds even when every one is slow).
-pub const MAX_CALIBRATION_SAMPLES: u64 = 1_000_000;
-
-impl Calibration {
-    /// The figures of `latencies_ns` (one per datagram that arrived, any order); `None` when
-    /// there are none.
-    pub fn from_latencies(from: usize, to: usize, latencies_ns: &mut [u64], lost: u64) -> Option<Self> {
-        if latencies_ns.is_empty() {
-            return None;
-        }
-        latencies_ns.sort_unstable();
-        let at = |q: f64| percentile(latencies_ns, q);
-        Some(Self {
-            from,
-            to,
-            samples: latencies_ns.len() as u64,
-            lost,
-            min_ns: latencies_ns[0],
-            p50_ns: at(50.0),
-            p99_ns: at(99.0),
-            p999_ns: at(JITTER_PERCENTILE),
-            max_ns: latencies_ns[latencies_ns.len() - 1],
-        })
-    }
-
-    /// Each link's minimum delay on links of `rate_bps`: half the path's minimum (two alike
-    /// hops) less a frame's transmission at that rate, which the lane's model adds to every hop
-    /// and a veth does not take (see the module documentation); at least 0.
-    pub fn min_delay_per_link_ns(&self, rate_bps: u64) -> u64 {
-        (self.min_ns / 2).saturating_sub(transmission_ns(MTU_BYTES, rate_bps))
-    }
-
-    /// Each link's jitter on links of `rate_bps`: half of [`JITTER_PERCENTILE`] less the
-    /// minimum delay, rounded so that two hops' minimum delay and jitter add up to at least the
-    /// path's percentile.
-    pub fn max_jitter_per_link_ns(&self, rate_bps: u64) -> u64 {
-        self.p999_ns.div_ceil(2) - self.min_delay_per_link_ns(rate_bps)
-    }
-}
-
-/// Nanoseconds to send `bytes` at `rate_bps` (positive), rounded up: what the lane's model
-/// charges a hop for a packet of that size.
-pub fn transmission_ns(bytes: u64, rate_bps: u64) -> u64 {
-    let ns = (u128::from(bytes) * 8 * 1_000_000_000).div_ceil(u128::from(rate_bps.max(1)));
-    ns.min(u128::from(u64::MAX)) as u64
-}
-
-/// The nearest-rank percentile `q` (0-100, in tenths) of sorted, non-empty `sorted`.
-fn percentile(sorted: &[u64], q: f64) -> u64 {
-    // In integer thousandths: 0.999 * 1000 is 999.0000000000001 in floating point, whose
-    // ceiling would be the maximum.
-    let per_mille = (q * 10.0).round() as usize;
-    let rank = (per_mille * sorted.len()).div_ceil(1000);
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// What the lane's controller needs of the testbed, as plain data (the lane's `Topology` is a
 /// layer above): hosts and the switch, and every host's duplex link to it, all alike.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -491,53 +378,6 @@ fn owner_of(name: &str) -> Option<u32> {
         return None;
     }
     rest.rsplit_once('-')?.1.parse().ok()
-}
-
-/// What a calibration's datagrams travel on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CalibrationPath {
-    /// UDP sockets, the kernel stamping each datagram as it reaches the receiver's socket.
-    #[default]
-    Udp,
-    /// Memory-mapped packet rings ([`crate::af_packet`]) on the hosts' [`HOST_DEVICE`], as a
-    /// lane node on the packet transport sends and receives: the qdisc and the UDP layers
-    /// skipped, the ring's stamp taken as the frame reaches it.
-    PacketRing,
-}
-
-/// Sends `samples` packets (after [`CALIBRATION_WARMUP`] more) from `tx` to `rx` one at a
-/// time, each awaited up to [`CALIBRATION_TIMEOUT_NS`]; returns their one-way latencies (the
-/// sender's clock before the send to the receiver's kernel stamp, ns; a packet whose stamp is
-/// not after its send is left out) and how many were lost.
-fn one_way(tx: &mut dyn Port, rx: &mut dyn Port, samples: u64) -> Result<(Vec<u64>, u64), PortError> {
-    let mut latencies = Vec::with_capacity(samples as usize);
-    let mut lost = 0;
-    let mut arrived = [Packet::default(); 1];
-    for seq in 0..CALIBRATION_WARMUP + samples {
-        let kind = if seq < CALIBRATION_WARMUP { Kind::Warmup } else { Kind::Data };
-        let packet = Packet { kind, seq, sent_ns: monotonic_ns(), ..Packet::default() };
-        let sent = tx.tx_burst(&[packet])? == 1;
-        let deadline = monotonic_ns() + CALIBRATION_TIMEOUT_NS;
-        let latency = loop {
-            if !sent || monotonic_ns() > deadline {
-                break None;
-            }
-            // A late datagram of an earlier round is read and passed over.
-            if rx.rx_burst(&mut arrived)? == 1 && arrived[0].seq == seq {
-                break Some(arrived[0].rx_ns.checked_sub(arrived[0].sent_ns).filter(|&ns| ns > 0));
-            }
-            std::hint::spin_loop();
-        };
-        match (kind, latency) {
-            (Kind::Warmup, _) => {}
-            (_, Some(Some(ns))) => latencies.push(ns),
-            // Arrived with a receive stamp not after its send: not a measurement (a packet
-            // ring now and then reports a frame's stamp from before it was sent); left out.
-            (_, Some(None)) => {}
-            (_, None) => lost += 1,
-        }
-    }
-    Ok((latencies, lost))
 }
 
 /// The testbed: namespaces, veths, the bridge and the classes, removed when dropped.
@@ -620,42 +460,6 @@ impl LaneTestbed {
             self.shape(ns, HOST_DEVICE)?;
             self.shape(sw, port)?;
         }
-        Ok(())
-    }
-
-    /// The classes and the lane filter on the egress of `device` in `namespace`.
-    fn shape(&self, namespace: &str, device: &str) -> Result<(), LaneTestbedError> {
-        let rate = format!("{}bit", self.config.rate_bps);
-        let bulk_rate = format!("{BULK_ASSURED_BPS}bit");
-        let (lane_limit, bulk_limit) =
-            (self.config.lane_limit.to_string(), self.config.bulk_limit.to_string());
-        let bulk_minor = BULK_CLASS.rsplit(':').next().unwrap_or("20");
-        // An explicit quantum (one full frame) keeps the kernel from deriving one from the rate
-        // and logging that it is too big (the lane) or too small (bulk).
-        let quantum = (MTU_BYTES + 14).to_string();
-        let tc = |args: &[&str]| -> Result<(), TestbedError> {
-            let mut all = vec!["-n", namespace];
-            all.extend_from_slice(args);
-            tool("tc", &all).map(drop)
-        };
-        tc(&["qdisc", "add", "dev", device, "root", "handle", "1:", "htb", "default", bulk_minor])?;
-        tc(&["class", "add", "dev", device, "parent", "1:", "classid", LINK_CLASS, "htb", "rate", &rate])?;
-        tc(&[
-            "class", "add", "dev", device, "parent", LINK_CLASS, "classid", LANE_CLASS, "htb", "rate", &rate,
-            "ceil", &rate, "prio", "0", "quantum", &quantum,
-        ])?;
-        tc(&[
-            "class", "add", "dev", device, "parent", LINK_CLASS, "classid", BULK_CLASS, "htb", "rate",
-            &bulk_rate, "ceil", &rate, "prio", "1", "quantum", &quantum,
-        ])?;
-        for (class, handle, limit) in [(LANE_CLASS, "10:", &lane_limit), (BULK_CLASS, "20:", &bulk_limit)] {
-            tc(&["qdisc", "add", "dev", device, "parent", class, "handle", handle, "pfifo", "limit", limit])?;
-        }
-        let (tos, mask) = (format!("{LANE_TOS:#04x}"), format!("{DSCP_MASK:#04x}"));
-        tc(&[
-            "filter", "add", "dev", device, "parent", "1:", "protocol", "ip", "prio", "1", "u32", "match",
-            "ip", "dsfield", &tos, &mask, "flowid", LANE_CLASS,
-        ])?;
         Ok(())
     }
 
@@ -742,85 +546,6 @@ impl LaneTestbed {
         }
     }
 
-    /// The lane and bulk classes' counters at `egress`.
-    pub fn class_counters(&self, egress: Egress) -> Result<ClassCounters, LaneTestbedError> {
-        let (namespace, device) = self.egress(egress)?;
-        let text = tool("tc", &["-n", namespace, "-s", "class", "show", "dev", device])?;
-        parse_class_counters(&text).map_err(|what| LaneTestbedError::Counters {
-            namespace: namespace.into(),
-            device: device.into(),
-            what: what.to_string(),
-        })
-    }
-
-    /// Measures `samples` one-way latencies (1 to [`MAX_CALIBRATION_SAMPLES`]) from host `from`
-    /// to host `to` across the bridge, idle, with lane-marked datagrams sent one at a time
-    /// (see the module documentation).
-    pub fn calibrate(&self, from: usize, to: usize, samples: u64) -> Result<Calibration, LaneTestbedError> {
-        self.calibrate_on(from, to, samples, CalibrationPath::Udp)
-    }
-
-    /// As [`Self::calibrate`], the datagrams sent and received on `path`.
-    pub fn calibrate_on(
-        &self,
-        from: usize,
-        to: usize,
-        samples: u64,
-        path: CalibrationPath,
-    ) -> Result<Calibration, LaneTestbedError> {
-        let fail = |what: String| LaneTestbedError::Calibration { from, to, what };
-        if from == to {
-            return Err(fail("the two hosts must differ".into()));
-        }
-        if !(1..=MAX_CALIBRATION_SAMPLES).contains(&samples) {
-            return Err(fail(format!("samples must be from 1 to {MAX_CALIBRATION_SAMPLES}, got {samples}")));
-        }
-        let sender = self.lane_socket(from, 0)?;
-        let receiver = self.socket(to, 0)?;
-        let local = |s: &UdpSocket| {
-            s.local_addr().map_err(|source| TestbedError::Io { what: "getsockname".into(), source })
-        };
-        let (sender_addr, receiver_addr): (SocketAddr, SocketAddr) = (local(&sender)?, local(&receiver)?);
-        let (mut latencies, lost) = match path {
-            CalibrationPath::Udp => {
-                let mut tx = UdpPort::new(sender, receiver_addr, 1 << 20)?;
-                let mut rx = UdpPort::new(receiver, sender_addr, 1 << 20)?;
-                one_way(&mut tx, &mut rx, samples)?
-            }
-            CalibrationPath::PacketRing => {
-                let (SocketAddr::V4(tx_addr), SocketAddr::V4(rx_addr)) = (sender_addr, receiver_addr) else {
-                    return Err(fail("the hosts' sockets are not IPv4".into()));
-                };
-                // The sockets stay bound (their ports reachable: no ICMP errors from the
-                // kernel's stack, which sees the datagrams too), dropping what they receive.
-                for s in [&sender, &receiver] {
-                    options::drop_all_received(s)
-                        .map_err(|source| TestbedError::Io { what: "SO_ATTACH_FILTER".into(), source })?;
-                }
-                let ring = |host: usize, addr: SocketAddrV4| {
-                    let config = RingConfig {
-                        rx: RxLayout::Frames { count: 256 },
-                        tx_frames: 64,
-                        ethertype: kairos_sys::net::packet_ring::ETH_P_IP,
-                        ..Default::default()
-                    };
-                    self.in_host(host, || AfPacketSocket::open(HOST_DEVICE, addr, config))?
-                        .map_err(|e| fail(e.to_string()))
-                };
-                let (mut tx_ring, mut rx_ring) = (ring(from, tx_addr)?, ring(to, rx_addr)?);
-                tx_ring.set_tos(LANE_TOS);
-                // Each other's hardware address, as the rings report it: no ARP needed.
-                tx_ring.set_neighbour(*rx_addr.ip(), rx_ring.local().mac);
-                rx_ring.set_neighbour(*tx_addr.ip(), tx_ring.local().mac);
-                let port = |ring, peer| AfPacketPort::new(ring, peer).map_err(|e| fail(e.to_string()));
-                let (mut tx, mut rx) = (port(tx_ring, rx_addr)?, port(rx_ring, tx_addr)?);
-                one_way(&mut tx, &mut rx, samples)?
-            }
-        };
-        Calibration::from_latencies(from, to, &mut latencies, lost)
-            .ok_or_else(|| fail(format!("none of {samples} datagrams arrived")))
-    }
-
     /// The lane's view of the testbed with the delays `calibration` measured.
     pub fn topology(&self, calibration: &Calibration) -> TestbedTopology {
         TestbedTopology {
@@ -850,152 +575,5 @@ impl Drop for LaneTestbed {
     }
 }
 
-/// What `tc -s class show` printed that is not the two classes' counters.
-#[derive(Debug, thiserror::Error)]
-enum CountersParseError {
-    /// A counter that is not a number.
-    #[error("{text}: {source}")]
-    Number {
-        /// The word.
-        text: String,
-        /// Why it is not a count.
-        source: std::num::ParseIntError,
-    },
-    /// One of the classes has no counters in the output.
-    #[error("no counters of classes {LANE_CLASS} and {BULK_CLASS} in: {output}")]
-    Missing {
-        /// The output, trimmed.
-        output: String,
-    },
-}
-
-/// The lane and bulk classes' counters from `tc -s class show` output.
-fn parse_class_counters(text: &str) -> Result<ClassCounters, CountersParseError> {
-    let mut lane = None;
-    let mut bulk = None;
-    let mut class = "";
-    for line in text.lines() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        match words.as_slice() {
-            ["class", _kind, id, ..] => class = id,
-            ["Sent", bytes, "bytes", packets, "pkt", "(dropped", dropped, ..] => {
-                let number = |s: &str| {
-                    s.trim_end_matches(',')
-                        .parse::<u64>()
-                        .map_err(|source| CountersParseError::Number { text: s.into(), source })
-                };
-                let count = ClassCount {
-                    packets: number(packets)?,
-                    bytes: number(bytes)?,
-                    dropped: number(dropped)?,
-                };
-                if class == LANE_CLASS {
-                    lane = Some(count);
-                } else if class == BULK_CLASS {
-                    bulk = Some(count);
-                }
-            }
-            _ => {}
-        }
-    }
-    match (lane, bulk) {
-        (Some(lane), Some(bulk)) => Ok(ClassCounters { lane, bulk }),
-        _ => Err(CountersParseError::Missing { output: text.trim().into() }),
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_configuration_is_checked_field_by_field() {
-        assert_eq!(LaneTestbedConfig::default().check(), Ok(()));
-        let with = |change: fn(&mut LaneTestbedConfig)| {
-            let mut config = LaneTestbedConfig::default();
-            change(&mut config);
-            config.check().unwrap_err().to_string()
-        };
-        assert!(with(|c| c.hosts = 1).contains("hosts must be from 2 to 16, got 1"));
-        assert!(with(|c| c.hosts = 17).contains("got 17"));
-        assert!(with(|c| c.rate_bps = 999_999).contains("from 1 to 100000 Mbit/s"));
-        assert!(with(|c| c.lane_limit = 0).contains("lane queue limit"));
-        assert!(with(|c| c.bulk_limit = MAX_QUEUE_LIMIT + 1).contains("bulk queue limit"));
-        for prefix in ["other", "kairos-", "kairos/x", "Kairos", "kairos-a-very-long-prefix-x"] {
-            let config = LaneTestbedConfig { prefix: prefix.into(), ..LaneTestbedConfig::default() };
-            assert!(config.check().unwrap_err().to_string().contains("name prefix"), "{prefix}");
-        }
-        let config = LaneTestbedConfig { prefix: "kairos-prio2".into(), ..LaneTestbedConfig::default() };
-        assert_eq!(config.check(), Ok(()));
-        assert_eq!(config.lane_queue_bytes(), 64 * 1500);
-    }
-
-    #[test]
-    fn stale_names_are_this_testbeds_only() {
-        assert_eq!(owner_of("kairos-1234-sw"), Some(1234));
-        assert_eq!(owner_of("kairos-1234-h15"), Some(1234));
-        assert_eq!(owner_of("kairos-prio-77-h0"), Some(77));
-        // The two-namespace testbed's, another tool's, and near misses.
-        assert_eq!(owner_of("kairos-src-3-1234"), None);
-        assert_eq!(owner_of("kairos-fwd-0-99"), None);
-        assert_eq!(owner_of("other-1234-sw"), None);
-        assert_eq!(owner_of("kairos-1234-h"), None);
-        assert_eq!(owner_of("kairos-1234-hx"), None);
-        assert_eq!(owner_of("kairos-x-sw"), None);
-    }
-
-    #[test]
-    fn a_prefix_is_claimed_once_at_a_time() {
-        let first = PrefixClaim::take("kairos-claim-test").unwrap();
-        assert!(matches!(PrefixClaim::take("kairos-claim-test"), Err(LaneTestbedError::PrefixInUse(_))));
-        drop(first);
-        PrefixClaim::take("kairos-claim-test").unwrap();
-    }
-
-    #[test]
-    fn the_lane_mark_is_dscp_ef() {
-        assert_eq!(LANE_TOS, 0xb8);
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        mark_lane_socket(&socket).unwrap();
-        assert_eq!(options::type_of_service(&socket).unwrap(), 0xb8);
-    }
-
-    #[test]
-    fn counters_are_read_from_tc_output() {
-        let text = "class htb 1:10 parent 1:1 leaf 10: prio 0 rate 100Mbit ceil 100Mbit burst 1600b cburst 1600b \n Sent 7400 bytes 100 pkt (dropped 0, overlimits 14 requeues 0) \n backlog 0b 0p requeues 0\n\nclass htb 1:1 root rate 100Mbit ceil 100Mbit burst 1600b cburst 1600b \n Sent 75792604 bytes 50666 pkt (dropped 0, overlimits 0 requeues 0) \n\nclass htb 1:20 parent 1:1 leaf 20: prio 1 rate 8Kbit ceil 100Mbit burst 1600b cburst 1600b \n Sent 75785204 bytes 50566 pkt (dropped 49094, overlimits 50052 requeues 0) \n";
-        let counters = parse_class_counters(text).unwrap();
-        assert_eq!(counters.lane, ClassCount { packets: 100, bytes: 7400, dropped: 0 });
-        assert_eq!(counters.bulk, ClassCount { packets: 50566, bytes: 75785204, dropped: 49094 });
-        assert!(
-            parse_class_counters("class htb 1:1 root\n").unwrap_err().to_string().contains("no counters")
-        );
-    }
-
-    #[test]
-    fn calibration_figures_and_their_split_over_two_hops() {
-        let mut latencies: Vec<u64> = (1..=1000).map(|i| 10_000 + i).collect();
-        latencies.reverse();
-        let c = Calibration::from_latencies(0, 1, &mut latencies, 2).unwrap();
-        assert_eq!((c.samples, c.lost, c.min_ns, c.max_ns), (1000, 2, 10_001, 11_000));
-        assert_eq!((c.p50_ns, c.p99_ns, c.p999_ns), (10_500, 10_990, 10_999));
-        // A frame takes 1.2 us at 10 Gbit/s: off the minimum, onto the jitter.
-        assert_eq!(transmission_ns(MTU_BYTES, 10_000_000_000), 1_200);
-        assert_eq!(c.min_delay_per_link_ns(10_000_000_000), 5_000 - 1_200);
-        assert_eq!(c.max_jitter_per_link_ns(10_000_000_000), 5_500 - 3_800);
-        // At 1 Gbit/s a frame (12 us) takes longer than the hop: no minimum delay is left.
-        assert_eq!(c.min_delay_per_link_ns(1_000_000_000), 0);
-        assert_eq!(c.max_jitter_per_link_ns(1_000_000_000), 5_500);
-        for rate in [1_000_000_000, 10_000_000_000, 100_000_000_000] {
-            let (min, jitter) = (c.min_delay_per_link_ns(rate), c.max_jitter_per_link_ns(rate));
-            // The model's minimum for any lane packet (at most a frame) is below the wire's...
-            assert!(
-                2 * (min + transmission_ns(MTU_BYTES, rate))
-                    <= c.min_ns.max(2 * transmission_ns(MTU_BYTES, rate))
-            );
-            // ...and two hops' minimum and jitter add up to at least the percentile.
-            assert!(2 * (min + jitter) >= c.p999_ns);
-        }
-        assert_eq!(transmission_ns(1, 3), 2_666_666_667, "rounded up");
-        assert!(Calibration::from_latencies(0, 1, &mut [], 5).is_none());
-    }
-}
+mod tests;

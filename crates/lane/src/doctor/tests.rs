@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::apply::{self, Change};
+use super::interrupts::ranges;
+use super::sharing::kernel_version;
 use super::*;
 use kairos_sys::host::Tunable;
 
