@@ -15,7 +15,7 @@ use kairos_lane::service::auth::{Role, Secret, Session};
 use kairos_lane::service::core::Core;
 use kairos_lane::service::journal::{Header, Journal};
 use kairos_lane::service::wire::{FrameReader, Hello, ToController, ToNode};
-use kairos_lane::te::{Allocation, Topology};
+use kairos_te::{Allocation, Topology};
 use libfuzzer_sys::fuzz_target;
 
 static TOPOLOGY: LazyLock<Topology> = LazyLock::new(|| {

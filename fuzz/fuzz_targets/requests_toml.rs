@@ -6,7 +6,7 @@
 
 use std::sync::LazyLock;
 
-use kairos_lane::te::{Topology, requests_from_toml};
+use kairos_te::{Topology, requests_from_toml};
 use libfuzzer_sys::fuzz_target;
 
 static TOPOLOGY: LazyLock<Topology> = LazyLock::new(|| {

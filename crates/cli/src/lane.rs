@@ -1,13 +1,13 @@
 //! `kairos lane`: the express lane's planner from the command line: flags, their checks, and the
-//! text rendering of what `kairos-lane` computes.
+//! text rendering of what `kairos-te` computes.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
 use kairos_lab::lane_tightness;
-use kairos_lane::plan::{self, Plan};
-use kairos_lane::te::{
+use kairos_te::plan::{self, Plan};
+use kairos_te::{
     LinkSpec, MAX_BANDWIDTH_BPS, MAX_BYTES, MAX_TIME_NS, Topology, generate, ns_to_ps, requests_from_file,
 };
 

@@ -11,7 +11,7 @@ use anyhow::Result;
 use clap::Args;
 use kairos_lane::service::wire::{ToController, ToNode, TunnelSpec};
 use kairos_lane::service::{ControllerService, NodeConnection, Secret, ServiceConfig};
-use kairos_lane::te::{MAX_TIME_NS, Topology, ns_to_ps, ps_to_ns};
+use kairos_te::{MAX_TIME_NS, Topology, ns_to_ps, ps_to_ns};
 
 use crate::exit::{self, usage};
 

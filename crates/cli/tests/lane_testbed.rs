@@ -154,7 +154,7 @@ fn as_root_it_writes_a_topology_lane_plan_reads_and_leaves_nothing() {
     ] {
         assert!(stdout.contains(&expected), "{expected} not in:\n{stdout}");
     }
-    let topology = kairos_lane::te::Topology::load(&path).unwrap();
+    let topology = kairos_te::Topology::load(&path).unwrap();
     assert_eq!((topology.nodes().len(), topology.links().len()), (4, 6));
     // The minimum delay is a hop's measured minimum less a frame's transmission (12 us at
     // 1 Gbit/s, more than a hop takes here, so often 0); the jitter holds the rest.

@@ -41,10 +41,10 @@ use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
 use kairos_lane::service::wire::TunnelSpec;
 use kairos_lane::service::{ControllerService, Secret, ServiceConfig};
-use kairos_lane::te::LinkSpec;
-use kairos_lane::te::generate::rack;
 use kairos_metrics::latency::{LatencyRecorder, LatencySummary};
 use kairos_sys::clock::realtime_ns;
+use kairos_te::LinkSpec;
+use kairos_te::generate::rack;
 use serde::Serialize;
 
 use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};

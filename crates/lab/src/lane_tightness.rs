@@ -27,9 +27,9 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Result, bail};
-use kairos_lane::te::{Allocation, LinkSpec, Request, Tunnel, generate, ps_to_ns};
-use kairos_lane::validator::{GENERAL_RUNS, validate_adversarially, validate_targeted};
 use kairos_metrics::NoiseConfig;
+use kairos_te::validator::{GENERAL_RUNS, validate_adversarially, validate_targeted};
+use kairos_te::{Allocation, LinkSpec, Request, Tunnel, generate, ps_to_ns};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};

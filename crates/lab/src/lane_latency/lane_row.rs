@@ -33,12 +33,12 @@ use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
 use kairos_lane::service::wire::TunnelSpec;
 use kairos_lane::service::{ControllerService, RunningService, Secret, ServiceConfig};
-use kairos_lane::te::Topology;
 use kairos_metrics::core_probe::loop_loss;
 use kairos_sys::cleanup;
 use kairos_sys::clock::realtime_ns;
 use kairos_sys::host::HostFs;
 use kairos_sys::memory::NoIdleStates;
+use kairos_te::Topology;
 
 use super::peers::Sample;
 

@@ -409,7 +409,7 @@ fn measure(
     config: &LatencyConfig,
     kind: RowKind,
     testbed: &LaneTestbed,
-    topology: &kairos_lane::te::Topology,
+    topology: &kairos_te::Topology,
     dir: &Path,
     lane_core: usize,
 ) -> Result<Measured> {

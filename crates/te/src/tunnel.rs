@@ -1,14 +1,14 @@
 //! What the allocation keeps and what the algorithms read: a tunnel with its tree and per-hop
 //! analysis, the load of each link, and why a request is refused.
 //!
-//! This module sits below [`super::adj`], [`super::opt`] and [`super::alloc`]: all three use
+//! This module sits below [`crate::adj`], [`crate::opt`] and [`crate::alloc`]: all three use
 //! these types and none of them is imported here, so the modules form no cycle.
 
-use super::request::{Request, Resources, SUBLANES};
-use super::topology::{LinkId, NodeId, Topology};
-use super::units::Picos;
+use crate::request::{Request, Resources, SUBLANES};
+use crate::topology::{LinkId, NodeId, Topology};
+use crate::units::Picos;
 
-/// A tunnel's identity within an [`super::Allocation`], given in admission order from 1.
+/// A tunnel's identity within an [`crate::Allocation`], given in admission order from 1.
 pub type TunnelId = u64;
 
 /// One link of a tunnel's tree, as the analysis saw it.

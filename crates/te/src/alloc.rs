@@ -8,12 +8,12 @@ use std::collections::BTreeSet;
 
 use hashbrown::HashMap;
 
-use super::adj::{self, AdjError, AdjOptions};
-use super::opt::{self, Tree};
-use super::request::{Request, Resources, SUBLANES};
-use super::topology::{LinkId, Topology};
-use super::tunnel::{Entry, LinkLoad, Refusal, Tunnel, TunnelId};
-use super::units::Picos;
+use crate::adj::{self, AdjError, AdjOptions};
+use crate::opt::{self, Tree};
+use crate::request::{Request, Resources, SUBLANES};
+use crate::topology::{LinkId, Topology};
+use crate::tunnel::{Entry, LinkLoad, Refusal, Tunnel, TunnelId};
+use crate::units::Picos;
 
 /// A tunnel whose resources an operation changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

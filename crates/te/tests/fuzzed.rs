@@ -1,7 +1,7 @@
 //! Inputs that broke what the fuzz targets (fuzz/fuzz_targets/topology_toml.rs) assert, each fed
 //! exactly as found.
 
-use kairos_lane::te::Topology;
+use kairos_te::Topology;
 
 /// Loads `text`, writes it back with `to_toml` and loads that: the round trip the
 /// topology_toml target asserts.

@@ -1,6 +1,6 @@
 //! The topology and request files: round trips and one-line errors that name the line.
 
-use kairos_lane::te::{
+use kairos_te::{
     LinkSpec, NodeKind, Topology, TopologyError, generate, requests_from_file, requests_from_toml,
 };
 
@@ -83,7 +83,7 @@ fn files_are_read_bounded_and_nothing_to_plan_is_refused() {
     let e = Topology::load(std::path::Path::new("/dev/zero")).unwrap_err();
     assert!(matches!(e, TopologyError::Read(_)), "{e}");
     assert!(e.to_string().starts_with("/dev/zero: is a device"), "{e}");
-    let dir = tempfile::Builder::new().prefix("kairos-lane-files-").tempdir().unwrap();
+    let dir = tempfile::Builder::new().prefix("kairos-te-files-").tempdir().unwrap();
     let empty = dir.path().join("empty.toml");
     std::fs::write(&empty, "").unwrap();
     let e = Topology::load(&empty).unwrap_err().to_string();

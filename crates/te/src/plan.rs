@@ -10,7 +10,11 @@
 
 use serde::Serialize;
 
-use crate::te::{Allocation, Request, Topology, TunnelId, ps_to_ns};
+use crate::alloc::Allocation;
+use crate::request::Request;
+use crate::topology::Topology;
+use crate::tunnel::TunnelId;
+use crate::units::ps_to_ns;
 use crate::validator::{GENERAL_RUNS, validate_adversarially, validate_targeted};
 
 /// One request of the plan, admitted or refused.

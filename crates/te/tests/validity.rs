@@ -2,8 +2,8 @@
 //! bounds in the validator under every adversary; and the NP-hardness construction of the
 //! source's Theorem 2.
 
-use kairos_lane::te::{Allocation, LinkSpec, Request, Topology, generate, opt::Tree};
-use kairos_lane::validator::{validate_adversarially, validate_targeted};
+use kairos_te::validator::{validate_adversarially, validate_targeted};
+use kairos_te::{Allocation, LinkSpec, Request, Topology, generate, opt::Tree};
 use proptest::prelude::*;
 
 const NS: u64 = 1_000; // picoseconds
@@ -213,7 +213,7 @@ fn subset(xs: &[u64], mask: u32) -> u64 {
 
 /// The four-node topology of Theorem 2; returns it, u, v and the links u->x, u->y, x->v, y->v.
 fn theorem2(half: u64) -> (Topology, usize, usize, [usize; 4]) {
-    use kairos_lane::te::NodeKind::{Host, Switch};
+    use kairos_te::NodeKind::{Host, Switch};
     let mut t = Topology::new();
     let u = t.add_node("u", Host).unwrap();
     let x = t.add_node("x", Switch).unwrap();

@@ -2,7 +2,7 @@
 //! Al-Fares et al. (k pods of k/2 edge and k/2 aggregation switches, (k/2)^2 core switches,
 //! k^3/4 hosts). Every link is duplex with the parameters given.
 
-use super::topology::{LinkSpec, NodeKind, Topology, TopologyError};
+use crate::topology::{LinkSpec, NodeKind, Topology, TopologyError};
 
 /// `hosts` hosts `h0..` on one switch `s0`.
 pub fn rack(hosts: usize, spec: LinkSpec) -> Result<Topology, TopologyError> {

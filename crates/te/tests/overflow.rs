@@ -1,10 +1,8 @@
 //! Arithmetic past 64 bits is a refusal that says so, never an admission with a wrapped or
 //! truncated bound, and the allocation is left as it was.
 
-use kairos_lane::plan::plan;
-use kairos_lane::te::{
-    Allocation, LinkSpec, MAX_TIME, NodeKind, Refusal, Request, Topology, generate, tx_time,
-};
+use kairos_te::plan::plan;
+use kairos_te::{Allocation, LinkSpec, MAX_TIME, NodeKind, Refusal, Request, Topology, generate, tx_time};
 
 fn request(topo: &Topology, from: &str, to: &str, bytes: u64) -> Request {
     Request {

@@ -46,10 +46,10 @@
 
 use hashbrown::HashMap;
 
-use super::request::Resources;
-use super::topology::{LinkId, NodeId, Topology};
-use super::tunnel::{Hop, LinkLoad, Tunnel, TunnelId};
-use super::units::{Picos, sum};
+use crate::request::Resources;
+use crate::topology::{LinkId, NodeId, Topology};
+use crate::tunnel::{Hop, LinkLoad, Tunnel, TunnelId};
+use crate::units::{Picos, sum};
 
 /// Which of the fixes described in the module docs to apply (all, by default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

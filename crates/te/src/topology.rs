@@ -13,7 +13,7 @@ use petgraph::graph::{DiGraph, EdgeIndex, NodeIndex};
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
-use super::units::{MAX_BANDWIDTH_BPS, MAX_BYTES, MAX_TIME, MAX_TIME_NS, Picos, ns_to_ps, ps_to_ns, tx_time};
+use crate::units::{MAX_BANDWIDTH_BPS, MAX_BYTES, MAX_TIME, MAX_TIME_NS, Picos, ns_to_ps, ps_to_ns, tx_time};
 
 /// A node's index in [`Topology::nodes`].
 pub type NodeId = usize;

@@ -23,7 +23,10 @@ use hashbrown::HashMap;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::te::{Link, LinkId, NodeId, Picos, Resources, SUBLANES, Topology, Tunnel, TunnelId};
+use crate::request::{Resources, SUBLANES};
+use crate::topology::{Link, LinkId, NodeId, Topology};
+use crate::tunnel::{Tunnel, TunnelId};
+use crate::units::Picos;
 
 /// The longest simulated time: a quarter of what 64-bit picoseconds hold (about 53 days), so
 /// that event times, release plus delays and waits, cannot overflow.

@@ -21,9 +21,9 @@ use petgraph::algo::dijkstra;
 use petgraph::graph::NodeIndex;
 use petgraph::visit::{EdgeFiltered, EdgeRef, Reversed};
 
-use super::request::{InvalidRequest, Request, RequestProblem};
-use super::topology::{LinkId, NodeId, NodeKind, Topology};
-use super::tunnel::{LinkLoad, Refusal};
+use crate::request::{InvalidRequest, Request, RequestProblem};
+use crate::topology::{LinkId, NodeId, NodeKind, Topology};
+use crate::tunnel::{LinkLoad, Refusal};
 
 /// A tunnel's tree: a set of links from the sender reaching every receiver.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -4,8 +4,8 @@
 //! Every link here: 1 Gbit/s (a byte takes 8 ns, so 125 B take 1 us), lambda_min = 1 us,
 //! delta_max = 0.1 us, a queue of 64 KiB.
 
-use kairos_lane::te::{AdjOptions, Allocation, LinkSpec, Request, generate};
-use kairos_lane::validator::{Delays, Phases, ValidatorConfig, validate, validate_adversarially};
+use kairos_te::validator::{Delays, Phases, ValidatorConfig, validate, validate_adversarially};
+use kairos_te::{AdjOptions, Allocation, LinkSpec, Request, generate};
 
 const US: u64 = 1_000_000; // picoseconds
 
@@ -157,7 +157,7 @@ fn the_targeted_adversary_reaches_the_two_tunnel_bound() {
     a.admit(req(&a, "A", "h0", &["h2"], 125, US, 0)).unwrap();
     a.admit(req(&a, "B", "h1", &["h2"], 250, US, 0)).unwrap();
     let tunnels = a.tunnels();
-    let report = kairos_lane::validator::validate_targeted(a.topology(), &tunnels, 3, 10_000);
+    let report = kairos_te::validator::validate_targeted(a.topology(), &tunnels, 3, 10_000);
     assert!(report.holds(), "{report:?}");
     // Within a few picoseconds: the other packet arrives 1-3 ps ahead, so starts that much early.
     for (t, bound) in report.tunnels.iter().zip([62 * US / 10, 72 * US / 10]) {

@@ -9,8 +9,8 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::topology::{NodeId, NodeKind, Topology, TopologyError, at_most, error_at, number, parse, read};
-use super::units::{MAX_BYTES, MAX_TIME, MAX_TIME_NS, Picos, ns_to_ps, ps_to_ns};
+use crate::topology::{NodeId, NodeKind, Topology, TopologyError, at_most, error_at, number, parse, read};
+use crate::units::{MAX_BYTES, MAX_TIME, MAX_TIME_NS, Picos, ns_to_ps, ps_to_ns};
 
 /// What an application asks for: a periodic tunnel from a host to one or more hosts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,7 +218,7 @@ pub fn requests_from_toml(text: &str, file: &str, topo: &Topology) -> Result<Vec
 }
 
 /// Reads and parses the requests file at `path` (at most
-/// [`MAX_FILE_BYTES`](super::MAX_FILE_BYTES)) against `topo`; a file with no request is refused,
+/// [`MAX_FILE_BYTES`](crate::MAX_FILE_BYTES)) against `topo`; a file with no request is refused,
 /// since there is nothing to plan. Errors name the file.
 pub fn requests_from_file(path: &Path, topo: &Topology) -> Result<Vec<Request>, TopologyError> {
     let file = path.display().to_string();
