@@ -62,7 +62,7 @@ root_tests lane_latency "the lane latency peers' test" --nocapture
 
 lane_e2e() {
 step "the express lane end to end: testbed, controller, three nodes, applications; every message within the bound its node promised (or during a stall), strangers refused, a controller SIGKILLed and restarted (release, root)"
-root_tests lane_e2e "the lane's end-to-end test" --nocapture
+root_tests cli "the lane's end-to-end test" --nocapture lane_e2e::
 }
 
 lane_latency() {

@@ -4,7 +4,7 @@
 
 signals() {
 step "signals: SIGINT, SIGTERM and SIGHUP mid-run end it with 128 + the signal and undo its children, namespaces and cpusets (release, root)"
-root_tests signals "the signal tests"
+root_tests cli "the signal tests" signals::
 }
 
 af_packet() {
@@ -14,5 +14,5 @@ root_tests af_packet "the af_packet ring tests"
 
 doctor() {
 step "the host doctor: --apply changes what it records and --revert puts every setting it may touch back (release, root)"
-root_tests doctor "the doctor's apply and revert test"
+root_tests cli "the doctor's apply and revert test" doctor::
 }

@@ -188,7 +188,7 @@ step "kv bench in miniature: redis, redis+wait, etcd and kairos started, measure
 # The kairos-only part of the bench test ran with the tests above; its peers' part is ignored
 # there, as it needs the peers installed.
 if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null && command -v etcd >/dev/null; then
-  cargo test --release --locked -q --workspace --test kv_bench -- --ignored
+  cargo test --release --locked -q --workspace --test cli -- --ignored kv_bench::
 else
   echo "redis-server, redis-benchmark or etcd not installed (run as root to install them): only the kairos-only bench ran"
 fi

@@ -5,7 +5,6 @@
 //! seconds: it is ignored by the debug run, and `scripts/test` runs it in release as root.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -13,6 +12,7 @@ use kairos_io::lane_testbed::{Calibration, CalibrationPath, ClassCounters, Egres
 use kairos_io::{Kind, LaneTestbed, LaneTestbedConfig, LaneTestbedError, Packet, Port, UdpPort};
 use kairos_sys::clock::monotonic_ns;
 use kairos_sys::net::options;
+use kairos_testkit::host::namespaces_starting_with;
 
 /// The testbed, or `None` (with the reason printed) when not root.
 fn testbed(config: LaneTestbedConfig) -> Option<LaneTestbed> {
@@ -47,15 +47,9 @@ fn sent_between(before: ClassCounters, after: ClassCounters) -> (u64, u64) {
     (after.lane.packets - before.lane.packets, after.bulk.packets - before.bulk.packets)
 }
 
-/// The namespaces of this process's lane testbeds still listed.
+/// The namespaces of this process's lane testbeds (named `PREFIX-PID-...`) still listed.
 fn namespaces_left(prefix: &str) -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let mine = format!("{prefix}-{}-", std::process::id());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with(&mine))
-        .map(str::to_string)
-        .collect()
+    namespaces_starting_with(&format!("{prefix}-{}-", std::process::id()))
 }
 
 #[test]

@@ -52,7 +52,7 @@ use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 /// keeps that period: on a 2-vCPU virtual machine where a timed wake-up cost 21 us of CPU, the
 /// two members of `fd detect` that share a core sent a heartbeat only every 480 us or so, and
 /// no threshold near this one held there (the root tests run at 1 ms and 5 ms instead:
-/// `crates/cli/tests/fd.rs`).
+/// `crates/cli/tests/cli/fd.rs`).
 pub const RECOMMENDED_THRESHOLD_US: u64 = 200;
 /// The same on the lane, where a heartbeat also waits for its node's release and the
 /// receiving node's delivery, wake-ups of node threads that share the cores with the members

@@ -4,14 +4,13 @@
 //! on one core), and nothing left afterwards. It floods the link and loads a core for a few
 //! seconds, so the debug run ignores it; `scripts/test` runs it in release as root.
 
-use std::process::Command;
 use std::time::Duration;
 
 use kairos_io::lane_testbed::{ClassCounters, Egress};
 use kairos_io::{LaneTestbed, LaneTestbedConfig, LaneTestbedError};
 use kairos_lab::lane_latency::load;
 use kairos_lab::lane_latency::peers::{self, Peer, PeerRun, PeerSettings};
-use kairos_sys::proc::ProcStat;
+use kairos_testkit::host::{children, namespaces_starting_with};
 
 const PREFIX: &str = "kairos-peers";
 
@@ -96,25 +95,12 @@ fn lane_packets(before: ClassCounters, after: ClassCounters) -> u64 {
 
 /// Processes this process started that are still running (zombies have ended).
 fn children_left() -> Vec<String> {
-    let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| Some((pid, ProcStat::of_process(pid)?)))
-        .filter(|(_, stat)| stat.parent() == Some(me) && !stat.is_zombie())
-        .map(|(pid, stat)| format!("{pid} {}", stat.field(1).unwrap_or("?")))
-        .collect()
+    children().into_iter().filter(|c| !c.stat.is_zombie()).map(|c| format!("{} {}", c.pid, c.name)).collect()
 }
 
+/// The namespaces of this process's testbed still listed.
 fn namespaces_left() -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let mine = format!("{PREFIX}-{}-", std::process::id());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with(&mine))
-        .map(str::to_string)
-        .collect()
+    namespaces_starting_with(&format!("{PREFIX}-{}-", std::process::id()))
 }
 
 #[test]

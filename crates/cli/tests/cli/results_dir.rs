@@ -1,8 +1,11 @@
 //! Every command that writes a results directory fails at once, before measuring, when it
 //! cannot write there: one line naming the directory and the flag, exit code 1.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
+
+use kairos_testkit::{is_root, on_path, stderr};
+
+use crate::kairos;
 
 /// Every command that writes results, with flags that keep it short if it did run.
 const COMMANDS: &[&[&str]] = &[
@@ -27,28 +30,18 @@ const COMMANDS: &[&[&str]] = &[
 const ROOT_COMMANDS: &[&[&str]] = &[&["lane", "latency", "--quick"]];
 const ROOT_TOOLS: &[&str] = &["iperf3", "sockperf", "stress-ng"];
 
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
-}
-
 #[test]
 fn an_unwritable_results_directory_fails_in_under_a_second_before_measuring() {
-    let root = kairos_sys::user::is_root() && ROOT_TOOLS.iter().all(|t| on_path(t));
+    let root = is_root() && ROOT_TOOLS.iter().all(|t| on_path(t));
     if !root {
         eprintln!("not root or {ROOT_TOOLS:?} missing: {ROOT_COMMANDS:?} not checked");
     }
     let commands = COMMANDS.iter().chain(ROOT_COMMANDS.iter().filter(|_| root));
     for args in commands {
         let started = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_kairos"))
-            .args(*args)
-            .args(["--results", "/proc/kairos-results"])
-            .env("CI", "1")
-            .output()
-            .expect("the kairos binary runs");
+        let out = kairos(&[*args, &["--results", "/proc/kairos-results"]].concat());
         let took = started.elapsed();
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = stderr(&out);
         let error: Vec<&str> = stderr.lines().filter(|l| l.starts_with("kairos: error:")).collect();
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert_eq!(error.len(), 1, "{args:?}: one error line expected: {stderr}");

@@ -7,30 +7,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn kairos(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kairos")).args(args).env("CI", "1").output().expect("kairos runs")
-}
+use kairos_testkit::{json, one_line_error, read_json, scratch_path, skip_if_root, skip_unless_root, text};
 
-fn text(out: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-/// The single `kairos: error:` line of a failed run; panics unless stderr is exactly that line.
-fn one_line_error(out: &Output) -> String {
-    let (_, stderr) = text(out);
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected on stderr: {stderr}");
-    assert!(lines[0].starts_with("kairos: error: "), "{stderr}");
-    lines[0].to_string()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kairos-cli-doctor-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
+use crate::kairos;
 
 /// The last online core, as the doctor picks it by default.
 fn last_online_core() -> u64 {
@@ -121,11 +101,10 @@ fn bad_flags_are_one_line_errors_with_exit_code_2() {
 
 #[test]
 fn apply_and_revert_need_root_and_say_so_at_once() {
-    if kairos_sys::user::is_root() {
-        eprintln!("skipped: run as root, --apply and --revert are permitted");
+    if skip_if_root("run as root, --apply and --revert are permitted") {
         return;
     }
-    let state = scratch("never-written.json");
+    let state = scratch_path("never-written.json");
     for flag in ["--apply", "--revert"] {
         let started = std::time::Instant::now();
         let out = kairos(&["doctor", flag, "--state", state.to_str().unwrap()]);
@@ -138,7 +117,6 @@ fn apply_and_revert_need_root_and_say_so_at_once() {
         );
         assert!(!state.exists());
     }
-    let _ = std::fs::remove_dir_all(state.parent().unwrap());
 }
 
 /// Every file `--apply` may write, with its content.
@@ -166,24 +144,17 @@ fn settings() -> BTreeMap<String, String> {
         .collect()
 }
 
-fn json_of(out: &Output) -> serde_json::Value {
-    assert_eq!(out.status.code(), Some(0), "{:?}", text(out));
-    serde_json::from_str(&text(out).0).unwrap()
-}
-
 fn apply(state: &Path) -> serde_json::Value {
-    json_of(&kairos(&["doctor", "--apply", "--json", "--probe-ms", "0", "--state", state.to_str().unwrap()]))
+    json(&kairos(&["doctor", "--apply", "--json", "--probe-ms", "0", "--state", state.to_str().unwrap()]))
 }
 
 #[test]
 #[ignore = "changes the machine's IRQ affinities and RT throttling as root: scripts/test runs it in release"]
 fn apply_changes_what_it_records_and_revert_puts_every_setting_back() {
-    if !kairos_sys::user::is_root() {
-        eprintln!("skipped: --apply needs root");
+    if skip_unless_root("--apply needs root") {
         return;
     }
-    let state = scratch("doctor.json");
-    let _ = std::fs::remove_file(&state);
+    let state = scratch_path("doctor.json");
     let before = settings();
 
     let applied = apply(&state);
@@ -191,11 +162,10 @@ fn apply_changes_what_it_records_and_revert_puts_every_setting_back() {
     if changed.is_empty() {
         eprintln!("skipped: nothing to change, the host is already tuned for the lane's core");
         assert!(!state.exists());
-        let _ = std::fs::remove_dir_all(state.parent().unwrap());
         return;
     }
     // What changed is what the record says, from the values the snapshot holds.
-    let record: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    let record = read_json(&state);
     assert_eq!(record["changes"].as_array().unwrap(), &changed);
     let now = settings();
     for change in &changed {
@@ -226,5 +196,4 @@ fn apply_changes_what_it_records_and_revert_puts_every_setting_back() {
     assert!(!state.exists());
     assert_eq!(settings(), before, "every setting --apply may touch is back as it was");
     eprintln!("{} settings changed and put back", changed.len());
-    let _ = std::fs::remove_dir_all(state.parent().unwrap());
 }

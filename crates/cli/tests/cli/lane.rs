@@ -2,46 +2,12 @@
 //! overflow that used to understate a bound, and flags whose help states unit, range and default.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
-fn kairos(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kairos")).args(args).env("CI", "1").output().expect("kairos runs")
-}
+use kairos_testkit::{one_line_error, scratch_dir, scratch_file, text};
 
-fn text(out: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-/// The single `kairos: error:` line of a failed run; panics unless stderr is exactly that line.
-fn one_line_error(out: &Output) -> String {
-    let (_, stderr) = text(out);
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected on stderr: {stderr}");
-    assert!(lines[0].starts_with("kairos: error: "), "{stderr}");
-    lines[0].to_string()
-}
-
-/// A scratch file in a directory of its own, removed (with the directory) when dropped.
-struct ScratchFile {
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl std::ops::Deref for ScratchFile {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.path
-    }
-}
-
-/// A scratch file holding `content`.
-fn file(name: &str, content: &str) -> ScratchFile {
-    let dir = tempfile::Builder::new().prefix("kairos-cli-lane-").tempdir().unwrap();
-    let path = dir.path().join(name);
-    std::fs::write(&path, content).unwrap();
-    ScratchFile { path, _dir: dir }
-}
+use crate::kairos;
 
 fn plan(topology: &Path, requests: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["lane", "plan", "--topology", topology.to_str().unwrap()];
@@ -80,8 +46,9 @@ fn plan_exits_0_when_all_are_admitted_and_3_when_any_is_refused() {
     assert!(text(&out).0.contains("h0_0 -> leaf0 -> {"), "{}", text(&out).0);
 
     // The second packet does not fit the 10,000 B queues beside the first.
-    let topology = file("refuse-topology.toml", &rack(LINK));
-    let requests = file("refuse.toml", &(request("small", "6000", "1e6") + &request("big", "6000", "1e6")));
+    let topology = scratch_file("refuse-topology.toml", &rack(LINK));
+    let requests =
+        scratch_file("refuse.toml", &(request("small", "6000", "1e6") + &request("big", "6000", "1e6")));
     for json in [false, true] {
         let out = plan(&topology, &requests, if json { &["--json"] } else { &[] });
         assert_eq!(out.status.code(), Some(3), "{:?}", text(&out));
@@ -102,8 +69,8 @@ fn plan_exits_0_when_all_are_admitted_and_3_when_any_is_refused() {
 #[test]
 fn nothing_admitted_is_not_validated() {
     // A packet larger than the queues: refused, and no validation of no tunnel is reported.
-    let topology = file("novalidate-topology.toml", &rack(LINK));
-    let requests = file("novalidate.toml", &request("huge", "20000", "1e6"));
+    let topology = scratch_file("novalidate-topology.toml", &rack(LINK));
+    let requests = scratch_file("novalidate.toml", &request("huge", "20000", "1e6"));
     let out = plan(&topology, &requests, &["--validate", "10", "--json"]);
     assert_eq!(out.status.code(), Some(3), "{:?}", text(&out));
     assert!(!text(&out).0.contains("validation"), "{}", text(&out).0);
@@ -120,7 +87,7 @@ fn plan_help_states_the_exit_codes() {
 
 #[test]
 fn an_endless_file_is_refused_at_once_in_one_line() {
-    let requests = file("any.toml", &request("r", "64", "1e4"));
+    let requests = scratch_file("any.toml", &request("r", "64", "1e4"));
     for (topology, requests) in
         [(PathBuf::from("/dev/zero"), requests.to_path_buf()), (EXAMPLE_TOPOLOGY.into(), "/dev/zero".into())]
     {
@@ -141,8 +108,8 @@ fn an_endless_file_is_refused_at_once_in_one_line() {
 #[test]
 fn a_time_past_64_bit_picoseconds_is_refused_never_understated() {
     let slow = "bandwidth_bps = 1\nqueue_bytes = 4000000\nmin_delay_ns = 0\nmax_jitter_ns = 0\n";
-    let topology = file("slow.toml", &rack(slow));
-    let requests = file("big.toml", &request("big", "3000000", "1e9"));
+    let topology = scratch_file("slow.toml", &rack(slow));
+    let requests = scratch_file("big.toml", &request("big", "3000000", "1e9"));
     let out = plan(&topology, &requests, &["--json"]);
     let (stdout, _) = text(&out);
     assert!(!stdout.contains(r#""admitted":true"#), "admitted with a wrapped bound: {stdout}");
@@ -155,8 +122,8 @@ fn a_time_past_64_bit_picoseconds_is_refused_never_understated() {
     // Each link's queue fits 64-bit picoseconds (2e6 B at 1 bit/s: 1.6e19 ps), the two hops
     // together do not: refused at admission, saying so.
     let slow = "bandwidth_bps = 1\nqueue_bytes = 2000000\nmin_delay_ns = 0\nmax_jitter_ns = 0\n";
-    let topology = file("slow2.toml", &rack(slow));
-    let requests = file("big2.toml", &request("big", "2000000", "1e9"));
+    let topology = scratch_file("slow2.toml", &rack(slow));
+    let requests = scratch_file("big2.toml", &request("big", "2000000", "1e9"));
     let out = plan(&topology, &requests, &[]);
     assert_eq!(out.status.code(), Some(3), "{:?}", text(&out));
     let (stdout, _) = text(&out);
@@ -166,18 +133,18 @@ fn a_time_past_64_bit_picoseconds_is_refused_never_understated() {
 
 #[test]
 fn periods_delays_and_sizes_past_their_limits_are_refused_naming_line_and_limit() {
-    let topology = file("ok.toml", &rack(LINK));
+    let topology = scratch_file("ok.toml", &rack(LINK));
     let cases = [
         (request("r", "64", "1e17"), "line 6: period_ns must be at most 3600000000000 (1 hour"),
         (request("r", "2e12", "1e4"), "line 5: packet_bytes must be at most 1099511627776 (1 TiB)"),
     ];
     for (requests, expected) in cases {
-        let out = plan(&topology, &file("limits.toml", &requests), &[]);
+        let out = plan(&topology, &scratch_file("limits.toml", &requests), &[]);
         assert_eq!(out.status.code(), Some(2));
         let error = one_line_error(&out);
         assert!(error.contains(expected), "{error}");
     }
-    let requests = file("one.toml", &request("r", "64", "1e4"));
+    let requests = scratch_file("one.toml", &request("r", "64", "1e4"));
     let cases = [
         (
             "min_delay_ns = 1000\n",
@@ -201,7 +168,7 @@ fn periods_delays_and_sizes_past_their_limits_are_refused_naming_line_and_limit(
         ),
     ];
     for (from, to, expected) in cases {
-        let out = plan(&file("limits-t.toml", &rack(&LINK.replace(from, to))), &requests, &[]);
+        let out = plan(&scratch_file("limits-t.toml", &rack(&LINK.replace(from, to))), &requests, &[]);
         assert_eq!(out.status.code(), Some(2));
         let error = one_line_error(&out);
         assert!(error.contains(expected), "{error}");
@@ -210,20 +177,24 @@ fn periods_delays_and_sizes_past_their_limits_are_refused_naming_line_and_limit(
 
 #[test]
 fn nothing_to_plan_is_an_error_not_an_empty_table() {
-    let topology = file("t.toml", &rack(LINK));
-    let out = plan(&topology, &file("empty.toml", "# nothing\n"), &[]);
+    let topology = scratch_file("t.toml", &rack(LINK));
+    let out = plan(&topology, &scratch_file("empty.toml", "# nothing\n"), &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(one_line_error(&out).ends_with("empty.toml: no [[request]] tables: nothing to plan"));
 
     let switches = "[[node]]\nname = \"s\"\nkind = \"switch\"\n";
-    let out = plan(&file("switches.toml", switches), &file("r.toml", &request("r", "64", "1e4")), &[]);
+    let out = plan(
+        &scratch_file("switches.toml", switches),
+        &scratch_file("r.toml", &request("r", "64", "1e4")),
+        &[],
+    );
     assert_eq!(out.status.code(), Some(2));
     assert!(one_line_error(&out).contains("switches.toml: no node has kind = \"host\""));
-    let out = plan(&file("blank.toml", ""), &file("r.toml", &request("r", "64", "1e4")), &[]);
+    let out = plan(&scratch_file("blank.toml", ""), &scratch_file("r.toml", &request("r", "64", "1e4")), &[]);
     assert!(one_line_error(&out).contains("blank.toml: no [[node]] tables"));
 
     for flags in [&["--validate", "0"][..], &["--validate", "2000000"], &["--max-releases", "0"]] {
-        let out = plan(&topology, &file("r.toml", &request("r", "64", "1e4")), flags);
+        let out = plan(&topology, &scratch_file("r.toml", &request("r", "64", "1e4")), flags);
         assert_eq!(out.status.code(), Some(2), "{flags:?}");
         assert!(one_line_error(&out).contains(flags[0]), "{flags:?}");
     }
@@ -231,7 +202,7 @@ fn nothing_to_plan_is_an_error_not_an_empty_table() {
 
 #[test]
 fn tightness_runs_on_the_two_host_fat_tree_and_refuses_bad_flags_before_any_work() {
-    let scratch = tempfile::Builder::new().prefix("kairos-cli-lane-results-").tempdir().unwrap();
+    let scratch = scratch_dir("cli-lane-results");
     let results = scratch.path();
     let r = results.to_str().unwrap();
     // k = 2 used to panic ("cannot sample empty range") drawing multicast receivers.
@@ -297,7 +268,7 @@ fn generate_refuses_bad_flags_and_what_it_writes_lane_plan_reads() {
         "--max-jitter-ns",
         "3599999999999.999",
     ];
-    let requests = file(
+    let requests = scratch_file(
         "gen-requests.toml",
         "[[request]]\nname = \"r\"\nsender = \"h0_0_0\"\nreceivers = [\"h0_0_1\"]\npacket_bytes = 64\nperiod_ns = 1e4\n",
     );
@@ -315,7 +286,7 @@ fn generate_refuses_bad_flags_and_what_it_writes_lane_plan_reads() {
         assert_eq!(out.status.code(), Some(0), "{shape:?}: {:?}", text(&out).1);
         assert!(out.stdout.len() < 1 << 20, "{shape:?}: {} bytes", out.stdout.len());
         if shape[0] == "fat-tree" {
-            let topology = file("gen.toml", &text(&out).0);
+            let topology = scratch_file("gen.toml", &text(&out).0);
             let out = plan(&topology, &requests, &["--json"]);
             assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
         }

@@ -39,8 +39,11 @@ use kairos_lane::service::wire::TunnelSpec;
 use kairos_metrics::stall::{StallReport, StallWatch, StallWatchConfig};
 use kairos_sys::child::OwnedChild;
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
+use kairos_testkit::host::{namespaces, own_groups_lock};
+use kairos_testkit::{scratch_dir, skip_unless_root, wait_until};
 
-const KAIROS: &str = env!("CARGO_BIN_EXE_kairos");
+/// The `kairos` binary, as `ip netns exec` runs it.
+const KAIROS: &str = crate::KAIROS.path();
 const WAIT: Duration = Duration::from_secs(10);
 /// The lane core every node's lane loop is pinned to, at `SCHED_FIFO` [`LANE_FIFO`], as a
 /// node is meant to run (a core of its own, real-time): the last core, the doctor's default.
@@ -100,14 +103,7 @@ fn within<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -
 /// The controller's tunnel lines, read from its metrics page inside h0.
 fn tunnel_lines(ns: &str, metrics: SocketAddr) -> Vec<String> {
     within(ns, move || {
-        let deadline = Instant::now() + WAIT;
-        let mut s = loop {
-            match TcpStream::connect_timeout(&metrics, Duration::from_secs(1)) {
-                Ok(s) => break s,
-                Err(e) => assert!(Instant::now() < deadline, "metrics at {metrics}: {e}"),
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let mut s = kairos_testkit::net::connect(metrics, WAIT);
         s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
         let mut page = String::new();
         s.read_to_string(&mut page).unwrap();
@@ -194,22 +190,22 @@ fn request(sensor: &mut LaneApp, spec: &TunnelSpec) -> Tunnel {
 #[test]
 #[ignore = "release and root: scripts/test runs it"]
 fn the_lane_end_to_end_on_the_testbed() {
-    if !kairos_sys::user::is_root() {
-        eprintln!("skipped: the lane testbed needs root");
+    if skip_unless_root("the lane testbed needs root") {
         return;
     }
+    // Its children are `OwnedChild`ren, in process groups of their own.
+    let _alone = own_groups_lock();
     // The controller's journal, the key and the topology, removed when the test ends.
-    let scratch = tempfile::Builder::new().prefix("kairos-lane-e2e-").tempdir().unwrap();
+    let scratch = scratch_dir("lane-e2e");
     let dir = scratch.path().to_path_buf();
     let path = |name: &str| -> PathBuf { dir.join(name) };
     std::fs::write(path("key"), b"an end-to-end secret of 32 bytes").unwrap();
 
     // The network, held up by its command.
-    let mut testbed = Command::new(KAIROS);
+    let mut testbed = crate::KAIROS.command();
     testbed
         .args(["lane", "testbed", "--hosts", "3", "--hold", "--write-topology"])
         .arg(path("topo.toml"))
-        .env("CI", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::null());
     let mut testbed = OwnedChild::spawn_named(&mut testbed, "kairos lane testbed").unwrap();
@@ -278,11 +274,10 @@ fn the_lane_end_to_end_on_the_testbed() {
             // The receivers first (the module docs say why): started after them, h0's node
             // timed 13 us a send call against 23-75 us, and CI saw 21 of h2's 1000 late.
             let log = dir.join(format!("node-h{i}.log"));
-            let deadline = Instant::now() + WAIT;
-            while !std::fs::read_to_string(&log).unwrap_or_default().contains("lane node for") {
-                assert!(Instant::now() < deadline, "node h{i} did not start: {log:?}");
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            let started = wait_until(WAIT, Duration::from_millis(10), || {
+                std::fs::read_to_string(&log).unwrap_or_default().contains("lane node for")
+            });
+            assert!(started, "node h{i} did not start: {log:?}");
             node
         })
         .collect();
@@ -493,8 +488,7 @@ fn the_lane_end_to_end_on_the_testbed() {
     // This testbed's namespaces only: another run (another testbed's process) may hold its own.
     let own = format!("kairos-{}-", testbed.id());
     drop(testbed); // SIGTERM: its handler removes the namespaces
-    let left = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let left = String::from_utf8_lossy(&left.stdout);
-    assert!(!left.contains(&own), "namespaces left: {left}");
+    let left = namespaces();
+    assert!(!left.iter().any(|n| n.contains(&own)), "namespaces left: {left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,11 +10,16 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kairos_sys::proc::ProcStat;
+use kairos_testkit::child::send_signal;
+use kairos_testkit::host::namespaces;
+use kairos_testkit::{Guarded, on_path, skip_unless_root};
+
+use crate::KAIROS;
 
 const CPUSET: &str = "/sys/fs/cgroup/cpuset";
 
@@ -56,15 +61,12 @@ fn ended(pid: u32, start: u64) -> bool {
 /// The run's network namespaces (named `kairos-...-<pid>`, or `kairos-<pid>-<role>` for a lane
 /// testbed).
 fn namespaces_of(pid: u32) -> Vec<String> {
-    let out = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
+    namespaces()
+        .into_iter()
         .filter(|n| {
             n.starts_with("kairos-")
                 && (n.ends_with(&format!("-{pid}")) || n.starts_with(&format!("kairos-{pid}-")))
         })
-        .map(str::to_string)
         .collect()
 }
 
@@ -109,15 +111,6 @@ fn descendants_named(pid: u32, prefix: &str) -> usize {
     descendants(pid).values().filter(|(_, n)| n.starts_with(prefix)).count()
 }
 
-/// Whether `program` is on the PATH (the run goes without it, and so does the wait for it).
-fn installed(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-}
-
-fn is_root() -> bool {
-    kairos_sys::user::is_root()
-}
-
 fn signal_name(signal: i32) -> &'static str {
     match signal {
         1 => "SIGHUP",
@@ -141,16 +134,17 @@ fn interrupt(case: Case) {
     let balance_before = load_balance();
     let rt_runtime_before = rt_runtime();
     let results = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("signals");
-    let mut run: Child = Command::new(env!("CARGO_BIN_EXE_kairos"))
-        .args(case.args)
-        .arg("--results")
-        .arg(&results)
-        .env("CI", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Killed on every path out of the case, a failed wait for it to be ready included.
+    let mut run = Guarded::spawn(
+        KAIROS
+            .command()
+            .args(case.args)
+            .arg("--results")
+            .arg(&results)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+    );
     let pid = run.id();
     let mut stderr_pipe = run.stderr.take().unwrap();
     let stderr_reader = std::thread::spawn(move || {
@@ -182,8 +176,7 @@ fn interrupt(case: Case) {
     let made_namespaces = namespaces_of(pid);
     let made_cpusets = cpusets_of(pid);
 
-    let sent = Command::new("kill").args([format!("-{}", case.signal), pid.to_string()]).status().unwrap();
-    assert!(sent.success(), "could not signal {what}");
+    assert!(send_signal(pid, case.signal), "could not signal {what}");
     let deadline = Instant::now() + Duration::from_secs(30);
     let status = loop {
         if let Some(status) = run.try_wait().unwrap() {
@@ -227,13 +220,13 @@ fn has_namespaces(pid: u32) -> bool {
 
 /// The run made its testbed and started its peer forwarder (when installed).
 fn has_namespaces_and_testpmd(pid: u32) -> bool {
-    has_namespaces(pid) && (!installed("dpdk-testpmd") || has_descendant(pid, "dpdk-testpmd"))
+    has_namespaces(pid) && (!on_path("dpdk-testpmd") || has_descendant(pid, "dpdk-testpmd"))
 }
 
 /// The run's real-time threads run, and its background load (when installed): `stress-ng` and
 /// the CPU and I/O workers it forks, so grandchildren are checked too.
 fn has_realtime_threads_and_stress_ng(pid: u32) -> bool {
-    has_realtime_thread(pid) && (!installed("stress-ng") || descendants_named(pid, "stress-ng") >= 3)
+    has_realtime_thread(pid) && (!on_path("stress-ng") || descendants_named(pid, "stress-ng") >= 3)
 }
 
 /// A thread of the run is in its one-core cpuset.
@@ -249,7 +242,7 @@ fn has_lane_testbed_and_nodes(pid: u32) -> bool {
 
 /// The lane testbed is up and the flood (iperf3, when installed) runs across it.
 fn has_lane_testbed_and_flood(pid: u32) -> bool {
-    namespaces_of(pid).len() == 3 && (!installed("iperf3") || has_descendant(pid, "iperf3"))
+    namespaces_of(pid).len() == 3 && (!on_path("iperf3") || has_descendant(pid, "iperf3"))
 }
 
 fn thread_named(pid: u32, name: &str) -> bool {
@@ -271,8 +264,7 @@ macro_rules! case {
         #[test]
         #[ignore = "runs whole experiments as root: scripts/test runs it in release"]
         fn $name() {
-            if !is_root() {
-                eprintln!("skipped: needs root");
+            if skip_unless_root("needs root") {
                 return;
             }
             interrupt(Case { args: $args, signal: $signal, waits_for: $waits_for, ready: $ready });
@@ -310,8 +302,7 @@ case!(
 #[test]
 #[ignore = "runs whole experiments as root: scripts/test runs it in release"]
 fn sigterm_mid_rtu_sched_deadline_one_core() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if skip_unless_root("needs root") {
         return;
     }
     if load_balance().is_none() {

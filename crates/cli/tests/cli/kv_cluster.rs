@@ -2,46 +2,41 @@
 //! member again on its data directory, where it catches up, loses no acknowledged write, and
 //! keeps the data when it stops; a port another program holds is an error before any banner.
 
-mod common;
-use common::connect;
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, channel};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use kairos_kv::resp::client::{info_field, leader_from_info};
+use kairos_testkit::child::send_signal;
+use kairos_testkit::resp::{connect, info};
+use kairos_testkit::{Guarded, Lines, free_block, scratch_dir, stderr, usage_error};
+
+use crate::KAIROS;
 
 /// A running `kairos kv cluster`: interrupted (it then stops its members) and reaped on every
 /// path out of the test; killed only if it does not stop within 15 s.
 struct Cluster {
-    child: Child,
-    lines: Receiver<String>,
+    child: Guarded,
+    lines: Lines,
     port: u16,
 }
 
 impl Cluster {
     /// Starts a cluster of three on ports from `port`, or `None` when one of them is taken.
     fn start(port: u16, data: &Path, extra: &[&str]) -> Option<Self> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kairos"))
-            .args(["kv", "cluster", "--nodes", "3", "--port", &port.to_string()])
-            .arg(format!("--data={}", data.display()))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kairos kv cluster starts");
-        let (tx, lines) = channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let mut child = Guarded::spawn(
+            KAIROS
+                .command()
+                .args(["kv", "cluster", "--nodes", "3", "--port", &port.to_string()])
+                .arg(format!("--data={}", data.display()))
+                .args(extra)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .stopped_with(libc::SIGINT, Duration::from_secs(15));
+        let lines = Lines::new(child.stdout.take().unwrap());
         let mut cluster = Self { child, lines, port };
         match cluster.wait_for_line("leader: member", Duration::from_secs(30)) {
             Some(_) => Some(cluster),
@@ -57,15 +52,7 @@ impl Cluster {
 
     /// The next line of its output that contains `text`, within `limit`.
     fn wait_for_line(&mut self, text: &str, limit: Duration) -> Option<String> {
-        let deadline = Instant::now() + limit;
-        loop {
-            let left = deadline.checked_duration_since(Instant::now())?;
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(text) => return Some(line),
-                Ok(_) => {}
-                Err(_) => return None,
-            }
-        }
+        self.lines.wait_for(limit, |line| line.contains(text))
     }
 
     fn member_port(&self, id: u64) -> u16 {
@@ -73,45 +60,25 @@ impl Cluster {
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on the pid of a child this test spawned and has not reaped.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while self.child.try_wait().ok().flatten().is_none() {
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+/// A base port for three members: their client ports (PORT + i - 1) and Raft ports
+/// (PORT + 1000 + i - 1), none of them given to another test of this binary.
+fn cluster_port() -> u16 {
+    free_block(&[0, 1, 2, 1000, 1001, 1002])
 }
 
-/// A base port with room for three members' client ports and Raft ports (PORT + 1000 + i),
-/// below the kernel's ephemeral ports (32768 up), which any connection may take.
-fn some_port(attempt: u16) -> u16 {
-    10_000 + (std::process::id() % 200) as u16 * 60 + attempt * 7
-}
-
+/// A cluster on ports free when picked; started again on others when a program took one of
+/// them before the cluster bound it (the cluster refuses a taken port before it starts).
 fn start_cluster(data: &Path, extra: &[&str]) -> Cluster {
-    (0..5)
-        .find_map(|attempt| Cluster::start(some_port(attempt), data, extra))
-        .expect("five tries at free ports")
-}
-
-fn info(port: u16, section: &str) -> String {
-    redis::cmd("INFO").arg(section).query(&mut connect(port)).unwrap()
+    (0..5).find_map(|_| Cluster::start(cluster_port(), data, extra)).expect("five tries at free ports")
 }
 
 #[test]
 fn a_cluster_serves_through_its_leaders_death_and_starts_it_again_where_it_catches_up() {
-    let data = tempfile::tempdir().unwrap();
+    let data = scratch_dir("cli-kv-cluster");
     let mut cluster = start_cluster(data.path(), &[]);
     let leader = leader_from_info(&info(cluster.member_port(1), "replication")).unwrap();
     let follower = if leader == 1 { 2 } else { 1 };
-    let leader_pid: i32 = info_field(&info(cluster.member_port(leader), "server"), "process_id")
+    let leader_pid: u32 = info_field(&info(cluster.member_port(leader), "server"), "process_id")
         .and_then(|p| p.parse().ok())
         .expect("INFO names the member's process");
 
@@ -122,9 +89,9 @@ fn a_cluster_serves_through_its_leaders_death_and_starts_it_again_where_it_catch
     let mut killed_at = None;
     for i in 0..400 {
         if i == 100 {
-            // SAFETY: kill(2) on the pid the member reported; it is the cluster's child, which
-            // the cluster reaps only after it exits.
-            assert_eq!(unsafe { libc::kill(leader_pid, libc::SIGKILL) }, 0);
+            // The pid the member reported: the cluster's child, which the cluster reaps only
+            // after it exits.
+            assert!(send_signal(leader_pid, libc::SIGKILL));
             killed_at = Some(Instant::now());
         }
         let (key, value) = (format!("key:{i}"), format!("value:{i}"));
@@ -151,7 +118,7 @@ fn a_cluster_serves_through_its_leaders_death_and_starts_it_again_where_it_catch
 
     // The member is back on its log and has every acknowledged write (its reads wait for the
     // leader's commit index), and so has the follower.
-    let new_pid: i32 =
+    let new_pid: u32 =
         info_field(&info(cluster.member_port(leader), "server"), "process_id").unwrap().parse().unwrap();
     assert_ne!(new_pid, leader_pid);
     for id in [leader, follower] {
@@ -181,28 +148,19 @@ fn a_cluster_serves_through_its_leaders_death_and_starts_it_again_where_it_catch
 
 #[test]
 fn a_taken_port_is_an_error_before_any_banner_and_a_data_directory_keeps_its_shape() {
-    let data = tempfile::tempdir().unwrap();
+    let data = scratch_dir("cli-kv-cluster");
     let held = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let port = held.local_addr().unwrap().port();
     // Member 1's client port is taken.
-    let out = Command::new(env!("CARGO_BIN_EXE_kairos"))
-        .args(["kv", "cluster", "--port", &port.to_string()])
-        .arg(format!("--data={}", data.path().display()))
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stdout.is_empty(), "a banner before the error: {stdout}");
-    assert!(stderr.contains(&format!("port {port} (member 1's client port) is in use")), "{stderr}");
-    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    let data_flag = format!("--data={}", data.path().display());
+    let out = KAIROS.output(["kv", "cluster", "--port", &port.to_string(), &data_flag]);
+    let error = usage_error(&out);
+    assert!(out.stdout.is_empty(), "a banner before the error: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(error.contains(&format!("port {port} (member 1's client port) is in use")), "{error}");
 
     std::fs::write(data.path().join("cluster"), "members 5\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kairos"))
-        .args(["kv", "cluster", "--nodes", "3", "--port", &some_port(9).to_string()])
-        .arg(format!("--data={}", data.path().display()))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("holds a cluster of 5 members"), "{stderr}");
+    let out =
+        KAIROS.output(["kv", "cluster", "--nodes", "3", "--port", &cluster_port().to_string(), &data_flag]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("holds a cluster of 5 members"), "{}", stderr(&out));
 }

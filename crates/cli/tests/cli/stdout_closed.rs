@@ -2,17 +2,22 @@
 //! other program: exit 141 (what a shell reports for SIGPIPE), nothing on stderr, no panic.
 
 use std::io::Read;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+
+use kairos_testkit::Guarded;
+
+use crate::KAIROS;
 
 #[test]
 fn a_closed_stdout_ends_the_command_with_141_and_no_message() {
     // About 700 KB of TOML: far more than the pipe holds, so the writer meets the closed end.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kairos"))
-        .args(["lane", "generate", "fat-tree", "--k", "14"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the kairos binary runs");
+    let mut child = Guarded::spawn(
+        KAIROS
+            .command()
+            .args(["lane", "generate", "fat-tree", "--k", "14"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let mut first = [0u8; 16];
     child.stdout.take().expect("piped").read_exact(&mut first).expect("some output first");
     // The read end is dropped here: the rest of the output has nowhere to go.

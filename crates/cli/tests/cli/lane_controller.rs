@@ -4,53 +4,37 @@
 //! at once with one line.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn kairos(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kairos")).args(args).env("CI", "1").output().expect("kairos runs")
-}
+use kairos_testkit::net::connect;
+use kairos_testkit::{Guarded, free_tcp_port, scratch_dir, stderr};
 
-/// A controller process, killed (SIGKILL) and reaped when dropped.
-struct Controller(Child);
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::{KAIROS, kairos};
 
 fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    (Ipv4Addr::LOCALHOST, free_tcp_port()).into()
 }
 
-/// A directory of the test's own, removed when dropped.
-fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("kairos-cli-controller-").tempdir().unwrap()
-}
-
-fn start(dir: &Path, listen: SocketAddr, metrics: SocketAddr) -> Controller {
-    let child = Command::new(env!("CARGO_BIN_EXE_kairos"))
-        .args(["lane", "controller", "--topology"])
-        .arg(dir.join("topo.toml"))
-        .args(["--listen", &listen.to_string(), "--metrics", &metrics.to_string(), "--state"])
-        .arg(dir.join("state"))
-        .arg("--secret-file")
-        .arg(dir.join("secret"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let c = Controller(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(metrics).is_err() {
-        assert!(Instant::now() < deadline, "the controller listens within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    c
+/// A controller listening on `listen` with its metrics page on `metrics`, once that answers
+/// (within 10 s); killed (SIGKILL) and reaped when dropped.
+fn start(dir: &Path, listen: SocketAddr, metrics: SocketAddr) -> Guarded {
+    let controller = Guarded::spawn(
+        KAIROS
+            .command()
+            .args(["lane", "controller", "--topology"])
+            .arg(dir.join("topo.toml"))
+            .args(["--listen", &listen.to_string(), "--metrics", &metrics.to_string(), "--state"])
+            .arg(dir.join("state"))
+            .arg("--secret-file")
+            .arg(dir.join("secret"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    connect(metrics, Duration::from_secs(10));
+    controller
 }
 
 /// The metrics page's tunnel lines (grants), sorted.
@@ -90,7 +74,7 @@ fn request(dir: &Path, addr: SocketAddr, host: &str, name: &str, to: &str, perio
 
 #[test]
 fn a_killed_controller_restarts_with_the_same_tunnels() {
-    let scratch = scratch();
+    let scratch = scratch_dir("cli-controller");
     let dir = scratch.path();
     let topo = kairos(&["lane", "generate", "rack", "--hosts", "3"]);
     assert!(topo.status.success());
@@ -133,7 +117,7 @@ fn a_killed_controller_restarts_with_the_same_tunnels() {
 
 #[test]
 fn bad_controller_flags_fail_at_once_with_one_line() {
-    let scratch = scratch();
+    let scratch = scratch_dir("cli-controller");
     let dir = scratch.path();
     std::fs::write(dir.join("short"), b"too short").unwrap();
     std::fs::write(dir.join("topo.toml"), "[[node]]\nname = \"h\"\nkind = \"host\"\n").unwrap();
@@ -152,11 +136,10 @@ fn bad_controller_flags_fail_at_once_with_one_line() {
             args.push(if previous_is_file_flag { dir.join(e).display().to_string() } else { e.to_string() });
         }
         let started = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_kairos")).args(&args).output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
-        assert!(stderr.contains(expect), "{expect}: {stderr}");
+        let out = KAIROS.output(&args);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+        assert!(stderr(&out).contains(expect), "{expect}: {}", stderr(&out));
         assert!(started.elapsed() < Duration::from_secs(5));
     }
 }

@@ -1,8 +1,11 @@
 //! `kairos forward` refuses what it cannot run: one line saying what was wrong and the limit,
 //! exit code 2, at once and before any thread starts or any directory is made.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
+
+use kairos_testkit::{scratch_path, skip_if_root, stderr, usage_error};
+
+use crate::kairos;
 
 /// Flags that used to be accepted (and lose packets, panic a thread and hang, run with a
 /// priority it never had, or print a 31-digit rate), with what the error must say now.
@@ -24,21 +27,15 @@ const REFUSED: &[(&[&str], &str)] = &[
 
 #[test]
 fn forward_refuses_what_it_cannot_run_in_one_line_with_exit_code_2() {
-    let results = std::env::temp_dir().join(format!("kairos-forward-refusals-{}", std::process::id()));
+    let results = scratch_path("results");
     for (flags, says) in REFUSED {
+        let mut args = vec!["forward"];
+        args.extend(*flags);
+        args.extend(["--results", results.to_str().unwrap()]);
         let started = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_kairos"))
-            .arg("forward")
-            .args(*flags)
-            .arg("--results")
-            .arg(&results)
-            .env("CI", "1")
-            .output()
-            .expect("the kairos binary runs");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{flags:?}: {stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{flags:?}: one line expected: {stderr}");
-        assert!(stderr.starts_with("kairos: error:") && stderr.contains(says), "{flags:?}: {stderr}");
+        let out = kairos(&args);
+        let error = usage_error(&out);
+        assert!(error.contains(says), "{flags:?}: {error}");
         assert!(started.elapsed() < Duration::from_secs(5), "{flags:?} took {:?}", started.elapsed());
     }
     assert!(!results.exists(), "a refused run made its results directory");
@@ -47,14 +44,10 @@ fn forward_refuses_what_it_cannot_run_in_one_line_with_exit_code_2() {
 /// As a normal user a SCHED_FIFO priority cannot take effect: refused, not recorded as applied.
 #[test]
 fn a_priority_that_cannot_take_effect_is_refused() {
-    if kairos_sys::user::is_root() {
-        eprintln!("skipped: root may set SCHED_FIFO, so --priority takes effect");
+    if skip_if_root("root may set SCHED_FIFO, so --priority takes effect") {
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_kairos"))
-        .args(["forward", "--priority", "50", "--results", "/nonexistent"])
-        .output()
-        .expect("the kairos binary runs");
+    let out = kairos(&["forward", "--priority", "50", "--results", "/nonexistent"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("only root"));
+    assert!(stderr(&out).contains("only root"));
 }

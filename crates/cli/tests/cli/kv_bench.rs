@@ -7,9 +7,13 @@
 use kairos_lab::harness;
 use kairos_lab::kv_bench::systems::{Fsync, SystemKind};
 use kairos_lab::kv_bench::{BenchConfig, BenchSummary, TOOL};
+use kairos_testkit::host::{children_in_own_groups, own_groups_lock};
+use kairos_testkit::{scratch_dir, stderr, usage_error};
+
+use crate::{KAIROS, kairos};
 
 fn tiny(systems: Vec<SystemKind>) -> BenchConfig {
-    let mut c = BenchConfig::preset(true, env!("CARGO_BIN_EXE_kairos").into());
+    let mut c = BenchConfig::preset(true, KAIROS.path().into());
     c.systems = systems;
     c.kairos_members = vec![3];
     c.kairos_fsync = vec![Fsync::Never];
@@ -22,24 +26,20 @@ fn tiny(systems: Vec<SystemKind>) -> BenchConfig {
     c
 }
 
-/// Processes whose parent is this test process (none may outlive a run).
-fn children() -> Vec<u32> {
-    let me = std::process::id();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| kairos_sys::proc::ProcStat::of_process(pid).and_then(|s| s.parent()) == Some(me))
-        .collect()
+/// The bench's processes left running: every process it starts is an `OwnedChild` of this
+/// one, in a process group of its own, where the children other tests of this binary start
+/// with a plain `Command` are not.
+fn left_behind() -> Vec<String> {
+    children_in_own_groups().iter().map(|c| format!("{} ({})", c.name, c.pid)).collect()
 }
 
-/// One bench at a time: each checks that no child of this process outlives it.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
+/// Runs the bench; one test at a time starts children in groups of their own, as each checks
+/// that none outlives it.
 fn run(config: &BenchConfig) -> (BenchSummary, tempfile::TempDir) {
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let results = tempfile::tempdir().unwrap();
+    let _alone = own_groups_lock();
+    let results = scratch_dir("cli-kv-bench");
     let summary = harness::run(config, results.path(), &|line| eprintln!("{line}")).unwrap();
-    assert!(children().is_empty(), "processes left behind: {:?}", children());
+    assert!(left_behind().is_empty(), "processes left behind: {:?}", left_behind());
     assert!(!summary.run.results_dir.join("data").exists(), "the servers' data was not removed");
     for plot in ["write_latency_1_client.png", "write_throughput.png", "read_throughput.png"] {
         assert!(summary.run.plots.iter().any(|p| p.ends_with(plot) && p.exists()), "no {plot}");
@@ -134,22 +134,17 @@ fn a_tiny_bench_of_every_system() {
 
 #[test]
 fn bad_runs_and_systems_are_one_line_usage_errors() {
-    let results = tempfile::tempdir().unwrap();
+    let results = scratch_dir("cli-kv-bench-usage");
     for (args, says) in [
         (&["--runs", "2"][..], "--runs 2"),
         (&["--runs", "101"], "--runs 101"),
         (&["--systems", "redis-aof"], "redis-aof+wait"),
     ] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kairos"))
-            .args(["kv", "bench", "--quick", "--json", "--results"])
-            .arg(results.path())
-            .args(args)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(says), "{args:?}: {stderr}");
-        assert_eq!(stderr.trim().lines().count(), 1, "{args:?}: {stderr}");
+        let mut all = vec!["kv", "bench", "--quick", "--json", "--results", results.path().to_str().unwrap()];
+        all.extend(args);
+        let out = kairos(&all);
+        let error = usage_error(&out);
+        assert!(error.contains(says), "{args:?}: {}", stderr(&out));
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }

@@ -7,33 +7,24 @@
 //! `--results` refused before anything runs.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
+use kairos_testkit::{json, read_json, scratch_dir, scratch_path, stderr, usage_error};
 use serde_json::Value;
 
-/// `kairos ARGS --results RESULTS`, with progress as a script sees it (no bar).
+use crate::KAIROS;
+
+/// `kairos ARGS --results RESULTS`.
 fn kairos_in(results: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kairos"))
-        .args(args)
-        .arg("--results")
-        .arg(results)
-        .env("CI", "1")
-        .output()
-        .expect("kairos runs")
+    KAIROS.output(args.iter().chain(&["--results", results.to_str().unwrap()]))
 }
 
-/// `kairos ARGS` writing its run under a fresh temporary directory, returned with the output so
-/// the run outlives the call.
+/// `kairos ARGS` writing its run under a scratch directory, returned with the output so the
+/// run outlives the call.
 fn kairos(args: &[&str]) -> (Output, tempfile::TempDir) {
-    let results = tempfile::tempdir().expect("a temporary directory");
+    let results = scratch_dir("cli-dispatch");
     (kairos_in(results.path(), args), results)
-}
-
-/// The one JSON object on `out`'s stdout, after checking the command succeeded.
-fn json(out: &Output) -> Value {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("one JSON object")
 }
 
 /// The run directories under `results/experiment`.
@@ -42,16 +33,24 @@ fn runs(results: &Path, experiment: &str) -> Vec<PathBuf> {
     entries.map(|e| e.expect("a directory entry").path()).collect()
 }
 
+/// Runs `kairos dispatch ARGS`, which must be refused before it runs: a one-line usage error
+/// that says `says`, and no run directory.
+fn assert_refused(args: &[&str], says: &str) {
+    let (out, results) = kairos(&[&["dispatch"], args].concat());
+    let err = usage_error(&out);
+    assert!(err.contains(says), "{args:?}: {err}");
+    let experiment = format!("dispatch-{}", args[0]);
+    assert!(runs(results.path(), &experiment).is_empty(), "{args:?} made a run directory");
+}
+
 #[test]
 fn remap_writes_its_rows_to_summary_json_under_the_results_directory() {
-    let results = tempfile::tempdir().expect("a temporary directory");
+    let results = scratch_dir("cli-dispatch");
     let out = kairos_in(results.path(), &["dispatch", "remap", "--workers", "8", "--flows", "10000"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    assert!(out.status.success(), "{}", stderr(&out));
     let dirs = runs(results.path(), "dispatch-remap");
     assert_eq!(dirs.len(), 1, "one run directory: {dirs:?}");
-    let text = std::fs::read_to_string(dirs[0].join("summary.json")).expect("summary.json");
-    let summary: Value = serde_json::from_str(&text).expect("summary.json is JSON");
+    let summary = read_json(dirs[0].join("summary.json"));
     let rows = summary["rows"].as_array().expect("rows");
     let mut pairs: Vec<(String, String)> = rows
         .iter()
@@ -85,12 +84,9 @@ fn remap_writes_its_rows_to_summary_json_under_the_results_directory() {
 
 #[test]
 fn a_bad_flag_exits_2_with_one_line_and_creates_no_directory() {
-    let scratch = tempfile::tempdir().expect("a temporary directory");
-    let results = scratch.path().join("results");
+    let results = scratch_path("results");
     let out = kairos_in(&results, &["dispatch", "remap", "--workers", "1"]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let err = usage_error(&out);
     assert!(err.contains("--workers 1 is out of range: 2 to 1000"), "{err}");
     assert!(!results.exists(), "a refused configuration made {}", results.display());
 }
@@ -118,21 +114,14 @@ fn remap_rows_name_every_policy_and_event_and_kairos_moves_the_ideal() {
     assert_eq!((join["workers_before"].as_u64(), join["workers_after"].as_u64()), (Some(10), Some(11)));
     // `--json` prints the summary the run wrote.
     let dir = PathBuf::from(v["results_dir"].as_str().expect("results_dir"));
-    let written: Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).expect("summary.json"))
-            .unwrap();
+    let written = read_json(dir.join("summary.json"));
     assert_eq!(written["rows"], v["rows"]);
 }
 
 #[test]
 fn flags_out_of_range_are_one_line_usage_errors() {
-    for args in [["--workers", "1"], ["--flows", "0"], ["--workers", "5000"]] {
-        let (out, results) = kairos(&["dispatch", "remap", args[0], args[1]]);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(err.contains(args[0]), "{err}");
-        assert!(runs(results.path(), "dispatch-remap").is_empty(), "{args:?} made a run directory");
+    for [flag, value] in [["--workers", "1"], ["--flows", "0"], ["--workers", "5000"]] {
+        assert_refused(&["remap", flag, value], flag);
     }
 }
 
@@ -166,7 +155,7 @@ fn skew_rows_say_each_policy_s_balance_and_the_floor() {
     assert_png_plots(&v, &["skew_max_over_mean.png"]);
     let (out, _results) = kairos(&["dispatch", "skew", "--zipf", "9"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--zipf"));
+    assert!(stderr(&out).contains("--zipf"));
 }
 
 /// The summary lists exactly `names`, in the run's directory, each a PNG.
@@ -226,7 +215,7 @@ fn latency_rows_carry_the_issue_s_names_and_say_they_are_simulated() {
     assert_png_plots(&v, &["latency_p99_exponential.png"]);
     let (out, _results) = kairos(&["dispatch", "latency", "--services", "uniform"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--services"));
+    assert!(stderr(&out).contains("--services"));
 }
 
 #[test]
@@ -263,11 +252,7 @@ fn a_load_step_follows_the_load_with_workers_and_kairos_keeps_order() {
             "step_p99_caladan.png",
         ],
     );
-    let (bad, results) = kairos(&["dispatch", "step", "--loads", "0.1,1.5"]);
-    assert_eq!(bad.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("--loads: 1.5 is out of range") && err.lines().count() == 1, "{err}");
-    assert!(runs(results.path(), "dispatch-step").is_empty());
+    assert_refused(&["step", "--loads", "0.1,1.5"], "--loads: 1.5 is out of range");
 }
 
 #[test]
@@ -284,11 +269,7 @@ fn the_cold_state_cost_is_measured_on_real_threads() {
     // Whether the miss shows depends on the build (a debug build's own work per packet hides
     // it); the relation is asserted by `scripts/test` in release.
     assert!(v["cold_ns"].as_f64().is_some_and(|c| c >= 0.0), "{v}");
-    let (bad, results) = kairos(&["dispatch", "cold", "--cores", "0,0"]);
-    assert_eq!(bad.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("two distinct cores") && err.lines().count() == 1, "{err}");
-    assert!(runs(results.path(), "dispatch-cold").is_empty());
+    assert_refused(&["cold", "--cores", "0,0"], "two distinct cores");
 }
 
 #[test]
@@ -322,12 +303,8 @@ fn on_real_threads_the_hand_off_keeps_every_flow_in_sequence_and_the_baselines_r
     }
     let (bad, _results) = kairos(&["dispatch", "threads", "--policies", "kairos,rss"]);
     assert_eq!(bad.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("unknown policy 'rss'"), "{err}");
-    let (bad, _results) = kairos(&["dispatch", "threads", "--workers", "1"]);
-    assert_eq!(bad.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(err.contains("--workers 1 is out of range") && err.lines().count() == 1, "{err}");
+    assert!(stderr(&bad).contains("unknown policy 'rss'"), "{}", stderr(&bad));
+    assert_refused(&["threads", "--workers", "1"], "--workers 1 is out of range");
 }
 
 #[test]
@@ -344,7 +321,7 @@ fn an_unwritable_results_directory_fails_at_once_before_measuring() {
         let started = Instant::now();
         let out = kairos_in(Path::new("/proc/kairos-results"), args);
         let took = started.elapsed();
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let stderr = stderr(&out);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(

@@ -9,21 +9,29 @@
 //! `T + Lambda` of the last heartbeat plus a generous wake-up), not the figures of docs/detector.md.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
+use kairos_testkit::{free_block, json, scratch_dir};
 use serde_json::Value;
+use tempfile::TempDir;
 
-fn kairos(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kairos")).args(args).env("CI", "1").output().expect("kairos runs")
+use crate::kairos;
+
+/// `kairos fd COMMAND --quick --json ARGS` with its results in a scratch directory: its JSON,
+/// and the directory (so the run's files outlive the call).
+fn fd(command: &str, args: &[&str]) -> (Value, TempDir) {
+    let dir = scratch_dir(&format!("cli-fd-{command}"));
+    let results = dir.path().to_str().unwrap();
+    let out = kairos(&[&["fd", command, "--quick", "--json", "--results", results], args].concat());
+    (json(&out), dir)
 }
 
-fn results(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("kairos-cli-fd-{}-{name}", std::process::id()))
-}
-
-fn json(out: &Output) -> Value {
-    assert!(out.status.success(), "kairos failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("one JSON object on stdout")
+/// [`fd`] on loopback at the loopback runs' period (1 ms) and no real-time priority, the
+/// members (member i on PORT + i - 1) on ports of their own: room for the most members `fd`
+/// takes (8), none of them given to another test of this binary.
+fn on_loopback(command: &str, args: &[&str]) -> (Value, TempDir) {
+    let port = free_block(&[0, 1, 2, 3, 4, 5, 6, 7]).to_string();
+    let loopback = ["--network", "loopback", "--period-us", "1000", "--fifo", "0", "--base-port", &port];
+    fd(command, &[&loopback[..], args].concat())
 }
 
 fn row<'a>(rows: &'a [Value], detector: &str, failure: &str) -> &'a Value {
@@ -34,32 +42,10 @@ fn row<'a>(rows: &'a [Value], detector: &str, failure: &str) -> &'a Value {
 
 #[test]
 fn a_small_detect_run_on_loopback_finds_kill_and_hang_and_says_what_swim_cannot_see() {
-    let dir = results("detect");
-    let out = kairos(&[
-        "fd",
+    let (v, _results) = on_loopback(
         "detect",
-        "--quick",
-        "--json",
-        "--network",
-        "loopback",
-        "--trials",
-        "3",
-        "--slow-trials",
-        "0",
-        "--failures",
-        "kill,app_hang",
-        "--period-us",
-        "1000",
-        "--threshold-us",
-        "5000",
-        "--fifo",
-        "0",
-        "--base-port",
-        "17700",
-        "--results",
-        dir.to_str().unwrap(),
-    ]);
-    let v = json(&out);
+        &["--trials", "3", "--slow-trials", "0", "--failures", "kill,app_hang", "--threshold-us", "5000"],
+    );
     for field in ["machine", "results_dir", "rows", "goal"] {
         assert!(v.get(field).is_some(), "{field} missing: {v}");
     }
@@ -84,41 +70,27 @@ fn a_small_detect_run_on_loopback_finds_kill_and_hang_and_says_what_swim_cannot_
     assert_eq!(v["skipped"].as_array().map(Vec::len), Some(0), "link_down was not asked for");
     let run = PathBuf::from(v["results_dir"].as_str().unwrap());
     assert!(run.join("trials.csv").exists() && run.join("summary.json").exists());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_small_accuracy_run_on_loopback_has_a_row_per_threshold_and_peer() {
-    let dir = results("accuracy");
-    let out = kairos(&[
-        "fd",
+    let (v, _results) = on_loopback(
         "accuracy",
-        "--quick",
-        "--json",
-        "--network",
-        "loopback",
-        "--members",
-        "2",
-        "--seconds",
-        "2",
-        "--loads",
-        "idle",
-        "--thresholds-us",
-        "1000,20000",
-        "--threshold-us",
-        "20000",
-        "--period-us",
-        "1000",
-        "--fifo",
-        "0",
-        "--stall-period-us",
-        "1000",
-        "--base-port",
-        "17720",
-        "--results",
-        dir.to_str().unwrap(),
-    ]);
-    let v = json(&out);
+        &[
+            "--members",
+            "2",
+            "--seconds",
+            "2",
+            "--loads",
+            "idle",
+            "--thresholds-us",
+            "1000,20000",
+            "--threshold-us",
+            "20000",
+            "--stall-period-us",
+            "1000",
+        ],
+    );
     let rows = v["rows"].as_array().unwrap();
     let at = |detector: &str, threshold: Option<u64>| {
         rows.iter()
@@ -138,7 +110,6 @@ fn a_small_accuracy_run_on_loopback_has_a_row_per_threshold_and_peer() {
     }
     assert_eq!(v["goal"]["threshold_us"].as_u64(), Some(20_000));
     assert_eq!(v["loads"][0]["members"].as_array().map(Vec::len), Some(2));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -178,30 +149,24 @@ const ROOT_THRESHOLD_US: u64 = 5_000;
 /// detectors that take seconds, at `ROOT_PERIOD_US` and `ROOT_THRESHOLD_US`; its JSON, its
 /// rows printed.
 fn small_detect_as_root(network: &str, failures: &str) -> Value {
-    let dir = results(network);
-    let out = kairos(&[
-        "fd",
+    let (v, _results) = fd(
         "detect",
-        "--quick",
-        "--json",
-        "--network",
-        network,
-        "--trials",
-        "4",
-        "--slow-trials",
-        "0",
-        "--failures",
-        failures,
-        "--period-us",
-        &ROOT_PERIOD_US.to_string(),
-        "--threshold-us",
-        &ROOT_THRESHOLD_US.to_string(),
-        "--results",
-        dir.to_str().unwrap(),
-    ]);
-    let v = json(&out);
+        &[
+            "--network",
+            network,
+            "--trials",
+            "4",
+            "--slow-trials",
+            "0",
+            "--failures",
+            failures,
+            "--period-us",
+            &ROOT_PERIOD_US.to_string(),
+            "--threshold-us",
+            &ROOT_THRESHOLD_US.to_string(),
+        ],
+    );
     println!("{}", serde_json::to_string_pretty(&v["rows"]).unwrap());
-    let _ = std::fs::remove_dir_all(dir);
     v
 }
 
@@ -244,23 +209,10 @@ fn a_small_detect_run_on_the_lane_detects_every_failure() {
 #[test]
 #[ignore = "needs root: makes network namespaces and traces the kernel; scripts/test runs it as root"]
 fn an_accuracy_run_with_the_interrupt_clock_times_every_members_handlers() {
-    let dir = results("interrupt-clock");
-    let out = kairos(&[
-        "fd",
+    let (v, _results) = fd(
         "accuracy",
-        "--quick",
-        "--json",
-        "--network",
-        "namespaces",
-        "--seconds",
-        "2",
-        "--loads",
-        "idle",
-        "--interrupt-clock",
-        "--results",
-        dir.to_str().unwrap(),
-    ]);
-    let v = json(&out);
+        &["--network", "namespaces", "--seconds", "2", "--loads", "idle", "--interrupt-clock"],
+    );
     assert_eq!(v["config"]["time_interrupts"], true, "{}", v["config"]);
     let members = v["loads"][0]["members"].as_array().unwrap();
     assert!(!members.is_empty());
@@ -269,5 +221,4 @@ fn an_accuracy_run_with_the_interrupt_clock_times_every_members_handlers() {
         // Its sends run the veth's receive work as softirqs in its own context.
         assert!(m["interrupt_ms"].as_f64().unwrap() > 0.0, "no handler time in a loop's context: {m}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -3,36 +3,20 @@
 //! once; an experiment's bad flag is refused the same way before anything runs; and every
 //! subcommand's help gives each flag's unit, range and default.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-/// A scratch directory of this test binary, removed first if a killed run left it.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kairos-cli-rtu-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
-}
+use kairos_testkit::{scratch_dir, usage_error};
 
-fn kairos(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kairos"))
-        .args(args)
-        .env("CI", "1")
-        .output()
-        .expect("the kairos binary runs")
-}
+use crate::{KAIROS, kairos};
 
-/// Asserts exit code 2 and exactly one stderr line, `kairos: error: ...`, containing every one
-/// of `needles`.
+/// Asserts a usage error (exit code 2, exactly one stderr line, `kairos: error: ...`)
+/// containing every one of `needles`.
 fn assert_usage_error(out: &Output, needles: &[&str]) {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected: {stderr}");
-    assert!(lines[0].starts_with("kairos: error: "), "{stderr}");
+    let line = usage_error(out);
     for needle in needles {
-        assert!(lines[0].contains(needle), "{needle:?} missing: {stderr}");
+        assert!(line.contains(needle), "{needle:?} missing: {line}");
     }
 }
 
@@ -42,7 +26,7 @@ fn a_device_that_never_ends_is_refused_after_one_mebibyte() {
     // taking the machine's memory.
     let started = Instant::now();
     let out = Command::new("sh")
-        .args(["-c", "ulimit -v 2000000 && exec \"$0\" rtu admit /dev/zero", env!("CARGO_BIN_EXE_kairos")])
+        .args(["-c", "ulimit -v 2000000 && exec \"$0\" rtu admit /dev/zero", KAIROS.path()])
         .output()
         .expect("sh runs");
     assert_usage_error(&out, &["/dev/zero", "is a device, expected a file"]);
@@ -51,20 +35,19 @@ fn a_device_that_never_ends_is_refused_after_one_mebibyte() {
 
 #[test]
 fn a_directory_or_a_file_too_large_is_refused_naming_it() {
-    let dir = scratch("large");
+    let dir = scratch_dir("cli-rtu-large");
     assert_usage_error(
-        &kairos(&["rtu", "admit", dir.to_str().unwrap()]),
-        &[dir.to_str().unwrap(), "is a directory"],
+        &kairos(&["rtu", "admit", dir.path().to_str().unwrap()]),
+        &[dir.path().to_str().unwrap(), "is a directory"],
     );
-    let large = dir.join("large.toml");
+    let large = dir.path().join("large.toml");
     std::fs::write(&large, "# a comment line of a handlers file\n".repeat(40_000)).unwrap();
     assert_usage_error(
         &kairos(&["rtu", "admit", large.to_str().unwrap()]),
         &[large.to_str().unwrap(), "1 MiB"],
     );
-    let missing = dir.join("missing.toml");
+    let missing = dir.path().join("missing.toml");
     assert_usage_error(&kairos(&["rtu", "admit", missing.to_str().unwrap()]), &[missing.to_str().unwrap()]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn handlers_file(dir: &Path, text: &str) -> String {
@@ -76,9 +59,9 @@ fn handlers_file(dir: &Path, text: &str) -> String {
 #[test]
 fn huge_periods_are_refused_when_the_file_is_read_not_admitted() {
     // U = 0.767 + 0.451 = 1.22: its busy-period sums passed 2^64 and wrapped into "admitted".
-    let dir = scratch("huge");
+    let dir = scratch_dir("cli-rtu-huge");
     let file = handlers_file(
-        &dir,
+        dir.path(),
         "[[handler]]\nname = \"a\"\nperiod_us = 16000000000000000\nbatch = 1\niteration = 1\n\
          unit_cost_us = 12271179270000000\n\n[[handler]]\nname = \"b\"\nperiod_us = 14000000000000000\n\
          batch = 1\niteration = 1\nunit_cost_us = 6307666464000000\n",
@@ -86,19 +69,18 @@ fn huge_periods_are_refused_when_the_file_is_read_not_admitted() {
     let out = kairos(&["rtu", "admit", &file]);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("admitted"), "{out:?}");
     assert_usage_error(&out, &[&file, "line 3", "handler 'a'", "period_us must be at most 100000000000"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn an_unreadable_handler_is_a_usage_error_and_an_overloaded_set_a_refusal_with_its_reason() {
-    let dir = scratch("verdicts");
+    let dir = scratch_dir("cli-rtu-verdicts");
     let file = handlers_file(
-        &dir,
+        dir.path(),
         "[[handler]]\nname = \"a\"\nperiod_us = 10\nbatch = -3\niteration = 1\nunit_cost_us = 1\n",
     );
     assert_usage_error(&kairos(&["rtu", "admit", &file]), &[&file, "line 4", "handler 'a': batch must be"]);
     let file = handlers_file(
-        &dir,
+        dir.path(),
         "[[handler]]\nname = \"a\"\nperiod_us = 10\nbatch = 6\niteration = 1\nunit_cost_us = 1\n\n\
          [[handler]]\nname = \"b\"\nperiod_us = 10\nbatch = 6\niteration = 1\nunit_cost_us = 1\n",
     );
@@ -110,13 +92,12 @@ fn an_unreadable_handler_is_a_usage_error_and_an_overloaded_set_a_refusal_with_i
         "{stdout}"
     );
     assert!(stdout.trim_end().ends_with("refused"), "{stdout}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn bad_experiment_flags_are_refused_before_anything_runs() {
-    let dir = scratch("flags");
-    let results = dir.to_str().unwrap();
+    let dir = scratch_dir("cli-rtu-flags");
+    let results = dir.path().to_str().unwrap();
     let cases: &[(&[&str], &[&str])] = &[
         (&["deadlines", "--utilisation", "0.5,1.5"], &["(0, 1]", "1.5"]),
         (&["deadlines", "--seconds", "0.01"], &["between 0.1 and 3600", "0.01"]),
@@ -136,9 +117,8 @@ fn bad_experiment_flags_are_refused_before_anything_runs() {
         assert_usage_error(&kairos(&all), needles);
         assert!(started.elapsed() < Duration::from_secs(2), "{args:?} took {:?}", started.elapsed());
     }
-    let written: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    let written: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(written.is_empty(), "a refused run wrote {written:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
