@@ -110,6 +110,8 @@ fn every_peer_measures_idle_and_under_the_load_and_nothing_is_left() {
         return;
     }
     let Some(bed) = testbed() else { return };
+    // As the experiment does: stamping on for every row, not turned on again by each under the flood.
+    let _stamping = kairos_sys::net::options::RxTimestampsHeld::new().expect("asking for receive stamps");
     let settings =
         PeerSettings { from: 0, to: 1, period: Duration::from_micros(100), packets: 300, message_bytes: 64 };
     let egresses = [Egress::Host(0), Egress::SwitchPort(1)];

@@ -44,22 +44,19 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use kairos_lane::node::app::{AppError, LaneApp, NodeToApp, Tunnel};
-use kairos_lane::node::chunk::Schema;
 use kairos_lane::service::wire::TunnelSpec;
 
-use crate::frame;
 use crate::peer::PeerAddr;
+
+mod wire;
+
+use wire::{KIND_BEAT, KIND_MESSAGE, LANE_HEADER_BYTES, Packing};
+pub use wire::{LaneMessage, parse_lane_message};
 
 /// What every member's tunnel name starts with; [`tunnel_name`] adds the cluster's mark.
 pub const LANE_TUNNEL: &str = "kv-lane";
 /// The most Raft bytes waiting for the tunnel before the oldest are dropped.
 pub const MAX_QUEUED_BYTES: usize = 8 << 20;
-/// A lane message's bytes before its payload: its kind, the member it is for, and when it was
-/// handed to the link (wall-clock ns: with the release and receive stamps the lane adds, where
-/// a message's time went).
-const LANE_HEADER_BYTES: usize = 1 + 8 + 8;
-const KIND_MESSAGE: u8 = 1;
-const KIND_BEAT: u8 = 2;
 /// The largest packet a tunnel asks for: a UDP datagram in a 1500-byte MTU.
 pub const MAX_PACKET_BYTES: u64 = 1_472;
 /// The longest beat the link makes room for beside Raft's fragments: the failure detector's
@@ -178,29 +175,6 @@ pub struct LaneLinkStats {
     pub inbox_wait_ns: u64,
 }
 
-/// A lane message as it arrives: its kind, the member it is for, when its sender handed it
-/// over (wall-clock ns), and its payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LaneMessage<'a> {
-    /// 1: a queued message (a Raft fragment); 2: a heartbeat; anything else is not ours to read.
-    pub kind: u8,
-    /// The member it is for.
-    pub to: u64,
-    /// When its sender handed it to its link, wall-clock ns.
-    pub handed_ns: u64,
-    /// The fragment or datagram.
-    pub payload: &'a [u8],
-}
-
-/// Splits a message from the inbox (network input: any bytes give an answer, never a panic);
-/// `None` when it is shorter than its header.
-pub fn parse_lane_message(bytes: &[u8]) -> Option<LaneMessage<'_>> {
-    let (&kind, rest) = bytes.split_first()?;
-    let (to, rest) = rest.split_first_chunk::<8>()?;
-    let (handed, payload) = rest.split_first_chunk::<8>()?;
-    Some(LaneMessage { kind, to: u64::from_le_bytes(*to), handed_ns: u64::from_le_bytes(*handed), payload })
-}
-
 /// What arrived for this member.
 #[derive(Debug)]
 pub enum Incoming<'a> {
@@ -209,94 +183,6 @@ pub enum Incoming<'a> {
     Message(&'a [u8]),
     /// A detector datagram and its packet's kernel receive stamp, wall-clock ns.
     Beat(&'a [u8], u64),
-}
-
-/// The packing of messages into the node's packets, as the node packs them: messages in order,
-/// each in whole chunks, while they fit; checked for both chunk schemas, since the application
-/// does not know which one its node uses.
-#[derive(Debug, Clone, Copy)]
-struct Packing {
-    packet_bytes: usize,
-}
-
-impl Packing {
-    fn chunks(schema: Schema, len: usize) -> usize {
-        len.div_ceil(schema.message_bytes_per_chunk()).max(1)
-    }
-
-    /// The longest message a packet holds in either schema.
-    #[cfg(test)]
-    fn max_message(self) -> usize {
-        Schema::ALL.iter().map(|s| s.max_message_bytes(self.packet_bytes)).min().unwrap_or(0)
-    }
-
-    /// Whether messages of `lens` share one packet in either schema.
-    #[cfg(test)]
-    fn fits(self, lens: impl Iterator<Item = usize>) -> bool {
-        let mut room = self.room();
-        lens.into_iter().all(|len| room.take(len))
-    }
-
-    /// An empty packet's chunks, in each schema.
-    fn room(self) -> Room {
-        Room { left: Schema::ALL.map(|s| s.max_chunks(self.packet_bytes)) }
-    }
-
-    /// The smallest packet that holds a heartbeat for each of the other `members - 1` and a
-    /// 64-byte fragment, in either schema.
-    fn least_packet_bytes(members: usize) -> u64 {
-        let beat = LANE_HEADER_BYTES + MAX_BEAT_BYTES;
-        let fragment = LANE_HEADER_BYTES + frame::HEADER_BYTES + 64;
-        Schema::ALL
-            .iter()
-            .map(|&s| {
-                let chunks = members.saturating_sub(1) * Self::chunks(s, beat) + Self::chunks(s, fragment);
-                s.packet_bytes(chunks) as u64
-            })
-            .max()
-            .unwrap_or(MAX_PACKET_BYTES)
-    }
-
-    /// The encoded message's bytes one fragment carries, so that it shares a packet with a
-    /// heartbeat for each of `others` members, in either schema (0: none fits).
-    fn fragment_bytes(self, others: usize) -> usize {
-        let beat = LANE_HEADER_BYTES + MAX_BEAT_BYTES;
-        let message = Schema::ALL
-            .iter()
-            .map(|&s| {
-                let left = s.max_chunks(self.packet_bytes).saturating_sub(others * Self::chunks(s, beat));
-                left * s.message_bytes_per_chunk()
-            })
-            .min()
-            .unwrap_or(0);
-        message.saturating_sub(LANE_HEADER_BYTES + frame::HEADER_BYTES)
-    }
-}
-
-/// The chunks a packet being filled has left, in each schema (as [`Schema::ALL`]).
-#[derive(Debug, Clone, Copy)]
-struct Room {
-    left: [usize; Schema::ALL.len()],
-}
-
-impl Room {
-    /// Takes a message of `len` bytes if it fits in both schemas; whether it did (a message
-    /// that does not fit takes nothing).
-    fn take(&mut self, len: usize) -> bool {
-        let need = Schema::ALL.map(|s| Packing::chunks(s, len));
-        if need.iter().zip(&self.left).any(|(n, l)| n > l) {
-            return false;
-        }
-        for (l, n) in self.left.iter_mut().zip(need) {
-            *l -= n;
-        }
-        true
-    }
-
-    /// Whether a message of `len` bytes would fit, taking nothing.
-    fn holds(mut self, len: usize) -> bool {
-        self.take(len)
-    }
 }
 
 /// A member's lane transport; see the module docs.
@@ -575,7 +461,7 @@ impl LaneLink {
     }
 
     /// Counts a Raft message too large to cut into fragments (more than
-    /// [`frame::MAX_FRAGMENTS`] of them, or [`frame::MAX_MESSAGE_BYTES`]): not sent.
+    /// [`crate::frame::MAX_FRAGMENTS`] of them, or [`crate::frame::MAX_MESSAGE_BYTES`]): not sent.
     pub fn note_too_large(&mut self) {
         self.stats.too_large += 1;
     }

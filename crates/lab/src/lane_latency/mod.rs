@@ -555,6 +555,9 @@ fn latency(config: &LatencyConfig, run: &mut Run<'_>) -> Result<LatencySummary> 
     let rows_dir = run.dir().path().join("rows");
     std::fs::create_dir_all(&rows_dir).with_context(|| format!("cannot create {}", rows_dir.display()))?;
 
+    // Stamping stays on from here to the last row (see `RxTimestampsHeld`): otherwise each row's
+    // sockets turn it on again, late under the flood.
+    let _stamping = kairos_sys::net::options::RxTimestampsHeld::new().context("asking for receive stamps")?;
     let mut rows = Vec::new();
     let mut traces = Vec::new();
     for &load_kind in &config.loads {

@@ -41,6 +41,9 @@
 //! a flooded run whose first 300 messages all came without a stamp). So the sender sends at
 //! least [`WARMUP_MESSAGES`] and goes on until the receiver has had a stamped one, for at most
 //! [`WARMUP_LIMIT`] (then the run goes ahead, its samples without `kernel_ns`).
+//! A caller that runs rows one after another holds
+//! [`kairos_sys::net::options::RxTimestampsHeld`] across them, as the experiment does, so
+//! that only the first row waits.
 //!
 //! The receiver stops when every message has come, or [`RECEIVE_GRACE`] after the sender ended
 //! (however it ended); a message still in flight then is lost. A sequence number seen twice, or

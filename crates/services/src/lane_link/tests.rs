@@ -1,4 +1,5 @@
 use super::*;
+use crate::frame;
 
 #[test]
 fn packing_follows_both_schemas() {
