@@ -132,15 +132,9 @@ fn move_one_flow(order: bool) {
     }
 }
 
-/// Runs `f` under loom, counting schedules: a model that explores one checks nothing.
+/// Runs `f` under loom over every schedule ([`kairos_sync::explore`]); how many it explored.
 fn model(f: impl Fn() + Sync + Send + 'static) -> usize {
-    let schedules = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = std::sync::Arc::clone(&schedules);
-    loom::model::Builder::new().check(move || {
-        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f()
-    });
-    schedules.load(std::sync::atomic::Ordering::Relaxed)
+    kairos_sync::explore(None, f)
 }
 
 #[test]

@@ -10,20 +10,9 @@ use kairos_fib::seqlock::SeqEntry;
 use loom::sync::Arc;
 use loom::thread;
 
-/// Spin-retry loops make the state space grow with every preemption: bound them (three
-/// preemptions cover every ordering of one write against one read).
+/// Runs `f` under loom ([`kairos_sync::explore`]) with at most three preemptions a schedule.
 fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    let iterations = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = std::sync::Arc::clone(&iterations);
-    builder.check(move || {
-        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f()
-    });
-    // A model that explores one schedule checks nothing about concurrency.
-    let n = iterations.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(n > 1, "loom explored {n} schedule(s)");
+    kairos_sync::explore(Some(3), f);
 }
 
 fn tuple(n: u8) -> AddrTuple {

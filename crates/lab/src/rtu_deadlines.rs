@@ -293,22 +293,18 @@ fn measure(config: &DeadlinesConfig, run: &mut Run<'_>) -> Result<DeadlinesSumma
         record(run_point(&handler_set(u, config.unit_us), config)?, false);
         run.step("");
     }
-    let background_note = match crate::background::stress_ng(1, Some(config.core)) {
-        Ok(load) => {
-            for &u in &config.utilisations {
-                run.doing(&format!("U = {u} with stress-ng"));
-                record(run_point(&handler_set(u, config.unit_us), config)?, true);
-                run.step("");
-            }
-            drop(load);
-            format!("stress-ng --cpu 1 --io 1 on core {}", config.core)
+    let background_note = crate::background::under_stress_ng(1, Some(config.core), || {
+        for &u in &config.utilisations {
+            run.doing(&format!("U = {u} with stress-ng"));
+            record(run_point(&handler_set(u, config.unit_us), config)?, true);
+            run.step("");
         }
-        Err(e) => {
-            let why = e.to_string();
-            run.log(&why);
-            why
-        }
-    };
+        Ok(())
+    })?
+    .unwrap_or_else(|why| {
+        run.log(&why);
+        why
+    });
     if !realtime {
         run.log("SCHED_FIFO was not granted: the handlers ran at normal priority (run as root)");
     }

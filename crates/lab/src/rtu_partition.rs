@@ -257,19 +257,11 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
     };
     both_ways_at_every_scale(false)?;
     let cores = online_cores();
-    let background = match crate::background::stress_ng(cores, None) {
-        Ok(load) => {
-            std::thread::sleep(Duration::from_millis(200));
-            both_ways_at_every_scale(true)?;
-            drop(load);
-            format!("stress-ng --cpu {cores} --io 1")
-        }
-        Err(e) => {
-            let why = e.to_string();
-            run.log(&why);
-            why
-        }
-    };
+    let background = crate::background::under_stress_ng(cores, None, || both_ways_at_every_scale(true))?;
+    let background = background.unwrap_or_else(|why| {
+        run.log(&why);
+        why
+    });
     let mut spread = Vec::new();
     for (scale, way, loaded) in SCALES
         .iter()

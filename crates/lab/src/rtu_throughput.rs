@@ -301,27 +301,22 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
             run.step("");
         }
     }
-    let background_note = match crate::background::stress_ng(1, Some(config.core)) {
-        Ok(load) => {
-            std::thread::sleep(Duration::from_millis(200));
-            for &size in &config.packet_sizes {
-                for receiver in RECEIVERS {
-                    let (mut row, realtime) = point(receiver, size, config)?;
-                    rtu_realtime &= realtime.unwrap_or(true);
-                    run.step("");
-                    row.background_load = true;
-                    rows.push(row);
-                }
+    let background_note = crate::background::under_stress_ng(1, Some(config.core), || {
+        for &size in &config.packet_sizes {
+            for receiver in RECEIVERS {
+                let (mut row, realtime) = point(receiver, size, config)?;
+                rtu_realtime &= realtime.unwrap_or(true);
+                run.step("");
+                row.background_load = true;
+                rows.push(row);
             }
-            drop(load);
-            format!("stress-ng --cpu 1 --io 1 on core {}", config.core)
         }
-        Err(e) => {
-            let why = e.to_string();
-            run.log(&why);
-            why
-        }
-    };
+        Ok(())
+    })?
+    .unwrap_or_else(|why| {
+        run.log(&why);
+        why
+    });
     let kept = rows
         .iter()
         .filter(|r| r.background_load)

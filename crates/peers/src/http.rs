@@ -257,20 +257,7 @@ pub fn base64(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Trickle<'a> {
-        bytes: &'a [u8],
-        step: usize,
-    }
-
-    impl Read for Trickle<'_> {
-        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-            let n = self.step.min(self.bytes.len()).min(out.len());
-            out[..n].copy_from_slice(&self.bytes[..n]);
-            self.bytes = &self.bytes[n..];
-            Ok(n)
-        }
-    }
+    use kairos_testkit::Trickle;
 
     /// What etcd 3.4's gateway answers to a put, then a chunked answer, then an error that closes.
     const CANNED: &[u8] = b"HTTP/1.1 200 OK\r\n\
@@ -298,7 +285,7 @@ Content-Length: 30\r\n\
     #[test]
     fn responses_read_the_same_whatever_the_reads_cut() {
         for step in [1, 2, 5, 64, 4096] {
-            let mut reader = Trickle { bytes: CANNED, step };
+            let mut reader = Trickle::new(CANNED, step);
             let mut buf = Vec::new();
             let put = read_response(&mut reader, &mut buf).unwrap();
             assert_eq!((put.status, put.close, put.body.len()), (200, false, 112), "step {step}");

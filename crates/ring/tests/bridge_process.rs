@@ -13,6 +13,8 @@ use kairos_ring::bridge::{Bridge, BridgeLayout, Mapped, SendError};
 use kairos_sys::clock::monotonic_ns;
 use kairos_sys::shm::{SharedRegion, shm_path};
 
+mod bridge_messages;
+
 const ROLE: &str = "KAIROS_BRIDGE_CHILD";
 const MAX: usize = 120;
 /// Long enough for a loaded 2-core machine; a hang fails instead of blocking the run.
@@ -47,42 +49,6 @@ fn attach(path: &Path) -> Bridge<Memory> {
 
 fn path_of(bridge: &Bridge<Memory>) -> PathBuf {
     bridge.memory().owner().path().to_path_buf()
-}
-
-/// Message `seq`: the sequence number, an FNV-1a checksum of the rest, then bytes drawn from
-/// the sequence number; 16 to `MAX` bytes long, drawn too.
-fn message(seq: u64, out: &mut Vec<u8>) {
-    let mut x = seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let len = 16 + (next() % (MAX as u64 - 15)) as usize;
-    out.clear();
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&[0; 8]);
-    out.extend((16..len).map(|_| next() as u8));
-    let sum = fnv1a(&out[16..]);
-    out[8..16].copy_from_slice(&sum.to_ne_bytes());
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
-}
-
-/// Checks that `got` is message `seq`, whole.
-fn check(seq: u64, got: &[u8], scratch: &mut Vec<u8>) {
-    assert!(got.len() >= 16, "message {seq}: {} bytes", got.len());
-    assert_eq!(u64::from_ne_bytes(got[..8].try_into().unwrap()), seq, "out of order, lost or twice");
-    assert_eq!(
-        u64::from_ne_bytes(got[8..16].try_into().unwrap()),
-        fnv1a(&got[16..]),
-        "message {seq}: checksum"
-    );
-    message(seq, scratch);
-    assert!(got == &scratch[..], "message {seq}: bytes differ");
 }
 
 /// The child process, SIGKILLed and reaped when dropped (a test that fails leaves none behind).
@@ -145,7 +111,7 @@ fn echo(mut down: kairos_ring::bridge::Consumer<Memory>, mut up: kairos_ring::br
             thread::yield_now();
             continue;
         };
-        check(seq, &buf[..r.len], &mut scratch);
+        bridge_messages::check(seq, &buf[..r.len], MAX, &mut scratch);
         loop {
             match up.try_send(&buf[..r.len], r.stamp_ns) {
                 Ok(()) => break,
@@ -169,14 +135,14 @@ fn stream(mut down: kairos_ring::bridge::Consumer<Memory>, mut up: kairos_ring::
     let (mut seq, mut down_seq) = (0, 0);
     while start.elapsed() < DEADLINE {
         up.beat(monotonic_ns());
-        message(seq, &mut msg);
+        bridge_messages::message(seq, MAX, &mut msg);
         match up.try_send(&msg, seq) {
             Ok(()) => seq += 1,
             Err(SendError::Full) => thread::yield_now(),
             Err(e) => panic!("{e}"),
         }
         while let Some(r) = down.try_recv(&mut buf).unwrap() {
-            check(down_seq, &buf[..r.len], &mut scratch);
+            bridge_messages::check(down_seq, &buf[..r.len], MAX, &mut scratch);
             down_seq += 1;
         }
     }
@@ -198,7 +164,7 @@ fn messages_cross_two_processes_intact_and_in_order() {
     while received < N {
         assert!(start.elapsed() < DEADLINE, "stuck: sent {sent}, received {received}");
         if sent < N {
-            message(sent, &mut msg);
+            bridge_messages::message(sent, MAX, &mut msg);
             match tx.try_send(&msg, !sent) {
                 Ok(()) => sent += 1,
                 Err(SendError::Full) => {}
@@ -207,7 +173,7 @@ fn messages_cross_two_processes_intact_and_in_order() {
         }
         match rx.try_recv(&mut buf).unwrap() {
             Some(r) => {
-                check(received, &buf[..r.len], &mut scratch);
+                bridge_messages::check(received, &buf[..r.len], MAX, &mut scratch);
                 assert_eq!(r.stamp_ns, !received, "stamp of message {received}");
                 received += 1;
             }
@@ -242,12 +208,12 @@ fn a_killed_peer_leaves_the_other_side_working() {
     while received < BEFORE_KILL {
         assert!(start.elapsed() < DEADLINE, "stuck: received {received}");
         if let Some(r) = rx.try_recv(&mut buf).unwrap() {
-            check(received, &buf[..r.len], &mut scratch);
+            bridge_messages::check(received, &buf[..r.len], MAX, &mut scratch);
             received += 1;
         } else {
             thread::yield_now();
         }
-        message(sent_down, &mut msg);
+        bridge_messages::message(sent_down, MAX, &mut msg);
         if tx.try_send(&msg, 0).is_ok() {
             sent_down += 1;
         }
@@ -267,7 +233,7 @@ fn a_killed_peer_leaves_the_other_side_working() {
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(SIGKILL), "{status}");
 
     while let Some(r) = rx.try_recv(&mut buf).unwrap() {
-        check(received, &buf[..r.len], &mut scratch);
+        bridge_messages::check(received, &buf[..r.len], MAX, &mut scratch);
         received += 1;
     }
     let drained = received - BEFORE_KILL;
@@ -287,7 +253,7 @@ fn a_killed_peer_leaves_the_other_side_working() {
     let dropped_before = tx.stats().dropped_full;
     let mut refused = 0;
     for seq in sent_down..sent_down + 100 {
-        message(seq, &mut msg);
+        bridge_messages::message(seq, MAX, &mut msg);
         match tx.try_send(&msg, 0) {
             Ok(()) => {}
             Err(SendError::Full) => refused += 1,

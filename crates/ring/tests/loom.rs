@@ -14,10 +14,9 @@ use kairos_ring::bridge::{Bridge, BridgeLayout, HeapMemory, Received, SendError}
 use kairos_ring::{Consumer, Overflow, SharedProducer, keyed, mpsc, spsc};
 use loom::thread::{self, JoinHandle};
 
-/// Runs `f` under loom and checks that more than one schedule was explored: a model that
-/// explores one checks nothing about concurrency.
+/// Runs `f` under loom over every schedule ([`kairos_sync::explore`]).
 fn model(f: impl Fn() + Sync + Send + 'static) {
-    bounded_model(None, f);
+    kairos_sync::explore(None, f);
 }
 
 /// As [`model`], with at most `preemptions` preemptions per schedule: the two-producer models
@@ -25,16 +24,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 /// ordering of one producer's reservation, write and publication against the other's and the
 /// consumer's.
 fn bounded_model(preemptions: Option<usize>, f: impl Fn() + Sync + Send + 'static) {
-    let iterations = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = std::sync::Arc::clone(&iterations);
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = preemptions;
-    builder.check(move || {
-        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f()
-    });
-    let n = iterations.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(n > 1, "loom explored {n} schedule(s)");
+    kairos_sync::explore(preemptions, f);
 }
 
 /// Starts a producer that offers `burst` once, on its own handle of an MPSC ring. It hands back

@@ -10,6 +10,8 @@ use std::thread;
 use kairos_ring::bridge::{Bridge, BridgeLayout, HeapMemory, SendError};
 use kairos_ring::{Overflow, keyed, mpsc, spsc};
 
+mod bridge_messages;
+
 const PRODUCERS: u32 = 3;
 
 fn per_producer() -> u32 {
@@ -201,39 +203,10 @@ fn keyed_latest_values_only_grow() {
     });
 }
 
-/// A bridge's test message: the sequence number, an FNV-1a checksum of the filler, then filler
-/// bytes drawn from the sequence number; its length is drawn too, 16 bytes to `max`.
-fn bridge_message(seq: u64, max: usize, out: &mut Vec<u8>) {
-    let mut x = seq.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let len = 16 + (next() % (max as u64 - 15)) as usize;
-    out.clear();
-    out.extend_from_slice(&seq.to_ne_bytes());
-    out.extend_from_slice(&[0; 8]);
-    out.extend((16..len).map(|_| next() as u8));
-    let sum = fnv1a(&out[16..]);
-    out[8..16].copy_from_slice(&sum.to_ne_bytes());
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
-}
-
-/// Checks a received message: in sequence, its checksum right, and exactly the bytes sent.
+/// Checks a received message and its stamp (the sender stamps message `seq` with `!seq`).
 fn check_bridge_message(expected_seq: u64, got: &[u8], stamp_ns: u64, max: usize, scratch: &mut Vec<u8>) {
-    assert!(got.len() >= 16, "message {expected_seq}: {} bytes", got.len());
-    let seq = u64::from_ne_bytes(got[..8].try_into().unwrap());
-    assert_eq!(seq, expected_seq, "out of order, lost or twice");
-    assert_eq!(stamp_ns, !seq, "message {seq}: stamp");
-    let sum = u64::from_ne_bytes(got[8..16].try_into().unwrap());
-    assert_eq!(sum, fnv1a(&got[16..]), "message {seq}: checksum");
-    bridge_message(seq, max, scratch);
-    assert!(got == &scratch[..], "message {seq}: bytes differ");
+    bridge_messages::check(expected_seq, got, max, scratch);
+    assert_eq!(stamp_ns, !expected_seq, "message {expected_seq}: stamp");
 }
 
 /// A producer thread and a consumer thread move `n` messages of random sizes through a bridge
@@ -253,7 +226,7 @@ fn bridge_between_threads(slots: usize, burst: usize) {
             while seq < n {
                 let k = burst.min((n - seq) as usize);
                 for (i, m) in messages[..k].iter_mut().enumerate() {
-                    bridge_message(seq + i as u64, MAX, m);
+                    bridge_messages::message(seq + i as u64, MAX, m);
                 }
                 let sent = if burst == 1 {
                     match tx.try_send(&messages[0], !seq) {

@@ -10,17 +10,9 @@
 use kairos_rtu::inbox;
 use loom::thread;
 
-/// Runs `f` under loom and checks that more than one schedule was explored: a model that
-/// explores one checks nothing about concurrency.
+/// Runs `f` under loom over every schedule ([`kairos_sync::explore`]).
 fn model(f: impl Fn() + Sync + Send + 'static) {
-    let iterations = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = std::sync::Arc::clone(&iterations);
-    loom::model(move || {
-        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        f()
-    });
-    let n = iterations.load(std::sync::atomic::Ordering::Relaxed);
-    assert!(n > 1, "loom explored {n} schedule(s)");
+    kairos_sync::explore(None, f);
 }
 
 fn check(datagram: &[u8], got: &mut Vec<u8>) {

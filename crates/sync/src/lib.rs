@@ -20,6 +20,8 @@
 //!   where it is done. This crate itself has no `unsafe`.
 //! - [`lock`] and [`try_lock`] ignore poisoning: a caller uses them for data that every
 //!   critical section leaves consistent before anything in it can panic.
+//! - [`explore`] (under loom only) runs a model and refuses one that explored a single
+//!   schedule: such a model checks nothing about concurrency.
 
 #![warn(missing_docs)]
 // Everything here is a re-export or a safe wrapper; the `unsafe` of a shared cell's access
@@ -198,4 +200,23 @@ impl<T> std::ops::Deref for CachePadded<T> {
     fn deref(&self) -> &T {
         &self.0
     }
+}
+
+/// Runs the loom model `f` over every schedule with at most `preemption_bound` preemptions
+/// (`None`: no bound) and returns how many it explored; panics when that is one, since a model
+/// that explores one schedule checks nothing about concurrency (a model whose threads never
+/// meet, or one that ran outside loom's atomics).
+#[cfg(loom)]
+pub fn explore(preemption_bound: Option<usize>, f: impl Fn() + Sync + Send + 'static) -> usize {
+    let schedules = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&schedules);
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = preemption_bound;
+    builder.check(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f()
+    });
+    let n = schedules.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n > 1, "loom explored {n} schedule(s)");
+    n
 }

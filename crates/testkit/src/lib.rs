@@ -16,6 +16,7 @@
 //! - [`net`]: ports free now and handed to no other test of the process, and connecting to a
 //!   program while it comes up.
 //! - [`wait`]: checks repeated until they hold, within a limit.
+//! - [`reader`]: a reader that hands out a few bytes a call, as a socket may.
 //! - [`host`]: root, programs on the PATH, network namespaces and this process's children.
 //! - `resp` (feature `resp`): a Redis client connected to a store member as it comes up.
 //!
@@ -28,6 +29,7 @@ pub mod child;
 pub mod host;
 pub mod net;
 pub mod program;
+pub mod reader;
 #[cfg(feature = "resp")]
 pub mod resp;
 pub mod scratch;
@@ -37,5 +39,6 @@ pub use child::{Guarded, Lines};
 pub use host::{is_root, on_path, skip_if_root, skip_unless_root};
 pub use net::{free_block, free_tcp_port, free_udp_port};
 pub use program::{Program, json, one_line_error, read_json, stderr, stdout, text, usage_error};
+pub use reader::Trickle;
 pub use scratch::{ScratchPath, scratch_dir, scratch_file, scratch_path};
 pub use wait::{wait_for, wait_until};

@@ -362,21 +362,7 @@ pub fn leader_from_info(info: &str) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::kv;
-
-    /// A reader that hands out its bytes `step` at a time.
-    struct Trickle<'a> {
-        bytes: &'a [u8],
-        step: usize,
-    }
-
-    impl Read for Trickle<'_> {
-        fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-            let n = self.step.min(self.bytes.len()).min(out.len());
-            out[..n].copy_from_slice(&self.bytes[..n]);
-            self.bytes = &self.bytes[n..];
-            Ok(n)
-        }
-    }
+    use kairos_testkit::Trickle;
 
     #[test]
     fn the_stores_replies_read_back_and_partial_input_waits() {
@@ -420,7 +406,7 @@ mod tests {
             Reply::Array(vec![]),
         ];
         for step in [1, 2, 3, 7, 1000] {
-            let mut reader = Trickle { bytes: canned, step };
+            let mut reader = Trickle::new(canned, step);
             let mut buf = Vec::new();
             let got: Vec<Reply> =
                 (0..want.len()).map(|_| read_reply(&mut reader, &mut buf).unwrap()).collect();
@@ -444,7 +430,7 @@ mod tests {
         let deep = "*1\r\n".repeat(MAX_DEPTH + 1) + ":1\r\n";
         assert_eq!(parse_reply(deep.as_bytes()), Err(ReplyError::TooDeep(MAX_DEPTH)));
         let mut buf = Vec::new();
-        let err = read_reply(&mut Trickle { bytes: b"!bad\r\n", step: 4 }, &mut buf).unwrap_err();
+        let err = read_reply(&mut Trickle::new(b"!bad\r\n", 4), &mut buf).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::InvalidData);
     }
 

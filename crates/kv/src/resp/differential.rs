@@ -6,12 +6,12 @@
 //! the same arguments and length; and whenever this parser has a whole request, the oracle does
 //! not call it invalid. They differ by design in two places, both where this parser follows
 //! Redis: the oracle reads integers with Rust's `str::parse` (so it takes `+1`, `01`, `-0`), and
-//! refuses a count below -1 (which Redis, and this parser, consume as no command). The fuzz
-//! target `resp_request` runs the same check on arbitrary bytes.
+//! refuses a count below -1 (which Redis, and this parser, consume as no command).
+//!
+//! [`assert_agrees`] is the check; the crate's tests run it on random and mutated requests
+//! and the fuzz target `resp_request` on arbitrary bytes (feature `differential`, which brings
+//! in the oracle).
 
-use std::borrow::Cow;
-
-use proptest::prelude::*;
 use redis_protocol::resp2::{decode::decode, types::OwnedFrame};
 
 use super::{ProtocolError, parse::decimal, parse_request};
@@ -41,8 +41,9 @@ fn canonical(buf: &[u8], args: &[Vec<u8>]) -> bool {
         && args.iter().all(|arg| line(format!("${}\r\n", arg.len()), arg.len() + 2))
 }
 
-/// Checks the parser against the oracle on `buf`, a request starting with `*`.
-pub(super) fn check(buf: &[u8]) {
+/// Checks the parser against the oracle on `buf` (bytes from anywhere; only a request starting
+/// with `*` is compared) and panics, naming the bytes, where they disagree other than by design.
+pub fn assert_agrees(buf: &[u8]) {
     if buf.first() != Some(&b'*') {
         return;
     }
@@ -97,110 +98,5 @@ pub(super) fn check(buf: &[u8]) {
     }
 }
 
-/// `check` on `buf` and on every prefix of it.
-fn check_with_prefixes(buf: &[u8]) {
-    for cut in 0..=buf.len() {
-        check(&buf[..cut]);
-    }
-}
-
-fn multibulk(args: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-#[test]
-fn the_documented_differences() {
-    let mut args: Vec<Cow<'_, [u8]>> = Vec::new();
-    for buf in [&b"*01\r\n$1\r\na\r\n"[..], b"*+1\r\n$1\r\na\r\n", b"*1\r\n$-0\r\n\r\n"] {
-        assert!(matches!(decode(buf), Ok(Some(_))));
-        assert!(parse_request(buf, &mut args).is_err());
-        check(buf);
-    }
-    assert!(decode(b"*-2\r\n").is_err());
-    assert_eq!(parse_request(b"*-2\r\n", &mut args), Ok(Some(5)));
-    check(b"*-2\r\n");
-}
-
-/// A byte that a mutation puts in: one that matters to the framing, usually.
-fn framing_byte() -> impl Strategy<Value = u8> {
-    prop_oneof![
-        Just(b'\r'),
-        Just(b'\n'),
-        Just(b'$'),
-        Just(b'*'),
-        Just(b'-'),
-        Just(b'+'),
-        b'0'..=b'9',
-        any::<u8>(),
-    ]
-}
-
-#[derive(Debug, Clone)]
-enum Mutation {
-    Replace(usize, u8),
-    Insert(usize, u8),
-    Delete(usize),
-    Truncate(usize),
-}
-
-fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        (any::<usize>(), framing_byte()).prop_map(|(at, byte)| Mutation::Replace(at, byte)),
-        (any::<usize>(), framing_byte()).prop_map(|(at, byte)| Mutation::Insert(at, byte)),
-        any::<usize>().prop_map(Mutation::Delete),
-        any::<usize>().prop_map(Mutation::Truncate),
-    ]
-}
-
-fn apply(buf: &mut Vec<u8>, mutation: &Mutation) {
-    let len = buf.len().max(1);
-    match *mutation {
-        Mutation::Replace(at, byte) => {
-            if let Some(slot) = buf.get_mut(at % len) {
-                *slot = byte;
-            }
-        }
-        Mutation::Insert(at, byte) => buf.insert(at % (buf.len() + 1), byte),
-        Mutation::Delete(at) => {
-            if !buf.is_empty() {
-                buf.remove(at % len);
-            }
-        }
-        Mutation::Truncate(at) => buf.truncate(at % len),
-    }
-}
-
-fn arg() -> impl Strategy<Value = Vec<u8>> {
-    proptest::collection::vec(prop_oneof![framing_byte(), any::<u8>()], 0..12)
-}
-
-proptest! {
-    #[test]
-    fn valid_requests_agree(args in proptest::collection::vec(arg(), 0..6), tail in proptest::collection::vec(framing_byte(), 0..6)) {
-        let mut buf = multibulk(&args);
-        buf.extend_from_slice(&tail);
-        check_with_prefixes(&buf);
-    }
-
-    #[test]
-    fn mutated_requests_agree(args in proptest::collection::vec(arg(), 0..6), mutations in proptest::collection::vec(mutation(), 1..4)) {
-        let mut buf = multibulk(&args);
-        for mutation in &mutations {
-            apply(&mut buf, mutation);
-        }
-        check_with_prefixes(&buf);
-    }
-
-    #[test]
-    fn random_requests_agree(body in proptest::collection::vec(framing_byte(), 0..40)) {
-        let mut buf = vec![b'*'];
-        buf.extend_from_slice(&body);
-        check(&buf);
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -55,8 +55,8 @@ mod inline;
 mod parse;
 pub mod reply;
 
-#[cfg(test)]
-mod differential;
+#[cfg(any(test, feature = "differential"))]
+pub mod differential;
 
 use std::fmt;
 

@@ -284,28 +284,37 @@ mod tests {
 
     #[test]
     fn multibulk_count_errors() {
-        refused(b"*x\r\n", ProtocolError::InvalidMultibulkLength);
-        refused(b"*\r\n", ProtocolError::InvalidMultibulkLength);
-        refused(b"*+1\r\n", ProtocolError::InvalidMultibulkLength);
-        refused(b"*01\r\n", ProtocolError::InvalidMultibulkLength);
-        refused(b"*-0\r\n", ProtocolError::InvalidMultibulkLength);
-        refused(b"*1 \r\n", ProtocolError::InvalidMultibulkLength);
-        refused(b"*9223372036854775808\r\n", ProtocolError::InvalidMultibulkLength);
-        refused(b"*1048577\r\n", ProtocolError::InvalidMultibulkLength);
+        let bad_counts: [&[u8]; 10] = [
+            b"*x\r\n",
+            b"*\r\n",
+            b"*+1\r\n",
+            b"*01\r\n",
+            b"*-0\r\n",
+            b"*1 \r\n",
+            b"*9223372036854775808\r\n",
+            b"*1048577\r\n",
+            // Redis takes the byte after `\r` on trust; this parser wants the `\n`.
+            b"*1\rx$1\r\na\r\n",
+            b"*1\r\r\n",
+        ];
+        for request in bad_counts {
+            refused(request, ProtocolError::InvalidMultibulkLength);
+        }
         assert_eq!(parse(b"*1048576\r\n"), Ok(None));
-        // Redis takes the byte after `\r` on trust; this parser wants the `\n`.
-        refused(b"*1\rx$1\r\na\r\n", ProtocolError::InvalidMultibulkLength);
-        refused(b"*1\r\r\n", ProtocolError::InvalidMultibulkLength);
     }
 
     #[test]
     fn bulk_errors() {
-        refused(b"*1\r\n$x\r\n", ProtocolError::InvalidBulkLength);
-        refused(b"*1\r\n$-1\r\n", ProtocolError::InvalidBulkLength);
-        refused(b"*1\r\n$01\r\n", ProtocolError::InvalidBulkLength);
-        refused(b"*1\r\n$\r\n", ProtocolError::InvalidBulkLength);
-        refused(b"*1\r\n$1\rx", ProtocolError::InvalidBulkLength);
-        refused(b"*1\r\n$536870913\r\n", ProtocolError::InvalidBulkLength);
+        for request in [
+            &b"*1\r\n$x\r\n"[..],
+            b"*1\r\n$-1\r\n",
+            b"*1\r\n$01\r\n",
+            b"*1\r\n$\r\n",
+            b"*1\r\n$1\rx",
+            b"*1\r\n$536870913\r\n",
+        ] {
+            refused(request, ProtocolError::InvalidBulkLength);
+        }
         assert_eq!(parse(b"*1\r\n$536870912\r\n"), Ok(None));
         let small = Limits { max_bulk_len: 3, ..Limits::default() };
         assert_eq!(parse_with(b"*1\r\n$3\r\nabc\r\n", &small), Ok(Some((13, vec![b"abc".to_vec()]))));
