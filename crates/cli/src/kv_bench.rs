@@ -2,8 +2,6 @@
 //! file off, and fsynced on every write), and etcd, in one run on this machine. The flags only parse here: they land in the experiment's configuration,
 //! whose `plan` checks each against its limits before anything starts (exit code 2).
 
-use std::path::PathBuf;
-
 use anyhow::{Context as _, Result};
 use kairos_lab::kv_bench::systems::{Fsync, SystemKind};
 use kairos_lab::kv_bench::{self, BenchConfig};
@@ -18,17 +16,8 @@ use crate::exit;
 /// missing are skipped (`skipped` says why).
 #[derive(clap::Args)]
 pub struct KvBenchArgs {
-    /// 2 s a point, 5 failover trials, etcd on tmpfs only: about 7 minutes on two cores with
-    /// 3 runs (the full run: 10 s, 20 trials, etcd on tmpfs and on the disk, about 35 minutes).
-    #[arg(long)]
-    quick: bool,
-    /// Print the summary as one JSON object on stdout; default: a table.
-    #[arg(long)]
-    json: bool,
-    /// Directory the runs are written under (a subdirectory per experiment and run; created
-    /// when missing). Servers' data that goes to the disk goes here too, while they run.
-    #[arg(long, value_name = "DIR", default_value = "results")]
-    results: PathBuf,
+    #[command(flatten)]
+    common: crate::Common,
     /// The systems (comma-separated: redis, redis+wait, redis-aof+wait, etcd, kairos); default:
     /// all.
     #[arg(long, value_delimiter = ',')]
@@ -85,7 +74,7 @@ pub struct KvBenchArgs {
 /// The configuration the flags ask for.
 pub fn config(a: &KvBenchArgs) -> Result<BenchConfig> {
     let exe = std::env::current_exe().context("cannot find the kairos executable")?;
-    let mut c = BenchConfig::preset(a.quick, exe);
+    let mut c = BenchConfig::preset(a.common.quick, exe);
     if !a.systems.is_empty() {
         c.systems = a
             .systems
@@ -130,6 +119,6 @@ pub fn config(a: &KvBenchArgs) -> Result<BenchConfig> {
 /// Runs `kairos kv bench`.
 pub fn run(args: &KvBenchArgs) -> Result<i32> {
     let config = config(args)?;
-    let common = crate::Common { quick: args.quick, json: args.json, results: args.results.clone() };
+    let common = args.common.clone();
     crate::experiment(&common, &config, kv_bench::report::table)
 }

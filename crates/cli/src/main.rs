@@ -86,14 +86,15 @@ enum Command {
 #[derive(Args, Clone)]
 pub(crate) struct Common {
     /// Short runs instead of the full ones (each command's help says how long; a line on stderr
-    /// says it again when the run starts).
+    /// says it again when the run starts); default: the full runs.
     #[arg(long)]
     pub quick: bool,
-    /// Print the summary as one JSON object on stdout instead of a table.
+    /// Print the summary as one JSON object on stdout; default: a table.
     #[arg(long)]
     pub json: bool,
-    /// Where runs are written (a directory per experiment and run).
-    #[arg(long, default_value = "results")]
+    /// Directory the runs are written under (a subdirectory per experiment and run; created
+    /// when missing).
+    #[arg(long, value_name = "DIR", default_value = "results")]
     pub results: PathBuf,
 }
 

@@ -54,32 +54,10 @@ enum RtuCommand {
     Partition(PartitionArgs),
 }
 
-/// The flags every rtu experiment takes.
-#[derive(Args)]
-struct RtuCommon {
-    /// Short runs instead of the full ones (this command's description gives both lengths);
-    /// default: the full runs.
-    #[arg(long)]
-    quick: bool,
-    /// Print the summary as one JSON object on stdout; default: a table.
-    #[arg(long)]
-    json: bool,
-    /// Directory the runs are written under (a subdirectory per experiment and run; created
-    /// when missing).
-    #[arg(long, value_name = "DIR", default_value = "results")]
-    results: PathBuf,
-}
-
-impl RtuCommon {
-    fn common(&self) -> crate::Common {
-        crate::Common { quick: self.quick, json: self.json, results: self.results.clone() }
-    }
-}
-
 #[derive(Args)]
 struct DeadlinesArgs {
     #[command(flatten)]
-    common: RtuCommon,
+    common: crate::Common,
     /// Total utilisations of the twelve handlers, one point each: fractions of a core in (0, 1],
     /// comma-separated; default: 0.1,0.3,0.5,0.7,0.8,0.9,0.95 with --quick, else 12 points from
     /// 0.1 to 0.95.
@@ -98,7 +76,7 @@ struct DeadlinesArgs {
 #[derive(Args)]
 struct SwitchesArgs {
     #[command(flatten)]
-    common: RtuCommon,
+    common: crate::Common,
     /// Total utilisations of the six handlers, one point each: fractions of a core in (0, 1]
     /// that the analysis admits (the RMDP way runs admitted sets only), comma-separated;
     /// default: 0.2,0.4,0.6 with --quick, else 0.1 to 0.6 in steps of 0.1.
@@ -116,7 +94,7 @@ struct SwitchesArgs {
 #[derive(Args)]
 struct ThroughputArgs {
     #[command(flatten)]
-    common: RtuCommon,
+    common: crate::Common,
     /// Datagram sizes, UDP payload bytes, 1-65507 (the most a UDP datagram carries),
     /// comma-separated; default: 64,1024,8192 with --quick, else 64,256,1024,4096,8192.
     #[arg(long, value_name = "BYTES,...", value_delimiter = ',')]
@@ -130,7 +108,7 @@ struct ThroughputArgs {
 #[derive(Args)]
 struct PartitionArgs {
     #[command(flatten)]
-    common: RtuCommon,
+    common: crate::Common,
     /// Run time per point, seconds, 0.1-3600 (0.1 s holds five sender periods); default: 2
     /// with --quick, else 10.
     #[arg(long, value_name = "S")]
@@ -186,10 +164,10 @@ struct AdmitOut {
 /// Runs an `rtu` command; `admit` ends with [`exit::REFUSED`] when the set is refused.
 pub fn run(args: &RtuArgs) -> Result<i32> {
     match &args.command {
-        RtuCommand::Deadlines(d) => crate::experiment(&d.common.common(), &d.config(), rtu_deadlines::report),
+        RtuCommand::Deadlines(d) => crate::experiment(&d.common, &d.config(), rtu_deadlines::report),
         RtuCommand::SchedDeadline(d) => {
             let config = rtu_sched_deadline::SchedDeadlineConfig(d.config());
-            crate::experiment(&d.common.common(), &config, rtu_sched_deadline::report)
+            crate::experiment(&d.common, &config, rtu_sched_deadline::report)
         }
         RtuCommand::Switches(a) => {
             let mut config = rtu_switches::SwitchesConfig::preset(a.common.quick);
@@ -200,7 +178,7 @@ pub fn run(args: &RtuArgs) -> Result<i32> {
             if let Some(us) = a.work_us {
                 config.work_ns = us.saturating_mul(1_000);
             }
-            crate::experiment(&a.common.common(), &config, rtu_switches::report)
+            crate::experiment(&a.common, &config, rtu_switches::report)
         }
         RtuCommand::Throughput(a) => {
             let mut config = rtu_throughput::ThroughputConfig::preset(a.common.quick);
@@ -208,12 +186,12 @@ pub fn run(args: &RtuArgs) -> Result<i32> {
                 config.packet_sizes = a.sizes.clone();
             }
             config.seconds = a.seconds.unwrap_or(config.seconds);
-            crate::experiment(&a.common.common(), &config, rtu_throughput::report)
+            crate::experiment(&a.common, &config, rtu_throughput::report)
         }
         RtuCommand::Partition(a) => {
             let mut config = rtu_partition::PartitionConfig::preset(a.common.quick);
             config.seconds = a.seconds.unwrap_or(config.seconds);
-            crate::experiment(&a.common.common(), &config, rtu_partition::report)
+            crate::experiment(&a.common, &config, rtu_partition::report)
         }
         RtuCommand::Admit(a) => admit(a),
     }

@@ -62,3 +62,4 @@ pub mod rtu_partition;
 pub mod rtu_sched_deadline;
 pub mod rtu_switches;
 pub mod rtu_throughput;
+pub mod table;

@@ -38,6 +38,7 @@ use serde::Serialize;
 
 use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo, check_points};
 use crate::plot::{Scales, XySeries, measured_per_key, xy_chart};
+use crate::table::{TextTable, right};
 
 #[derive(Debug, Clone, Serialize)]
 /// What the deadline experiment runs.
@@ -363,40 +364,39 @@ pub fn report(s: &DeadlinesSummary) -> String {
         if s.realtime { "granted" } else { "NOT granted" },
         s.background,
     ));
-    out.push_str(&format!(
-        "{:>6} {:>10} {:>8} {:>13} {:>7} {:>11} {:>9} {:>8} {:>13} {:>7} {:>15} {:>12} {:>14}\n",
-        "util",
-        "background",
-        "admitted",
-        "min slack us",
-        "misses",
-        "invocations",
-        "overruns",
-        "demoted",
-        "worst wake us",
-        "stalls",
-        "longest stall us",
-        "with stall",
-        "while demoted"
-    ));
+    let mut table = TextTable::new(&[
+        right("util"),
+        right("background"),
+        right("admitted"),
+        right("min slack us"),
+        right("misses"),
+        right("invocations"),
+        right("overruns"),
+        right("demoted"),
+        right("worst wake us"),
+        right("stalls"),
+        right("longest stall us"),
+        right("with stall"),
+        right("while demoted"),
+    ]);
     for r in &s.rows {
-        out.push_str(&format!(
-            "{:>6.3} {:>10} {:>8} {:>13.1} {:>7} {:>11} {:>9} {:>8} {:>13.1} {:>7} {:>15.1} {:>12} {:>14}\n",
-            r.utilisation,
-            if r.background_load { "stress-ng" } else { "none" },
-            r.admitted,
-            r.min_slack_us,
-            r.misses,
-            r.invocations,
-            r.overruns,
-            r.demoted,
-            r.worst_wakeup_lateness_us,
-            r.stalls_seen,
-            r.longest_stall_us,
-            r.misses_with_stall,
-            r.misses_after_demotion
-        ));
+        table.row([
+            format!("{:.3}", r.utilisation),
+            if r.background_load { "stress-ng" } else { "none" }.to_string(),
+            r.admitted.to_string(),
+            format!("{:.1}", r.min_slack_us),
+            r.misses.to_string(),
+            r.invocations.to_string(),
+            r.overruns.to_string(),
+            r.demoted.to_string(),
+            format!("{:.1}", r.worst_wakeup_lateness_us),
+            r.stalls_seen.to_string(),
+            format!("{:.1}", r.longest_stall_us),
+            r.misses_with_stall.to_string(),
+            r.misses_after_demotion.to_string(),
+        ]);
     }
+    out.push_str(&table.render());
     let admitted: Vec<&DeadlineRow> = s.rows.iter().filter(|r| r.admitted).collect();
     for bg in [false, true] {
         let set: Vec<&&DeadlineRow> = admitted.iter().filter(|r| r.background_load == bg).collect();

@@ -36,6 +36,7 @@ use serde::Serialize;
 
 use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo, check_core, check_seconds};
 use crate::plot::{Scales, measured_per_key, xy_chart};
+use crate::table::{TextTable, left, right};
 
 /// What a run of `kairos rtu throughput` does: the datagram sizes, how long each receiver runs
 /// at each, and the receiver's core.
@@ -365,22 +366,27 @@ pub fn report(s: &ThroughputSummary) -> String {
     if !s.rtu_realtime {
         out.push_str("SCHED_FIFO NOT granted: the RTU rows' shell and I/O thread ran at normal priority\n");
     }
-    out.push_str(&format!(
-        "{:<16} {:>7} {:>10} {:>12} {:>10} {:>12} {:>12}\n",
-        "receiver", "bytes", "background", "received/s", "Mbit/s", "socket drops", "inbox drops"
-    ));
+    let mut table = TextTable::new(&[
+        left("receiver"),
+        right("bytes"),
+        right("background"),
+        right("received/s"),
+        right("Mbit/s"),
+        right("socket drops"),
+        right("inbox drops"),
+    ]);
     for r in &s.rows {
-        out.push_str(&format!(
-            "{:<16} {:>7} {:>10} {:>12.0} {:>10.1} {:>12} {:>12}\n",
-            r.receiver,
-            r.packet_bytes,
-            if r.background_load { "stress-ng" } else { "none" },
-            r.received_pps,
-            r.received_mbps,
-            r.socket_drops,
-            r.inbox_drops
-        ));
+        table.row([
+            r.receiver.to_string(),
+            r.packet_bytes.to_string(),
+            if r.background_load { "stress-ng" } else { "none" }.to_string(),
+            format!("{:.0}", r.received_pps),
+            format!("{:.1}", r.received_mbps),
+            r.socket_drops.to_string(),
+            r.inbox_drops.to_string(),
+        ]);
     }
+    out.push_str(&table.render());
     for k in &s.kept {
         out.push_str(&format!(
             "{} at {} B keeps {:.1}% of its unloaded throughput\n",

@@ -36,6 +36,7 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
+use crate::table::{TextTable, left, right};
 
 /// Packets between two looks at the clock (and at held packets).
 const CHECK_EVERY: u64 = 64;
@@ -231,36 +232,35 @@ pub fn report(s: &ThreadsSummary) -> String {
         c.change_ms,
         s.run.machine.one_line()
     );
-    out.push_str(&format!(
-        "{:<9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10} {:>6}\n",
-        "policy",
-        "hand-off",
-        "changes",
-        "hand-offs",
-        "idle moves",
-        "max held",
-        "out of seq",
-        "lost",
-        "state moves",
-        "worker ns",
-        "Mpps"
-    ));
+    let mut table = TextTable::new(&[
+        left("policy"),
+        right("hand-off"),
+        right("changes"),
+        right("hand-offs"),
+        right("idle moves"),
+        right("max held"),
+        right("out of seq"),
+        right("lost"),
+        right("state moves"),
+        right("worker ns"),
+        right("Mpps"),
+    ]);
     for row in &s.rows {
-        out.push_str(&format!(
-            "{:<9} {:>8} {:>8} {:>10} {:>10} {:>8} {:>11} {:>8} {:>11} {:>10.1} {:>6.2}\n",
-            row.policy,
-            if row.hand_off { "on" } else { "off" },
-            row.changes,
-            row.handoffs,
-            row.idle_moves,
-            row.max_held,
-            row.out_of_sequence,
-            row.lost_updates,
-            row.state_moves,
-            row.worker_ns_per_packet,
-            row.mpps
-        ));
+        table.row([
+            row.policy.to_string(),
+            if row.hand_off { "on" } else { "off" }.to_string(),
+            row.changes.to_string(),
+            row.handoffs.to_string(),
+            row.idle_moves.to_string(),
+            row.max_held.to_string(),
+            row.out_of_sequence.to_string(),
+            row.lost_updates.to_string(),
+            row.state_moves.to_string(),
+            format!("{:.1}", row.worker_ns_per_packet),
+            format!("{:.2}", row.mpps),
+        ]);
     }
+    out.push_str(&table.render());
     out.push_str(&crate::output::report_footer(&s.run));
     out
 }

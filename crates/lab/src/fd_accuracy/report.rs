@@ -3,6 +3,7 @@
 //! the goal.
 
 use super::AccuracySummary;
+use crate::table::{TextTable, left, right};
 
 /// The table printed without `--json`.
 pub fn report(s: &AccuracySummary) -> String {
@@ -11,34 +12,33 @@ pub fn report(s: &AccuracySummary) -> String {
         "{} members on {:?}, T = {} us, {} s per load; mistakes per pair of members\n",
         s.config.members, s.network, s.config.period_us, s.config.seconds
     ));
-    out.push_str(&format!(
-        "{:<16} {:>9} {:<7} {:>12} {:>12} {:>12} {:>9} {:>11} {:>8} {:>12}\n",
-        "detector",
-        "Lambda us",
-        "load",
-        "P_A",
-        "mistakes/s",
-        "duration us",
-        "mistakes",
-        "with stall",
-        "of them:",
-        "unexplained"
-    ));
+    let mut table = TextTable::new(&[
+        left("detector"),
+        right("Lambda us"),
+        left("load"),
+        right("P_A"),
+        right("mistakes/s"),
+        right("duration us"),
+        right("mistakes"),
+        right("with stall"),
+        right("of them:"),
+        right("unexplained"),
+    ]);
     for r in &s.rows {
-        out.push_str(&format!(
-            "{:<16} {:>9} {:<7} {:>12.9} {:>12.4} {:>12} {:>9} {:>11} {:>8} {:>12}\n",
-            r.detector,
+        table.row([
+            r.detector.to_string(),
             r.threshold_us.map_or("-".into(), |t| t.to_string()),
             format!("{:?}", r.load).to_lowercase(),
-            r.query_accuracy,
-            r.mistake_rate_per_s,
+            format!("{:.9}", r.query_accuracy),
+            format!("{:.4}", r.mistake_rate_per_s),
             r.mistake_duration_us.map_or("-".into(), |d| format!("{d:.0}")),
-            r.mistakes,
-            r.mistakes_with_stall,
+            r.mistakes.to_string(),
+            r.mistakes_with_stall.to_string(),
             format!("{} held", r.mistakes_with_held),
-            r.unexplained
-        ));
+            r.unexplained.to_string(),
+        ]);
     }
+    out.push_str(&table.render());
     for l in &s.loads {
         let c = &l.unexplained_causes;
         out.push_str(&format!(

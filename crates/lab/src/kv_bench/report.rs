@@ -10,6 +10,7 @@ use super::systems::Setup;
 use super::{BenchSummary, Histograms, Row};
 use crate::harness::Run;
 use crate::plot::{Scales, Series, XySeries, tail_chart, xy_chart};
+use crate::table::{TextTable, left, right};
 
 /// One row of `rows.csv`.
 #[derive(Debug, Serialize)]
@@ -138,36 +139,35 @@ pub fn table(s: &BenchSummary) -> String {
         c.runs
     ));
     out.push_str(&format!("placement: {} (sched_setaffinity)\n", s.placement.rule));
-    out.push_str(&format!(
-        "{:<40} {:<5} {:>7} {:>9} {:>15} {:>9} {:>9} {:>9} {:>10} {:>15} {:>7}\n",
-        "system",
-        "op",
-        "clients",
-        "p50 us",
-        "[p50 range]",
-        "p99 us",
-        "p99.9 us",
-        "max us",
-        "ops/s",
-        "[ops/s range]",
-        "cpu"
-    ));
+    let mut table = TextTable::new(&[
+        left("system"),
+        left("op"),
+        right("clients"),
+        right("p50 us"),
+        right("[p50 range]"),
+        right("p99 us"),
+        right("p99.9 us"),
+        right("max us"),
+        right("ops/s"),
+        right("[ops/s range]"),
+        right("cpu"),
+    ]);
     for r in s.rows.iter().filter(|r| r.is_bench()) {
-        out.push_str(&format!(
-            "{:<40} {:<5} {:>7} {:>9} {:>15} {:>9} {:>9} {:>9} {:>10.0} {:>15} {:>7}\n",
-            r.setup().label(),
-            r.op.name(),
-            r.clients,
-            us(r.latency_us.p50),
-            span(r.range.latency_us.p50, us),
-            us(r.latency_us.p99),
-            us(r.latency_us.p999),
-            us(r.latency_us.max),
-            r.ops_per_s,
-            span(Some(r.range.ops_per_s), rate),
-            r.server_cpu.map_or("-".into(), |c| format!("{c:.2}"))
-        ));
+        table.row([
+            r.setup().label().to_string(),
+            r.op.name().to_string(),
+            r.clients.to_string(),
+            us(r.latency_us.p50).to_string(),
+            span(r.range.latency_us.p50, us).to_string(),
+            us(r.latency_us.p99).to_string(),
+            us(r.latency_us.p999).to_string(),
+            us(r.latency_us.max).to_string(),
+            format!("{:.0}", r.ops_per_s),
+            span(Some(r.range.ops_per_s), rate).to_string(),
+            r.server_cpu.map_or("-".into(), |c| format!("{c:.2}")).to_string(),
+        ]);
     }
+    out.push_str(&table.render());
     if !s.clusters.is_empty() {
         out.push_str(
             "idle: each cluster's processes' CPU with no clients, before any load, % of one core:\n",

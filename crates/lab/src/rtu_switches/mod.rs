@@ -38,6 +38,7 @@ use serde::Serialize;
 
 use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo, check_points};
 use crate::plot::{Scales, measured_per_key, xy_chart};
+use crate::table::{TextTable, left, right};
 
 /// What a run of `kairos rtu switches` does: the points (utilisations), how long each way runs
 /// at each, on which core, and the work per unit.
@@ -352,34 +353,33 @@ pub fn report(s: &SwitchesSummary) -> String {
             "SCHED_FIFO NOT granted to every thread: rows with realtime false ran at normal priority\n",
         );
     }
-    out.push_str(&format!(
-        "{:>5} {:<20} {:>9} {:>10} {:>12} {:>16} {:>9} {:>7} {:>10} {:>9}\n",
-        "util",
-        "way",
-        "units",
-        "voluntary",
-        "involuntary",
-        "switches / unit",
-        "locks",
-        "misses",
-        "useful",
-        "realtime"
-    ));
+    let mut table = TextTable::new(&[
+        right("util"),
+        left("way"),
+        right("units"),
+        right("voluntary"),
+        right("involuntary"),
+        right("switches / unit"),
+        right("locks"),
+        right("misses"),
+        right("useful"),
+        right("realtime"),
+    ]);
     for r in &s.rows {
-        out.push_str(&format!(
-            "{:>5.2} {:<20} {:>9} {:>10} {:>12} {:>16.4} {:>9} {:>7} {:>10.3} {:>9}\n",
-            r.utilisation,
-            r.way,
-            r.units,
-            r.voluntary_switches,
-            r.involuntary_switches,
-            r.switches_per_unit,
-            r.lock_operations,
-            r.misses,
-            r.useful_utilisation,
-            r.realtime
-        ));
+        table.row([
+            format!("{:.2}", r.utilisation),
+            r.way.to_string(),
+            r.units.to_string(),
+            r.voluntary_switches.to_string(),
+            r.involuntary_switches.to_string(),
+            format!("{:.4}", r.switches_per_unit),
+            r.lock_operations.to_string(),
+            r.misses.to_string(),
+            format!("{:.3}", r.useful_utilisation),
+            r.realtime.to_string(),
+        ]);
     }
+    out.push_str(&table.render());
     for r in &s.ratios {
         out.push_str(&format!("at {:.2}: threads {:.2}x RMDP\n", r.utilisation, r.switch_ratio));
     }

@@ -13,13 +13,10 @@ fn check_with_prefixes(buf: &[u8]) {
     }
 }
 
+/// `args` as a client writes them.
 fn multibulk(args: &[Vec<u8>]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
+    let mut out = Vec::new();
+    crate::resp::client::write_request(&mut out, args);
     out
 }
 
