@@ -1,6 +1,6 @@
 //! `kairos doctor`: the host doctor for the express lane's core from the command line: flags and
 //! their checks, the probe (`kairos_metrics::core_probe`) whose figures go to the checks
-//! (`kairos_lane::doctor`), and the rendering of the findings, the applied changes and their
+//! (`kairos_doctor`), and the rendering of the findings, the applied changes and their
 //! undo.
 
 use std::path::PathBuf;
@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use kairos_lane::doctor::apply::{self, Applied, Change, DEFAULT_STATE_PATH, Reverted};
-use kairos_lane::doctor::{self, Counted, Diagnosis, DoctorError, Measured, Wake};
+use kairos_doctor::apply::{self, Applied, Change, DEFAULT_STATE_PATH, Reverted};
+use kairos_doctor::{Counted, Diagnosis, DoctorError, Measured, Wake};
 use kairos_metrics::LatencySummary;
 use kairos_metrics::core_probe::{CoreProbe, CoreProbeConfig, SourceCount, probe_core};
 use kairos_sys::host::HostFs;
@@ -67,7 +67,7 @@ pub(crate) fn run(args: &DoctorArgs) -> Result<i32> {
         )));
     }
     let host = HostFs::real();
-    let core = doctor::lane_core(&host, args.core).map_err(|e| match e {
+    let core = kairos_doctor::lane_core(&host, args.core).map_err(|e| match e {
         DoctorError::CoreOffline { .. } => usage(e.to_string()),
         other => anyhow::Error::new(other),
     })?;
@@ -122,7 +122,7 @@ pub(crate) fn run(args: &DoctorArgs) -> Result<i32> {
         Some(probe)
     };
     let measured = probe.as_ref().map(measured);
-    let diagnosis = doctor::examine(&host, core, measured.as_ref());
+    let diagnosis = kairos_doctor::examine(&host, core, measured.as_ref());
     if args.json {
         let mut json = serde_json::to_value(&diagnosis)?;
         json["probe"] = serde_json::to_value(&probe)?;

@@ -140,7 +140,7 @@ pub fn node(a: &NodeArgs) -> Result<i32> {
     // Unpinned, the loop runs where the scheduler puts it: the doctor's core stands for it.
     let probed = match a.core {
         Some(core) => core,
-        None => kairos_lane::doctor::lane_core(&kairos_sys::host::HostFs::real(), None)?,
+        None => kairos_doctor::lane_core(&kairos_sys::host::HostFs::real(), None)?,
     };
     let core_jitter = if a.probe_ms == 0 {
         None

@@ -8,10 +8,6 @@
 //!   in; notices and the next deadline out) with an event log.
 //! - [`service`]: the controller as a network service for node agents: authenticated frames,
 //!   a journal replayed after a crash, notices pushed to the nodes concerned, metrics.
-//! - [`doctor`]: the host doctor: whether the lane's core is isolated as the source's section
-//!   4.3 asks (isolation, tick, RCU callbacks, idle states, watchdogs, IRQ affinity, RT
-//!   throttling, frequency, steal, SMT), what each missing part costs, and the run-time fixes
-//!   with their exact undo.
 //! - [`testbed`]: the lane's topology of the testbed network that `kairos_io` makes.
 //! - [`node`]: the endhost; for now the lane's packet format ([`node::chunk`]): small messages
 //!   packed into chunks that each carry their own CRC.
@@ -20,7 +16,6 @@
 #![warn(missing_docs)]
 
 pub mod controller;
-pub mod doctor;
 pub mod node;
 pub mod service;
 pub mod testbed;

@@ -6,7 +6,7 @@
 //! (`rcu_nocbs`), which idle states a core may enter, the lockup watchdogs, where device
 //! interrupts go, how long real-time threads may run, the frequency governor, steal time and
 //! SMT siblings. Everything here reads what the kernel says about those; deciding what is good
-//! is the caller's (`kairos_lane::doctor`).
+//! is the caller's (`kairos_doctor`).
 //!
 //! Every path is taken relative to a root ([`HostFs::at`]), `/` on the machine itself
 //! ([`HostFs::real`]), so tests point the readers at a fake tree. A file that does not exist is

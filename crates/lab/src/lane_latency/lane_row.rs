@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
+use kairos_doctor::apply;
 use kairos_io::lane_testbed::{HOST_DEVICE, LaneTestbed, host_address};
-use kairos_lane::doctor::apply;
 use kairos_lane::node::agent::{self, HostMeasure, LaneTransport, NodeConfig, NodeReport, RunningNode};
 use kairos_lane::node::app::LaneApp;
 use kairos_lane::node::chunk::Schema;

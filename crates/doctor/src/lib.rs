@@ -1,23 +1,33 @@
-//! The host doctor: is the express lane's core set up as the source's section 4.3 asks, what
-//! does each missing part cost in jitter, and how is it fixed.
+//! `kairos-doctor`: the host doctor. What a host that runs latency-critical work on one core
+//! must have set, what each missing setting costs there, and the run-time fixes with their exact
+//! undo (`kairos doctor --apply` and `--revert`).
 //!
-//! The lane runs on one dedicated core (4.3.1), shielded from as many interrupts and as much
-//! kernel housekeeping as the kernel allows (4.3.2). Each [`Check`] looks at one of those
-//! settings on this host, through `kairos_sys::host` (so tests point it at a fake `/proc` and
-//! `/sys`): what is set (`found`), whether it is what the lane needs (`ok`), the fix (a boot
-//! parameter, a command, or "applied by the node while it runs") and what the missing part costs
-//! (`cost`), measured where it can be. The measurement is a probe the caller runs on the core
-//! (`kairos_metrics::core_probe`; this crate does not depend on `kairos-metrics`) and passes
-//! in as [`Measured`]. Boot-time settings cannot be toggled to measure each one's share, so
-//! their cost is the probe's combined loss, beside the count of the events each setting would
-//! remove (timer interrupts for `nohz_full`, RCU softirqs for `rcu_nocbs`, device interrupts for
-//! IRQ affinity, run-queue waits for isolation and throttling, steal). Idle states are measured
-//! on their own: wake-up lateness with them allowed and with `/dev/cpu_dma_latency` held.
+//! The express lane runs on one dedicated core, shielded from as many interrupts and as much
+//! kernel housekeeping as the kernel allows (the source's sections 4.3.1 and 4.3.2). The doctor
+//! reads nothing of the lane: only the host's `/proc` and `/sys`, through `kairos_sys::host`. It
+//! is a crate of its own, beside `sys::host`, so that what needs a tuned core (the command line,
+//! the lab's tuned rows, a node that measures its core before it starts) takes the doctor
+//! without the lane's controller, sockets and HMAC.
+//!
+//! Each [`Check`] looks at one of those settings on this host, through `kairos_sys::host` (so
+//! tests point it at a fake `/proc` and `/sys`): what is set (`found`), whether it is what the
+//! lane needs (`ok`), the fix (a boot parameter, a command, or "applied by the node while it
+//! runs") and what the missing part costs (`cost`), measured where it can be. The measurement is
+//! a probe the caller runs on the core (`kairos_metrics::core_probe`; this crate does not depend
+//! on `kairos-metrics`) and passes in as [`Measured`]. Boot-time settings cannot be toggled to
+//! measure each one's share, so their cost is the probe's combined loss, beside the count of the
+//! events each setting would remove (timer interrupts for `nohz_full`, RCU softirqs for
+//! `rcu_nocbs`, device interrupts for IRQ affinity, run-queue waits for isolation and
+//! throttling, steal). Idle states are measured on their own: wake-up lateness with them allowed
+//! and with `/dev/cpu_dma_latency` held.
 //!
 //! A reading that fails never fails the doctor: the check says "not available here" and why
 //! (a kernel without the feature, a virtual machine without cpufreq, a file only root reads).
 //! Nothing here renders tables or prints: [`Diagnosis`] is data, the command line renders it.
 //! [`apply`] holds the run-time fixes and their undo.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod apply;
 mod boot;
