@@ -19,19 +19,6 @@ fn last_online_core() -> u64 {
     last.parse().unwrap()
 }
 
-const CHECKS: [&str; 10] = [
-    "isolcpus",
-    "nohz_full",
-    "rcu_nocbs",
-    "cpuidle",
-    "nmi_watchdog",
-    "irq_affinity",
-    "rt_throttling",
-    "cpufreq_governor",
-    "steal_time",
-    "smt_sibling",
-];
-
 #[test]
 fn json_gives_the_core_and_five_fields_per_check_and_the_probe_says_it_measures() {
     let out = kairos(&["doctor", "--json", "--probe-ms", "200"]);
@@ -46,7 +33,7 @@ fn json_gives_the_core_and_five_fields_per_check_and_the_probe_says_it_measures(
     assert_eq!(json["core"].as_u64(), Some(last_online_core()));
     let checks = json["checks"].as_array().unwrap();
     let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, CHECKS);
+    assert_eq!(names, kairos_doctor::CHECK_NAMES);
     for check in checks {
         let fields = check.as_object().unwrap();
         assert_eq!(fields.len(), 5, "exactly five fields: {check}");
@@ -75,7 +62,7 @@ fn the_table_names_every_check_and_the_boot_parameters() {
     let out = kairos(&["doctor", "--probe-ms", "0"]);
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    for check in CHECKS {
+    for check in kairos_doctor::CHECK_NAMES {
         assert!(stdout.lines().any(|l| l.starts_with(check)), "no row for {check}: {stdout}");
     }
     assert!(stdout.contains("combined cost: not measured (--probe-ms 0)"), "{stdout}");
