@@ -27,15 +27,16 @@ pub fn stress_ng(cpu_workers: usize, core: Option<usize>) -> Result<OwnedChild, 
 /// Runs `loaded` (an experiment's loaded rows) while `stress-ng` loads the machine, as
 /// [`stress_ng`] starts it, and returns the load's description for the summary; when stress-ng
 /// cannot start, `loaded` does not run and the reason is returned as the `Err` inside, for the
-/// caller to log and record. The load ends before this returns, on every path.
+/// caller to log and record ([`crate::harness::Run::skipped`]). The load ends before this
+/// returns, on every path.
 pub fn under_stress_ng(
     cpu_workers: usize,
     core: Option<usize>,
     loaded: impl FnOnce() -> anyhow::Result<()>,
-) -> anyhow::Result<Result<String, String>> {
+) -> anyhow::Result<Result<String, StressNgError>> {
     let load = match stress_ng(cpu_workers, core) {
         Ok(load) => load,
-        Err(e) => return Ok(Err(e.to_string())),
+        Err(e) => return Ok(Err(e)),
     };
     // The workers take a moment to start: the first loaded row should see the whole load.
     std::thread::sleep(std::time::Duration::from_millis(200));

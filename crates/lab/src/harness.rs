@@ -127,6 +127,13 @@ impl Run<'_> {
         self.bar.suspend(|| (self.log)(line));
     }
 
+    /// Logs why part of the run was skipped and returns it, for the summary to record.
+    pub fn skipped(&self, why: &impl std::fmt::Display) -> String {
+        let why = why.to_string();
+        self.log(&why);
+        why
+    }
+
     /// Counts one step done, with what comes next; never past the total.
     pub fn step(&self, next: &str) {
         if self.bar.length().is_some_and(|len| self.bar.position() < len) {

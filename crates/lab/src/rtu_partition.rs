@@ -258,10 +258,7 @@ fn measure(config: &PartitionConfig, run: &mut Run<'_>) -> Result<PartitionSumma
     both_ways_at_every_scale(false)?;
     let cores = online_cores();
     let background = crate::background::under_stress_ng(cores, None, || both_ways_at_every_scale(true))?;
-    let background = background.unwrap_or_else(|why| {
-        run.log(&why);
-        why
-    });
+    let background = background.unwrap_or_else(|e| run.skipped(&e));
     let mut spread = Vec::new();
     for (scale, way, loaded) in SCALES
         .iter()

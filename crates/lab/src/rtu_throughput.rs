@@ -314,10 +314,7 @@ fn measure(config: &ThroughputConfig, run: &mut Run<'_>) -> Result<ThroughputSum
         }
         Ok(())
     })?
-    .unwrap_or_else(|why| {
-        run.log(&why);
-        why
-    });
+    .unwrap_or_else(|e| run.skipped(&e));
     let kept = rows
         .iter()
         .filter(|r| r.background_load)
