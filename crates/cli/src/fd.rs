@@ -14,8 +14,8 @@ use kairos_fd::table::bytes_for;
 use kairos_fd::{AliveTable, TableHeader};
 use kairos_io::bridge::{attach_words, create_words};
 use kairos_lab::fd_accuracy::{self, AccuracyConfig, Load};
-use kairos_lab::fd_cluster::{Network, default_app_bump_us};
 use kairos_lab::fd_detect::{self, DetectConfig, Failure, recommended_threshold_us};
+use kairos_launch::fd_group::{Network, default_app_bump_us};
 use kairos_services::lane_link::LaneLinkConfig;
 use kairos_services::peer::PeerAddr;
 

@@ -1,7 +1,7 @@
 //! `kairos fd accuracy`: how often the detectors suspect a member that is alive, against the
 //! threshold, idle and under load, with every false suspicion set against the stall watch.
 //!
-//! A group of `kairos fd member` processes ([`crate::fd_cluster`]) runs for `seconds` per load
+//! A group of `kairos fd member` processes ([`kairos_launch::fd_group`]) runs for `seconds` per load
 //! with nothing failing. Each member runs Kairos's detector at every threshold of
 //! `thresholds_us` on the same heartbeats (one publishes the table, the others only record),
 //! and the peers (phi accrual, SWIM); every suspicion is a mistake. Per detector and threshold,
@@ -61,9 +61,9 @@ pub use self::report::report;
 use std::path::PathBuf;
 
 use anyhow::Result;
+use kairos_launch::fd_group::Network;
 use serde::{Deserialize, Serialize};
 
-use crate::fd_cluster::Network;
 use crate::fd_detect::RECOMMENDED_THRESHOLD_US;
 use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 
@@ -142,7 +142,7 @@ impl AccuracyConfig {
             base_port: 17_500,
             fifo_priority: 70,
             pin: true,
-            app_bump_us: crate::fd_cluster::default_app_bump_us(network, 100),
+            app_bump_us: kairos_launch::fd_group::default_app_bump_us(network, 100),
             stall_period_us: 200,
             stall_threshold_us: 50,
             // A diagnosis, not the default: the tracing lengthens the passes it explains.

@@ -1,7 +1,7 @@
 //! `kairos fd detect`: how long after a failure the group knows, for Kairos's detector and its
 //! peers measured in the same run on the same heartbeats.
 //!
-//! A group of `kairos fd member` processes ([`crate::fd_cluster`]: on the lane's testbed as
+//! A group of `kairos fd member` processes ([`kairos_launch::fd_group`]: on the lane's testbed as
 //! root, on loopback otherwise) runs Kairos's detector at the recommended threshold, phi
 //! accrual (Akka's defaults, and tuned to the period) and SWIM (`foca`'s LAN defaults, and a
 //! thousandth of them, scaled with a period above 100 us). Each trial waits until every
@@ -42,10 +42,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use kairos_fd::Row;
 use kairos_fd::member::{KAIROS, PHI_AKKA, PHI_TUNED, SWIM_AGGRESSIVE, SWIM_LAN};
+use kairos_launch::fd_group::{Cluster, ClusterSettings, Network};
 use kairos_sys::clock::monotonic_ns;
 use serde::{Deserialize, Serialize};
 
-use crate::fd_cluster::{Cluster, ClusterSettings, Network};
 use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
 
 /// The threshold Lambda docs/detector.md recommends for a 100 us period, us. It needs a machine that
@@ -164,7 +164,7 @@ impl DetectConfig {
             base_port: 17_400,
             fifo_priority: 70,
             pin: true,
-            app_bump_us: crate::fd_cluster::default_app_bump_us(network, 100),
+            app_bump_us: kairos_launch::fd_group::default_app_bump_us(network, 100),
             settle_ms: 100,
         }
     }

@@ -33,7 +33,7 @@
 //! - [`fd_detect`]: the failure detector's detection time after a process is killed, a link
 //!   cut and an application hung, beside phi accrual and SWIM in the same run; [`fd_accuracy`]:
 //!   its mistakes against the threshold, idle and under load, each set against the stall
-//!   watch; [`fd_cluster`]: the group of member processes both run.
+//!   watch; both run on `kairos_launch::fd_group`'s member processes.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -42,7 +42,6 @@ pub mod aoi_model;
 pub mod background;
 pub mod dispatch;
 pub mod fd_accuracy;
-pub mod fd_cluster;
 pub mod fd_detect;
 pub mod forward;
 pub mod harness;
@@ -51,7 +50,6 @@ pub mod kv_check;
 pub mod lane_latency;
 pub mod lane_police;
 pub mod lane_tightness;
-pub mod lane_up;
 pub mod machine;
 pub mod output;
 pub mod plot;

@@ -255,13 +255,13 @@ pub(super) fn cluster(a: &ClusterArgs) -> Result<i32> {
     // On the lane, a controller and a node in every host; member i is h(i-1)'s application.
     let lane = match (&testbed, a.lane) {
         (Some(bed), true) => {
-            Some(kairos_lab::lane_up::start(bed, &data.join("lane"), 0).context("cannot bring the lane up")?)
+            Some(kairos_launch::lane::start(bed, &data.join("lane"), 0).context("cannot bring the lane up")?)
         }
         _ => None,
     };
     let peers: Vec<String> = (1..=a.nodes)
         .map(|i| match &lane {
-            Some(_) => format!("{i}={}", kairos_lab::lane_up::host_name((i - 1) as usize)),
+            Some(_) => format!("{i}={}", kairos_launch::lane::host_name((i - 1) as usize)),
             None => {
                 let (host, _, raft) = address(i);
                 format!("{i}={host}:{raft}")
@@ -370,7 +370,7 @@ pub(super) fn cluster(a: &ClusterArgs) -> Result<i32> {
                 let (host, client, raft) = address(i);
                 let how = match &lane {
                     Some(_) => {
-                        format!("raft on the lane from {}", kairos_lab::lane_up::host_name((i - 1) as usize))
+                        format!("raft on the lane from {}", kairos_launch::lane::host_name((i - 1) as usize))
                     }
                     None => format!("raft on udp {host}:{raft}"),
                 };

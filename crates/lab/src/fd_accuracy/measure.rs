@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use kairos_fd::member::KAIROS;
+use kairos_launch::fd_group::{Cluster, ClusterSettings};
 use kairos_metrics::{Stall, StallReport, StallWatch, StallWatchConfig};
 use kairos_sys::child::OwnedChild;
 
 use super::mistakes::{Evidence, mistakes_at, rows, widened};
 use super::{AccuracyConfig, AccuracySummary, Causes, Goal, Load, LoadFigures, MemberFigures, SkippedLoad};
-use crate::fd_cluster::{Cluster, ClusterSettings};
 use crate::harness::Run;
 
 /// Why a load could not be started: its rows are skipped with this as the reason.

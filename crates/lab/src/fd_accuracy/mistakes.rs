@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 
 use kairos_fd::held::{Held, HeldKind};
 use kairos_fd::member::{DetectorRecord, KAIROS, MemberReport, Suspicion};
+use kairos_launch::fd_group::Network;
 use kairos_metrics::Stall;
 use serde::Serialize;
 
 use super::{AccuracyRow, Causes, Load};
-use crate::fd_cluster::Network;
 
 impl Causes {
     pub(super) fn of(mistakes: &[MistakeRecord]) -> Self {

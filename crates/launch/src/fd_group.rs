@@ -1,15 +1,15 @@
-//! A failure detector group for the `fd` experiments: `kairos fd member` processes, each with
-//! its alive table in a `/dev/shm` file this process made (so a member killed with SIGKILL
-//! leaves nothing behind), on loopback or, as root, one per host of the lane's testbed
-//! (network namespaces on a bridge, heartbeats in the lane class), or on the express lane
-//! itself ([`Network::Lane`]: a controller and a node per host in this process,
-//! [`crate::lane_up`], each member an application of its host's node).
+//! A failure detector's member group, as the lab's `fd` experiments run it: `kairos fd member`
+//! processes, each with its alive table in a `/dev/shm` file this process made (so a member
+//! killed with SIGKILL leaves nothing behind), on loopback or, as root, one per host of the
+//! lane's testbed (network namespaces on a bridge, heartbeats in the lane class), or on the
+//! express lane itself ([`Network::Lane`]: a controller and a node per host in this process,
+//! [`crate::lane`], each member an application of its host's node).
 //!
 //! It owns what it starts: the members ([`OwnedChild`], ended on drop and on signals), the
 //! tables' files (removed on drop), the lane (members end before it, it before the testbed),
-//! the testbed, and one `ip -batch` process per host that
-//! takes a link down or up with one line on its standard input (so a cut is microseconds after
-//! its time stamp, not an `ip` start later).
+//! the testbed, and one `ip -batch` process per host that takes a link down or up with one line
+//! on its standard input (so a cut is microseconds after its time stamp, not an `ip` start
+//! later).
 //!
 //! While it runs, `/dev/cpu_dma_latency` is held at 0 (root; as the lane's tuned rows), so an
 //! idle core polls instead of halting and a loop's wake-up is not late by a halted vCPU.
@@ -19,26 +19,123 @@
 //! host's veth down), [`Cluster::pause_app`] (its application stops bumping the counter).
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{self, Write};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
-use std::process::{ChildStdin, Command, Stdio};
+use std::process::{ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::lane_up::LaneUp;
-use anyhow::{Context, Result, anyhow, bail};
+use crate::lane::{LaneUp, LaneUpError};
 use kairos_fd::member::MemberReport;
 use kairos_fd::table::bytes_for;
 use kairos_fd::{AliveTable, Row};
-use kairos_io::bridge::{SharedWords, create_words};
-use kairos_io::lane_testbed::{HOST_DEVICE, LANE_TOS, LaneTestbed, LaneTestbedConfig, host_address};
+use kairos_io::bridge::{BridgeFileError, SharedWords, create_words};
+use kairos_io::lane_testbed::{
+    HOST_DEVICE, LANE_TOS, LaneTestbed, LaneTestbedConfig, LaneTestbedError, host_address,
+};
 use kairos_services::peer::PeerAddr;
 use kairos_sys::child::OwnedChild;
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
+use kairos_sys::fs::FileError;
 use kairos_sys::memory::NoIdleStates;
-use kairos_sys::shm::shm_path;
+use kairos_sys::shm::{ShmError, shm_path};
 use serde::{Deserialize, Serialize};
+
+/// Why the group did not start, or a failure or a read could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// A file, a process or a link's `ip -batch` failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The system's error.
+        source: io::Error,
+    },
+    /// The testbed could not be made, or a host's namespace used.
+    #[error("the failure detector's testbed: {0}")]
+    Testbed(#[from] LaneTestbedError),
+    /// The lane did not come up.
+    #[error("cannot bring the lane up: {0}")]
+    Lane(#[from] LaneUpError),
+    /// An alive table's file could not be named or made.
+    #[error("member {member}'s alive table: {source}")]
+    Table {
+        /// The member's id.
+        member: u64,
+        /// The shared file's error.
+        source: BridgeFileError,
+    },
+    /// An alive table's file name was refused.
+    #[error(transparent)]
+    TableName(#[from] ShmError),
+    /// A member ended before its loop ran.
+    #[error("member {member} ended before it ran ({status}): {last_line}")]
+    EndedEarly {
+        /// The member's id.
+        member: u64,
+        /// How it ended.
+        status: ExitStatus,
+        /// The last line of its log.
+        last_line: String,
+    },
+    /// A member's loop did not run within the start-up time.
+    #[error("member {member} did not start within {} s", .within.as_secs())]
+    StartTimeout {
+        /// The member's id.
+        member: u64,
+        /// The time it had.
+        within: Duration,
+    },
+    /// The member asked for is not running (killed and not restarted).
+    #[error("member {0} is not running")]
+    NotRunning(u64),
+    /// A link was to be cut on loopback.
+    #[error("links are cut only on the testbed")]
+    NoLinks,
+    /// A member's table is being rewritten.
+    #[error("member {0}'s table is not readable")]
+    TableUnreadable(u64),
+    /// A member ended while the group ran.
+    #[error("member {member} ended ({status})")]
+    Ended {
+        /// The member's id.
+        member: u64,
+        /// How it ended.
+        status: ExitStatus,
+    },
+    /// A member's run failed; its log is in the group's directory.
+    #[error("member {member} failed ({status}); see {}", .dir.display())]
+    Failed {
+        /// The member's id.
+        member: u64,
+        /// How it ended.
+        status: ExitStatus,
+        /// The group's directory.
+        dir: PathBuf,
+    },
+    /// A member did not end its run in time.
+    #[error("member {0} ran past its time")]
+    Overran(u64),
+    /// A member's report could not be read.
+    #[error(transparent)]
+    Report(#[from] FileError),
+    /// A member's report is not one.
+    #[error("read {}: {source}", .path.display())]
+    ReportFormat {
+        /// The report's path.
+        path: PathBuf,
+        /// The parser's error.
+        source: serde_json::Error,
+    },
+}
+
+/// An [`io::Error`] of `what` as a [`ClusterError`].
+fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> ClusterError {
+    let what = what.into();
+    move |source| ClusterError::Io { what, source }
+}
 
 /// Where the members run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,28 +243,22 @@ fn member_id(i: usize) -> u64 {
 
 impl Cluster {
     /// Starts the group, its logs and reports in `dir`; returns once every member runs.
-    pub fn start(settings: ClusterSettings, dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    pub fn start(settings: ClusterSettings, dir: &Path) -> Result<Self, ClusterError> {
+        std::fs::create_dir_all(dir).map_err(io_error(format!("cannot create {}", dir.display())))?;
         let n = settings.members;
         let testbed = match settings.network {
             Network::Loopback => None,
-            Network::Namespaces | Network::Lane => Some(
-                LaneTestbed::create(LaneTestbedConfig {
-                    hosts: n,
-                    prefix: "kairos-fd".into(),
-                    ..Default::default()
-                })
-                .context("the failure detector's testbed")?,
-            ),
+            Network::Namespaces | Network::Lane => Some(LaneTestbed::create(LaneTestbedConfig {
+                hosts: n,
+                prefix: "kairos-fd".into(),
+                ..Default::default()
+            })?),
         };
         let lane = match (&testbed, settings.network) {
             (Some(bed), Network::Lane) => {
                 // The nodes above the members' loops and applications.
                 let fifo = if settings.fifo_priority > 0 { (settings.fifo_priority + 2).min(98) } else { 0 };
-                Some(
-                    crate::lane_up::start(bed, &dir.join("lane"), fifo)
-                        .context("cannot bring the lane up")?,
-                )
+                Some(crate::lane::start(bed, &dir.join("lane"), fifo)?)
             }
             _ => None,
         };
@@ -180,7 +271,7 @@ impl Cluster {
                     Network::Namespaces => {
                         PeerAddr::Udp(SocketAddr::V4(SocketAddrV4::new(host_address(i), settings.base_port)))
                     }
-                    Network::Lane => PeerAddr::Lane(crate::lane_up::host_name(i)),
+                    Network::Lane => PeerAddr::Lane(crate::lane::host_name(i)),
                 };
                 (member_id(i), addr)
             })
@@ -201,8 +292,13 @@ impl Cluster {
         };
         let words = paths
             .iter()
-            .map(|p| Ok(Arc::new(create_words(p, bytes_for(n - 1))?)))
-            .collect::<Result<Vec<_>>>()?;
+            .enumerate()
+            .map(|(i, p)| {
+                create_words(p, bytes_for(n - 1))
+                    .map(Arc::new)
+                    .map_err(|source| ClusterError::Table { member: member_id(i), source })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut links = Vec::new();
         if let Some(bed) = &testbed {
             for i in 0..n {
@@ -211,8 +307,13 @@ impl Cluster {
                 ip.args(["-f", &(settings.fifo_priority + 10).clamp(1, 98).to_string(), "ip"]);
                 ip.args(["-n", &bed.host(i)?.namespace, "-batch", "-"]).stdin(Stdio::piped());
                 ip.stdout(Stdio::null()).stderr(Stdio::null());
-                let mut process = OwnedChild::spawn_named(&mut ip, format!("ip -batch of h{i}"))?;
-                let stdin = process.take_stdin().ok_or_else(|| anyhow!("ip -batch has no standard input"))?;
+                let name = format!("ip -batch of h{i}");
+                let mut process = OwnedChild::spawn_named(&mut ip, name.clone())
+                    .map_err(io_error(format!("start {name}")))?;
+                let stdin = process.take_stdin().ok_or_else(|| ClusterError::Io {
+                    what: name,
+                    source: io::Error::other("no standard input"),
+                })?;
                 links.push(LinkControl { stdin, _process: process });
             }
         }
@@ -278,7 +379,7 @@ impl Cluster {
         self.dir.join(format!("member-{}.json", member_id(i)))
     }
 
-    fn spawn(&mut self, i: usize) -> Result<()> {
+    fn spawn(&mut self, i: usize) -> Result<(), ClusterError> {
         let s = &self.settings;
         let members: Vec<String> = self.addrs.iter().map(|(m, a)| format!("{m}={a}")).collect();
         let mut command = match &self.testbed {
@@ -333,16 +434,17 @@ impl Cluster {
             .create(true)
             .append(true)
             .open(&log)
-            .with_context(|| format!("create {}", log.display()))?;
-        command.stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+            .map_err(io_error(format!("create {}", log.display())))?;
+        let out = file.try_clone().map_err(io_error(format!("create {}", log.display())))?;
+        command.stdin(Stdio::null()).stdout(out).stderr(file);
         let child = OwnedChild::spawn_named(&mut command, format!("fd member {}", member_id(i)))
-            .with_context(|| format!("start member {} ({})", member_id(i), s.exe.display()))?;
+            .map_err(io_error(format!("start member {} ({})", member_id(i), s.exe.display())))?;
         self.members[i] = Some(child);
         Ok(())
     }
 
     /// Waits until member `i` has written its table and its loop runs.
-    fn wait_running(&mut self, i: usize) -> Result<()> {
+    fn wait_running(&mut self, i: usize) -> Result<(), ClusterError> {
         let deadline = Instant::now() + START;
         loop {
             if let Ok(table) = AliveTable::attach(Arc::clone(&self.words[i]))
@@ -352,15 +454,20 @@ impl Cluster {
                 return Ok(());
             }
             if let Some(child) = self.members[i].as_mut()
-                && let Some(status) = child.try_wait()?
+                && let Some(status) =
+                    child.try_wait().map_err(io_error(format!("wait for member {}", member_id(i))))?
             {
                 let log = self.dir.join(format!("member-{}.log", member_id(i)));
                 let text = kairos_sys::fs::read_text(&log, 1 << 20).unwrap_or_default();
                 let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no output");
-                bail!("member {} ended before it ran ({status}): {}", member_id(i), last.trim());
+                return Err(ClusterError::EndedEarly {
+                    member: member_id(i),
+                    status,
+                    last_line: last.trim().into(),
+                });
             }
             if Instant::now() > deadline {
-                bail!("member {} did not start within {} s", member_id(i), START.as_secs());
+                return Err(ClusterError::StartTimeout { member: member_id(i), within: START });
             }
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -382,14 +489,13 @@ impl Cluster {
     }
 
     /// Kills member `i` with SIGKILL; returns the time just before.
-    pub fn kill(&mut self, i: usize) -> Result<u64> {
-        let child =
-            self.members[i].as_ref().ok_or_else(|| anyhow!("member {} is not running", member_id(i)))?;
+    pub fn kill(&mut self, i: usize) -> Result<u64, ClusterError> {
+        let child = self.members[i].as_ref().ok_or(ClusterError::NotRunning(member_id(i)))?;
         self.urgently(|| {
             let at = monotonic_ns();
             child.signal(libc::SIGKILL).map(|()| at)
         })
-        .map_err(Into::into)
+        .map_err(io_error(format!("kill member {}", member_id(i))))
     }
 
     /// Runs `act` on a thread above the members' priority (root), so that no member runs
@@ -410,26 +516,26 @@ impl Cluster {
     }
 
     /// Starts member `i` again after [`Self::kill`] (a new incarnation); returns once it runs.
-    pub fn restart(&mut self, i: usize) -> Result<()> {
+    pub fn restart(&mut self, i: usize) -> Result<(), ClusterError> {
         if let Some(mut old) = self.members[i].take() {
-            old.wait()?;
+            old.wait().map_err(io_error(format!("wait for member {}", member_id(i))))?;
         }
         // The new member rewrites the table: readers see no table until it has.
         self.spawn(i)?;
         self.wait_running(i)
     }
 
-    fn link(&mut self, i: usize, state: &str) -> Result<u64> {
+    fn link(&mut self, i: usize, state: &str) -> Result<u64, ClusterError> {
         let mut links = std::mem::take(&mut self.links);
         let result = match links.get_mut(i) {
-            None => Err(anyhow!("links are cut only on the testbed")),
+            None => Err(ClusterError::NoLinks),
             Some(link) => {
                 let line = format!("link set dev {HOST_DEVICE} {state}\n");
                 self.urgently(|| {
                     let at = monotonic_ns();
                     link.stdin.write_all(line.as_bytes()).and_then(|()| link.stdin.flush()).map(|()| at)
                 })
-                .map_err(Into::into)
+                .map_err(io_error(format!("set h{i}'s link {state}")))
             }
         };
         self.links = links;
@@ -437,20 +543,19 @@ impl Cluster {
     }
 
     /// Takes member `i`'s link down; returns the time just before.
-    pub fn link_down(&mut self, i: usize) -> Result<u64> {
+    pub fn link_down(&mut self, i: usize) -> Result<u64, ClusterError> {
         self.link(i, "down")
     }
 
     /// Brings member `i`'s link back.
-    pub fn link_up(&mut self, i: usize) -> Result<u64> {
+    pub fn link_up(&mut self, i: usize) -> Result<u64, ClusterError> {
         self.link(i, "up")
     }
 
     /// Makes member `i`'s application stop bumping (`true`) or go on; returns the time just
     /// before.
-    pub fn pause_app(&mut self, i: usize, paused: bool) -> Result<u64> {
-        let table =
-            self.table(i).ok_or_else(|| anyhow!("member {}'s table is not readable", member_id(i)))?;
+    pub fn pause_app(&mut self, i: usize, paused: bool) -> Result<u64, ClusterError> {
+        let table = self.table(i).ok_or(ClusterError::TableUnreadable(member_id(i)))?;
         Ok(self.urgently(|| {
             let at = monotonic_ns();
             table.set_app_paused(paused);
@@ -459,39 +564,73 @@ impl Cluster {
     }
 
     /// Whether every member still runs (the name of one that ended, otherwise).
-    pub fn check_running(&mut self) -> Result<()> {
+    pub fn check_running(&mut self) -> Result<(), ClusterError> {
         for (i, m) in self.members.iter_mut().enumerate() {
             if let Some(child) = m
-                && let Some(status) = child.try_wait()?
+                && let Some(status) =
+                    child.try_wait().map_err(io_error(format!("wait for member {}", member_id(i))))?
             {
-                bail!("member {} ended ({status})", member_id(i));
+                return Err(ClusterError::Ended { member: member_id(i), status });
             }
         }
         Ok(())
     }
 
     /// Waits for every member to end its run (`run_for_ms`) and reads their reports.
-    pub fn wait_reports(&mut self, timeout: Duration) -> Result<Vec<MemberReport>> {
+    pub fn wait_reports(&mut self, timeout: Duration) -> Result<Vec<MemberReport>, ClusterError> {
         let deadline = Instant::now() + timeout;
         let mut reports = Vec::new();
         for i in 0..self.len() {
             let Some(child) = self.members[i].as_mut() else { continue };
             loop {
-                if let Some(status) = child.try_wait()? {
+                if let Some(status) =
+                    child.try_wait().map_err(io_error(format!("wait for member {}", member_id(i))))?
+                {
                     if !status.success() {
-                        bail!("member {} failed ({status}); see {}", member_id(i), self.dir.display());
+                        return Err(ClusterError::Failed {
+                            member: member_id(i),
+                            status,
+                            dir: self.dir.clone(),
+                        });
                     }
                     break;
                 }
                 if Instant::now() > deadline {
-                    bail!("member {} ran past its time", member_id(i));
+                    return Err(ClusterError::Overran(member_id(i)));
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
             let path = self.report_path(i);
             let text = kairos_sys::fs::read_text(&path, 1 << 30)?;
-            reports.push(serde_json::from_str(&text).with_context(|| format!("read {}", path.display()))?);
+            reports.push(
+                serde_json::from_str(&text).map_err(|source| ClusterError::ReportFormat { path, source })?,
+            );
         }
         Ok(reports)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_application_bumps_a_third_of_a_period_on_loopback_and_every_period_on_the_testbed() {
+        assert_eq!(default_app_bump_us(Network::Loopback, 1_000), 333);
+        assert_eq!(default_app_bump_us(Network::Loopback, 2), 1, "never a zero period");
+        assert_eq!(default_app_bump_us(Network::Namespaces, 1_000), 1_000);
+        assert_eq!(default_app_bump_us(Network::Lane, 0), 1);
+    }
+
+    #[test]
+    fn networks_keep_the_names_the_results_record() {
+        // Summaries and configs already written name the network this way.
+        for (network, name) in
+            [(Network::Loopback, "loopback"), (Network::Namespaces, "namespaces"), (Network::Lane, "lane")]
+        {
+            assert_eq!(serde_json::to_string(&network).unwrap(), format!("\"{name}\""));
+            assert_eq!(serde_json::from_str::<Network>(&format!("\"{name}\"")).unwrap(), network);
+            assert_eq!(network.testbed(), network != Network::Loopback);
+        }
     }
 }

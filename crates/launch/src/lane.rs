@@ -5,19 +5,21 @@
 //!
 //! The nodes sleep between packets and releases and never spin ([`ReceiveMode::SleepOnly`]),
 //! and are not pinned: a service's members share the machine's cores with them, and a loop per
-//! host spinning before each release of a 25 us tunnel would take most of a core each. Stopped on drop: nodes first, then the controller.
+//! host spinning before each release of a 25 us tunnel would take most of a core each.
+//! Stopped on drop: nodes first, then the controller.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
-use kairos_io::lane_testbed::{LaneTestbed, host_address};
-use kairos_lane::node::agent::{self, LaneTransport, NodeConfig, NodeReport, RunningNode};
+use kairos_io::lane_testbed::{LaneTestbed, LaneTestbedError, host_address};
+use kairos_lane::node::agent::{self, LaneTransport, NodeConfig, NodeError, NodeReport, RunningNode};
 use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
-use kairos_lane::service::{ControllerService, RunningService, Secret, ServiceConfig};
+use kairos_lane::service::auth::AuthError;
+use kairos_lane::service::{ControllerService, RunningService, Secret, ServiceConfig, ServiceError};
+use kairos_lane::testbed::TestbedTopologyError;
 use kairos_sys::clock::realtime_ns;
 
 /// The lane's port in every host.
@@ -26,6 +28,50 @@ const LANE_PORT: u16 = 7_500;
 const CALIBRATION_SAMPLES: u64 = 2_000;
 /// How long the nodes may take to reach the controller.
 const CONNECT: Duration = Duration::from_secs(10);
+
+/// Why the lane did not come up ([`start`]).
+#[derive(Debug, thiserror::Error)]
+pub enum LaneUpError {
+    /// The directory for the controller's journal and the nodes could not be made.
+    #[error("cannot create {}: {source}", .path.display())]
+    Dir {
+        /// The directory asked for.
+        path: PathBuf,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// The testbed could not be calibrated.
+    #[error("the lane testbed's calibration: {0}")]
+    Calibration(LaneTestbedError),
+    /// The calibration's figures make no lane topology.
+    #[error("the lane's topology: {0}")]
+    Topology(#[from] TestbedTopologyError),
+    /// The run's secret was refused.
+    #[error("the lane's secret: {0}")]
+    Secret(#[from] AuthError),
+    /// A host's namespace could not be entered.
+    #[error("cannot enter h{host}: {source}")]
+    Host {
+        /// The host's index.
+        host: usize,
+        /// The testbed's error.
+        source: LaneTestbedError,
+    },
+    /// The controller did not start.
+    #[error("the lane controller: {0}")]
+    Controller(#[from] ServiceError),
+    /// A node did not start.
+    #[error("the node of h{host}: {source}")]
+    Node {
+        /// The node's host index.
+        host: usize,
+        /// The node's error.
+        source: NodeError,
+    },
+    /// The nodes did not all reach the controller in time.
+    #[error("the lane's nodes did not reach the controller within {0:?}")]
+    Connect(Duration),
+}
 
 /// The running lane; see the module docs.
 pub struct LaneUp {
@@ -53,15 +99,12 @@ pub fn host_name(i: usize) -> String {
 /// directories go under `dir`. The nodes' loops run at `SCHED_FIFO` `fifo_priority` (0: a
 /// normal thread): above their applications' where those are realtime, so a release is not
 /// late behind them.
-pub fn start(testbed: &LaneTestbed, dir: &Path, fifo_priority: i32) -> Result<LaneUp> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let calibration =
-        testbed.calibrate(0, 1, CALIBRATION_SAMPLES).context("the lane testbed's calibration")?;
-    let topology =
-        kairos_lane::testbed::topology(&testbed.topology(&calibration)).map_err(anyhow::Error::msg)?;
+pub fn start(testbed: &LaneTestbed, dir: &Path, fifo_priority: i32) -> Result<LaneUp, LaneUpError> {
+    std::fs::create_dir_all(dir).map_err(|source| LaneUpError::Dir { path: dir.to_path_buf(), source })?;
+    let calibration = testbed.calibrate(0, 1, CALIBRATION_SAMPLES).map_err(LaneUpError::Calibration)?;
+    let topology = kairos_lane::testbed::topology(&testbed.topology(&calibration))?;
     // A secret of this run's: the nodes are this process's, nobody else needs it.
-    let secret = Secret::new(format!("kairos lane {} {}", std::process::id(), realtime_ns()).into_bytes())
-        .map_err(|e| anyhow!("the lane's secret: {e}"))?;
+    let secret = Secret::new(format!("kairos lane {} {}", std::process::id(), realtime_ns()).into_bytes())?;
     let controller = testbed
         .in_host(0, || {
             ControllerService::start(ServiceConfig {
@@ -73,8 +116,8 @@ pub fn start(testbed: &LaneTestbed, dir: &Path, fifo_priority: i32) -> Result<La
                 secret: secret.clone(),
             })
             .and_then(ControllerService::spawn)
-        })?
-        .context("the lane controller")?;
+        })
+        .map_err(|source| LaneUpError::Host { host: 0, source })??;
     let hosts = testbed.hosts().len();
     let peers: HashMap<String, SocketAddr> = (0..hosts).map(|h| (host_name(h), lane_addr(h))).collect();
     let mut nodes = Vec::with_capacity(hosts);
@@ -96,15 +139,16 @@ pub fn start(testbed: &LaneTestbed, dir: &Path, fifo_priority: i32) -> Result<La
             transport: LaneTransport::Udp,
         };
         let node = testbed
-            .in_host(host, || agent::start(config))?
-            .with_context(|| format!("the node of h{host}"))?;
+            .in_host(host, || agent::start(config))
+            .map_err(|source| LaneUpError::Host { host, source })?
+            .map_err(|source| LaneUpError::Node { host, source })?;
         nodes.push(node);
         dirs.push(node_dir);
     }
     let deadline = Instant::now() + CONNECT;
     while !nodes.iter().all(RunningNode::is_connected) {
         if Instant::now() > deadline {
-            return Err(anyhow!("the lane's nodes did not reach the controller within {CONNECT:?}"));
+            return Err(LaneUpError::Connect(CONNECT));
         }
         std::thread::sleep(Duration::from_millis(5));
     }
