@@ -5,7 +5,7 @@
 //! the checks behind the checksum (fragments, protocol, UDP lengths).
 #![no_main]
 
-use kairos_io::af_packet::{HEADERS_LEN, ipv4_checksum, parse_udp_frame, write_udp_frame};
+use kairos_io::udp_frame::{HEADERS_LEN, ipv4_checksum, parse_udp_frame, write_udp_frame};
 use libfuzzer_sys::fuzz_target;
 
 fn check(frame: &[u8]) {

@@ -6,8 +6,10 @@
 //!   [`Capabilities`] (max burst, where time stamps come from).
 //! - [`memory`]: two ports joined by rings in memory: the embedded default (no network, no root).
 //! - [`udp`]: UDP over `recvmmsg`/`sendmmsg` with kernel software RX time stamps.
-//! - [`af_packet`]: UDP/IPv4 framed here on a memory-mapped `AF_PACKET` ring: a port, and a
-//!   datagram socket for other users.
+//! - [`udp_frame`]: Ethernet, IPv4 and UDP framing, written and read back with every field
+//!   checked.
+//! - [`af_packet`]: UDP/IPv4 on a memory-mapped `AF_PACKET` ring: a port, and a datagram socket
+//!   for other users.
 //! - [`fault`]: a wrapper that drops, duplicates, reorders and corrupts, for tests.
 //! - [`pool`]: fixed packet buffers passed between threads as indices.
 //! - [`testbed`]: source and forwarder namespaces joined by a veth pair, removed on drop.
@@ -32,6 +34,7 @@ pub mod pool;
 pub mod port;
 pub mod testbed;
 pub mod udp;
+pub mod udp_frame;
 
 pub use af_packet::{AfPacketError, AfPacketPort, AfPacketSocket};
 pub use fault::{FaultCounts, FaultPort, Faults};
