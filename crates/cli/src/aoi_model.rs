@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use kairos_lab::aoi_model::{self, Arrival, Discipline, Service, SweepConfig};
+use kairos_lab::experiments::aoi_model::{self, Arrival, Discipline, Service, SweepConfig};
 
 use crate::exit::usage;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! `kairos dispatch`: flow-affinity dispatch to workers that come and go, from the command line.
 //!
 //! The flags only parse here: they land in the experiment's configuration in
-//! [`kairos_lab::dispatch`], whose `plan` checks every value against its limits before anything
+//! [`kairos_lab::experiments::dispatch`], whose `plan` checks every value against its limits before anything
 //! runs (a bad value is a usage error, exit code 2, and no directory is made). Each run goes
 //! through the lab's harness, so it leaves `--results`/`dispatch-<name>/<run-id>/` with its
 //! `config.json`, `summary.json` and plots; the table or `--json` (the summary) follows.
@@ -12,7 +12,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use kairos_dispatch::PolicyKind;
 use kairos_dispatch::latency::Service;
-use kairos_lab::dispatch::{self, cold, latency, remap, skew, step, threads};
+use kairos_lab::experiments::dispatch::{self, cold, latency, remap, skew, step, threads};
 
 use crate::exit;
 

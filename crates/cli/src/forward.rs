@@ -5,8 +5,10 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use kairos_fib::FibKind;
-use kairos_lab::forward::trace::Trace;
-use kairos_lab::forward::{self, Backend, ControlMode, Flush, ForwardConfig, RingPolicy, Threading, sweep};
+use kairos_lab::experiments::forward::trace::Trace;
+use kairos_lab::experiments::forward::{
+    self, Backend, ControlMode, Flush, ForwardConfig, RingPolicy, Threading, sweep,
+};
 use kairos_lab::harness;
 
 use crate::exit::usage;
@@ -153,7 +155,7 @@ pub fn forward(args: &ForwardArgs) -> Result<()> {
         rate_pps: args.rate,
         age_control: args.age_control.then(|| {
             let initial = args.rate.unwrap_or(100_000.0);
-            kairos_lab::forward::source::AgeControl {
+            kairos_lab::experiments::forward::source::AgeControl {
                 initial_pps: initial,
                 min_pps: initial / 20.0,
                 max_pps: initial * 20.0,

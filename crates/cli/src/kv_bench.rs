@@ -3,8 +3,8 @@
 //! whose `plan` checks each against its limits before anything starts (exit code 2).
 
 use anyhow::{Context as _, Result};
-use kairos_lab::kv_bench::systems::{Fsync, SystemKind};
-use kairos_lab::kv_bench::{self, BenchConfig};
+use kairos_lab::experiments::kv_bench::systems::{Fsync, SystemKind};
+use kairos_lab::experiments::kv_bench::{self, BenchConfig};
 
 use crate::exit;
 

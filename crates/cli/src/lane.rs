@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Subcommand, ValueEnum};
-use kairos_lab::lane_tightness;
+use kairos_lab::experiments::lane_tightness;
 use kairos_te::plan::{self, Plan};
 use kairos_te::{
     LinkSpec, MAX_BANDWIDTH_BPS, MAX_BYTES, MAX_TIME_NS, Topology, generate, ns_to_ps, requests_from_file,
@@ -233,7 +233,7 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
             crate::experiment(&a.common, &config, lane_tightness::report)
         }
         LaneCommand::Police(a) => {
-            let mut config = kairos_lab::lane_police::PoliceConfig::preset(a.common.quick);
+            let mut config = kairos_lab::experiments::lane_police::PoliceConfig::preset(a.common.quick);
             config.period_us = a.period_us;
             config.good_period_us = a.good_period_us;
             if let Some(s) = a.phase_s {
@@ -242,10 +242,12 @@ pub fn run(args: &LaneArgs) -> Result<i32> {
                 // tunnel, comes after the alternation (twice that length) is over.
                 config.report_ms = ((s * 1_000.0) as u64).max(1);
             }
-            crate::experiment(&a.common, &config, kairos_lab::lane_police::report)
+            crate::experiment(&a.common, &config, kairos_lab::experiments::lane_police::report)
         }
         LaneCommand::Latency(a) => {
-            use kairos_lab::lane_latency::{LatencyConfig, LoadKind, RowKind, Transport, report};
+            use kairos_lab::experiments::lane_latency::{
+                LatencyConfig, LoadKind, RowKind, Transport, report,
+            };
             let mut config = LatencyConfig::preset(a.common.quick);
             if let Some(p) = a.packets {
                 config.packets = p;

@@ -34,7 +34,8 @@ mod rtu;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use kairos_lab::{harness, rcu_grace, rcu_latency};
+use kairos_lab::experiments::{rcu_grace, rcu_latency};
+use kairos_lab::harness;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -9,7 +9,9 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use kairos_lab::{rtu_deadlines, rtu_partition, rtu_sched_deadline, rtu_switches, rtu_throughput};
+use kairos_lab::experiments::{
+    rtu_deadlines, rtu_partition, rtu_sched_deadline, rtu_switches, rtu_throughput,
+};
 use kairos_rtu::analysis::analyse;
 use kairos_rtu::file::handlers_from_toml;
 use serde::Serialize;

@@ -3,9 +3,9 @@
 //! why it cannot.
 
 use kairos_fib::FibKind;
-use kairos_lab::forward::peer::find_testpmd;
-use kairos_lab::forward::trace::Trace;
-use kairos_lab::forward::{
+use kairos_lab::experiments::forward::peer::find_testpmd;
+use kairos_lab::experiments::forward::trace::Trace;
+use kairos_lab::experiments::forward::{
     Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, Threading, run_once,
 };
 
@@ -222,7 +222,7 @@ fn runs_with_nothing_to_measure_end_at_once_with_the_reason() {
 fn the_age_controlled_sender_moves_its_rate_within_its_bounds() {
     let _alone = one_at_a_time();
     let t = Trace::generate(1, 0.0, 30_000, 4).unwrap();
-    let control = kairos_lab::forward::source::AgeControl {
+    let control = kairos_lab::experiments::forward::source::AgeControl {
         initial_pps: 50_000.0,
         min_pps: 10_000.0,
         max_pps: 200_000.0,
@@ -236,7 +236,7 @@ fn the_age_controlled_sender_moves_its_rate_within_its_bounds() {
     assert!(row.rate_steps.windows(2).any(|w| w[0].rate_pps != w[1].rate_pps), "the rate never moved");
     assert!(row.received > 0 && row.avg_age_ns > 0.0);
     let bad = ForwardConfig {
-        age_control: Some(kairos_lab::forward::source::AgeControl { min_pps: 0.0, ..control }),
+        age_control: Some(kairos_lab::experiments::forward::source::AgeControl { min_pps: 0.0, ..control }),
         ..config(None)
     };
     assert!(run_once(&bad, &t).is_err());

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use kairos_io::lane_testbed::{ClassCounters, Egress};
 use kairos_io::{LaneTestbed, LaneTestbedConfig, LaneTestbedError};
-use kairos_lab::lane_latency::load;
-use kairos_lab::lane_latency::peers::{self, Peer, PeerRun, PeerSettings};
+use kairos_lab::experiments::lane_latency::load;
+use kairos_lab::experiments::lane_latency::peers::{self, Peer, PeerRun, PeerSettings};
 use kairos_testkit::host::{children, namespaces_starting_with};
 
 const PREFIX: &str = "kairos-peers";

@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use kairos_kv::member::{Member, MemberConfig, PeerAddr};
 use kairos_kv::replica::{ReadMode, Sync};
-use kairos_lab::kv_check;
+use kairos_lab::experiments::kv_check;
 use kairos_services::seal::ClusterSecret;
 
 use crate::exit;

@@ -4,9 +4,9 @@
 //! etcd (Debian: redis-server, redis-tools, etcd-server), so it is ignored by default and
 //! `scripts/test` runs it where they are installed.
 
+use kairos_lab::experiments::kv_bench::systems::{Fsync, SystemKind};
+use kairos_lab::experiments::kv_bench::{BenchConfig, BenchSummary, TOOL};
 use kairos_lab::harness;
-use kairos_lab::kv_bench::systems::{Fsync, SystemKind};
-use kairos_lab::kv_bench::{BenchConfig, BenchSummary, TOOL};
 use kairos_testkit::host::{children_in_own_groups, own_groups_lock};
 use kairos_testkit::{scratch_dir, stderr, usage_error};
 
