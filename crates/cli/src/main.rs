@@ -5,6 +5,9 @@
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// The doc comments of the flags are clap's help texts, plain text for a terminal: the TOML
+// tables (`[[link]]`) and placeholders (`<pid>`) they name are not rustdoc links or HTML.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 /// `print!` to standard output through [`exit::write_out`]: a closed pipe ends the command
 /// quietly (exit 141) instead of panicking. Used in functions returning `anyhow::Result`.

@@ -9,7 +9,7 @@
 //!    all-Kairos pipeline's inline control does;
 //! 3. admit the burst's data by the data policy: `keep-latest` keeps only the newest packet of
 //!    each user (the others are counted as replaced), as the keyed ring does for what waits in
-//!    it, and over all that waits in the port's receive ring ([`DRAIN_BURSTS`]); the FIFO
+//!    it, and over all that waits in the port's receive ring (`DRAIN_BURSTS`); the FIFO
 //!    policies have nothing to drop, as nothing waits here but the port's own receive ring;
 //! 4. look up each admitted packet's address, stamp it, and send the batch (in one call, or in
 //!    as many as a drained keep-latest batch larger than a port call needs).
@@ -19,7 +19,7 @@
 //! reports a quiescent state after every burst. When the port is empty the
 //! thread polls it a few more times (spinning, in case the next burst is close), or for
 //! `idle_spin_ns` after its last burst, then sleeps on the port ([`Port::wait`], at most
-//! [`NAP`]) with its FIB reader offline, so it never spins on an idle port and never holds back
+//! `NAP`) with its FIB reader offline, so it never spins on an idle port and never holds back
 //! an RCU writer while asleep: the RT shell's discipline, and a `SCHED_FIFO` forwarder
 //! (`fifo_priority`) cannot starve the machine unless overloaded. A window longer than the gap
 //! between the sender's bursts keeps the thread polling while traffic flows (no wake-up on a

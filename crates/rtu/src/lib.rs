@@ -7,11 +7,11 @@
 //!   bound beside it.
 //! - [`policy`]: the RMDP policy as a sans-I/O state machine (releases, completions and `now`
 //!   in; the next dispatch or wake-up out).
-//! - [`file`]: the handler file of `kairos rtu admit`.
+//! - [`file`](mod@file): the handler file of `kairos rtu admit`.
 //! - [`shell`]: the real-time shell: a pinned thread, `SCHED_FIFO` when permitted, absolute
 //!   sleeps with a short final spin, overrun detection, an abort flag for clean shutdown.
 //! - [`sim`]: the policy on a virtual clock, to check the analysis against the schedule.
-//! - [`inbox`]: the queue between an I/O thread and a handler: SPSC rings of buffer indices
+//! - [`inbox`](mod@inbox): the queue between an I/O thread and a handler: SPSC rings of buffer indices
 //!   over a fixed buffer pool.
 //! - [`io`]: the I/O thread that reads UDP sockets into handlers' inboxes.
 

@@ -334,7 +334,7 @@ impl LaneLink {
     /// node is asked for the tunnel with the new receivers in place of the old one, which
     /// keeps sending until the new one's first release, and the loop goes on: the answer is
     /// taken with the node's events. If the node refuses or does not answer within
-    /// [`CHANGE_TIMEOUT_NS`], the old tunnel goes on as it was and the change is asked for
+    /// `CHANGE_TIMEOUT_NS`, the old tunnel goes on as it was and the change is asked for
     /// again, at most once a second, until it is granted or another change replaces it. No
     /// receivers (a member alone) keeps the tunnel as it is.
     pub fn set_receivers(&mut self, hosts: Vec<String>) {
@@ -381,7 +381,7 @@ impl LaneLink {
     }
 
     /// Asks the node once for the tunnel with receivers `hosts` in place of the old one, as
-    /// [`LaneLink::set_receivers`] does, but waits at most [`RETRY_TIMEOUT`] for the answer
+    /// [`LaneLink::set_receivers`] does, but waits at most `RETRY_TIMEOUT` for the answer
     /// (for a command that must say whether the lane takes a host). A refusal (a host the
     /// lane does not have) or no answer leaves the old tunnel as it was, and is returned.
     pub fn try_receivers(&mut self, hosts: Vec<String>) -> Result<(), AppError> {
@@ -539,7 +539,7 @@ impl LaneLink {
 
     /// A changed grant is followed from its effective time (packing for the smaller of the two
     /// until then); an ended tunnel is asked for again, at most once a second and waiting at
-    /// most [`RETRY_TIMEOUT`] for the answer (with [`LaneLink::try_receivers`], the loop's
+    /// most `RETRY_TIMEOUT` for the answer (with [`LaneLink::try_receivers`], the loop's
     /// only blocking calls, and rare ones).
     fn events(&mut self, now_ns: u64) {
         match self.app.events(Duration::ZERO) {

@@ -20,7 +20,7 @@
 //!   where it is done. This crate itself has no `unsafe`.
 //! - [`lock`] and [`try_lock`] ignore poisoning: a caller uses them for data that every
 //!   critical section leaves consistent before anything in it can panic.
-//! - [`explore`] (under loom only) runs a model and refuses one that explored a single
+//! - `explore` (under loom only) runs a model and refuses one that explored a single
 //!   schedule: such a model checks nothing about concurrency.
 
 #![warn(missing_docs)]

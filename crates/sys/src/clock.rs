@@ -36,7 +36,7 @@ pub fn realtime_ns() -> u64 {
 /// read between two monotonic reads and set against their midpoint; a pair far apart (the
 /// thread was preempted between the reads, which would shift every stamp of the burst by the
 /// preemption: a datagram seemed to arrive 33 us before it was sent) is read again, up to
-/// [`OFFSET_READS`] times, and the closest pair kept.
+/// `OFFSET_READS` times, and the closest pair kept.
 pub fn realtime_offset() -> (u64, u64) {
     let mut best = (u64::MAX, 0, 0);
     for _ in 0..OFFSET_READS {

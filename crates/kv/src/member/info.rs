@@ -454,7 +454,7 @@ fn command(args: &[Vec<u8>]) -> Reply {
 }
 
 /// Answers a local command (those of the session itself, MULTI and the like, are answered in
-/// [`super::session`]).
+/// `member::session`).
 /// `facts` gathers what INFO reports (a pass over the keys): called only by the commands that
 /// report something of it.
 pub fn local(op: &LocalOp, facts: &dyn Fn() -> Facts, settings: &mut Settings) -> Reply {

@@ -386,7 +386,7 @@ impl Member {
     /// has work, the detector's next heartbeat round or verdict, on the lane a look at the
     /// inbox. Then Raft's clock catches up (one tick for each that passed), every message and
     /// request of the pass is stepped and taken, the pass's writes are proposed, and Raft's
-    /// Ready is handled once for all of it ([`Member::drain`]).
+    /// Ready is handled once for all of it (`Member::drain`).
     pub fn run(&mut self, stop: &AtomicBool) -> io::Result<()> {
         let tick_ns = (self.config.tick.as_nanos() as u64).max(1);
         // Deadlines on time: a normal thread's timed wake-ups are otherwise rounded up by 50 us.

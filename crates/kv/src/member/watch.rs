@@ -9,9 +9,9 @@
 //! time, so a restarted member is told from its previous life), a sequence number, its liveness
 //! counter (bumped by every pass of the member's loop, so a member whose loop hangs, stopped by
 //! SIGSTOP or stuck in a write, is suspected like a dead one) and, from the leader, its term and
-//! the commit index the receiver may take ([`Replica::commit_for`]). The receiver feeds the
+//! the commit index the receiver may take ([`Replica::commit_for`](crate::replica::core::Replica::commit_for)). The receiver feeds the
 //! heartbeat to the detector ([`kairos_fd::Detector`]: suspected after `period + lambda`
-//! without a fresh one) and the commit index to its replica ([`Replica::leader_commit`]), so
+//! without a fresh one) and the commit index to its replica ([`Replica::leader_commit`](crate::replica::core::Replica::leader_commit)), so
 //! followers learn commits without Raft messages of their own.
 //!
 //! # Policy: who sends heartbeats to whom ([`Fanout`])
