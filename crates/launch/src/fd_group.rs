@@ -45,6 +45,9 @@ use serde::{Deserialize, Serialize};
 /// Why the group did not start, or a failure or a read could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
+    /// Fewer than two members: a detector needs another member to watch.
+    #[error("a failure detector group needs at least 2 members, got {0}")]
+    TooFewMembers(usize),
     /// A file, a process or a link's `ip -batch` failed.
     #[error("{what}: {source}")]
     Io {
@@ -244,8 +247,11 @@ fn member_id(i: usize) -> u64 {
 impl Cluster {
     /// Starts the group, its logs and reports in `dir`; returns once every member runs.
     pub fn start(settings: ClusterSettings, dir: &Path) -> Result<Self, ClusterError> {
-        std::fs::create_dir_all(dir).map_err(io_error(format!("cannot create {}", dir.display())))?;
         let n = settings.members;
+        if n < 2 {
+            return Err(ClusterError::TooFewMembers(n));
+        }
+        std::fs::create_dir_all(dir).map_err(io_error(format!("cannot create {}", dir.display())))?;
         let testbed = match settings.network {
             Network::Loopback => None,
             Network::Namespaces | Network::Lane => Some(LaneTestbed::create(LaneTestbedConfig {
@@ -620,6 +626,31 @@ mod tests {
         assert_eq!(default_app_bump_us(Network::Loopback, 2), 1, "never a zero period");
         assert_eq!(default_app_bump_us(Network::Namespaces, 1_000), 1_000);
         assert_eq!(default_app_bump_us(Network::Lane, 0), 1);
+    }
+
+    #[test]
+    fn a_group_of_fewer_than_two_is_refused_before_anything_is_made() {
+        let dir = std::env::temp_dir().join(format!("kairos-fd-group-test-{}", std::process::id()));
+        for members in [0, 1] {
+            let settings = ClusterSettings {
+                exe: PathBuf::from("/nonexistent/kairos"),
+                members,
+                period_us: 100,
+                threshold_us: 200,
+                sweep_us: Vec::new(),
+                network: Network::Loopback,
+                base_port: 1,
+                fifo_priority: 0,
+                pin: false,
+                app_bump_us: 33,
+                run_for_ms: Some(1),
+                measure_after_ms: 0,
+                time_interrupts: false,
+            };
+            let Err(error) = Cluster::start(settings, &dir) else { panic!("a group of {members} started") };
+            assert!(matches!(error, ClusterError::TooFewMembers(m) if m == members), "{error}");
+            assert!(!dir.exists(), "a refused group made {}", dir.display());
+        }
     }
 
     #[test]
