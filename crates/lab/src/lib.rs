@@ -5,6 +5,8 @@
 //!   checked before anything starts, a results directory made before measuring, progress, the
 //!   summary), what the figures were measured on ([`harness::machine`]), results directories
 //!   ([`harness::output`]), plots, text tables, and background load.
+//! - [`peers`]: the programs measured beside Kairos (`dpdk-testpmd`, `cyclictest`), started
+//!   and stopped by the lab.
 //! - [`experiments`]: one module an experiment, each a config with `quick` and full presets and
 //!   a `run` returning a summary with stable field names, written to
 //!   `results/<experiment>/<run-id>/`.
@@ -14,3 +16,4 @@
 
 pub mod experiments;
 pub mod harness;
+pub mod peers;

@@ -3,11 +3,11 @@
 //! why it cannot.
 
 use kairos_fib::FibKind;
-use kairos_lab::experiments::forward::peer::find_testpmd;
 use kairos_lab::experiments::forward::trace::Trace;
 use kairos_lab::experiments::forward::{
     Backend, ControlMode, Flush, ForwardConfig, Peer, RingPolicy, Threading, run_once,
 };
+use kairos_lab::peers::testpmd::find_testpmd;
 
 /// The tests run forwarders with their senders and receivers, some busy-polling a core (the
 /// dpdk-testpmd peer, the run-to-completion forwarder); run side by side on a small machine,

@@ -20,7 +20,6 @@
 //! and its mean time from a packet's receive stamp to its send call), `p50_latency_ns` and
 //! `p99_latency_ns`, `idle_cores_polled`.
 
-pub mod peer;
 pub mod sweep;
 
 use std::fmt;
@@ -134,7 +133,7 @@ pub struct ForwardConfig {
     pub poll_idle_cores: bool,
 }
 
-/// Another program in the forwarder's place ([`peer`]).
+/// Another program in the forwarder's place ([`crate::peers::testpmd`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Peer {
@@ -419,7 +418,7 @@ fn pace(config: &ForwardConfig) -> Pace {
 /// Runs the source against a peer forwarder in the testbed's forwarder namespace.
 fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
     let bed = Testbed::create_with(ForwarderSide::Unclaimed)?;
-    let pmd = peer::Testpmd::start(&bed)?;
+    let pmd = crate::peers::testpmd::Testpmd::start(&bed)?;
     // The peer swaps addresses and ports, so answers come back to the sending socket.
     let mut src_out = UdpPort::new(bed.source_socket(7001)?, Testbed::forwarder_addr(7002), 8 << 20)?;
     src_out.send_without_checksum()?;
@@ -459,7 +458,7 @@ fn run_peer(config: &ForwardConfig, trace: &Trace) -> Result<Row> {
         ..ForwarderStats::default()
     };
     let mut row = row(config, trace, src, fwd);
-    row.fib = peer::TESTPMD;
+    row.fib = crate::peers::testpmd::TESTPMD;
     row.ring_size = 4096;
     Ok(row)
 }

@@ -19,7 +19,7 @@
 //!
 //!    On the UDP and packet backends, as root, with `dpdk-testpmd` installed, DPDK's testpmd
 //!    runs the same baseline as a peer forwarder (experiment `peer-baseline`; see
-//!    [`super::peer`]) on the same veth, with the same sender and receiver. On the packet
+//!    [`crate::peers::testpmd`]) on the same veth, with the same sender and receiver. On the packet
 //!    backend Kairos's rows are its run-to-completion forwarder ([`kairos_forward::rtc`]) on
 //!    memory-mapped rings, as testpmd's `af_packet` PMD is.
 //! 6. **Age-controlled sender.** The baseline with a sender that adapts its rate to the measured

@@ -30,7 +30,6 @@
 //! the row: `max_gap_ns`, `steal_ns`), `cyclictest_max_us` or `cyclictest_skipped`. `verdicts`
 //! compares rows with the baseline.
 
-pub mod cyclictest;
 mod peer;
 pub mod realtime;
 mod run;

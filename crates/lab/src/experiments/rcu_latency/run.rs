@@ -1,13 +1,13 @@
 //! Running the rows: wiring the domain, the realtime reader, the writer, the noise sampler and
 //! cyclictest together, then the files and verdicts.
 
-use super::cyclictest::{Cyclictest, CyclictestError};
 use super::realtime::{self, RealtimeRun, RealtimeSpec};
 use super::workload::{self, Route};
 use super::{RcuLatencyConfig, RealtimeSetup, Row, RowNoise, Summary, Verdict, peer};
 use crate::harness::Run;
 use crate::harness::machine::MachineInfo;
 use crate::harness::plot::{self, Series};
+use crate::peers::cyclictest::{Cyclictest, CyclictestError};
 use anyhow::{Context, Result, anyhow};
 use kairos_metrics::{LatencyRecorder, NoiseConfig, Sampler};
 use kairos_rcu::{Domain, DomainConfig, DomainStats, RcuCell, ReclaimPolicy};

@@ -47,7 +47,7 @@ pub(super) fn grid(config: &SweepConfig, run: &Run<'_>) -> Result<Grid> {
     let mut max_rate_pps = BTreeMap::new();
     let mut peer = if config.backends.iter().all(|b| *b == Backend::Memory) {
         "not run: the dpdk-testpmd peer needs the udp or packet backend".to_string()
-    } else if crate::experiments::forward::peer::find_testpmd().is_none() {
+    } else if crate::peers::testpmd::find_testpmd().is_none() {
         "not run: dpdk-testpmd is not installed (Debian: apt install dpdk-dev)".to_string()
     } else {
         String::new()
