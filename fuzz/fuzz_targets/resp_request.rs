@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use kairos_kv::resp::differential::assert_agrees;
+use kairos_kv::resp::differential::assert_agrees_with;
 use kairos_kv::resp::{ProtocolError, parse_request};
 use libfuzzer_sys::fuzz_target;
 
@@ -46,7 +46,12 @@ fuzz_target!(|data: &[u8]| {
     let mut rest = data;
     loop {
         let parsed = parse(rest);
-        assert_agrees(rest);
+        let (ours, args) = match &parsed {
+            Ok(Some((consumed, args))) => (Ok(Some(*consumed)), args.as_slice()),
+            Ok(None) => (Ok(None), &[][..]),
+            Err(error) => (Err(*error), &[][..]),
+        };
+        assert_agrees_with(rest, ours, args);
         check_prefixes(rest, &parsed);
         match parsed {
             Ok(Some((consumed, _))) => rest = &rest[consumed..],

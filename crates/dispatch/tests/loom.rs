@@ -141,7 +141,6 @@ fn model(f: impl Fn() + Sync + Send + 'static) -> usize {
 fn a_moving_flow_is_handed_over_in_order_and_its_state_with_it() {
     let schedules = model(|| move_one_flow(true));
     eprintln!("the hand-off held in every one of {schedules} schedules");
-    assert!(schedules > 1, "loom explored {schedules} schedule(s)");
 }
 
 #[test]
@@ -149,5 +148,12 @@ fn without_the_hand_off_the_new_worker_races_the_old_on_the_flow_state() {
     // The model's own check: with packets sent on at once, some schedule has worker 1 touch
     // the flow's state unordered with worker 0 (or take packet 2 first), and loom says so.
     let caught = std::panic::catch_unwind(|| model(|| move_one_flow(false)));
-    assert!(caught.is_err(), "loom found no race without the hand-off");
+    let payload = caught.expect_err("loom found no race without the hand-off");
+    // `explore` panics too when a model explores a single schedule: that is not the race.
+    let message = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    assert!(!message.starts_with("loom explored"), "not the race: {message}");
 }

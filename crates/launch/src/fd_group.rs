@@ -135,9 +135,10 @@ pub enum ClusterError {
 }
 
 /// An [`io::Error`] of `what` as a [`ClusterError`].
-fn io_error(what: impl Into<String>) -> impl FnOnce(io::Error) -> ClusterError {
-    let what = what.into();
-    move |source| ClusterError::Io { what, source }
+/// The error of a failed step, its description made only if it failed (some steps run in
+/// polling loops, and a link's cut is timed).
+fn io_error(what: impl FnOnce() -> String) -> impl FnOnce(io::Error) -> ClusterError {
+    move |source| ClusterError::Io { what: what(), source }
 }
 
 /// Where the members run.
@@ -251,7 +252,7 @@ impl Cluster {
         if n < 2 {
             return Err(ClusterError::TooFewMembers(n));
         }
-        std::fs::create_dir_all(dir).map_err(io_error(format!("cannot create {}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(io_error(|| format!("cannot create {}", dir.display())))?;
         let testbed = match settings.network {
             Network::Loopback => None,
             Network::Namespaces | Network::Lane => Some(LaneTestbed::create(LaneTestbedConfig {
@@ -315,7 +316,7 @@ impl Cluster {
                 ip.stdout(Stdio::null()).stderr(Stdio::null());
                 let name = format!("ip -batch of h{i}");
                 let mut process = OwnedChild::spawn_named(&mut ip, name.clone())
-                    .map_err(io_error(format!("start {name}")))?;
+                    .map_err(io_error(|| format!("start {name}")))?;
                 let stdin = process.take_stdin().ok_or_else(|| ClusterError::Io {
                     what: name,
                     source: io::Error::other("no standard input"),
@@ -440,11 +441,11 @@ impl Cluster {
             .create(true)
             .append(true)
             .open(&log)
-            .map_err(io_error(format!("create {}", log.display())))?;
-        let out = file.try_clone().map_err(io_error(format!("create {}", log.display())))?;
+            .map_err(io_error(|| format!("create {}", log.display())))?;
+        let out = file.try_clone().map_err(io_error(|| format!("create {}", log.display())))?;
         command.stdin(Stdio::null()).stdout(out).stderr(file);
         let child = OwnedChild::spawn_named(&mut command, format!("fd member {}", member_id(i)))
-            .map_err(io_error(format!("start member {} ({})", member_id(i), s.exe.display())))?;
+            .map_err(io_error(|| format!("start member {} ({})", member_id(i), s.exe.display())))?;
         self.members[i] = Some(child);
         Ok(())
     }
@@ -461,7 +462,7 @@ impl Cluster {
             }
             if let Some(child) = self.members[i].as_mut()
                 && let Some(status) =
-                    child.try_wait().map_err(io_error(format!("wait for member {}", member_id(i))))?
+                    child.try_wait().map_err(io_error(|| format!("wait for member {}", member_id(i))))?
             {
                 let log = self.dir.join(format!("member-{}.log", member_id(i)));
                 let text = kairos_sys::fs::read_text(&log, 1 << 20).unwrap_or_default();
@@ -501,7 +502,7 @@ impl Cluster {
             let at = monotonic_ns();
             child.signal(libc::SIGKILL).map(|()| at)
         })
-        .map_err(io_error(format!("kill member {}", member_id(i))))
+        .map_err(io_error(|| format!("kill member {}", member_id(i))))
     }
 
     /// Runs `act` on a thread above the members' priority (root), so that no member runs
@@ -524,7 +525,7 @@ impl Cluster {
     /// Starts member `i` again after [`Self::kill`] (a new incarnation); returns once it runs.
     pub fn restart(&mut self, i: usize) -> Result<(), ClusterError> {
         if let Some(mut old) = self.members[i].take() {
-            old.wait().map_err(io_error(format!("wait for member {}", member_id(i))))?;
+            old.wait().map_err(io_error(|| format!("wait for member {}", member_id(i))))?;
         }
         // The new member rewrites the table: readers see no table until it has.
         self.spawn(i)?;
@@ -541,7 +542,7 @@ impl Cluster {
                     let at = monotonic_ns();
                     link.stdin.write_all(line.as_bytes()).and_then(|()| link.stdin.flush()).map(|()| at)
                 })
-                .map_err(io_error(format!("set h{i}'s link {state}")))
+                .map_err(io_error(|| format!("set h{i}'s link {state}")))
             }
         };
         self.links = links;
@@ -574,7 +575,7 @@ impl Cluster {
         for (i, m) in self.members.iter_mut().enumerate() {
             if let Some(child) = m
                 && let Some(status) =
-                    child.try_wait().map_err(io_error(format!("wait for member {}", member_id(i))))?
+                    child.try_wait().map_err(io_error(|| format!("wait for member {}", member_id(i))))?
             {
                 return Err(ClusterError::Ended { member: member_id(i), status });
             }
@@ -590,7 +591,7 @@ impl Cluster {
             let Some(child) = self.members[i].as_mut() else { continue };
             loop {
                 if let Some(status) =
-                    child.try_wait().map_err(io_error(format!("wait for member {}", member_id(i))))?
+                    child.try_wait().map_err(io_error(|| format!("wait for member {}", member_id(i))))?
                 {
                     if !status.success() {
                         return Err(ClusterError::Failed {

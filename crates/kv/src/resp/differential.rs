@@ -44,12 +44,18 @@ fn canonical(buf: &[u8], args: &[Vec<u8>]) -> bool {
 /// Checks the parser against the oracle on `buf` (bytes from anywhere; only a request starting
 /// with `*` is compared) and panics, naming the bytes, where they disagree other than by design.
 pub fn assert_agrees(buf: &[u8]) {
-    if buf.first() != Some(&b'*') {
-        return;
-    }
     let mut args = Vec::new();
     let ours = parse_request(buf, &mut args);
     let ours_args = args.iter().map(|arg| arg.to_vec()).collect::<Vec<_>>();
+    assert_agrees_with(buf, ours, &ours_args);
+}
+
+/// [`assert_agrees`] for a caller that has parsed `buf` already: `ours` is what
+/// [`parse_request`] returned for it and `ours_args` the arguments it read.
+pub fn assert_agrees_with(buf: &[u8], ours: Result<Option<usize>, ProtocolError>, ours_args: &[Vec<u8>]) {
+    if buf.first() != Some(&b'*') {
+        return;
+    }
     let theirs = decode(buf);
     let shown = buf.escape_ascii().to_string();
     if let Ok(Some(consumed)) = ours {
@@ -57,7 +63,7 @@ pub fn assert_agrees(buf: &[u8]) {
         let count = consumed.checked_sub(2).and_then(|end| buf.get(1..end)).and_then(decimal);
         match &theirs {
             Ok(Some((frame, theirs_consumed))) if !ours_args.is_empty() => {
-                assert_eq!(bulk_strings(frame).as_ref(), Some(&ours_args), "{shown}");
+                assert_eq!(bulk_strings(frame).as_deref(), Some(ours_args), "{shown}");
                 assert_eq!(*theirs_consumed, consumed, "{shown}");
             }
             Ok(Some((OwnedFrame::Array(frames), theirs_consumed))) => {
