@@ -130,7 +130,8 @@ pub struct DeadlineRow {
     pub longest_stall_us: f64,
     /// Misses whose window (release to deadline, or to completion when later) overlaps a stall.
     pub misses_with_stall: u64,
-    /// Misses of a handler the shell had demoted for overrunning.
+    /// Misses of a handler the shell had demoted for overrunning, outside every stall (so that
+    /// `misses_with_stall + misses_after_demotion + unexplained = misses`).
     pub misses_after_demotion: u64,
     /// Misses that neither a stall nor a demotion accounts for.
     pub unexplained: u64,
@@ -264,7 +265,7 @@ pub(crate) fn run_point(specs: &[HandlerSpec], config: &DeadlinesConfig) -> Resu
         stalls_seen: stalls.stalls.len(),
         longest_stall_us: stalls.stalls.iter().map(|s| s.length_ns()).max().unwrap_or(0) as f64 / 1e3,
         misses_with_stall: misses.iter().filter(|m| m.stall_us > 0.0).count() as u64,
-        misses_after_demotion: misses.iter().filter(|m| m.demoted).count() as u64,
+        misses_after_demotion: misses.iter().filter(|m| m.demoted && m.stall_us == 0.0).count() as u64,
         unexplained: miss_count
             .saturating_sub(misses.iter().filter(|m| m.stall_us > 0.0 || m.demoted).count() as u64),
     };
@@ -412,7 +413,7 @@ pub fn report(s: &DeadlinesSummary) -> String {
             });
         out.push_str(&format!(
             "admitted sets, {}: {} misses in {} invocations ({:.4}%): {} during a stall the watch saw, \
-             {} of a demoted handler, {} unexplained\n",
+             {} of a demoted handler outside a stall, {} unexplained\n",
             if bg { "with stress-ng" } else { "no background load" },
             misses,
             invocations,

@@ -53,9 +53,9 @@ impl TextTable {
     pub fn row<I>(&mut self, cells: I) -> &mut Self
     where
         I: IntoIterator,
-        I::Item: ToString,
+        I::Item: Into<String>,
     {
-        self.table.add_row(cells.into_iter().map(|cell| cell.to_string()).collect::<Vec<_>>());
+        self.table.add_row(cells.into_iter().map(Into::into).collect::<Vec<String>>());
         self
     }
 
