@@ -470,10 +470,9 @@ impl LaneLoop {
         }
         let mut offered = Offered::default();
         let schema = self.settings.schema;
-        let per_chunk = schema.message_bytes_per_chunk();
         let mut chunks = 0usize;
         while let Ok(Some(got)) = out.outbox.try_recv(&mut self.message) {
-            let need = got.len.div_ceil(per_chunk).max(1);
+            let need = schema.chunks_for(got.len);
             chunks += need;
             offered.messages += 1;
             offered.bytes += got.len as u64;

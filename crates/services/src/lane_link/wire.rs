@@ -47,7 +47,7 @@ pub(super) struct Packing {
 
 impl Packing {
     pub(super) fn chunks(schema: Schema, len: usize) -> usize {
-        len.div_ceil(schema.message_bytes_per_chunk()).max(1)
+        schema.chunks_for(len)
     }
 
     /// The longest message a packet holds in either schema.

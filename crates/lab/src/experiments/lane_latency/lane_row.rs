@@ -101,7 +101,7 @@ fn secret() -> Secret {
 /// The packet a tunnel needs to carry one message of `message_bytes` in the HD6 schema.
 pub fn packet_bytes(message_bytes: usize) -> u64 {
     let schema = Schema::Hd6;
-    schema.packet_bytes(message_bytes.div_ceil(schema.message_bytes_per_chunk())) as u64
+    schema.packet_bytes(schema.chunks_for(message_bytes)) as u64
 }
 
 /// The doctor's fixes, undone when dropped (and by the signal handler before that).

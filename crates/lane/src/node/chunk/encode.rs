@@ -43,7 +43,7 @@ impl<'b> Encoder<'b> {
     pub fn push(&mut self, message: &[u8]) -> Result<(), EncodeError> {
         let schema = self.header.schema;
         let per_chunk = schema.message_bytes_per_chunk();
-        let needed = message.len().div_ceil(per_chunk).max(1);
+        let needed = schema.chunks_for(message.len());
         if needed > self.chunks_left() {
             return Err(EncodeError::MessageTooLarge {
                 len: message.len(),

@@ -81,6 +81,12 @@ impl Schema {
         self.data_bytes() - 1
     }
 
+    /// The chunks a message of `len` bytes takes (an empty message takes one).
+    pub const fn chunks_for(self, len: usize) -> usize {
+        let chunks = len.div_ceil(self.message_bytes_per_chunk());
+        if chunks == 0 { 1 } else { chunks }
+    }
+
     /// The CRC's width in bits.
     pub const fn crc_bits(self) -> u32 {
         match self {
