@@ -26,7 +26,6 @@ cargo bench --locked --workspace --bench '*' -- --test
 
 examples() {
 step "the libraries' examples, run as a user would (the store's web app runs against kv cluster below)"
-mkdir -p target/test-results
 for example in rcu/route_table ring/freshest dispatch/scale_down; do
   out=target/test-results/example-${example#*/}.out
   ./target/release/examples/"${example#*/}" > "$out" 2>&1 \
@@ -46,7 +45,6 @@ echo "rcu-latency smoke run ok"
 
 dispatch_cold() {
 step "dispatch: a flow's state costs more fresh from the other core than warm (release: a debug build's own work per packet hides the miss)"
-mkdir -p target/test-results
 if [ "$(nproc)" -ge 2 ]; then
   kairos dispatch cold --quick --json --results target/test-results > target/test-results/dispatch-cold.json
   python3 - target/test-results/dispatch-cold.json <<'PY'

@@ -3,9 +3,9 @@
 # shellcheck shell=bash
 
 detector() {
-step "the failure detector: small detect runs (loopback in the debug tests above; here the lane's testbed with a cut link, release, root), then kairos fd detect and accuracy --quick with their figures"
+step "the failure detector: small detect runs (loopback among the tests above; here the lane's testbed with a cut link, release, root), then kairos fd detect and accuracy --quick with their figures"
+root_tests cli "the detector's testbed tests" fd::
 if [ "$(id -u)" = 0 ]; then
-  cargo test --release --locked -q --workspace --test cli -- --ignored --test-threads=1 fd::
   cargo test --release --locked -q --workspace --lib irq_time -- --ignored
 fi
 detect=target/test-results/fd-detect.json

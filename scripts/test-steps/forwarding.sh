@@ -4,7 +4,6 @@
 
 forwarding_sweep() {
 step "the forwarding sweep, quick (memory; and packet rings across two namespaces when root, with shorter traces, beside dpdk-testpmd)"
-mkdir -p target/test-results
 # The sweep's claimed checks (the claims docs/forwarding.md makes) must hold. They compare ages measured on
 # this shared machine, so a failed check is run again once (a whole second sweep): a claim fails
 # the test only when it fails twice in a row, and both runs' figures are printed.

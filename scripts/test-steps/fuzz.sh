@@ -7,35 +7,43 @@
 # A crash, a hang or an allocation past the limit fails the test and prints the target and the
 # input, to become a regression test.
 
-fuzz_targets=(packet_decode chunk_decode topology_toml requests_toml handlers_toml trace_parse lane_control udp_frame sockperf_log resp_request raft_wire fd_heartbeat grpc_frames member_datagram store_snapshot store_commands)
 # Seconds per target: a regression gate, not a campaign (the corpus grows in fuzz/corpus).
 fuzz_seconds=5
 
+# Where cargo-fuzz puts the targets' binaries: the host's triple.
+fuzz_bin="fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release"
+# Written by a build that succeeded in this run: fuzz_run fuzzes nothing older.
+fuzz_built=target/test-results/fuzz-built
+# Both are read by fuzz_build in the background's shell and by fuzz_one in xargs's.
+export fuzz_bin fuzz_built
+
 # The build, run in the background (see scripts/test): cargo-fuzz installed first when missing
-# and root. Returns non-zero when there is nothing to fuzz with.
+# and root. Without cargo-fuzz it builds nothing and says so (fuzz_run then skips).
 fuzz_build() {
+  rm -f "$fuzz_built"
   if ! command -v cargo-fuzz >/dev/null && [ "$(id -u)" = 0 ]; then
     echo "installing cargo-fuzz"
     cargo install cargo-fuzz --locked
   fi
   command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz missing and not root: not built"; return 0; }
   RUSTC_BOOTSTRAP=1 cargo fuzz build
+  touch "$fuzz_built"
 }
 
 # One target: its binary on its corpus for $fuzz_seconds, output in target/test-results/fuzz/.
 fuzz_one() {
   local t=$1 dict found
   case $t in
-    packet_decode | chunk_decode | udp_frame | raft_wire | grpc_frames) dict=() ;;
+    topology_toml | requests_toml | handlers_toml) dict=(-dict=fuzz/dicts/toml.dict) ;;
     trace_parse) dict=(-dict=fuzz/dicts/trace.dict) ;;
     lane_control) dict=(-dict=fuzz/dicts/lane.dict) ;;
     sockperf_log) dict=(-dict=fuzz/dicts/sockperf.dict) ;;
     resp_request) dict=(-dict=fuzz/dicts/resp.dict) ;;
-    *) dict=(-dict=fuzz/dicts/toml.dict) ;;
+    *) dict=() ;;
   esac
   found="$PWD/target/test-results/fuzz/$t"
   rm -rf "$found" && mkdir -p "$found"
-  if fuzz/target/x86_64-unknown-linux-gnu/release/"$t" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
+  if "$fuzz_bin/$t" -max_total_time="$fuzz_seconds" -timeout=10 -rss_limit_mb=2048 \
        -artifact_prefix="$found/" "${dict[@]}" "fuzz/corpus/$t" > "$found.log" 2>&1; then
     echo "$t: no crash in $fuzz_seconds s ($(grep -o 'Done [0-9]* runs' "$found.log"))"
   else
@@ -50,11 +58,14 @@ fuzz_one() {
 
 # Every target, as many at once as there are cores (each fuzzer is one thread).
 fuzz_run() {
-  if ! [ -x fuzz/target/x86_64-unknown-linux-gnu/release/store_commands ]; then
+  if ! [ -f "$fuzz_built" ]; then
     echo "cargo-fuzz missing and not root (run as root to install it): fuzzing skipped (the decoder's property test ran above)"
     return 0
   fi
-  step "fuzz every parser of outside input, $fuzz_seconds s each, $(nproc) at a time"
+  # Every target cargo-fuzz knows (fuzz/Cargo.toml's [[bin]]s), so a new one is fuzzed too.
+  local fuzz_targets
+  mapfile -t fuzz_targets < <(cargo fuzz list)
+  step "fuzz every parser of outside input (${#fuzz_targets[@]} targets), $fuzz_seconds s each, $(nproc) at a time"
   # Seeds: the example files each reader is given, and the small files under fuzz/seeds.
   for t in "${fuzz_targets[@]}"; do
     mkdir -p "fuzz/corpus/$t"

@@ -56,7 +56,8 @@ PY
 kv_cluster() {
 step "the store as real processes: kairos kv cluster, redis-benchmark -t set,get -n 100000 -c 50 against a follower, redis-cli against another"
 if command -v redis-benchmark >/dev/null && command -v redis-cli >/dev/null; then
-    port=16380
+  # A base of its own each run, as scripts/redis-suite picks: the cluster takes a block of ports from it.
+  port=$((16380 + (RANDOM % 100) * 10))
   ./target/release/kairos kv cluster --nodes 3 --port $port --temp > target/test-results/kv-cluster.out 2>&1 &
   cluster=$!
   stop_cluster() { kill -INT "$cluster" 2>/dev/null; wait "$cluster" 2>/dev/null || true; }
