@@ -4,8 +4,8 @@
 //! behind the checksum (kind, padding) instead of stopping at it.
 #![no_main]
 
-use kairos_io::packet::wire_checksum;
-use kairos_io::{Packet, WIRE_LEN};
+use kairos_forward::packet::wire_checksum;
+use kairos_forward::{Packet, WIRE_LEN};
 use libfuzzer_sys::fuzz_target;
 
 fn round_trips(bytes: &[u8]) {

@@ -16,12 +16,13 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::packet::{Kind, Packet};
 use kairos_fib::{AddrTuple, Fib, FibReader};
+use kairos_io::Port;
 use kairos_io::pool::{
     Allocator, Buf, BufConsumer, BufProducer, Freer, KeyedBufConsumer, KeyedBufProducer, Pool, PoolError,
     buf_ring, keyed_buf_ring, pool,
 };
-use kairos_io::{Kind, Packet, Port};
 use kairos_metrics::AgeTable;
 use kairos_ring::{Doorbell, Overflow, RingStats};
 use kairos_sys::clock::monotonic_ns;
@@ -210,7 +211,7 @@ pub enum ForwarderError {
 /// Runs the forwarder until `stop`; `fib` is `None` for the baseline (no addressing). `started`
 /// is set once its threads run; a configuration [`ForwarderConfig::check`] refuses is an error
 /// before any thread starts.
-pub fn run<F: Fib, P: Port>(
+pub fn run<F: Fib, P: Port<Packet>>(
     config: &ForwarderConfig,
     users: u32,
     fib: Option<&F>,
@@ -351,11 +352,11 @@ pub(crate) fn apply_control<F: Fib>(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn rx_thread<F: Fib, P: Port>(
+fn rx_thread<F: Fib, P: Port<Packet>>(
     config: &ForwarderConfig,
     fib: Option<&F>,
     port: &mut P,
-    pool: &Pool,
+    pool: &Pool<Packet>,
     alloc: &mut Allocator,
     mut freer: Freer,
     mut ctrl_tx: BufProducer,
@@ -438,7 +439,7 @@ fn rx_thread<F: Fib, P: Port>(
 fn control_thread<F: Fib>(
     fib: Option<&F>,
     mut ring: BufConsumer,
-    pool: &Pool,
+    pool: &Pool<Packet>,
     mut freer: Freer,
     users: u32,
     burst: usize,
@@ -467,11 +468,11 @@ fn control_thread<F: Fib>(
 
 /// Returns (TX drops, mean TX batch).
 #[allow(clippy::too_many_arguments)]
-fn data_thread<F: Fib, P: Port>(
+fn data_thread<F: Fib, P: Port<Packet>>(
     config: &ForwarderConfig,
     fib: Option<&F>,
     mut ring: DataOut,
-    pool: &Pool,
+    pool: &Pool<Packet>,
     mut freer: Freer,
     port: &mut P,
     bell: &Doorbell,

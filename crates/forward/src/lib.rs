@@ -1,6 +1,8 @@
 //! The forwarding data plane of the lab (the source's sections IV-V): the pieces a forwarding
 //! experiment is built from, with no experiment in them.
 //!
+//! - [`packet`]: the experiment's packet and its 60-byte wire form (validated, checksummed),
+//!   the [`kairos_io::Message`] every port of the experiment carries.
 //! - [`trace`]: the workload: Zipf-popular users, control/data coin flips, saved and reloaded.
 //! - [`source`]: a token-bucket sender and the receiver that measures every user's age, on one
 //!   thread, over any [`kairos_io::Port`].
@@ -17,8 +19,10 @@
 
 pub mod config;
 pub mod forwarder;
+pub mod packet;
 pub mod rtc;
 pub mod source;
 pub mod trace;
 
 pub use config::{ConfigError, ControlMode, Flush, ForwarderConfig, OfflineCore, RingPolicy, Threading};
+pub use packet::{DecodeError, Kind, Packet, WIRE_LEN};

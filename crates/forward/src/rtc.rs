@@ -18,7 +18,7 @@
 //! writer, and a writer waiting for a grace period must not wait for its own reader), and
 //! reports a quiescent state after every burst. When the port is empty the
 //! thread polls it a few more times (spinning, in case the next burst is close), or for
-//! `idle_spin_ns` after its last burst, then sleeps on the port ([`Port::wait`], at most
+//! `idle_spin_ns` after its last burst, then sleeps on the port ([`kairos_io::PortBase::wait`], at most
 //! `NAP`) with its FIB reader offline, so it never spins on an idle port and never holds back
 //! an RCU writer while asleep: the RT shell's discipline, and a `SCHED_FIFO` forwarder
 //! (`fifo_priority`) cannot starve the machine unless overloaded. A window longer than the gap
@@ -31,8 +31,9 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::packet::{Kind, Packet};
 use kairos_fib::{Fib, FibReader};
-use kairos_io::{Kind, Packet, Port};
+use kairos_io::Port;
 use kairos_metrics::AgeTable;
 use kairos_sys::clock::monotonic_ns;
 
@@ -47,7 +48,7 @@ use crate::forwarder::{ForwarderStats, Idle, NAP, RingCounts, apply_control};
 const DRAIN_BURSTS: usize = 16;
 
 /// Runs until `stop`; the caller has checked `config`.
-pub(crate) fn run<F: Fib, P: Port>(
+pub(crate) fn run<F: Fib, P: Port<Packet>>(
     config: &ForwarderConfig,
     users: u32,
     fib: Option<&F>,
@@ -275,11 +276,11 @@ mod tests {
 
     /// A memory port that logs the forwarder's receives and sleeps.
     struct Logged {
-        port: kairos_io::memory::MemoryPort,
+        port: kairos_io::memory::MemoryPort<Packet>,
         log: std::sync::Arc<std::sync::Mutex<Vec<(u64, Call)>>>,
     }
 
-    impl Port for Logged {
+    impl Port<Packet> for Logged {
         fn rx_burst(&mut self, out: &mut [Packet]) -> Result<usize, kairos_io::PortError> {
             let n = self.port.rx_burst(out)?;
             self.log.lock().unwrap().push((monotonic_ns(), Call::Rx(n)));
@@ -288,6 +289,9 @@ mod tests {
         fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, kairos_io::PortError> {
             self.port.tx_burst(packets)
         }
+    }
+
+    impl kairos_io::PortBase for Logged {
         fn capabilities(&self) -> kairos_io::Capabilities {
             self.port.capabilities()
         }

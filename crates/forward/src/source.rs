@@ -14,7 +14,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use kairos_io::{Kind, Packet, Port};
+use crate::packet::{Kind, Packet};
+use kairos_io::Port;
 use kairos_metrics::{AgeTable, AgeTableSummary, LatencyRecorder};
 use kairos_sys::clock::monotonic_ns;
 
@@ -160,8 +161,8 @@ pub fn run(
     trace: &Trace,
     pace: Pace,
     burst: usize,
-    out: &mut dyn Port,
-    inp: &mut dyn Port,
+    out: &mut dyn Port<Packet>,
+    inp: &mut dyn Port<Packet>,
     drain_ns: u64,
     progress: &Progress,
 ) -> SourceResult {

@@ -67,8 +67,9 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
 use kairos_sys::net::packet_ring::{PacketRing, PacketRingError, RingConfig, RingStats};
 
-use crate::packet::{Packet, WIRE_LEN};
-use crate::port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
+use crate::port::{
+    Capabilities, MAX_WIRE_BYTES, Message, Port, PortBase, PortError, PortStats, RxTimestamps,
+};
 use crate::udp_frame::{
     Endpoint, HEADERS_LEN, MacAddr, SkipCounts, UdpDatagram, parse_udp_frame, write_headers,
 };
@@ -359,9 +360,9 @@ fn for_us(datagram: &UdpDatagram<'_>, local: SocketAddrV4) -> bool {
         && (local.ip().is_unspecified() || datagram.dst.addr.ip() == local.ip())
 }
 
-/// The lab's [`Port`] on a packet ring: the lab's 60-byte packets in UDP datagrams between
-/// this socket and one peer (frames from others are skipped and counted), as [`crate::UdpPort`]
-/// carries them over a connected UDP socket.
+/// A [`Port`] on a packet ring: messages in UDP datagrams between this socket and one peer
+/// (frames from others are skipped and counted), as [`crate::UdpPort`] carries them over a
+/// connected UDP socket.
 #[derive(Debug)]
 pub struct AfPacketPort {
     socket: AfPacketSocket,
@@ -383,8 +384,14 @@ impl AfPacketPort {
     }
 }
 
-impl Port for AfPacketPort {
-    fn rx_burst(&mut self, out: &mut [Packet]) -> Result<usize, PortError> {
+impl From<AfPacketError> for PortError {
+    fn from(err: AfPacketError) -> Self {
+        PortError::Backend { backend: "af_packet", source: Box::new(err) }
+    }
+}
+
+impl<M: Message> Port<M> for AfPacketPort {
+    fn rx_burst(&mut self, out: &mut [M]) -> Result<usize, PortError> {
         let want = out.len().min(MAX_BURST);
         let (peer, stats) = (self.peer, &mut self.stats);
         let mut got = 0;
@@ -402,16 +409,16 @@ impl Port for AfPacketPort {
                 foreign += 1;
                 return;
             }
-            match Packet::decode(payload) {
-                Ok(mut packet) => {
-                    packet.rx_ns = rx_ns.saturating_sub(offset).min(mono);
+            match M::decode(payload) {
+                Some(mut message) => {
+                    message.set_rx_ns(rx_ns.saturating_sub(offset).min(mono));
                     // At most `want` frames are looked at, so there is always room.
                     if let Some(slot) = out.get_mut(got) {
-                        *slot = packet;
+                        *slot = message;
                         got += 1;
                     }
                 }
-                Err(_) => stats.rx_invalid += 1,
+                None => stats.rx_invalid += 1,
             }
         });
         self.socket.skipped.other_flow += foreign;
@@ -419,25 +426,25 @@ impl Port for AfPacketPort {
         Ok(got)
     }
 
-    fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, PortError> {
-        let want = packets.len().min(MAX_BURST);
+    fn tx_burst(&mut self, messages: &[M]) -> Result<usize, PortError> {
+        let want = messages.len().min(MAX_BURST);
         if want == 0 {
             return Ok(0);
         }
         let sent = self.socket.send_burst_with(self.peer, want, |i, room| {
-            match room.get_mut(..WIRE_LEN).and_then(|b| <&mut [u8; WIRE_LEN]>::try_from(b).ok()) {
-                Some(buf) => {
-                    packets[i].encode(buf);
-                    WIRE_LEN
-                }
+            // A frame has room for far more than the longest message; encoded in place.
+            match room.get_mut(..MAX_WIRE_BYTES).and_then(|b| <&mut [u8; MAX_WIRE_BYTES]>::try_from(b).ok()) {
+                Some(buf) => messages[i].encode(buf),
                 None => usize::MAX,
             }
         })?;
         self.stats.tx_packets += sent as u64;
-        self.stats.tx_refused += (packets.len() - sent) as u64;
+        self.stats.tx_refused += (messages.len() - sent) as u64;
         Ok(sent)
     }
+}
 
+impl PortBase for AfPacketPort {
     fn capabilities(&self) -> Capabilities {
         Capabilities { max_burst: MAX_BURST, rx_timestamps: RxTimestamps::Kernel }
     }

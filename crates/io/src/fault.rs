@@ -1,13 +1,13 @@
 //! A port wrapper that misbehaves on purpose, for tests: it drops, duplicates, reorders and
-//! corrupts received packets with seeded probabilities. Corruption flips a bit of the encoded
-//! packet and decodes it again, as a damaged datagram would arrive: the checksum catches it and
-//! the packet is dropped and counted as invalid, never delivered altered.
+//! corrupts received messages with seeded probabilities. Corruption flips a bit of the encoded
+//! message and decodes it again, as a damaged datagram would arrive: a message with a checksum
+//! (the forwarding packet's) catches it, and the message is dropped and counted as invalid,
+//! never delivered altered.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::packet::{Packet, WIRE_LEN};
-use crate::port::{Capabilities, Port, PortError, PortStats};
+use crate::port::{Capabilities, MAX_WIRE_BYTES, Message, Port, PortBase, PortError, PortStats};
 
 /// Probabilities per received packet.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -42,18 +42,18 @@ pub struct FaultCounts {
 /// A [`Port`] that receives through `P` and injects [`Faults`] into what it receives;
 /// transmission passes through untouched.
 #[derive(Debug)]
-pub struct FaultPort<P> {
+pub struct FaultPort<P, M> {
     inner: P,
     faults: Faults,
     rng: StdRng,
     counts: FaultCounts,
-    /// Packets held over to the next burst (a duplicate that did not fit).
-    held: Vec<Packet>,
-    scratch: Vec<Packet>,
+    /// Messages held over to the next burst (a duplicate that did not fit).
+    held: Vec<M>,
+    scratch: Vec<M>,
     invalid: u64,
 }
 
-impl<P: Port> FaultPort<P> {
+impl<P: Port<M>, M: Message> FaultPort<P, M> {
     /// Wraps `inner`, injecting `faults` into every received burst.
     pub fn new(inner: P, faults: Faults) -> Self {
         Self {
@@ -78,12 +78,12 @@ impl<P: Port> FaultPort<P> {
     }
 }
 
-impl<P: Port> Port for FaultPort<P> {
-    fn rx_burst(&mut self, out: &mut [Packet]) -> Result<usize, PortError> {
+impl<P: Port<M>, M: Message> Port<M> for FaultPort<P, M> {
+    fn rx_burst(&mut self, out: &mut [M]) -> Result<usize, PortError> {
         self.scratch.clear();
         self.scratch.append(&mut self.held);
         let room = out.len().saturating_sub(self.scratch.len());
-        let mut fresh = vec![Packet::default(); room];
+        let mut fresh = vec![M::default(); room];
         let n = self.inner.rx_burst(&mut fresh)?;
         for p in fresh.into_iter().take(n) {
             let f = self.faults;
@@ -93,16 +93,18 @@ impl<P: Port> Port for FaultPort<P> {
             }
             if self.rng.random_bool(f.corrupt.clamp(0.0, 1.0)) {
                 self.counts.corrupted += 1;
-                let mut bytes = [0u8; WIRE_LEN];
-                p.encode(&mut bytes);
-                let bit = self.rng.random_range(0..WIRE_LEN * 8);
+                let mut bytes = [0u8; MAX_WIRE_BYTES];
+                let len = p.encode(&mut bytes).clamp(1, MAX_WIRE_BYTES);
+                let bit = self.rng.random_range(0..len * 8);
                 bytes[bit / 8] ^= 1 << (bit % 8);
-                match Packet::decode(&bytes) {
-                    Ok(mut q) => {
-                        q.rx_ns = p.rx_ns;
+                match M::decode(&bytes[..len]) {
+                    // The reception stamp is not on the wire: the damaged copy gets the
+                    // original's, as the port stamped it.
+                    Some(mut q) => {
+                        q.set_rx_ns(p.rx_ns());
                         self.scratch.push(q);
                     }
-                    Err(_) => self.invalid += 1,
+                    None => self.invalid += 1,
                 }
                 continue;
             }
@@ -124,10 +126,12 @@ impl<P: Port> Port for FaultPort<P> {
         Ok(k)
     }
 
-    fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, PortError> {
-        self.inner.tx_burst(packets)
+    fn tx_burst(&mut self, messages: &[M]) -> Result<usize, PortError> {
+        self.inner.tx_burst(messages)
     }
+}
 
+impl<P: Port<M>, M: Message> PortBase for FaultPort<P, M> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }

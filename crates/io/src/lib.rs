@@ -1,8 +1,8 @@
 //! Packet I/O for Kairos: the [`Port`] trait and its backends, the packet buffer pool, and the
 //! network-namespace testbed.
 //!
-//! - [`packet`]: the experiment's packet and its 60-byte wire form (validated, checksummed).
-//! - [`port`]: [`Port`]: `rx_burst` / `tx_burst` of packets with reception time stamps, and
+//! - [`port`]: [`Port`]: `rx_burst` / `tx_burst` of messages with reception time stamps, each
+//!   with a wire form of its own ([`Message`]; [`Datagram`] is bytes as they are), and
 //!   [`Capabilities`] (max burst, where time stamps come from).
 //! - [`memory`]: two ports joined by rings in memory: the embedded default (no network, no root).
 //! - [`udp`]: UDP over `recvmmsg`/`sendmmsg` with kernel software RX time stamps.
@@ -28,7 +28,6 @@ pub mod bridge;
 pub mod fault;
 pub mod lane_testbed;
 pub mod memory;
-pub mod packet;
 #[allow(unsafe_code)]
 pub mod pool;
 pub mod port;
@@ -39,7 +38,8 @@ pub mod udp_frame;
 pub use af_packet::{AfPacketError, AfPacketPort, AfPacketSocket};
 pub use fault::{FaultCounts, FaultPort, Faults};
 pub use lane_testbed::{LaneTestbed, LaneTestbedConfig, LaneTestbedError};
-pub use packet::{DecodeError, Kind, Packet, WIRE_LEN};
-pub use port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
+pub use port::{
+    Capabilities, Datagram, MAX_WIRE_BYTES, Message, Port, PortBase, PortError, PortStats, RxTimestamps,
+};
 pub use testbed::{ForwarderSide, Testbed, TestbedError};
 pub use udp::UdpPort;

@@ -1,6 +1,7 @@
 //! The in-memory port: two ports joined by a pair of SPSC rings (the embedded default: no
-//! network, no root). Packets are copied by value (a 64-byte descriptor, as a NIC descriptor
-//! ring holds); `rx_ns` is read from the monotonic clock when the burst is taken.
+//! network, no root). Messages are copied by value, never encoded (the forwarding packet is a
+//! 64-byte descriptor, as a NIC descriptor ring holds); the reception stamp is read from the
+//! monotonic clock when the burst is taken.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,17 +9,16 @@ use std::time::Duration;
 use kairos_ring::{Consumer, Doorbell, Overflow, Producer, spsc};
 use kairos_sys::clock::monotonic_ns;
 
-use crate::packet::Packet;
-use crate::port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
+use crate::port::{Capabilities, Message, Port, PortBase, PortError, PortStats, RxTimestamps};
 
 /// One end of an in-memory link.
 #[derive(Debug)]
-pub struct MemoryPort {
-    tx: Producer<Packet>,
-    rx: Consumer<Packet>,
+pub struct MemoryPort<M> {
+    tx: Producer<M>,
+    rx: Consumer<M>,
     stats: PortStats,
     max_burst: usize,
-    spare: Vec<Packet>,
+    spare: Vec<M>,
     /// Rung by the peer after it sends to us.
     rx_bell: Arc<Doorbell>,
     /// The peer's bell.
@@ -27,7 +27,7 @@ pub struct MemoryPort {
 
 /// Two ports joined back to back: what one sends the other receives. `capacity` is each
 /// direction's ring (the NIC's descriptor ring; the source's TX ring is 64, its RX ring 4096).
-pub fn pair(capacity: usize, max_burst: usize) -> (MemoryPort, MemoryPort) {
+pub fn pair<M: Message>(capacity: usize, max_burst: usize) -> (MemoryPort<M>, MemoryPort<M>) {
     let (a_tx, b_rx) = spsc(capacity.max(1), Overflow::DropNewest).expect("capacity is at least 1");
     let (b_tx, a_rx) = spsc(capacity.max(1), Overflow::DropNewest).expect("capacity is at least 1");
     let max_burst = max_burst.max(1);
@@ -54,31 +54,33 @@ pub fn pair(capacity: usize, max_burst: usize) -> (MemoryPort, MemoryPort) {
     )
 }
 
-impl Port for MemoryPort {
-    fn rx_burst(&mut self, out: &mut [Packet]) -> Result<usize, PortError> {
+impl<M: Message> Port<M> for MemoryPort<M> {
+    fn rx_burst(&mut self, out: &mut [M]) -> Result<usize, PortError> {
         let want = out.len().min(self.max_burst);
         let n = self.rx.dequeue_burst(&mut out[..want]);
         if n > 0 {
             let now = monotonic_ns();
-            for p in &mut out[..n] {
-                p.rx_ns = now;
+            for m in &mut out[..n] {
+                m.set_rx_ns(now);
             }
             self.stats.rx_packets += n as u64;
         }
         Ok(n)
     }
 
-    fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, PortError> {
-        let offered = &packets[..packets.len().min(self.max_burst)];
+    fn tx_burst(&mut self, messages: &[M]) -> Result<usize, PortError> {
+        let offered = &messages[..messages.len().min(self.max_burst)];
         let taken = self.tx.enqueue_burst(offered, &mut self.spare).taken;
         if taken > 0 {
             self.tx_bell.ring();
         }
         self.stats.tx_packets += taken as u64;
-        self.stats.tx_refused += (packets.len() - taken) as u64;
+        self.stats.tx_refused += (messages.len() - taken) as u64;
         Ok(taken)
     }
+}
 
+impl<M: Message> PortBase for MemoryPort<M> {
     fn capabilities(&self) -> Capabilities {
         Capabilities { max_burst: self.max_burst, rx_timestamps: RxTimestamps::Software }
     }

@@ -1,4 +1,5 @@
-//! A fixed pool of packet buffers whose ownership is a value: [`Buf`].
+//! A fixed pool of packet buffers whose ownership is a value: [`Buf`]. A buffer holds a value of
+//! the pool's type (the forwarding experiment's packet, or any [`Default`] value).
 //!
 //! Rings between threads carry `u32` indices, not packets, as a NIC driver's rings carry
 //! descriptors. Whoever holds a buffer's index owns the buffer, and this module makes that a
@@ -23,8 +24,6 @@ use kairos_ring::{
     Consumer, KeyedConsumer, KeyedProducer, Overflow, Producer, RingError, RingStats, SharedProducer, keyed,
     mpsc, spsc,
 };
-
-use crate::packet::Packet;
 
 /// The most buffers one pool holds: indices are `u32`, and the free list is a ring of them.
 pub const MAX_POOL: usize = 1 << 32;
@@ -67,10 +66,10 @@ impl Buf {
     }
 }
 
-/// The buffers of one pool.
+/// The buffers of one pool, each a `T`.
 #[derive(Debug)]
-pub struct Pool {
-    slots: Box<[UnsafeCell<Packet>]>,
+pub struct Pool<T> {
+    slots: Box<[UnsafeCell<T>]>,
     id: u32,
 }
 
@@ -78,18 +77,19 @@ pub struct Pool {
 // index exists at a time outside the pool's rings (the free list hands each index out once,
 // `Buf` cannot be copied, and the pool's rings move indices only from a consumed `Buf` to a new
 // one). The rings' hand-offs are release/acquire, so a slot's writes by one owner happen before
-// the next owner's reads.
-unsafe impl Sync for Pool {}
-// SAFETY: as above; slots are plain packets.
-unsafe impl Send for Pool {}
+// the next owner's reads. A `&Buf` may be shared between threads, so a slot may be read from
+// several at once (`T: Sync`), and owners on different threads take turns at it (`T: Send`).
+unsafe impl<T: Send + Sync> Sync for Pool<T> {}
+// SAFETY: the pool owns its slots' values; moving it moves them (`T: Send`).
+unsafe impl<T: Send> Send for Pool<T> {}
 
-impl Pool {
+impl<T> Pool<T> {
     /// The packet in `buf`.
     ///
     /// # Panics
     /// When `buf` belongs to another pool: a programming error, caught before any access.
     #[inline]
-    pub fn packet<'a>(&'a self, buf: &'a Buf) -> &'a Packet {
+    pub fn packet<'a>(&'a self, buf: &'a Buf) -> &'a T {
         let cell = self.cell(buf);
         // SAFETY: `buf` is the one owner of this slot (type doc), borrowed shared for 'a, so no
         // `&mut Buf` for the slot, and so no writer, exists while the reference lives.
@@ -101,7 +101,7 @@ impl Pool {
     /// # Panics
     /// As [`Pool::packet`].
     #[inline]
-    pub fn packet_mut<'a>(&'a self, buf: &'a mut Buf) -> &'a mut Packet {
+    pub fn packet_mut<'a>(&'a self, buf: &'a mut Buf) -> &'a mut T {
         let cell = self.cell(buf);
         // SAFETY: `buf` is the one owner of this slot, borrowed exclusively for 'a: no other
         // reference to the slot exists while this one lives.
@@ -109,7 +109,7 @@ impl Pool {
     }
 
     #[inline]
-    fn cell(&self, buf: &Buf) -> &UnsafeCell<Packet> {
+    fn cell(&self, buf: &Buf) -> &UnsafeCell<T> {
         &self.slots[buf.index_in(self.id, "used with") as usize]
     }
 
@@ -122,17 +122,19 @@ impl Pool {
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
     }
+}
 
-    fn adopt(&self, index: u32) -> Buf {
-        Buf { index, pool: self.id }
-    }
+/// The buffer of pool `pool` at `index`, taken from one of the pool's own rings (whose indices
+/// are owned, one `Buf` each).
+fn adopt(pool: u32, index: u32) -> Buf {
+    Buf { index, pool }
 }
 
 /// Takes free buffers (one per pool).
 #[derive(Debug)]
 pub struct Allocator {
     free: Consumer<u32>,
-    pool: Arc<Pool>,
+    pool: u32,
     scratch: Vec<u32>,
 }
 
@@ -145,20 +147,20 @@ pub struct Freer {
     spare: Vec<u32>,
 }
 
-/// A pool of `size` packet buffers, all free.
-pub fn pool(size: usize) -> Result<(Arc<Pool>, Allocator, Freer), PoolError> {
+/// A pool of `size` buffers, all free, each holding `T::default()`.
+pub fn pool<T: Default>(size: usize) -> Result<(Arc<Pool<T>>, Allocator, Freer), PoolError> {
     if size == 0 || size > MAX_POOL {
         return Err(PoolError::Size(size));
     }
     static NEXT_ID: AtomicU32 = AtomicU32::new(0);
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let slots = (0..size).map(|_| UnsafeCell::new(Packet::default())).collect();
+    let slots = (0..size).map(|_| UnsafeCell::new(T::default())).collect();
     let pool = Arc::new(Pool { slots, id });
     let (producer, consumer) = mpsc(size, Overflow::DropNewest)?;
     let mut freer = Freer { free: producer, pool: id, scratch: Vec::new(), spare: Vec::new() };
     let all: Vec<u32> = (0..size).map(|i| i as u32).collect();
     freer.give_back(&all);
-    Ok((Arc::clone(&pool), Allocator { free: consumer, pool, scratch: Vec::new() }, freer))
+    Ok((pool, Allocator { free: consumer, pool: id, scratch: Vec::new() }, freer))
 }
 
 impl Allocator {
@@ -167,7 +169,7 @@ impl Allocator {
     pub fn alloc_burst(&mut self, n: usize, out: &mut Vec<Buf>) -> usize {
         self.scratch.resize(n, 0);
         let got = self.free.dequeue_burst(&mut self.scratch);
-        out.extend(self.scratch[..got].iter().map(|&i| self.pool.adopt(i)));
+        out.extend(self.scratch[..got].iter().map(|&i| adopt(self.pool, i)));
         got
     }
 
@@ -210,7 +212,7 @@ impl Freer {
 #[derive(Debug)]
 pub struct BufProducer {
     ring: Producer<u32>,
-    pool: Arc<Pool>,
+    pool: u32,
     scratch: Vec<u32>,
     evicted: Vec<u32>,
 }
@@ -219,21 +221,21 @@ pub struct BufProducer {
 #[derive(Debug)]
 pub struct BufConsumer {
     ring: Consumer<u32>,
-    pool: Arc<Pool>,
+    pool: u32,
     scratch: Vec<u32>,
 }
 
 /// A single-producer single-consumer ring of `capacity` buffers of `pool`, admitting as
 /// `overflow` says.
-pub fn buf_ring(
-    pool: &Arc<Pool>,
+pub fn buf_ring<T>(
+    pool: &Pool<T>,
     capacity: usize,
     overflow: Overflow,
 ) -> Result<(BufProducer, BufConsumer), PoolError> {
     let (tx, rx) = spsc(capacity, overflow)?;
     Ok((
-        BufProducer { ring: tx, pool: Arc::clone(pool), scratch: Vec::new(), evicted: Vec::new() },
-        BufConsumer { ring: rx, pool: Arc::clone(pool), scratch: Vec::new() },
+        BufProducer { ring: tx, pool: pool.id, scratch: Vec::new(), evicted: Vec::new() },
+        BufConsumer { ring: rx, pool: pool.id, scratch: Vec::new() },
     ))
 }
 
@@ -248,13 +250,13 @@ impl BufProducer {
     pub fn send(&mut self, bufs: &mut Vec<Buf>, dropped: &mut Vec<Buf>) -> usize {
         self.scratch.clear();
         for buf in bufs.iter() {
-            self.scratch.push(buf.index_in(self.pool.id, "sent on a ring of"));
+            self.scratch.push(buf.index_in(self.pool, "sent on a ring of"));
         }
         self.evicted.clear();
         let taken = self.ring.enqueue_burst(&self.scratch, &mut self.evicted).taken;
         // The ring now owns the first `taken` indices; the rest, and what it evicted, come back.
         dropped.extend(bufs.drain(..).skip(taken));
-        dropped.extend(self.evicted.iter().map(|&i| self.pool.adopt(i)));
+        dropped.extend(self.evicted.iter().map(|&i| adopt(self.pool, i)));
         taken
     }
 
@@ -270,7 +272,7 @@ impl BufConsumer {
     pub fn recv(&mut self, n: usize, out: &mut Vec<Buf>) -> usize {
         self.scratch.resize(n, 0);
         let got = self.ring.dequeue_burst(&mut self.scratch);
-        out.extend(self.scratch[..got].iter().map(|&i| self.pool.adopt(i)));
+        out.extend(self.scratch[..got].iter().map(|&i| adopt(self.pool, i)));
         got
     }
 
@@ -284,7 +286,7 @@ impl BufConsumer {
 #[derive(Debug)]
 pub struct KeyedBufProducer {
     ring: KeyedProducer,
-    pool: Arc<Pool>,
+    pool: u32,
     scratch: Vec<(u32, u32)>,
     evicted: Vec<u32>,
 }
@@ -293,21 +295,21 @@ pub struct KeyedBufProducer {
 #[derive(Debug)]
 pub struct KeyedBufConsumer {
     ring: KeyedConsumer,
-    pool: Arc<Pool>,
+    pool: u32,
     scratch: Vec<(u32, u32)>,
 }
 
 /// A keyed ring of `pool`'s buffers: at most `capacity` keys queued, keys `0..keys`, one (the
 /// latest) buffer per key.
-pub fn keyed_buf_ring(
-    pool: &Arc<Pool>,
+pub fn keyed_buf_ring<T>(
+    pool: &Pool<T>,
     capacity: usize,
     keys: usize,
 ) -> Result<(KeyedBufProducer, KeyedBufConsumer), PoolError> {
     let (tx, rx) = keyed(capacity, keys)?;
     Ok((
-        KeyedBufProducer { ring: tx, pool: Arc::clone(pool), scratch: Vec::new(), evicted: Vec::new() },
-        KeyedBufConsumer { ring: rx, pool: Arc::clone(pool), scratch: Vec::new() },
+        KeyedBufProducer { ring: tx, pool: pool.id, scratch: Vec::new(), evicted: Vec::new() },
+        KeyedBufConsumer { ring: rx, pool: pool.id, scratch: Vec::new() },
     ))
 }
 
@@ -322,12 +324,12 @@ impl KeyedBufProducer {
     pub fn send(&mut self, bufs: &mut Vec<(u32, Buf)>, dropped: &mut Vec<Buf>) {
         self.scratch.clear();
         for (key, buf) in bufs.drain(..) {
-            self.scratch.push((key, buf.index_in(self.pool.id, "sent on a ring of")));
+            self.scratch.push((key, buf.index_in(self.pool, "sent on a ring of")));
         }
         self.evicted.clear();
         // Every index offered is either held by the ring now or handed back in `evicted`.
         self.ring.enqueue_burst(&self.scratch, &mut self.evicted);
-        dropped.extend(self.evicted.iter().map(|&i| self.pool.adopt(i)));
+        dropped.extend(self.evicted.iter().map(|&i| adopt(self.pool, i)));
     }
 
     /// The ring's counters.
@@ -343,7 +345,7 @@ impl KeyedBufConsumer {
     pub fn recv(&mut self, n: usize, out: &mut Vec<Buf>) -> usize {
         self.scratch.resize(n, (0, 0));
         let got = self.ring.dequeue_burst(&mut self.scratch);
-        out.extend(self.scratch[..got].iter().map(|&(_, i)| self.pool.adopt(i)));
+        out.extend(self.scratch[..got].iter().map(|&(_, i)| adopt(self.pool, i)));
         got
     }
 

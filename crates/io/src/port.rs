@@ -1,6 +1,89 @@
-//! The `Port` trait: bursts of packets in and out, with reception time stamps.
+//! The `Port` trait: bursts of messages in and out, with reception time stamps.
+//!
+//! A port moves bytes: a backend on a network (UDP, a packet ring) sends each message as one
+//! datagram of at most [`MAX_WIRE_BYTES`] and hands back what it receives decoded, with the
+//! time it arrived. What the bytes mean is the user's, through [`Message`]: the forwarding
+//! experiment's packet (`kairos_forward::Packet`), or [`Datagram`], the bytes as they are. The
+//! in-memory backend passes messages by value and never encodes them, as a NIC descriptor ring
+//! passes descriptors, so the embedded default pays no codec.
 
-use crate::packet::Packet;
+/// The longest wire form a port carries, bytes: [`Message::encode`] gets a buffer this long,
+/// and a longer received datagram is cut to it (and so, for a message with a checked length,
+/// refused as invalid).
+pub const MAX_WIRE_BYTES: usize = 128;
+
+/// What a port carries: a value with a wire form of at most [`MAX_WIRE_BYTES`] and a slot for
+/// its reception time stamp.
+pub trait Message: Copy + Default + Send + 'static {
+    /// Writes the wire form into the start of `buf` and returns its length.
+    fn encode(&self, buf: &mut [u8; MAX_WIRE_BYTES]) -> usize;
+    /// Reads a received wire form; `None` when the bytes are not one (the port drops it and
+    /// counts it in [`PortStats::rx_invalid`]).
+    fn decode(bytes: &[u8]) -> Option<Self>;
+    /// Records when the port received it, ns on the monotonic clock.
+    fn set_rx_ns(&mut self, rx_ns: u64);
+    /// When the port received it (what [`Message::set_rx_ns`] recorded).
+    fn rx_ns(&self) -> u64;
+}
+
+/// A datagram's bytes as they are, at most [`MAX_WIRE_BYTES`], and when it was received: the
+/// [`Message`] of a user whose format is its own.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Datagram {
+    len: u8,
+    bytes: [u8; MAX_WIRE_BYTES],
+    rx_ns: u64,
+}
+
+const _: () = assert!(MAX_WIRE_BYTES <= u8::MAX as usize, "a datagram's length is a u8");
+
+impl Datagram {
+    /// A datagram carrying `payload`; `None` when it is longer than [`MAX_WIRE_BYTES`].
+    pub fn new(payload: &[u8]) -> Option<Self> {
+        let mut d = Self::default();
+        d.bytes.get_mut(..payload.len())?.copy_from_slice(payload);
+        d.len = payload.len() as u8;
+        Some(d)
+    }
+
+    /// Its bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl Default for Datagram {
+    fn default() -> Self {
+        Self { len: 0, bytes: [0; MAX_WIRE_BYTES], rx_ns: 0 }
+    }
+}
+
+impl std::fmt::Debug for Datagram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Datagram").field("bytes", &self.bytes()).field("rx_ns", &self.rx_ns).finish()
+    }
+}
+
+impl Message for Datagram {
+    fn encode(&self, buf: &mut [u8; MAX_WIRE_BYTES]) -> usize {
+        let bytes = self.bytes();
+        buf[..bytes.len()].copy_from_slice(bytes);
+        bytes.len()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        Self::new(bytes)
+    }
+
+    fn set_rx_ns(&mut self, rx_ns: u64) {
+        self.rx_ns = rx_ns;
+    }
+
+    /// When the port received it, ns on the monotonic clock (0 before it was received).
+    fn rx_ns(&self) -> u64 {
+        self.rx_ns
+    }
+}
 
 /// What a port can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -11,7 +94,7 @@ pub struct Capabilities {
     pub rx_timestamps: RxTimestamps,
 }
 
-/// The source of a received packet's `rx_ns`.
+/// The source of a received message's reception stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RxTimestamps {
     /// Read by the receiving thread when the burst was taken (in-memory ports).
@@ -36,39 +119,51 @@ pub enum PortError {
     /// The other end of an in-memory port was dropped.
     #[error("the peer port is gone")]
     Disconnected,
-    /// A packet ring's error (it names the interface and the step).
-    #[error(transparent)]
-    AfPacket(#[from] crate::af_packet::AfPacketError),
+    /// A backend's own error (it names what failed, the interface or the step).
+    #[error("{backend}: {source}")]
+    Backend {
+        /// The backend, as [`PortBase::name`] says it.
+        backend: &'static str,
+        /// Its error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 /// Counters every port keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PortStats {
-    /// Packets received and handed to the caller.
+    /// Messages received and handed to the caller.
     pub rx_packets: u64,
-    /// Packets `tx_burst` took.
+    /// Messages `tx_burst` took.
     pub tx_packets: u64,
-    /// Packets `tx_burst` could not hand over (the caller still owns them).
+    /// Messages `tx_burst` could not hand over (the caller still owns them).
     pub tx_refused: u64,
-    /// Datagrams received that were not valid packets (dropped and counted).
+    /// Datagrams received that did not decode as a message (dropped and counted).
     pub rx_invalid: u64,
 }
 
-/// A place packets come in and go out, in bursts.
-pub trait Port: Send {
-    /// Receives up to `out.len()` packets without blocking; each gets its `rx_ns`.
-    fn rx_burst(&mut self, out: &mut [Packet]) -> Result<usize, PortError>;
-    /// Offers `packets`; returns how many were taken (the first ones), without blocking.
-    fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, PortError>;
+/// What every port does, whatever it carries: say what it can do, count, name itself, and wait.
+/// (Apart from [`Port`], so that a backend carrying any message answers these without the
+/// caller naming one.)
+pub trait PortBase: Send {
     /// What the port can do: its largest burst and where its reception stamps come from.
     fn capabilities(&self) -> Capabilities;
     /// The port's counters since it was made.
     fn stats(&self) -> PortStats;
     /// The backend's name as experiments print it (`memory`, `udp`).
     fn name(&self) -> &'static str;
-    /// Blocks until a packet may be waiting or `timeout` passed (for idle receivers that
+    /// Blocks until a message may be waiting or `timeout` passed (for idle receivers that
     /// should give their core away). The default sleeps briefly.
     fn wait(&mut self, timeout: std::time::Duration) {
         std::thread::sleep(timeout.min(std::time::Duration::from_micros(50)));
     }
+}
+
+/// A place messages of type `M` come in and go out, in bursts.
+pub trait Port<M: Message>: PortBase {
+    /// Receives up to `out.len()` messages without blocking; each gets its reception stamp.
+    fn rx_burst(&mut self, out: &mut [M]) -> Result<usize, PortError>;
+    /// Offers `messages`; returns how many were taken (the first ones), without blocking.
+    fn tx_burst(&mut self, messages: &[M]) -> Result<usize, PortError>;
 }

@@ -8,7 +8,7 @@
 //! burst's accuracy.
 //!
 //! The system calls (bursts, time stamps, socket options, `ppoll`, the drop counter) are
-//! `kairos_sys::net`'s; this module turns datagrams into packets and stamps into monotonic
+//! `kairos_sys::net`'s; this module turns datagrams into messages and stamps into monotonic
 //! time.
 
 use std::net::{SocketAddr, UdpSocket};
@@ -16,21 +16,23 @@ use std::net::{SocketAddr, UdpSocket};
 use kairos_sys::clock::{realtime_offset, stamp_to_monotonic};
 use kairos_sys::net::{MmsgBatch, drops, options, poll};
 
-use crate::packet::{Packet, WIRE_LEN};
-use crate::port::{Capabilities, Port, PortError, PortStats, RxTimestamps};
+use crate::port::{
+    Capabilities, MAX_WIRE_BYTES, Message, Port, PortBase, PortError, PortStats, RxTimestamps,
+};
 
 /// Most datagrams one call moves.
 pub const MAX_BURST: usize = kairos_sys::net::MAX_BURST;
 
-/// A [`Port`] over a connected, non-blocking UDP socket: one datagram a packet, bursts of up to
-/// [`MAX_BURST`] per system call, kernel receive stamps.
+/// A [`Port`] over a connected, non-blocking UDP socket: one datagram a message, bursts of up
+/// to [`MAX_BURST`] per system call, kernel receive stamps.
 #[derive(Debug)]
 pub struct UdpPort {
     socket: UdpSocket,
     stats: PortStats,
     batch: MmsgBatch,
-    rx_bufs: Box<[[u8; 128]; MAX_BURST]>,
-    tx_bufs: Box<[[u8; WIRE_LEN]; MAX_BURST]>,
+    rx_bufs: Box<[[u8; MAX_WIRE_BYTES]; MAX_BURST]>,
+    tx_bufs: Box<[[u8; MAX_WIRE_BYTES]; MAX_BURST]>,
+    tx_lens: [usize; MAX_BURST],
 }
 
 impl UdpPort {
@@ -51,8 +53,9 @@ impl UdpPort {
             socket,
             stats: PortStats::default(),
             batch: MmsgBatch::new(),
-            rx_bufs: Box::new([[0; 128]; MAX_BURST]),
-            tx_bufs: Box::new([[0; WIRE_LEN]; MAX_BURST]),
+            rx_bufs: Box::new([[0; MAX_WIRE_BYTES]; MAX_BURST]),
+            tx_bufs: Box::new([[0; MAX_WIRE_BYTES]; MAX_BURST]),
+            tx_lens: [0; MAX_BURST],
         }
     }
 
@@ -89,8 +92,8 @@ fn nothing_moved(err: &std::io::Error) -> bool {
     matches!(err.kind(), WouldBlock | Interrupted | ConnectionRefused)
 }
 
-impl Port for UdpPort {
-    fn rx_burst(&mut self, out: &mut [Packet]) -> Result<usize, PortError> {
+impl<M: Message> Port<M> for UdpPort {
+    fn rx_burst(&mut self, out: &mut [M]) -> Result<usize, PortError> {
         let want = out.len().min(MAX_BURST);
         if want == 0 {
             return Ok(0);
@@ -106,28 +109,31 @@ impl Port for UdpPort {
         for (i, (&len, stamp)) in
             self.batch.lengths().iter().zip(self.batch.rx_timestamps_ns()).enumerate().take(n)
         {
-            match Packet::decode(&self.rx_bufs[i][..len]) {
-                Ok(mut p) => {
-                    p.rx_ns = stamp.map_or(mono, |rt| stamp_to_monotonic(rt, offset, mono));
-                    out[got] = p;
+            match M::decode(&self.rx_bufs[i][..len.min(MAX_WIRE_BYTES)]) {
+                Some(mut m) => {
+                    m.set_rx_ns(stamp.map_or(mono, |rt| stamp_to_monotonic(rt, offset, mono)));
+                    out[got] = m;
                     got += 1;
                 }
-                Err(_) => self.stats.rx_invalid += 1,
+                None => self.stats.rx_invalid += 1,
             }
         }
         self.stats.rx_packets += got as u64;
         Ok(got)
     }
 
-    fn tx_burst(&mut self, packets: &[Packet]) -> Result<usize, PortError> {
-        let want = packets.len().min(MAX_BURST);
+    fn tx_burst(&mut self, messages: &[M]) -> Result<usize, PortError> {
+        let want = messages.len().min(MAX_BURST);
         if want == 0 {
             return Ok(0);
         }
-        for (packet, buf) in packets.iter().zip(self.tx_bufs.iter_mut()).take(want) {
-            packet.encode(buf);
+        for ((message, buf), len) in
+            messages.iter().zip(self.tx_bufs.iter_mut()).zip(&mut self.tx_lens).take(want)
+        {
+            *len = message.encode(buf).min(MAX_WIRE_BYTES);
         }
-        let datagrams = self.tx_bufs.each_ref().map(|b| &b[..]);
+        let lens = self.tx_lens;
+        let datagrams: [&[u8]; MAX_BURST] = std::array::from_fn(|i| &self.tx_bufs[i][..lens[i]]);
         // The socket is connected: no destination.
         let sent = match self.batch.send(&self.socket, &datagrams[..want], None) {
             Ok(n) => n,
@@ -135,10 +141,12 @@ impl Port for UdpPort {
             Err(source) => return Err(PortError::Io { what: "sendmmsg", source }),
         };
         self.stats.tx_packets += sent as u64;
-        self.stats.tx_refused += (packets.len() - sent) as u64;
+        self.stats.tx_refused += (messages.len() - sent) as u64;
         Ok(sent)
     }
+}
 
+impl PortBase for UdpPort {
     fn capabilities(&self) -> Capabilities {
         Capabilities { max_burst: MAX_BURST, rx_timestamps: RxTimestamps::Kernel }
     }

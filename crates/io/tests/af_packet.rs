@@ -6,12 +6,14 @@
 //! They create network namespaces: ignored by the debug test run; `scripts/test` runs them in
 //! release as root (`cargo test --release -p kairos-io --test af_packet -- --ignored`).
 
+mod common;
+use common::Packet;
 use std::net::{SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
 
 use kairos_io::af_packet::{AfPacketError, AfPacketPort, AfPacketSocket};
 use kairos_io::testbed::{FORWARDER_IP, SOURCE_IP};
-use kairos_io::{ForwarderSide, Kind, Packet, Port, RxTimestamps, Testbed, TestbedError, UdpPort};
+use kairos_io::{ForwarderSide, Port, PortBase, RxTimestamps, Testbed, TestbedError, UdpPort};
 use kairos_sys::clock::realtime_ns;
 use kairos_sys::net::packet_ring::{ETH_P_ALL, ETH_P_IP, RingConfig};
 use kairos_sys::net::{MmsgBatch, options, poll};
@@ -165,13 +167,7 @@ fn a_ring_port_on_a_bare_interface_answers_a_udp_port() {
     assert_eq!(forwarder.name(), "af_packet");
 
     let packets: Vec<Packet> = (0..200u64)
-        .map(|i| Packet {
-            kind: Kind::Data,
-            user: i as u32 % 5,
-            seq: i,
-            sent_ns: 1000 + i,
-            ..Packet::default()
-        })
+        .map(|i| Packet { user: i as u32 % 5, seq: i, sent_ns: 1000 + i, ..Packet::default() })
         .collect();
     let mut sent = 0;
     let mut back = Vec::new();
@@ -217,8 +213,7 @@ fn source_sending_100(bed: &Testbed) -> (UdpPort, Vec<Packet>) {
     let mut source =
         UdpPort::new(bed.source_socket(7001).unwrap(), SocketAddrV4::new(FORWARDER_IP, 7002).into(), 1 << 20)
             .unwrap();
-    let packets: Vec<Packet> =
-        (0..100u64).map(|i| Packet { kind: Kind::Data, user: 1, seq: i, ..Packet::default() }).collect();
+    let packets: Vec<Packet> = (0..100u64).map(|i| Packet { user: 1, seq: i, ..Packet::default() }).collect();
     assert_eq!(source.tx_burst(&packets[..50]).unwrap(), 50);
     assert_eq!(source.tx_burst(&packets[50..]).unwrap(), 50);
     (source, packets)

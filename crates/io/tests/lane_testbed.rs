@@ -4,12 +4,14 @@
 //! nothing is left after drop. The strict-priority test floods the shaped links for a few
 //! seconds: it is ignored by the debug run, and `scripts/test` runs it in release as root.
 
+mod common;
+use common::Packet;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kairos_io::lane_testbed::{Calibration, CalibrationPath, ClassCounters, Egress, LANE_TOS};
-use kairos_io::{Kind, LaneTestbed, LaneTestbedConfig, LaneTestbedError, Packet, Port, UdpPort};
+use kairos_io::{LaneTestbed, LaneTestbedConfig, LaneTestbedError, Port, UdpPort};
 use kairos_sys::clock::monotonic_ns;
 use kairos_sys::net::options;
 use kairos_testkit::host::namespaces_starting_with;
@@ -154,8 +156,7 @@ impl Probes {
     }
 
     fn send(&mut self) {
-        let packet =
-            Packet { kind: Kind::Data, seq: self.sent, sent_ns: monotonic_ns(), ..Packet::default() };
+        let packet = Packet { seq: self.sent, sent_ns: monotonic_ns(), ..Packet::default() };
         self.sent += self.port.tx_burst(&[packet]).unwrap() as u64;
     }
 

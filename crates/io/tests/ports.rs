@@ -1,29 +1,23 @@
 //! Ports, the pool, the fault injector and the namespace testbed.
 
+mod common;
+use common::Packet;
 use std::net::UdpSocket;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kairos_io::memory::pair;
 use kairos_io::pool::{Buf, PoolError, buf_ring, keyed_buf_ring, pool};
-use kairos_io::{FaultPort, Faults, Kind, Packet, Port, RxTimestamps, Testbed, TestbedError, UdpPort};
+use kairos_io::{FaultPort, Faults, Port, PortBase, RxTimestamps, Testbed, TestbedError, UdpPort};
 use kairos_ring::Overflow;
 use kairos_sys::clock::monotonic_ns;
 
 fn packets(n: u64) -> Vec<Packet> {
-    (0..n)
-        .map(|i| Packet {
-            kind: Kind::Data,
-            user: i as u32 % 7,
-            seq: i,
-            sent_ns: 1000 + i,
-            ..Packet::default()
-        })
-        .collect()
+    (0..n).map(|i| Packet { user: i as u32 % 7, seq: i, sent_ns: 1000 + i, ..Packet::default() }).collect()
 }
 
 /// Receives until `n` packets arrived or 5 s passed.
-fn receive(port: &mut dyn Port, n: usize) -> Vec<Packet> {
+fn receive(port: &mut dyn Port<Packet>, n: usize) -> Vec<Packet> {
     let mut got = Vec::new();
     let mut buf = vec![Packet::default(); 64];
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -131,7 +125,7 @@ fn fault_port_drops_duplicates_and_corrupts_as_asked() {
 
 #[test]
 fn pool_hands_out_each_buffer_once() {
-    let (pool, mut alloc, mut freer) = pool(100).unwrap();
+    let (pool, mut alloc, mut freer) = pool::<Packet>(100).unwrap();
     let mut bufs = Vec::new();
     assert_eq!(alloc.alloc_burst(150, &mut bufs), 100);
     let mut sorted: Vec<u32> = bufs.iter().map(|b| b.index()).collect();
@@ -142,14 +136,14 @@ fn pool_hands_out_each_buffer_once() {
     assert_eq!(pool.packet(&bufs[7]).seq, 7);
     freer.free_all(bufs.drain(5..7));
     assert_eq!(alloc.available(), 2);
-    assert!(matches!(kairos_io::pool::pool(0), Err(PoolError::Size(0))));
+    assert!(matches!(kairos_io::pool::pool::<Packet>(0), Err(PoolError::Size(0))));
 }
 
 /// Buffers move through the pool's rings by value: what a drop-oldest ring evicts comes back
 /// to the sender as buffers to free, and the receiver reads the packets the sender wrote.
 #[test]
 fn buffers_cross_the_pool_rings_and_evictions_come_back() {
-    let (pool, mut alloc, mut freer) = pool(16).unwrap();
+    let (pool, mut alloc, mut freer) = pool::<Packet>(16).unwrap();
     let (mut tx, mut rx) = buf_ring(&pool, 4, Overflow::DropOldest).unwrap();
     let mut bufs = Vec::new();
     alloc.alloc_burst(6, &mut bufs);
@@ -167,7 +161,7 @@ fn buffers_cross_the_pool_rings_and_evictions_come_back() {
     assert_eq!(got.iter().map(|b| pool.packet(b).seq).collect::<Vec<_>>(), [2, 3, 4, 5]);
     freer.free_all(got.drain(..));
     assert_eq!(alloc.available(), 16, "every buffer is back");
-    let (kpool, mut kalloc, _) = kairos_io::pool::pool(4).unwrap();
+    let (kpool, mut kalloc, _) = kairos_io::pool::pool::<Packet>(4).unwrap();
     let (mut ktx, mut krx) = keyed_buf_ring(&kpool, 4, 2).unwrap();
     let mut kb = Vec::new();
     kalloc.alloc_burst(3, &mut kb);
@@ -183,8 +177,8 @@ fn buffers_cross_the_pool_rings_and_evictions_come_back() {
 #[test]
 #[should_panic(expected = "used with pool")]
 fn a_buffer_of_another_pool_is_refused() {
-    let (a, mut alloc_a, _) = pool(4).unwrap();
-    let (b, _, _) = pool(4).unwrap();
+    let (a, mut alloc_a, _) = pool::<Packet>(4).unwrap();
+    let (b, _, _) = pool::<Packet>(4).unwrap();
     let mut bufs = Vec::new();
     alloc_a.alloc_burst(1, &mut bufs);
     let _ = a.packet(&bufs[0]);
@@ -194,8 +188,8 @@ fn a_buffer_of_another_pool_is_refused() {
 #[test]
 #[should_panic(expected = "freed to pool")]
 fn a_buffer_freed_to_another_pool_is_refused() {
-    let (_a, mut alloc_a, _) = pool(4).unwrap();
-    let (_b, _, mut free_b) = pool(4).unwrap();
+    let (_a, mut alloc_a, _) = pool::<Packet>(4).unwrap();
+    let (_b, _, mut free_b) = pool::<Packet>(4).unwrap();
     let mut bufs = Vec::new();
     alloc_a.alloc_burst(1, &mut bufs);
     free_b.free_all(bufs);
@@ -204,8 +198,8 @@ fn a_buffer_freed_to_another_pool_is_refused() {
 #[test]
 #[should_panic(expected = "sent on a ring of pool")]
 fn a_buffer_sent_on_another_pools_ring_is_refused() {
-    let (_a, mut alloc_a, _) = pool(4).unwrap();
-    let (b, _, _) = pool(4).unwrap();
+    let (_a, mut alloc_a, _) = pool::<Packet>(4).unwrap();
+    let (b, _, _) = pool::<Packet>(4).unwrap();
     let (mut tx, _rx) = buf_ring(&b, 4, Overflow::DropNewest).unwrap();
     let mut bufs = Vec::new();
     alloc_a.alloc_burst(1, &mut bufs);

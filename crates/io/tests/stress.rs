@@ -5,9 +5,10 @@
 //!
 //! `KAIROS_STRESS_SCALE` (default 1) scales the number of packets.
 
+mod common;
+use common::Packet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use kairos_io::Packet;
 use kairos_io::pool::{Buf, buf_ring, keyed_buf_ring, pool};
 use kairos_ring::Overflow;
 
@@ -27,8 +28,7 @@ fn packet(seq: u64) -> Packet {
         user: (seq % u64::from(KEYS)) as u32,
         seq,
         sent_ns: seq.wrapping_mul(3),
-        addr_stamp_ns: !seq,
-        mac: [seq as u8; 6],
+        tag: !seq,
         ..Packet::default()
     }
 }

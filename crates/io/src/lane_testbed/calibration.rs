@@ -10,8 +10,7 @@ use kairos_sys::net::{RingConfig, RxLayout};
 
 use super::{HOST_DEVICE, JITTER_PERCENTILE, LANE_TOS, LaneTestbed, LaneTestbedError, MTU_BYTES};
 use crate::af_packet::{AfPacketPort, AfPacketSocket};
-use crate::packet::{Kind, Packet};
-use crate::port::{Port, PortError};
+use crate::port::{MAX_WIRE_BYTES, Message, Port, PortError};
 use crate::testbed::TestbedError;
 use crate::udp::UdpPort;
 
@@ -110,18 +109,61 @@ pub enum CalibrationPath {
     PacketRing,
 }
 
-/// Sends `samples` packets (after [`CALIBRATION_WARMUP`] more) from `tx` to `rx` one at a
+/// A calibration datagram: `"KC"`, its sequence number and its send time (18 bytes), and when
+/// it arrived.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Probe {
+    seq: u64,
+    sent_ns: u64,
+    rx_ns: u64,
+}
+
+const PROBE_MAGIC: [u8; 2] = *b"KC";
+const PROBE_BYTES: usize = 18;
+
+impl Message for Probe {
+    fn encode(&self, buf: &mut [u8; MAX_WIRE_BYTES]) -> usize {
+        buf[..2].copy_from_slice(&PROBE_MAGIC);
+        buf[2..10].copy_from_slice(&self.seq.to_le_bytes());
+        buf[10..18].copy_from_slice(&self.sent_ns.to_le_bytes());
+        PROBE_BYTES
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let bytes: &[u8; PROBE_BYTES] = bytes.try_into().ok()?;
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        (bytes[..2] == PROBE_MAGIC).then(|| Probe { seq: word(2), sent_ns: word(10), rx_ns: 0 })
+    }
+
+    fn set_rx_ns(&mut self, rx_ns: u64) {
+        self.rx_ns = rx_ns;
+    }
+
+    fn rx_ns(&self) -> u64 {
+        self.rx_ns
+    }
+}
+
+/// Sends `samples` probes (after [`CALIBRATION_WARMUP`] more) from `tx` to `rx` one at a
 /// time, each awaited up to [`CALIBRATION_TIMEOUT_NS`]; returns their one-way latencies (the
-/// sender's clock before the send to the receiver's kernel stamp, ns; a packet whose stamp is
+/// sender's clock before the send to the receiver's kernel stamp, ns; a probe whose stamp is
 /// not after its send is left out) and how many were lost.
-fn one_way(tx: &mut dyn Port, rx: &mut dyn Port, samples: u64) -> Result<(Vec<u64>, u64), PortError> {
+fn one_way(
+    tx: &mut dyn Port<Probe>,
+    rx: &mut dyn Port<Probe>,
+    samples: u64,
+) -> Result<(Vec<u64>, u64), PortError> {
     let mut latencies = Vec::with_capacity(samples as usize);
     let mut lost = 0;
-    let mut arrived = [Packet::default(); 1];
+    let mut arrived = [Probe::default(); 1];
     for seq in 0..CALIBRATION_WARMUP + samples {
-        let kind = if seq < CALIBRATION_WARMUP { Kind::Warmup } else { Kind::Data };
-        let packet = Packet { kind, seq, sent_ns: monotonic_ns(), ..Packet::default() };
-        let sent = tx.tx_burst(&[packet])? == 1;
+        let warmup = seq < CALIBRATION_WARMUP;
+        let probe = Probe { seq, sent_ns: monotonic_ns(), rx_ns: 0 };
+        let sent = tx.tx_burst(&[probe])? == 1;
         let deadline = monotonic_ns() + CALIBRATION_TIMEOUT_NS;
         let latency = loop {
             if !sent || monotonic_ns() > deadline {
@@ -133,8 +175,8 @@ fn one_way(tx: &mut dyn Port, rx: &mut dyn Port, samples: u64) -> Result<(Vec<u6
             }
             std::hint::spin_loop();
         };
-        match (kind, latency) {
-            (Kind::Warmup, _) => {}
+        match (warmup, latency) {
+            (true, _) => {}
             (_, Some(Some(ns))) => latencies.push(ns),
             // Arrived with a receive stamp not after its send: not a measurement (a packet
             // ring now and then reports a frame's stamp from before it was sent); left out.

@@ -42,6 +42,7 @@ use kairos_sys::net::packet_ring::{ETH_P_ALL, RingConfig};
 use kairos_sys::thread::OffCore;
 use serde::Serialize;
 
+use kairos_forward::Packet;
 use kairos_forward::forwarder::{ForwarderStats, RingCounts};
 use kairos_forward::source::{Pace, Progress, SourceResult};
 use kairos_forward::trace::Trace;
@@ -326,7 +327,7 @@ fn rcu_policy(name: &str) -> Result<ReclaimPolicy> {
 /// waiting for one that is gone.
 /// Runs the source on its two ports (`ports.0` out, `ports.3` in) against the forwarder on its
 /// two (`ports.1` in, `ports.2` out).
-fn run_with<F: Fib, S: Port, P: Port>(
+fn run_with<F: Fib, S: Port<Packet>, P: Port<Packet>>(
     config: &ForwardConfig,
     trace: &Trace,
     fib: Option<&F>,

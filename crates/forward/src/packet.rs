@@ -9,6 +9,7 @@
 //! `crc32c` of bytes 0..56 (4) = 60 bytes.
 
 use crc::{CRC_32_ISCSI, Crc};
+use kairos_io::{MAX_WIRE_BYTES, Message};
 
 /// The length of a packet's wire form, bytes.
 pub const WIRE_LEN: usize = 60;
@@ -135,6 +136,30 @@ impl Packet {
         })
     }
 }
+
+/// What every port of the experiment carries: in memory by value, on a network as its 60-byte
+/// wire form (a datagram that does not decode is dropped and counted by the port).
+impl Message for Packet {
+    fn encode(&self, buf: &mut [u8; MAX_WIRE_BYTES]) -> usize {
+        let (wire, _) = buf.split_first_chunk_mut::<WIRE_LEN>().expect("a port's buffer holds a packet");
+        Packet::encode(self, wire);
+        WIRE_LEN
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        Packet::decode(bytes).ok()
+    }
+
+    fn set_rx_ns(&mut self, rx_ns: u64) {
+        self.rx_ns = rx_ns;
+    }
+
+    fn rx_ns(&self) -> u64 {
+        self.rx_ns
+    }
+}
+
+const _: () = assert!(WIRE_LEN <= MAX_WIRE_BYTES, "a packet's wire form fits a port's buffer");
 
 #[cfg(test)]
 mod tests {
