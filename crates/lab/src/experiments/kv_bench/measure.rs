@@ -205,7 +205,7 @@ pub(super) fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSumm
     };
     let setups: Vec<Setup> =
         config.setups().into_iter().filter(|s| !skipped.contains_key(s.system.name())).collect();
-    let has_benchmark = crate::experiments::lane_latency::load::on_path("redis-benchmark");
+    let has_benchmark = crate::peers::process::on_path("redis-benchmark");
     if config.benchmark_requests > 0 && !has_benchmark && setups.iter().any(|s| config.benchmarks(s)) {
         skipped.insert(
             "redis-benchmark".into(),
