@@ -5,8 +5,9 @@
 //!   checked before anything starts, a results directory made before measuring, progress, the
 //!   summary), what the figures were measured on ([`harness::machine`]), results directories
 //!   ([`harness::output`]), plots, text tables, and background load.
-//! - [`peers`]: the programs measured beside Kairos (`dpdk-testpmd`, `cyclictest`), started
-//!   and stopped by the lab.
+//! - [`peers`]: the programs measured beside Kairos (`dpdk-testpmd`, `cyclictest`, Redis, etcd,
+//!   `sockperf`, and the plain UDP rows that stand for a user's own program), started and
+//!   stopped by the lab.
 //! - [`experiments`]: one module an experiment, each a config with `quick` and full presets and
 //!   a `run` returning a summary with stable field names, written to
 //!   `results/<experiment>/<run-id>/`.

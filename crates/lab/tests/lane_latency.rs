@@ -9,7 +9,8 @@ use std::time::Duration;
 use kairos_io::lane_testbed::{ClassCounters, Egress};
 use kairos_io::{LaneTestbed, LaneTestbedConfig, LaneTestbedError};
 use kairos_lab::experiments::lane_latency::load;
-use kairos_lab::experiments::lane_latency::peers::{self, Peer, PeerRun, PeerSettings};
+use kairos_lab::peers::process::require_tool;
+use kairos_lab::peers::udp::{self as peers, Peer, PeerRun, PeerSettings};
 use kairos_testkit::host::{children, namespaces_starting_with};
 
 const PREFIX: &str = "kairos-peers";
@@ -29,7 +30,7 @@ fn testbed() -> Option<LaneTestbed> {
 /// Whether the tools the rows and the load run are installed; says which is not.
 fn tools() -> bool {
     for (program, package) in [("sockperf", "sockperf"), ("iperf3", "iperf3"), ("stress-ng", "stress-ng")] {
-        if let Err(e) = load::require_tool(program, package, "this test") {
+        if let Err(e) = require_tool(program, package, "this test") {
             eprintln!("skipped: {e}");
             return false;
         }

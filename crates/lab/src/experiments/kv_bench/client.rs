@@ -538,7 +538,7 @@ mod tests {
     #[test]
     #[ignore = "needs etcd installed"]
     fn etcd_answers_puts_and_ranges_over_grpc() {
-        if !crate::experiments::lane_latency::load::on_path("etcd") {
+        if !crate::peers::process::on_path("etcd") {
             eprintln!("etcd is not installed: nothing to check");
             return;
         }

@@ -131,7 +131,7 @@ impl BenchConfig {
             let missing: Vec<String> = system
                 .programs()
                 .iter()
-                .filter(|(program, _)| !crate::experiments::lane_latency::load::on_path(program))
+                .filter(|(program, _)| !crate::peers::process::on_path(program))
                 .map(|(program, package)| {
                     format!("{program} is not installed (Debian: apt-get install {package})")
                 })
@@ -279,7 +279,7 @@ impl Experiment for BenchConfig {
             steps += self.runs * self.clients.len() * Op::ALL.len() + 1;
             total_s += runs * (self.clients.len() as f64 * Op::ALL.len() as f64 * point_s + 1.0);
             total_s += self.idle_seconds;
-            if self.benchmarks(s) && crate::experiments::lane_latency::load::on_path("redis-benchmark") {
+            if self.benchmarks(s) && crate::peers::process::on_path("redis-benchmark") {
                 steps += self.runs;
                 total_s += runs * 2.0 * self.benchmark_requests as f64 / 30_000.0;
             }
@@ -351,8 +351,7 @@ mod tests {
         let mut ok = config();
         ok.systems = vec![SystemKind::Kairos];
         let plan = ok.plan().unwrap();
-        let benchmark_runs =
-            if crate::experiments::lane_latency::load::on_path("redis-benchmark") { 3 * 4 } else { 0 };
+        let benchmark_runs = if crate::peers::process::on_path("redis-benchmark") { 3 * 4 } else { 0 };
         assert_eq!(
             plan.steps,
             3 * 4 * 6 + benchmark_runs + 4 * 5 + 4,

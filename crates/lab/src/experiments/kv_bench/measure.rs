@@ -15,12 +15,13 @@ use super::config::default_cores;
 use super::failover::{self, Quantiles};
 use super::goals::goals;
 use super::rounds::{self, RunFigures};
-use super::systems::{DataDir, Env, Fsync, Running, Setup, Storage, SystemKind};
+use super::systems::{Env, Fsync, Running, Setup, Storage, SystemKind};
 use super::{
     BENCHMARK_CLIENTS, BenchConfig, BenchSummary, Cluster, FailoverRow, FailoverSummary, Histograms,
     LatencyUs, Placement, Row, StorageInfo, TOOL, redis_benchmark, report,
 };
 use crate::harness::Run;
+use crate::peers::process::OwnedDir;
 
 /// How long one answer may take during a point.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -181,10 +182,10 @@ pub(super) fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSumm
     let mut notes = Vec::new();
     let logs = run.dir().path().join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("cannot create {}", logs.display()))?;
-    let disk = DataDir::create(run.dir().path().join("data"))?;
+    let disk = OwnedDir::create(run.dir().path().join("data"))?;
     let shm = Path::new("/dev/shm");
     let tmpfs_base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
-    let tmpfs = DataDir::create(tmpfs_base.join(format!("kairos-kv-bench-{}", std::process::id())))?;
+    let tmpfs = OwnedDir::create(tmpfs_base.join(format!("kairos-kv-bench-{}", std::process::id())))?;
     let storage = StorageInfo {
         disk: format!("{} ({})", disk.path().display(), file_system(disk.path())),
         tmpfs: format!("{} ({})", tmpfs.path().display(), file_system(tmpfs.path())),
@@ -205,7 +206,7 @@ pub(super) fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSumm
     };
     let setups: Vec<Setup> =
         config.setups().into_iter().filter(|s| !skipped.contains_key(s.system.name())).collect();
-    let has_benchmark = crate::experiments::lane_latency::load::on_path("redis-benchmark");
+    let has_benchmark = crate::peers::process::on_path("redis-benchmark");
     if config.benchmark_requests > 0 && !has_benchmark && setups.iter().any(|s| config.benchmarks(s)) {
         skipped.insert(
             "redis-benchmark".into(),

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::systems::spawn_pinned;
+use crate::peers::process::spawn_pinned;
 
 /// One result line.
 #[derive(Debug, Clone, PartialEq)]

@@ -40,7 +40,7 @@ use kairos_sys::host::HostFs;
 use kairos_sys::memory::NoIdleStates;
 use kairos_te::Topology;
 
-use super::peers::Sample;
+use super::samples::Sample;
 
 /// The lane's port in every host.
 const LANE_PORT: u16 = 7_500;

@@ -20,11 +20,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use kairos_io::lane_testbed::{ClassCount, Egress, LaneTestbed};
 use kairos_sys::child::OwnedChild;
 
-use super::peers::{ScratchDir, last_line, spawn_logged, wait_bound};
+use crate::peers::process::{OwnedDir, last_line, require_tool, spawn_logged, wait_bound};
 
 /// iperf3's port in the receiving host (its own namespace: nothing else listens there).
 pub const IPERF_PORT: u16 = 5201;
@@ -34,25 +34,6 @@ const CLIENT_SECONDS: u64 = 86_400;
 const STARTED_BYTES: u64 = 1 << 20;
 /// How long the flood has to start.
 const START_WITHIN: Duration = Duration::from_secs(10);
-
-/// Says in one line that `program` is missing and which Debian package has it, unless an
-/// executable of that name is on `PATH`.
-pub fn require_tool(program: &str, package: &str, for_what: &str) -> Result<()> {
-    if on_path(program) {
-        Ok(())
-    } else {
-        Err(anyhow!("{program} is not installed: install it (Debian: {package}) for {for_what}"))
-    }
-}
-
-/// Whether an executable named `program` is on `PATH`.
-pub fn on_path(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).any(|dir| {
-        std::fs::metadata(dir.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
-}
 
 /// The flood and the CPU load, running; ended when dropped.
 #[derive(Debug)]
@@ -64,7 +45,7 @@ pub struct Load<'a> {
     server: OwnedChild,
     stress: OwnedChild,
     /// The children's output files, removed after them.
-    dir: ScratchDir,
+    dir: OwnedDir,
     started: Instant,
     bulk_before: ClassCount,
 }
@@ -95,7 +76,7 @@ pub fn start(testbed: &LaneTestbed, from: usize, to: usize, stress_core: usize) 
     }
     require_tool("iperf3", "iperf3", "the flood rows")?;
     require_tool("stress-ng", "stress-ng", "the flood rows")?;
-    let dir = ScratchDir::new("iperf3")?;
+    let dir = OwnedDir::scratch("iperf3")?;
     let (to_address, from_address) = (receiver.address.to_string(), sender.address.to_string());
     let port = IPERF_PORT.to_string();
 
@@ -168,21 +149,5 @@ impl Load<'_> {
             bulk_bits_per_second: if seconds > 0.0 { bulk_bytes as f64 * 8.0 / seconds } else { 0.0 },
             bulk_dropped: after.dropped.saturating_sub(before.dropped),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_missing_tool_is_one_line_naming_its_package() {
-        let error =
-            require_tool("kairos-no-such-tool", "kairos-pkg", "the flood rows").unwrap_err().to_string();
-        assert_eq!(
-            error,
-            "kairos-no-such-tool is not installed: install it (Debian: kairos-pkg) for the flood rows"
-        );
-        require_tool("sh", "dash", "a shell").unwrap();
     }
 }

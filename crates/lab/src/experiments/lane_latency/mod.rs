@@ -5,7 +5,7 @@
 //! bridge, HTB at every egress with the lane's strict-priority class), 64-byte messages every
 //! 100 us, the same count per row. The rows:
 //! - `kairos lane` and `kairos lane, no host tuning`: the whole lane ([`lane_row`]);
-//! - `udp blocking`, `udp busy-poll`, `priority only` and `sockperf` ([`peers`]).
+//! - `udp blocking`, `udp busy-poll`, `priority only` and `sockperf` ([`crate::peers::udp`]).
 //!
 //! Each runs idle and under the flood ([`load`]: an iperf3 TCP stream across the same bridge
 //! from the sender to the receiver, and stress-ng on the core the lane does not use). Stall
@@ -25,7 +25,6 @@
 
 pub mod lane_row;
 pub mod load;
-pub mod peers;
 pub mod stats;
 
 /// What a peer measured, message by message, and sockperf's log read into it: in
@@ -44,10 +43,11 @@ use kairos_sys::clock::{monotonic_ns, realtime_ns};
 use serde::Serialize;
 
 use self::lane_row::LaneRowSettings;
-use self::peers::{Peer, PeerSettings, Sample};
 use self::stats::{BoundCheck, Percentiles, Spread};
 use crate::harness::plot::{Scales, Series, XySeries, tail_chart, xy_chart};
 use crate::harness::{Experiment, InvalidConfig, Plan, Run, RunInfo};
+use crate::peers::process::on_path;
+use crate::peers::udp::{self, Peer, PeerSettings, Sample};
 
 /// The sending host and the receiving host.
 const FROM: usize = 0;
@@ -253,7 +253,7 @@ fn missing_programs(config: &LatencyConfig) -> Vec<&'static str> {
     if config.rows.contains(&RowKind::Peer(Peer::Sockperf)) {
         need.push("sockperf");
     }
-    need.into_iter().filter(|p| !load::on_path(p)).collect()
+    need.into_iter().filter(|p| !on_path(p)).collect()
 }
 
 /// One row of the table: the names other tools read, then what a reader needs to trust them.
@@ -437,7 +437,7 @@ fn measure(
                 packets: config.packets,
                 message_bytes: config.message_bytes,
             };
-            let r = peers::run(testbed, peer, &settings)?;
+            let r = udp::run(testbed, peer, &settings)?;
             Ok(Measured { samples: r.samples, sent: r.sent, bound_ns: None, notes: Vec::new() })
         }
     }
