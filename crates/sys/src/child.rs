@@ -167,6 +167,16 @@ impl Drop for OwnedChild {
     }
 }
 
+/// Whether an executable file named `program` is on `PATH` (what a spawn by name would find),
+/// so a caller can say a tool is missing before it starts anything.
+pub fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).any(|dir| {
+        std::fs::metadata(dir.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
 /// Runs `command` to its end as an owned child (standard input empty, output and error
 /// captured), like [`Command::output`].
 pub fn output(command: &mut Command) -> io::Result<Output> {

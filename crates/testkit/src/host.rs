@@ -28,11 +28,7 @@ pub fn skip_if_root(why: &str) -> bool {
     skip
 }
 
-/// Whether `program` is on the PATH.
-pub fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
-}
+pub use kairos_sys::child::on_path;
 
 /// The machine's network namespaces (`ip netns list`), by name.
 pub fn namespaces() -> Vec<String> {

@@ -32,14 +32,7 @@ pub fn require_tool(program: &str, package: &str, for_what: &str) -> Result<()> 
     }
 }
 
-/// Whether an executable named `program` is on `PATH`.
-pub fn on_path(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path).any(|dir| {
-        std::fs::metadata(dir.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
-}
+pub use kairos_sys::child::on_path;
 
 /// Starts `command` from a thread pinned to `cores`, so the child and every thread it makes
 /// inherit that affinity.
