@@ -66,11 +66,11 @@ root_tests cli "the lane's end-to-end test" --nocapture lane_e2e::
 }
 
 lane_latency() {
-step "the lane latency experiment, quick: every row idle and under the flood, each with its figures (release, root)"
+step "the lane latency experiment, quick: every row idle and under the flood, each with its figures, the lane on a path of its own and on the shared one (release, root)"
 if [ "$(id -u)" = 0 ]; then
   latency=target/test-results/lane-latency.json
   kairos lane latency --quick --json --results target/test-results > "$latency"
-  for name in "kairos lane" "kairos lane, no host tuning" "udp blocking" "udp busy-poll" "priority only" "sockperf"; do
+  for name in "kairos lane" "kairos lane, shared receive path" "kairos lane, no host tuning" "udp blocking" "udp busy-poll" "priority only" "sockperf"; do
     for load in idle flood; do
       # sockperf sends for whole seconds, and fewer when a round trip outlasts the period.
       sent=3000; [ "$name" = sockperf ] && sent='[1-9][0-9]*'
@@ -79,8 +79,8 @@ if [ "$(id -u)" = 0 ]; then
     done
   done
   # Every lane row checked its messages against the tunnel's bound (a number, not null).
-  [ "$(grep -o '"bound_violations":[0-9][0-9]*' "$latency" | wc -l)" = 4 ] \
-    || { echo "lane latency: the four lane rows must each count bound violations"; cat "$latency"; exit 1; }
+  [ "$(grep -o '"bound_violations":[0-9][0-9]*' "$latency" | wc -l)" = 6 ] \
+    || { echo "lane latency: the six lane rows must each count bound violations"; cat "$latency"; exit 1; }
   for plot in latency_over_time_flood.png jitter_flood.png latency_tail_flood.png; do
     grep -q "$plot" "$latency" || { echo "lane latency: no plot $plot"; exit 1; }
   done

@@ -123,7 +123,7 @@ struct LatencyArgs {
     /// Each message's bytes: 16-1000.
     #[arg(long, default_value_t = 64)]
     message_bytes: usize,
-    /// The rows, comma-separated: lane, lane-untuned, udp-blocking, udp-busy-poll,
+    /// The rows, comma-separated: lane, lane-shared, lane-untuned, udp-blocking, udp-busy-poll,
     /// priority-only, sockperf [default: all].
     #[arg(long, value_delimiter = ',')]
     rows: Vec<String>,

@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use clap::Args;
 use kairos_io::lane_testbed::{
-    BRIDGE, BULK_ASSURED_BPS, BULK_CLASS, Calibration, HOST_DEVICE, JITTER_PERCENTILE, LANE_CLASS, LANE_TOS,
-    LINK_CLASS, LaneTestbed, LaneTestbedConfig, MAX_CALIBRATION_SAMPLES, MAX_HOSTS, MAX_QUEUE_LIMIT,
-    MAX_RATE_BPS, MIN_HOSTS, MIN_RATE_BPS, MTU_BYTES, TestbedTopology, transmission_ns,
+    BRIDGE, BULK_ASSURED_BPS, BULK_CLASS, Calibration, HOST_DEVICE, JITTER_PERCENTILE, LANE_BRIDGE,
+    LANE_CLASS, LANE_DEVICE, LANE_TOS, LINK_CLASS, LaneTestbed, LaneTestbedConfig, MAX_CALIBRATION_SAMPLES,
+    MAX_HOSTS, MAX_QUEUE_LIMIT, MAX_RATE_BPS, MIN_HOSTS, MIN_RATE_BPS, MTU_BYTES, TestbedTopology,
+    lane_address, transmission_ns,
 };
 
 use crate::exit::{self, usage};
@@ -43,6 +44,12 @@ pub struct TestbedArgs {
     /// removed once the topology is written.
     #[arg(long)]
     hold: bool,
+    /// Give lane traffic a path of its own: a second veth per host (`lane`, 10.213.0.1/24
+    /// onward) into a bridge of its own, shaped alike, each end received by a kernel thread
+    /// (threaded NAPI) that can be pinned to the lane's core; the calibration and the topology
+    /// are then that path's. Lane nodes bind to the lane addresses.
+    #[arg(long)]
+    lane_path: bool,
 }
 
 /// The fewest calibration datagrams: a thousand leave one above the 99.9th percentile.
@@ -74,6 +81,7 @@ fn config(a: &TestbedArgs) -> Result<LaneTestbedConfig> {
         rate_bps: a.rate_mbps * 1_000_000,
         lane_limit: a.lane_limit,
         bulk_limit: a.bulk_limit,
+        lane_path: a.lane_path,
         ..LaneTestbedConfig::default()
     };
     config.check().map_err(|e| usage(e.to_string()))?;
@@ -160,6 +168,7 @@ fn header(bed: &LaneTestbed, c: &Calibration) -> String {
          # (namespace {sw}). Every egress is shaped by HTB to {rate}; lane traffic (IP DSCP EF,\n\
          # TOS {tos:#04x}) has a strict-priority class whose pfifo holds {limit} packets:\n\
          # queue_bytes = {limit} x {MTU_BYTES} bytes.\n\
+         {path}\
          # Calibration h{from} -> h{to} across the bridge, {n} idle datagrams, kernel receive stamps:\n\
          # {figures}.\n\
          # min_delay_ns is half the minimum (two alike hops) less a {MTU_BYTES}-byte frame's transmission\n\
@@ -182,6 +191,17 @@ fn header(bed: &LaneTestbed, c: &Calibration) -> String {
         n = c.samples + c.lost,
         figures = figures(c),
         frame = us(transmission_ns(MTU_BYTES, config.rate_bps)),
+        path = if bed.has_lane_path() {
+            format!(
+                "# Lane traffic has a path of its own: each host's {LANE_DEVICE} ({l0}..{llast}/24) on the\n\
+                 # bridge {LANE_BRIDGE}, shaped alike, every end received by a kernel thread of its own\n\
+                 # (threaded NAPI); the calibration below is that path's.\n",
+                l0 = lane_address(0),
+                llast = lane_address(last),
+            )
+        } else {
+            String::new()
+        },
     )
 }
 
@@ -202,9 +222,23 @@ fn summary(bed: &LaneTestbed, c: &Calibration, t: &TestbedTopology, path: &Path)
         "-",
         ports.join(" ")
     );
-    for h in bed.hosts() {
+    for (i, h) in bed.hosts().iter().enumerate() {
         let address = format!("{}/24", h.address);
         let _ = writeln!(out, "  {:<4}  {:<22}  {address:<14}  {HOST_DEVICE}", h.name, h.namespace);
+        if bed.has_lane_path() {
+            let address = format!("{}/24", lane_address(i));
+            let _ = writeln!(out, "  {:<4}  {:<22}  {address:<14}  {LANE_DEVICE} (lane path)", "", "");
+        }
+    }
+    if bed.has_lane_path() {
+        let ports: Vec<&str> = bed.hosts().iter().map(|h| h.lane_switch_port.as_str()).collect();
+        let threads: Vec<String> = bed.napi_threads().iter().map(|t| t.pid.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "lane path: bridge {LANE_BRIDGE} (ports {}); every end received by its own kernel thread (threaded NAPI), pids {}: pin them to the lane core above the nodes (chrt -f -p 70 PID; taskset -p -c CORE PID)",
+            ports.join(" "),
+            threads.join(" ")
+        );
     }
     let _ = writeln!(
         out,

@@ -24,6 +24,16 @@
 //! borrowing the parent's spare tokens, which it gets when the lane has nothing queued: strict
 //! priority, apart from the one bulk packet already on its way.
 //!
+//! # The lane's own path
+//!
+//! With [`LaneTestbedConfig::lane_path`], each host also has a [`LANE_DEVICE`] (address
+//! `10.213.0.<i+1>/24`, [`lane_address`]) into a bridge of its own, [`LANE_BRIDGE`], shaped
+//! alike, and every end of those veths receives in a kernel thread of its own (threaded NAPI)
+//! that [`LaneTestbed::tune_napi`] pins to the lane's core at a real-time priority: lane packets
+//! then never wait in the bulk traffic's receive backlog. [`LaneTestbed::lane_socket`] binds
+//! there, and [`LaneTestbed::lane_address`] and [`LaneTestbed::lane_device`] say where the lane
+//! is. Why, and how the threads are found, is in `lane_path`'s documentation.
+//!
 //! # Classification: the DSCP byte, not the socket priority
 //!
 //! A `u32` filter on the root puts IPv4 packets whose DSCP is EF (type-of-service byte `0xb8`
@@ -91,11 +101,13 @@
 
 mod calibration;
 mod classes;
+mod lane_path;
 
 pub use calibration::{
     CALIBRATION_TIMEOUT_NS, Calibration, CalibrationPath, MAX_CALIBRATION_SAMPLES, transmission_ns,
 };
 pub use classes::{BULK_ASSURED_BPS, BULK_CLASS, ClassCount, ClassCounters, LANE_CLASS, LINK_CLASS};
+pub use lane_path::{LANE_BRIDGE, LANE_DEVICE, NapiThread, lane_address};
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::process::Command;
@@ -172,13 +184,25 @@ pub struct LaneTestbedConfig {
     /// Namespace names start with it: `kairos` followed by lower-case letters, digits and
     /// dashes, at most [`MAX_PREFIX_LEN`] bytes.
     pub prefix: String,
+    /// Whether lane traffic gets a path of its own: a second veth per host into a bridge of
+    /// its own, each end's receive in a kernel thread that can be pinned and prioritised (the
+    /// module documentation's "The lane's own path"). Without it, lane traffic shares each host's
+    /// [`HOST_DEVICE`] with the bulk traffic, in the lane class of its queues.
+    pub lane_path: bool,
 }
 
 impl Default for LaneTestbedConfig {
     /// Two hosts, 1 Gbit/s, a lane queue of 64 packets and a bulk queue of 1000 (a veth's
-    /// `txqueuelen`), prefix `kairos`.
+    /// `txqueuelen`), prefix `kairos`, the lane on the shared devices.
     fn default() -> Self {
-        Self { hosts: 2, rate_bps: 1_000_000_000, lane_limit: 64, bulk_limit: 1000, prefix: "kairos".into() }
+        Self {
+            hosts: 2,
+            rate_bps: 1_000_000_000,
+            lane_limit: 64,
+            bulk_limit: 1000,
+            prefix: "kairos".into(),
+            lane_path: false,
+        }
     }
 }
 
@@ -288,6 +312,9 @@ pub enum LaneTestbedError {
         /// What went wrong.
         what: String,
     },
+    /// A lane-path egress asked of a testbed without the lane's own path.
+    #[error("the testbed has no lane path of its own (LaneTestbedConfig::lane_path)")]
+    NoLanePath,
     /// `tc -s class show` printed no counters for the lane and bulk classes.
     #[error("class counters of {device} in {namespace}: {what}")]
     Counters {
@@ -311,6 +338,8 @@ pub struct LaneHost {
     pub address: Ipv4Addr,
     /// Its veth peer, a port of the bridge in the switch namespace: `to-h<i>`.
     pub switch_port: String,
+    /// Its lane veth's peer, a port of the lane's bridge, with the lane's own path: `lane-h<i>`.
+    pub lane_switch_port: String,
 }
 
 /// An egress queue of the testbed.
@@ -320,6 +349,10 @@ pub enum Egress {
     Host(usize),
     /// The bridge port toward host `i`.
     SwitchPort(usize),
+    /// Host `i`'s [`LANE_DEVICE`], with the lane's own path.
+    LaneHost(usize),
+    /// The lane bridge's port toward host `i`, with the lane's own path.
+    LaneSwitchPort(usize),
 }
 
 /// What the lane's controller needs of the testbed, as plain data (the lane's `Topology` is a
@@ -386,6 +419,8 @@ pub struct LaneTestbed {
     config: LaneTestbedConfig,
     switch_namespace: String,
     hosts: Vec<LaneHost>,
+    /// The kernel threads serving the lane path's receive (none without it).
+    napi_threads: Vec<NapiThread>,
     /// The namespaces' removal, should a signal end the process first.
     removal: Option<Registration>,
     /// Dropped after the namespaces are gone (fields drop after `Drop::drop`).
@@ -410,6 +445,7 @@ impl LaneTestbed {
                 namespace: format!("{prefix}-{pid}-h{i}"),
                 address: host_address(i),
                 switch_port: format!("to-h{i}"),
+                lane_switch_port: lane_path::lane_switch_port(i),
             })
             .collect();
         let mut names: Vec<String> = hosts.iter().map(|h| h.namespace.clone()).collect();
@@ -422,8 +458,18 @@ impl LaneTestbed {
                 remove_namespaces(&names)
             })
         };
-        let bed = LaneTestbed { config, switch_namespace, hosts, removal: Some(removal), _claim: claim };
+        let mut bed = LaneTestbed {
+            config,
+            switch_namespace,
+            hosts,
+            napi_threads: Vec::new(),
+            removal: Some(removal),
+            _claim: claim,
+        };
         bed.build()?;
+        if bed.config.lane_path {
+            bed.build_lane_path()?;
+        }
         Ok(bed)
     }
 
@@ -490,10 +536,12 @@ impl LaneTestbed {
         Ok(socket_in(&host.namespace, SocketAddrV4::new(host.address, port))?)
     }
 
-    /// A UDP socket of host `i` bound to `port` (0: any), marked ([`mark_lane_socket`]): its
-    /// packets take the lane class at every egress.
+    /// A UDP socket of host `i` bound to `port` (0: any) on its lane address
+    /// ([`Self::lane_address`]), marked ([`mark_lane_socket`]): its packets take the lane's own
+    /// path if the testbed has one, and the lane class at every egress.
     pub fn lane_socket(&self, i: usize, port: u16) -> Result<UdpSocket, LaneTestbedError> {
-        let socket = self.socket(i, port)?;
+        let host = self.host(i)?;
+        let socket = socket_in(&host.namespace, SocketAddrV4::new(self.lane_address(i)?, port))?;
         mark_lane_socket(&socket)
             .map_err(|source| TestbedError::Io { what: "setsockopt IP_TOS".into(), source })?;
         Ok(socket)
@@ -543,6 +591,13 @@ impl LaneTestbed {
         match egress {
             Egress::Host(i) => Ok((&self.host(i)?.namespace, HOST_DEVICE)),
             Egress::SwitchPort(i) => Ok((&self.switch_namespace, &self.host(i)?.switch_port)),
+            Egress::LaneHost(_) | Egress::LaneSwitchPort(_) if !self.config.lane_path => {
+                Err(LaneTestbedError::NoLanePath)
+            }
+            Egress::LaneHost(i) => Ok((&self.host(i)?.namespace, LANE_DEVICE)),
+            Egress::LaneSwitchPort(i) => {
+                Ok((&self.switch_namespace, self.host(i)?.lane_switch_port.as_str()))
+            }
         }
     }
 

@@ -10,7 +10,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kairos_io::lane_testbed::{Calibration, CalibrationPath, ClassCounters, Egress, LANE_TOS};
+use kairos_io::lane_testbed::{
+    Calibration, CalibrationPath, ClassCounters, Egress, LANE_DEVICE, LANE_TOS, lane_address,
+};
 use kairos_io::{LaneTestbed, LaneTestbedConfig, LaneTestbedError, Port, UdpPort};
 use kairos_sys::clock::monotonic_ns;
 use kairos_sys::net::options;
@@ -136,6 +138,92 @@ fn three_hosts_reach_each_other_lane_and_bulk_take_their_classes_and_nothing_is_
     assert_eq!(namespaces_left("kairos"), Vec::<String>::new(), "namespaces left behind");
 }
 
+/// How many times a thread has been run (`/proc/PID/schedstat`'s third field).
+fn runs(pid: i32) -> u64 {
+    let schedstat = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+    schedstat.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// The scheduling policy (field 41 of `/proc/PID/stat`) and allowed cores of a thread.
+fn policy_and_cores(pid: i32) -> (u32, String) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+    // Fields from the third on; the policy is the 41st.
+    let policy = after_name.split_whitespace().nth(41 - 3).unwrap().parse().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let cores = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
+    (policy, cores)
+}
+
+/// With its own path, lane traffic leaves and enters each host by the lane device (the shared
+/// devices' lane classes see none of it), and every end of those veths is received by a kernel
+/// thread of its own, which the testbed pins and prioritises, gives back, and takes away with it.
+#[test]
+fn the_lane_path_carries_lane_traffic_on_devices_of_its_own_received_by_their_own_threads() {
+    let config =
+        LaneTestbedConfig { lane_path: true, prefix: "kairos-lpath".into(), ..LaneTestbedConfig::default() };
+    let Some(bed) = testbed(config) else { return };
+    assert!(bed.has_lane_path());
+    assert_eq!((bed.lane_address(1).unwrap(), bed.lane_device()), (lane_address(1), LANE_DEVICE));
+    // Two hosts, two ends each.
+    let threads = bed.napi_threads().to_vec();
+    assert_eq!(threads.len(), 4, "{threads:?}");
+    for t in &threads {
+        let comm = std::fs::read_to_string(format!("/proc/{}/comm", t.pid)).unwrap();
+        assert!(comm.starts_with("napi/"), "thread {} is {comm:?}", t.pid);
+    }
+
+    let shared = [Egress::Host(0), Egress::SwitchPort(1)];
+    let own = [Egress::LaneHost(0), Egress::LaneSwitchPort(1)];
+    let counters = |egresses: [Egress; 2]| egresses.map(|e| bed.class_counters(e).unwrap());
+    let (shared_before, own_before) = (counters(shared), counters(own));
+    let runs_before: Vec<u64> = threads.iter().map(|t| runs(t.pid)).collect();
+    send_and_receive(&bed.lane_socket(0, 0).unwrap(), &bed.lane_socket(1, 0).unwrap(), 200);
+    let (shared_after, own_after) = (counters(shared), counters(own));
+    for i in 0..2 {
+        assert_eq!(sent_between(own_before[i], own_after[i]).0, 200, "lane datagrams on {:?}", own[i]);
+        assert_eq!(sent_between(shared_before[i], shared_after[i]).0, 0, "lane datagrams on {:?}", shared[i]);
+    }
+    // Received by the threads, not in a softirq backlog: the bridge's end toward h0 and h1's
+    // own end each ran for (nearly) every datagram, sent one at a time.
+    for (t, before) in threads.iter().zip(&runs_before) {
+        let on_the_way = (t.device == "lane-h0") || (t.device == LANE_DEVICE && t.namespace.ends_with("-h1"));
+        let ran = runs(t.pid) - before;
+        if on_the_way {
+            assert!(ran >= 100, "{t:?} ran {ran} times for 200 datagrams: not receiving them");
+        }
+    }
+
+    let core = kairos_sys::proc::last_core();
+    bed.tune_napi(core, 70).unwrap();
+    for t in &threads {
+        assert_eq!(policy_and_cores(t.pid), (libc::SCHED_FIFO as u32, core.to_string()), "{t:?}");
+    }
+    // Still received, now on the lane core.
+    send_and_receive(&bed.lane_socket(0, 0).unwrap(), &bed.lane_socket(1, 0).unwrap(), 50);
+    bed.untune_napi().unwrap();
+    for t in &threads {
+        assert_eq!(policy_and_cores(t.pid).0, libc::SCHED_OTHER as u32, "{t:?}");
+    }
+    // Without the path, asking for its egress is an error, not the shared one.
+    let plain = testbed(LaneTestbedConfig { prefix: "kairos-lpath2".into(), ..LaneTestbedConfig::default() })
+        .unwrap();
+    assert!(matches!(plain.egress(Egress::LaneHost(0)), Err(LaneTestbedError::NoLanePath)));
+    assert!(plain.napi_threads().is_empty());
+    drop(plain);
+
+    drop(bed);
+    // A namespace's devices go with it in the kernel's own time (its clean-up work runs later).
+    let alive =
+        || threads.iter().filter(|t| std::path::Path::new(&format!("/proc/{}", t.pid)).exists()).count();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(alive(), 0, "receive threads outlived their testbed: {threads:?}");
+    assert_eq!(namespaces_left("kairos-lpath"), Vec::<String>::new(), "namespaces left behind");
+}
+
 /// Probes of one kind: latencies of those that arrived, and how many were sent.
 struct Probes {
     port: UdpPort,
@@ -203,6 +291,7 @@ fn lane_probes_keep_their_latency_under_a_bulk_flood() {
         lane_limit: 64,
         bulk_limit: 256,
         prefix: "kairos-prio".into(),
+        lane_path: false,
     };
     let Some(bed) = testbed(config) else { return };
     let sink = bed.socket(1, 0).unwrap();

@@ -2,8 +2,9 @@
 //! id, its timer slack, and what it has cost and suffered (CPU time, context switches, time
 //! waiting on a run queue).
 //!
-//! Every setter acts on the calling thread only (Linux schedules threads, not processes) and
-//! returns the kernel's refusal as an `io::Error`: pinning to an absent core or asking for
+//! Every setter acts on one thread (Linux schedules threads, not processes): the calling one,
+//! or, for those that take a thread id, a thread this process does not run (a kernel thread
+//! serving a device), and returns the kernel's refusal as an `io::Error`: pinning to an absent core or asking for
 //! `SCHED_FIFO` without `CAP_SYS_NICE` is an answer the caller reports, not a panic.
 
 use std::io;
@@ -25,6 +26,12 @@ pub fn pin_current_thread(core: usize) -> io::Result<()> {
 /// Lets the calling thread run on `cores` only (and on any of them). An empty list, or one
 /// naming an absent core, is refused.
 pub fn pin_current_thread_to(cores: &[usize]) -> io::Result<()> {
+    pin_thread_to(0, cores)
+}
+
+/// Lets thread `tid` (0: the calling one) run on `cores` only: for a thread this one does not
+/// run, such as a kernel thread that serves a device (needs `CAP_SYS_NICE` for another user's).
+pub fn pin_thread_to(tid: i32, cores: &[usize]) -> io::Result<()> {
     if cores.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no core to run on"));
     }
@@ -37,8 +44,9 @@ pub fn pin_current_thread_to(cores: &[usize]) -> io::Result<()> {
         // SAFETY: `core` < CPU_SETSIZE was checked just above, so CPU_SET stays inside `set`.
         unsafe { libc::CPU_SET(core, &mut set) };
     }
-    // SAFETY: pid 0 names the calling thread; `set` is a valid cpu_set_t of the size passed.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; a `tid` that names no thread is
+    // answered with ESRCH.
+    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
@@ -101,9 +109,23 @@ pub fn set_fifo_reset_on_fork(priority: i32) -> io::Result<()> {
 
 /// Makes the calling thread `SCHED_FIFO` at `priority` (1-99). Fails without `CAP_SYS_NICE`.
 pub fn set_fifo(priority: i32) -> io::Result<()> {
+    set_thread_fifo(0, priority)
+}
+
+/// Makes thread `tid` (0: the calling one) `SCHED_FIFO` at `priority` (1-99). Fails without
+/// `CAP_SYS_NICE`, and with ESRCH when `tid` names no thread.
+pub fn set_thread_fifo(tid: i32, priority: i32) -> io::Result<()> {
     let param = libc::sched_param { sched_priority: priority };
-    // SAFETY: pid 0 names the calling thread; `param` is a valid sched_param.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    // SAFETY: `param` is a valid sched_param; the kernel checks `tid`.
+    let rc = unsafe { libc::sched_setscheduler(tid, libc::SCHED_FIFO, &param) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Puts thread `tid` (0: the calling one) back under `SCHED_OTHER`.
+pub fn set_thread_normal(tid: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param; the kernel checks `tid`.
+    let rc = unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 

@@ -1,6 +1,6 @@
 //! `kairos lane testbed`: bad flags are one line and exit 2 before anything is made; without
-//! root, exit 1 with the reason; as root, a run writes a topology over which `lane plan` admits a
-//! tunnel and leaves no namespace, and a held testbed is removed by SIGTERM (exit 143).
+//! root, exit 1 with the reason; as root, a run with the lane's own path writes a topology over
+//! which `lane plan` admits a tunnel and leaves no namespace, and a held testbed is removed by SIGTERM (exit 143).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -75,6 +75,7 @@ fn as_root_it_writes_a_topology_lane_plan_reads_and_leaves_nothing() {
         "3",
         "--samples",
         "1000",
+        "--lane-path",
         "--write-topology",
         path.to_str().unwrap(),
     ]);
@@ -84,6 +85,8 @@ fn as_root_it_writes_a_topology_lane_plan_reads_and_leaves_nothing() {
         format!("kairos-{pid}-sw"),
         format!("kairos-{pid}-h2"),
         "10.212.0.3/24".into(),
+        "10.213.0.3/24".into(),
+        "lane path: bridge br-lane (ports lane-h0 lane-h1 lane-h2)".into(),
         "1:10  lane  prio 0".into(),
         "1:20  bulk  prio 1".into(),
         "calibration h0 -> h1".into(),
@@ -100,6 +103,7 @@ fn as_root_it_writes_a_topology_lane_plan_reads_and_leaves_nothing() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.starts_with("# The express lane's testbed") && text.contains("no hard bound"), "{text}");
     assert!(text.contains("less a 1500-byte frame's transmission"), "{text}");
+    assert!(text.contains("a path of its own: each host's lane (10.213.0.1..10.213.0.3/24)"), "{text}");
     assert_eq!(namespaces_of(pid), Vec::<String>::new(), "namespaces left behind");
     // The lane plans over it: a heartbeat multicast from h0 is admitted with its bounds.
     let requests = scratch_path("requests.toml");

@@ -8,7 +8,7 @@ use kairos_sys::clock::monotonic_ns;
 use kairos_sys::net::options;
 use kairos_sys::net::{RingConfig, RxLayout};
 
-use super::{HOST_DEVICE, JITTER_PERCENTILE, LANE_TOS, LaneTestbed, LaneTestbedError, MTU_BYTES};
+use super::{JITTER_PERCENTILE, LANE_TOS, LaneTestbed, LaneTestbedError, MTU_BYTES};
 use crate::af_packet::{AfPacketPort, AfPacketSocket};
 use crate::port::{MAX_WIRE_BYTES, Message, Port, PortError};
 use crate::testbed::TestbedError;
@@ -103,7 +103,8 @@ pub enum CalibrationPath {
     /// UDP sockets, the kernel stamping each datagram as it reaches the receiver's socket.
     #[default]
     Udp,
-    /// Memory-mapped packet rings ([`crate::af_packet`]) on the hosts' [`HOST_DEVICE`], as a
+    /// Memory-mapped packet rings ([`crate::af_packet`]) on the hosts' lane device
+    /// ([`LaneTestbed::lane_device`]: [`super::HOST_DEVICE`] or [`super::LANE_DEVICE`]), as a
     /// lane node on the packet transport sends and receives: the qdisc and the UDP layers
     /// skipped, the ring's stamp taken as the frame reaches it.
     PacketRing,
@@ -210,8 +211,9 @@ impl LaneTestbed {
         if !(1..=MAX_CALIBRATION_SAMPLES).contains(&samples) {
             return Err(fail(format!("samples must be from 1 to {MAX_CALIBRATION_SAMPLES}, got {samples}")));
         }
+        // Both on the lane's addresses: the lane's own path when the testbed has one.
         let sender = self.lane_socket(from, 0)?;
-        let receiver = self.socket(to, 0)?;
+        let receiver = self.lane_socket(to, 0)?;
         let local = |s: &UdpSocket| {
             s.local_addr().map_err(|source| TestbedError::Io { what: "getsockname".into(), source })
         };
@@ -239,7 +241,7 @@ impl LaneTestbed {
                         ethertype: kairos_sys::net::packet_ring::ETH_P_IP,
                         ..Default::default()
                     };
-                    self.in_host(host, || AfPacketSocket::open(HOST_DEVICE, addr, config))?
+                    self.in_host(host, || AfPacketSocket::open(self.lane_device(), addr, config))?
                         .map_err(|e| fail(e.to_string()))
                 };
                 let (mut tx_ring, mut rx_ring) = (ring(from, tx_addr)?, ring(to, rx_addr)?);

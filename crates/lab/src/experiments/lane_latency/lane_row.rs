@@ -14,6 +14,13 @@
 //!   ([`super::Transport`], `--transport packet`).
 //! - `kairos lane, no host tuning` (the source's X-Lane_0): the same nodes, the receiver still
 //!   spinning, but not pinned, not real-time, no doctor.
+//! - `kairos lane, shared receive path`: as `kairos lane`, but on the hosts' shared devices
+//!   instead of the lane's own path ([`kairos_io::lane_testbed`]'s "The lane's own path"):
+//!   what the separate path is worth, measured in the same run.
+//!
+//! On the lane's own path, a tuned row also pins the kernel threads that receive on the lane's
+//! devices (threaded NAPI) to the lane core at [`NAPI_FIFO`], above both nodes, and gives them
+//! back to the scheduler after the row.
 //!
 //! Each message's latency runs from its packet's release stamp (the sending node's clock read
 //! as it sends, carried in the lane header) to the kernel's software receive stamp of the
@@ -49,6 +56,10 @@ const LANE_PORT: u16 = 7_500;
 const SENDER_FIFO: i32 = 60;
 /// The receiving node's.
 const RECEIVER_FIFO: i32 = 50;
+/// The lane devices' receive threads' (threaded NAPI), in a tuned row on the lane's own path:
+/// above both nodes, so a packet that arrives is taken in at once, even from a spinning
+/// receiver's core.
+pub const NAPI_FIFO: i32 = 70;
 /// How long the last messages may take to arrive.
 const DRAIN: Duration = Duration::from_millis(100);
 /// How long each node's probe of its core lasts (`kairos lane node`'s default).
@@ -75,6 +86,9 @@ pub struct LaneRowSettings {
     pub message_bytes: usize,
     /// What both nodes send and receive on.
     pub transport: super::Transport,
+    /// Whether the nodes use the testbed's lane path (its own devices) rather than the shared
+    /// ones.
+    pub own_path: bool,
 }
 
 /// What one lane row measured.
@@ -143,6 +157,24 @@ impl Drop for Tuned {
     }
 }
 
+/// The lane devices' receive threads pinned to the lane core above the nodes, given back to
+/// the scheduler when dropped (they go with the testbed in any case).
+struct NapiTuned<'a>(&'a LaneTestbed);
+
+impl<'a> NapiTuned<'a> {
+    fn apply(testbed: &'a LaneTestbed, core: usize) -> Result<Self> {
+        let tuned = Self(testbed);
+        testbed.tune_napi(core, NAPI_FIFO).context("pinning the lane devices' receive threads")?;
+        Ok(tuned)
+    }
+}
+
+impl Drop for NapiTuned<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.untune_napi();
+    }
+}
+
 /// The controller and the two nodes of a row, stopped on drop (nodes first).
 struct Lane {
     sender: Option<RunningNode>,
@@ -158,8 +190,10 @@ impl Lane {
     }
 }
 
-fn lane_addr(host: usize) -> SocketAddr {
-    SocketAddr::V4(SocketAddrV4::new(host_address(host), LANE_PORT))
+/// Where host `host`'s node takes lane packets: on the lane's own path or the shared one.
+fn lane_addr(testbed: &LaneTestbed, s: &LaneRowSettings, host: usize) -> Result<SocketAddr> {
+    let ip = if s.own_path { testbed.lane_address(host)? } else { host_address(host) };
+    Ok(SocketAddr::V4(SocketAddrV4::new(ip, LANE_PORT)))
 }
 
 fn start_lane(testbed: &LaneTestbed, topology: &Topology, dir: &Path, s: &LaneRowSettings) -> Result<Lane> {
@@ -177,14 +211,15 @@ fn start_lane(testbed: &LaneTestbed, topology: &Topology, dir: &Path, s: &LaneRo
         })?
         .context("the lane controller")?;
     let hosts = [s.from, s.to];
-    let peers: HashMap<String, SocketAddr> = hosts.iter().map(|&h| (format!("h{h}"), lane_addr(h))).collect();
+    let peers: HashMap<String, SocketAddr> =
+        hosts.iter().map(|&h| Ok((format!("h{h}"), lane_addr(testbed, s, h)?))).collect::<Result<_>>()?;
     let node = |host: usize, sending: bool| -> Result<RunningNode> {
         let config = NodeConfig {
             controller: controller.local_addr(),
             host: format!("h{host}"),
             secret: secret(),
             dir: dir.join(format!("node-h{host}")),
-            lane_bind: lane_addr(host),
+            lane_bind: lane_addr(testbed, s, host)?,
             peers: peers.clone(),
             core: s.tuned.then_some(s.lane_core),
             fifo_priority: match (s.tuned, sending) {
@@ -197,7 +232,9 @@ fn start_lane(testbed: &LaneTestbed, topology: &Topology, dir: &Path, s: &LaneRo
             report_every: Duration::from_secs(1),
             transport: match s.transport {
                 super::Transport::Udp => LaneTransport::Udp,
-                super::Transport::Packet => LaneTransport::Packet { interface: HOST_DEVICE.into() },
+                super::Transport::Packet => LaneTransport::Packet {
+                    interface: if s.own_path { testbed.lane_device() } else { HOST_DEVICE }.into(),
+                },
             },
         };
         // Each node measures its core as `kairos lane node` does, one after the other (two
@@ -235,6 +272,9 @@ pub fn run(
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut notes = Vec::new();
     let tuned = if s.tuned { Some(Tuned::apply(s.lane_core, dir, &mut notes)?) } else { None };
+    let _napi = (s.tuned && s.own_path && testbed.has_lane_path())
+        .then(|| NapiTuned::apply(testbed, s.lane_core))
+        .transpose()?;
     let lane = start_lane(testbed, topology, dir, s)?;
     let connect = |host: usize, name: &str| {
         LaneApp::connect(&dir.join(format!("node-h{host}")), name, Duration::from_secs(5))

@@ -4,7 +4,10 @@
 //! One sender host and one receiver host of a two-host [`LaneTestbed`] (network namespaces on a
 //! bridge, HTB at every egress with the lane's strict-priority class), 64-byte messages every
 //! 100 us, the same count per row. The rows:
-//! - `kairos lane` and `kairos lane, no host tuning`: the whole lane ([`lane_row`]);
+//! - `kairos lane`, `kairos lane, shared receive path` and `kairos lane, no host tuning`: the
+//!   whole lane ([`lane_row`]), the first and last on the testbed's lane path (devices of the
+//!   lane's own, received by kernel threads on the lane core), the second on the devices the
+//!   bulk traffic takes;
 //! - `udp blocking`, `udp busy-poll`, `priority only` and `sockperf` ([`crate::peers::udp`]).
 //!
 //! Each runs idle and under the flood ([`load`]: an iperf3 TCP stream across the same bridge
@@ -64,8 +67,10 @@ const TIME_PLOT_POINTS: usize = 2_000;
 /// A row of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum RowKind {
-    /// The lane, host tuned.
+    /// The lane, host tuned, on the testbed's lane path.
     Lane,
+    /// The lane, host tuned, on the hosts' shared devices.
+    LaneShared,
     /// The lane without host tuning.
     LaneUntuned,
     /// A peer.
@@ -74,8 +79,9 @@ pub enum RowKind {
 
 impl RowKind {
     /// Every row, in the table's order.
-    pub const ALL: [RowKind; 6] = [
+    pub const ALL: [RowKind; 7] = [
         RowKind::Lane,
+        RowKind::LaneShared,
         RowKind::LaneUntuned,
         RowKind::Peer(Peer::UdpBlocking),
         RowKind::Peer(Peer::UdpBusyPoll),
@@ -87,6 +93,7 @@ impl RowKind {
     pub fn name(self) -> &'static str {
         match self {
             RowKind::Lane => "kairos lane",
+            RowKind::LaneShared => "kairos lane, shared receive path",
             RowKind::LaneUntuned => "kairos lane, no host tuning",
             RowKind::Peer(p) => p.name(),
         }
@@ -96,6 +103,7 @@ impl RowKind {
     pub fn slug(self) -> &'static str {
         match self {
             RowKind::Lane => "lane",
+            RowKind::LaneShared => "lane-shared",
             RowKind::LaneUntuned => "lane-untuned",
             RowKind::Peer(Peer::UdpBlocking) => "udp-blocking",
             RowKind::Peer(Peer::UdpBusyPoll) => "udp-busy-poll",
@@ -110,13 +118,13 @@ impl RowKind {
     }
 
     fn is_lane(self) -> bool {
-        matches!(self, RowKind::Lane | RowKind::LaneUntuned)
+        matches!(self, RowKind::Lane | RowKind::LaneShared | RowKind::LaneUntuned)
     }
 
     /// What the row's latency runs from and to.
     fn stamps(self) -> &'static str {
         match self {
-            RowKind::Lane | RowKind::LaneUntuned => {
+            RowKind::Lane | RowKind::LaneShared | RowKind::LaneUntuned => {
                 "release stamp to the receiving node's kernel receive stamp"
             }
             RowKind::Peer(Peer::Sockperf) => "half the round trip",
@@ -415,9 +423,10 @@ fn measure(
 ) -> Result<Measured> {
     let period = Duration::from_micros(config.period_us);
     match kind {
-        RowKind::Lane | RowKind::LaneUntuned => {
+        RowKind::Lane | RowKind::LaneShared | RowKind::LaneUntuned => {
             let settings = LaneRowSettings {
-                tuned: kind == RowKind::Lane,
+                tuned: kind != RowKind::LaneUntuned,
+                own_path: kind != RowKind::LaneShared,
                 lane_core,
                 from: FROM,
                 to: TO,
@@ -527,8 +536,9 @@ fn latency(config: &LatencyConfig, run: &mut Run<'_>) -> Result<LatencySummary> 
     let (lane_core, stress_core) = config.cores()?;
     let cores = lane_core + 1;
     run.doing("making the testbed");
-    let testbed = LaneTestbed::create(LaneTestbedConfig { hosts: 2, ..LaneTestbedConfig::default() })
-        .context("the testbed")?;
+    let testbed =
+        LaneTestbed::create(LaneTestbedConfig { hosts: 2, lane_path: true, ..LaneTestbedConfig::default() })
+            .context("the testbed")?;
     run.doing("calibrating the testbed");
     // On the transport the lane's nodes use: the controller's minimum latency is the path's.
     let path = match config.transport {

@@ -1,0 +1,202 @@
+//! The lane's own path through the testbed: a second veth per host ([`LANE_DEVICE`], address
+//! [`lane_address`]) into a bridge of its own ([`LANE_BRIDGE`]) in the switch's namespace, so
+//! lane packets share no queue, no bridge and no receive backlog with the bulk traffic; each
+//! end's receive runs in a kernel thread of its own (threaded NAPI), which the caller pins to
+//! the lane's core at a real-time priority ([`LaneTestbed::tune_napi`]).
+//!
+//! Why: on the shared path a veth hands each packet to the receiving side through the sending
+//! core's backlog, processed in that core's softirq one packet after another, so a lane packet
+//! waits behind the bulk flood's 64 KB segments already queued there; the strict-priority class
+//! orders the qdiscs, not that backlog. A veth whose receiving end has GRO on takes packets
+//! through NAPI instead (a ring per device, polled), and `threaded` NAPI
+//! (`/sys/class/net/DEV/threaded`) polls it from a kernel thread, `napi/DEV-ID`, that can be
+//! placed and prioritised like any thread: the source's receive ring of the lane's own, served
+//! on the lane's core.
+//!
+//! The devices are shaped as the bulk path's are (the same HTB tree at the link rate), so the
+//! lane's model describes both paths alike. Which kernel thread serves which device is learnt
+//! by the threads that appear when `threaded` is turned on (under a process-wide lock, and
+//! checked against the device's name); the threads go with the devices when the namespaces are
+//! removed.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::sync::Mutex;
+
+use super::{LaneTestbed, LaneTestbedError};
+use crate::testbed::{TestbedError, ip};
+
+/// The host's end of its lane veth.
+pub const LANE_DEVICE: &str = "lane";
+/// The lane's bridge in the switch namespace.
+pub const LANE_BRIDGE: &str = "br-lane";
+
+/// The address of host `i` on its lane device (`10.213.0.<i+1>/24`).
+pub fn lane_address(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 213, 0, (i + 1) as u8)
+}
+
+/// The bridge's port toward host `i`'s lane device.
+pub(super) fn lane_switch_port(i: usize) -> String {
+    format!("lane-h{i}")
+}
+
+/// A kernel thread that serves one lane device's receive (threaded NAPI).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NapiThread {
+    /// Its thread id.
+    pub pid: i32,
+    /// The namespace of the device it serves.
+    pub namespace: String,
+    /// The device.
+    pub device: String,
+}
+
+/// Held while a device's `threaded` is turned on and its new threads looked for, so that two
+/// testbeds of this process do not take each other's.
+static DISCOVERY: Mutex<()> = Mutex::new(());
+
+/// The ids of the machine's NAPI kernel threads whose name starts with `napi/{device}-` (a
+/// name is cut to 15 bytes).
+fn napi_threads_named(device: &str) -> BTreeSet<i32> {
+    let full = format!("napi/{device}-");
+    let prefix = &full[..full.len().min(15)];
+    let Ok(entries) = std::fs::read_dir("/proc") else { return BTreeSet::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.starts_with(prefix))
+        })
+        .collect()
+}
+
+/// Turns GRO and then threaded NAPI on for `device` in namespace `ns` (both ends of its veth
+/// must be up) and returns the kernel threads that now serve it.
+///
+/// Segmentation offload goes off too: a veth hands a packet to its peer's NAPI ring only when
+/// the sending end has no TSO (else to the backlog, as without GRO; the kernel's
+/// `veth_skb_is_eligible_for_gro`), and every end here sends as well as receives. Lane packets
+/// are small datagrams, which TSO never touched.
+pub(super) fn threaded_napi(ns: &str, device: &str) -> Result<Vec<NapiThread>, TestbedError> {
+    ip(&["netns", "exec", ns, "ethtool", "-K", device, "gro", "on", "tso", "off"])?;
+    let _one_at_a_time = DISCOVERY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let before = napi_threads_named(device);
+    // `ip netns exec` mounts the namespace's own /sys, where the device is.
+    let set = format!("echo 1 > /sys/class/net/{device}/threaded");
+    ip(&["netns", "exec", ns, "sh", "-c", &set])?;
+    let threads: Vec<NapiThread> = napi_threads_named(device)
+        .difference(&before)
+        .map(|&pid| NapiThread { pid, namespace: ns.to_string(), device: device.to_string() })
+        .collect();
+    if threads.is_empty() {
+        return Err(TestbedError::Io {
+            what: format!("threaded NAPI on {device} in {ns} started no kernel thread (is GRO on?)"),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+    }
+    Ok(threads)
+}
+
+impl LaneTestbed {
+    /// Makes the lane's path: the bridge, each host's lane veth with its address, both ends
+    /// shaped as the bulk path's and served by threaded NAPI.
+    pub(super) fn build_lane_path(&mut self) -> Result<(), LaneTestbedError> {
+        let sw = self.switch_namespace.clone();
+        ip(&["-n", &sw, "link", "add", LANE_BRIDGE, "type", "bridge"])?;
+        ip(&["-n", &sw, "link", "set", "dev", LANE_BRIDGE, "addrgenmode", "none", "up"])?;
+        for i in 0..self.hosts.len() {
+            let ns = self.hosts[i].namespace.clone();
+            let port = self.hosts[i].lane_switch_port.clone();
+            ip(&[
+                "link",
+                "add",
+                LANE_DEVICE,
+                "netns",
+                &ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &port,
+                "netns",
+                &sw,
+            ])?;
+            ip(&["-n", &ns, "addr", "add", &format!("{}/24", lane_address(i)), "dev", LANE_DEVICE])?;
+            ip(&["-n", &ns, "link", "set", "dev", LANE_DEVICE, "addrgenmode", "none", "up"])?;
+            ip(&[
+                "-n",
+                &sw,
+                "link",
+                "set",
+                "dev",
+                &port,
+                "master",
+                LANE_BRIDGE,
+                "addrgenmode",
+                "none",
+                "up",
+            ])?;
+            self.shape(&ns, LANE_DEVICE)?;
+            self.shape(&sw, &port)?;
+            let mut threads = threaded_napi(&ns, LANE_DEVICE)?;
+            threads.extend(threaded_napi(&sw, &port)?);
+            self.napi_threads.extend(threads);
+        }
+        Ok(())
+    }
+
+    /// Whether the testbed has the lane's own path ([`super::LaneTestbedConfig::lane_path`]).
+    pub fn has_lane_path(&self) -> bool {
+        self.config.lane_path
+    }
+
+    /// The address lane traffic of host `i` uses: its [`LANE_DEVICE`]'s with the lane's own
+    /// path, else its address on the shared device.
+    pub fn lane_address(&self, i: usize) -> Result<Ipv4Addr, LaneTestbedError> {
+        let host = self.host(i)?;
+        Ok(if self.config.lane_path { lane_address(i) } else { host.address })
+    }
+
+    /// The device lane traffic leaves and enters a host by: [`LANE_DEVICE`] with the lane's own
+    /// path, else the shared [`super::HOST_DEVICE`].
+    pub fn lane_device(&self) -> &'static str {
+        if self.config.lane_path { LANE_DEVICE } else { super::HOST_DEVICE }
+    }
+
+    /// The kernel threads serving the lane devices' receive (empty without the lane's path).
+    pub fn napi_threads(&self) -> &[NapiThread] {
+        &self.napi_threads
+    }
+
+    /// Pins every lane device's receive thread to `core` at `SCHED_FIFO` `priority` (1-99):
+    /// placed above the lane's nodes, a lane packet is received as soon as it arrives. The
+    /// threads go with the testbed, so nothing needs undoing.
+    pub fn tune_napi(&self, core: usize, priority: i32) -> Result<(), LaneTestbedError> {
+        for t in &self.napi_threads {
+            let what = |step: &str| format!("{step} of {} (serving {} in {})", t.pid, t.device, t.namespace);
+            kairos_sys::thread::pin_thread_to(t.pid, &[core])
+                .map_err(|source| TestbedError::Io { what: what("the affinity"), source })?;
+            kairos_sys::thread::set_thread_fifo(t.pid, priority)
+                .map_err(|source| TestbedError::Io { what: what("SCHED_FIFO"), source })?;
+        }
+        Ok(())
+    }
+
+    /// Gives the lane devices' receive threads back to the scheduler as the kernel made them:
+    /// `SCHED_OTHER`, any online core.
+    pub fn untune_napi(&self) -> Result<(), LaneTestbedError> {
+        let online = kairos_sys::host::HostFs::real().online_cores().map_err(|e| TestbedError::Io {
+            what: "the online cores".into(),
+            source: std::io::Error::other(e),
+        })?;
+        let cores: Vec<usize> = online.iter().collect();
+        for t in &self.napi_threads {
+            let what = |step: &str| format!("{step} of {} (serving {} in {})", t.pid, t.device, t.namespace);
+            kairos_sys::thread::set_thread_normal(t.pid)
+                .map_err(|source| TestbedError::Io { what: what("SCHED_OTHER"), source })?;
+            kairos_sys::thread::pin_thread_to(t.pid, &cores)
+                .map_err(|source| TestbedError::Io { what: what("the affinity"), source })?;
+        }
+        Ok(())
+    }
+}
