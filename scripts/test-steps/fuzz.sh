@@ -8,7 +8,7 @@
 # input, to become a regression test.
 
 # Seconds per target: a regression gate, not a campaign (the corpus grows in fuzz/corpus).
-fuzz_seconds=5
+fuzz_seconds=4
 
 # Where cargo-fuzz puts the targets' binaries: the host's triple.
 fuzz_bin="fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release"
