@@ -35,7 +35,7 @@ use anyhow::{Context, Result, anyhow};
 use kairos_doctor::apply;
 use kairos_io::lane_testbed::{HOST_DEVICE, LaneTestbed, host_address};
 use kairos_lane::node::agent::{self, HostMeasure, LaneTransport, NodeConfig, NodeReport, RunningNode};
-use kairos_lane::node::app::LaneApp;
+use kairos_lane::node::app::{LaneApp, NodeToApp};
 use kairos_lane::node::chunk::Schema;
 use kairos_lane::node::lane::ReceiveMode;
 use kairos_lane::service::wire::TunnelSpec;
@@ -62,6 +62,9 @@ const RECEIVER_FIFO: i32 = 50;
 pub const NAPI_FIFO: i32 = 70;
 /// How long the last messages may take to arrive.
 const DRAIN: Duration = Duration::from_millis(100);
+/// How long the sensor's tunnel may refuse every message (its outbox full: the node takes
+/// nothing from it) before the row ends with an error instead of waiting for ever.
+const STOPPED_TAKING: Duration = Duration::from_secs(2);
 /// How long each node's probe of its core lasts (`kairos lane node`'s default).
 const PROBE: Duration = Duration::from_millis(300);
 /// How long the nodes may take to reach the controller.
@@ -261,6 +264,21 @@ fn start_lane(testbed: &LaneTestbed, topology: &Topology, dir: &Path, s: &LaneRo
     Ok(lane)
 }
 
+/// Why the sensor's tunnel stopped taking messages, as the node's events to the sensor say.
+fn stopped_taking(sensor: &mut LaneApp, sent: u64, packets: u64) -> anyhow::Error {
+    let events = sensor.events(Duration::from_millis(100)).unwrap_or_default();
+    let ended = events.iter().any(|e| matches!(e, NodeToApp::Ended { terminated: true, .. }));
+    let why = if ended {
+        "the controller ended it (an application over its grant loses its tunnel at the third report)"
+    } else {
+        "its node took nothing from the outbox"
+    };
+    anyhow!(
+        "the sensor's tunnel took no message for {STOPPED_TAKING:?} after {sent} of {packets}: {why}; the node's events: {}",
+        if events.is_empty() { "none".into() } else { format!("{events:?}") }
+    )
+}
+
 /// Runs one lane row; `dir` is the row's own directory (controller journal, node sockets, the
 /// doctor's record).
 pub fn run(
@@ -318,10 +336,14 @@ pub fn run(
     };
     let mut sent = 0;
     let mut next = realtime_ns();
+    let mut last_taken = Instant::now();
     while sent < s.packets {
         message[..8].copy_from_slice(&sent.to_le_bytes());
         if tunnel.send(&message, realtime_ns()).is_ok() {
             sent += 1;
+            last_taken = Instant::now();
+        } else if last_taken.elapsed() > STOPPED_TAKING {
+            return Err(stopped_taking(&mut sensor, sent, s.packets));
         }
         next += period_ns;
         // A sensor late by a whole period sends its freshest reading once and goes on from
