@@ -18,11 +18,14 @@
 //!   idle states cost a thread that sleeps between packets. A spinning thread never idles, so
 //!   this is the one cost the spin cannot see. The thread's timer slack is 1 ns, so the
 //!   kernel's default 50 us slack of normal threads is not what is measured.
+//!
+//! Probes of the same core take turns across the machine ([`probe_core`] says why).
 
 use std::time::Duration;
 
 use kairos_sys::clock::{monotonic_ns, sleep_until_ns};
 use kairos_sys::host::{CounterTable, HostFs};
+use kairos_sys::machine_lock::MachineLock;
 use kairos_sys::memory::NoIdleStates;
 use kairos_sys::thread::{set_fifo, set_timer_slack_ns, thread_context_switches, thread_run_delay_ns};
 use serde::{Deserialize, Serialize};
@@ -159,10 +162,40 @@ fn wake_lateness(length: Duration, period: Duration) -> LatencySummary {
     lateness.summary()
 }
 
+/// The lock file of probes of `core`, one for the whole machine (not under `TMPDIR`, which two
+/// processes may see differently).
+fn probe_lock_path(core: usize) -> std::path::PathBuf {
+    std::path::PathBuf::from(format!("/tmp/kairos-core-probe-cpu{core}.lock"))
+}
+
+/// How long a probe waits for another process's probe of the same core: longer than the
+/// longest probe anything here runs (`kairos doctor --probe-ms` takes up to 60 s).
+const PROBE_LOCK_WAIT: Duration = Duration::from_secs(90);
+
 /// Runs the probe on a thread of its own (its policy and pinning stay there) and returns what
-/// it found; fails only when no thread can be started.
+/// it found; fails when no thread can be started, or when another process's probe of the core
+/// holds it past `PROBE_LOCK_WAIT` (90 s).
+///
+/// Probes of one core take turns across the machine (an `flock` on a file named after the
+/// core): two probes spinning on the same core at once each take the core from the other, so
+/// each measures the other's spin rather than the machine. Two `kairos lane node`s started
+/// together on one host both probe the lane core at start, and promised their applications
+/// about 4 ms of jitter that way, the scheduler's slice between two spinners. The second now
+/// waits for the first (a few hundred milliseconds). A lock file that cannot be opened at all
+/// (no writable `/tmp`) leaves the probe unserialised rather than refused: the figure is then
+/// what it was before the lock.
 pub fn probe_core(config: &CoreProbeConfig) -> std::io::Result<CoreProbe> {
     let config = *config;
+    let _turn = match MachineLock::acquire(&probe_lock_path(config.core), PROBE_LOCK_WAIT) {
+        Ok(held) => Some(held),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("the probe of core {} waited: {e}", config.core),
+            ));
+        }
+        Err(_) => None,
+    };
     let thread = std::thread::Builder::new().name("core-probe".into()).spawn(move || run(config))?;
     thread.join().map_err(|_| std::io::Error::other("the core probe's thread panicked"))
 }
@@ -278,6 +311,20 @@ mod tests {
         // A source absent before (an IRQ set up meanwhile) has no known start and is left out.
         assert_eq!(counts, vec![("LOC", 3), ("1", 1)]);
         assert_eq!(on_1[0].description, "Local timer");
+    }
+
+    #[test]
+    fn probes_of_one_core_take_turns() {
+        // Two threads hold two open files of the lock, as two processes would.
+        let core = kairos_sys::proc::last_core();
+        let config =
+            CoreProbeConfig { fifo_priority: 0, ..CoreProbeConfig::lasting(core, Duration::from_millis(80)) };
+        let started = std::time::Instant::now();
+        let other = std::thread::spawn(move || probe_core(&config).unwrap());
+        probe_core(&config).unwrap();
+        other.join().unwrap();
+        let took = started.elapsed();
+        assert!(took >= config.spin * 2, "two 80 ms probes of cpu{core} overlapped: both done in {took:?}");
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //!   SMT), and the few settings changed at run time ([`host::Tunable`]).
 //! - [`irq_time`]: the time interrupt handlers took on a core in one thread's context between
 //!   two instants, from the kernel's irq tracepoints (perf events on the core).
+//! - [`machine_lock`]: an exclusive `flock` on a named file, for work two processes must not
+//!   do at once (probing one core).
 //! - [`memory`]: `mlockall`, heap trimming off, `/dev/cpu_dma_latency` held at 0.
 //! - [`net`]: UDP bursts (`recvmmsg`/`sendmmsg` with kernel receive time stamps), socket
 //!   options, `ppoll` on sockets, the kernel's per-socket drop count, memory-mapped
@@ -46,6 +48,7 @@ pub mod clock;
 pub mod fs;
 pub mod host;
 pub mod irq_time;
+pub mod machine_lock;
 pub mod memory;
 pub mod net;
 pub mod netns;

@@ -25,6 +25,7 @@ mod kv_cluster;
 mod lane;
 mod lane_controller;
 mod lane_e2e;
+mod lane_node;
 mod lane_testbed;
 mod results_dir;
 mod rtu;

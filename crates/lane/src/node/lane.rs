@@ -4,10 +4,12 @@
 //!
 //! At a release it empties the tunnel's outbox: messages go into one packet
 //! ([`super::chunk`]) while they fit the grant's size; up to one more packet's worth waits for
-//! the next release (`Carry`), and what is beyond that is excess: the oldest dropped, counted,
-//! and turned by [`NodeTunnels`] into a report for the controller. The packet goes to each receiver's node (one datagram each: unicast
-//! fan-out). Between releases the loop reads the lane socket: with [`ReceiveMode::Spin`] it
-//! polls it without pause (the source's busy loop: the lowest latency, and a core of its own),
+//! the next release (`Carry`, counted in the chunks a packet holds), and the oldest beyond that
+//! are dropped. [`NodeTunnels`] judges what was offered: beyond the grant it is excess (dropped
+//! the oldest first, counted, and reported to the controller), within it a drop is the node's
+//! own lateness (counted as late). The packet goes to each receiver's node (one datagram each:
+//! unicast fan-out). Between releases the loop reads the lane socket: with [`ReceiveMode::Spin`]
+//! it polls it without pause (the source's busy loop: the lowest latency, and a core of its own),
 //! with [`ReceiveMode::Sleep`] it waits in `ppoll` until a packet or the next release, as the
 //! RT shell sleeps, spinning only the last `spin_ns` before a release. Each packet's messages go
 //! to the inboxes of the applications listening to its tunnel's name, stamped with the kernel's
@@ -35,8 +37,8 @@ use kairos_sys::net::MmsgBatch;
 use kairos_sys::shm::SharedRegion;
 
 use super::app::INBOX_HEADER_BYTES;
-use super::chunk::{Encoder, HEADER_BYTES, Header, Packet, Schema, UDP_IPV4_PAYLOAD_BYTES};
-use super::tunnels::{NodeTunnels, Offered, TunnelCounts};
+use super::chunk::{Encoder, Header, Packet, Schema, UDP_IPV4_PAYLOAD_BYTES};
+use super::tunnels::{NodeTunnels, Offered, Settled, TunnelCounts};
 use crate::service::client::Welcome;
 use crate::service::wire::{ToController, ToNode};
 use crate::te::TunnelId;
@@ -215,6 +217,9 @@ pub struct LaneCounts {
     pub messages_sent: u64,
     /// Messages dropped at the sender as excess.
     pub excess_messages: u64,
+    /// Messages dropped at the sender because the loop could not send them in time (releases
+    /// missed, beyond the one period's backlog it carries): within their grant, not excess.
+    pub late_messages: u64,
     /// Datagrams received.
     pub packets_received: u64,
     /// Received packets dropped whole (bad header, truncated, not a lane packet).
@@ -251,35 +256,69 @@ struct Outbox {
 
 /// What a tunnel's application queued beyond the packet of one release, kept for the next: an
 /// application pacing itself at its grant lands two messages in one period now and then, and
-/// none in the next. At most `limit` bytes are kept; past them the oldest go (the freshest
-/// information is what a periodic sender wants through), counted as excess. Messages are
-/// stored as `length (u16 LE) | bytes`, in a buffer made once.
+/// none in the next. It holds at most `limit` chunks, what two packets carry (the release's and
+/// one carried); past them the oldest go (the freshest information is what a periodic sender
+/// wants through). Counted in chunks, not bytes: bytes let a carry of small messages hold
+/// several periods' worth (five 12-byte readings where a 64-byte packet carries one), a backlog
+/// an application at its rate never works off, so every stall of the loop or of the
+/// application made each later message older, until the carry overflowed and a paced sender's
+/// oldest message was dropped. Messages are stored as `length (u16 LE) | bytes`, in a buffer
+/// made once.
 #[derive(Debug)]
 struct Carry {
+    schema: Schema,
     bytes: Vec<u8>,
     used: usize,
+    /// Chunks the held messages take.
+    chunks: usize,
     limit: usize,
 }
 
+/// What the carry dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Dropped {
+    /// Messages.
+    messages: u64,
+    /// The chunks they took.
+    chunks: usize,
+}
+
+impl Dropped {
+    fn add(&mut self, other: Dropped) {
+        self.messages += other.messages;
+        self.chunks += other.chunks;
+    }
+}
+
 impl Carry {
-    fn new(limit: usize) -> Self {
-        Self { bytes: vec![0; limit + 2], used: 0, limit }
+    /// A carry of at most `limit` chunks of `schema`.
+    fn new(schema: Schema, limit: usize) -> Self {
+        // Every message takes a chunk at least: `limit` of them, each with its length.
+        let capacity = limit * (schema.message_bytes_per_chunk() + 2);
+        Self { schema, bytes: vec![0; capacity], used: 0, chunks: 0, limit }
     }
 
-    /// Keeps `message`, dropping the oldest kept ones until it fits; returns how many were
-    /// dropped (the message itself counts when it alone is over the limit).
-    fn push(&mut self, message: &[u8]) -> u64 {
-        if message.len() > self.limit {
-            return 1;
+    /// Keeps `message`, dropping the oldest kept ones until it fits; a message over the limit
+    /// alone is not kept (the caller drops what no packet can carry before this).
+    fn push(&mut self, message: &[u8]) -> Dropped {
+        let need = self.schema.chunks_for(message.len());
+        if need > self.limit {
+            return Dropped { messages: 1, chunks: need };
         }
-        let mut dropped = 0;
-        while self.used + 2 + message.len() > self.limit + 2 && self.used > 0 {
-            self.pop_front();
-            dropped += 1;
-        }
+        let dropped = self.keep_at_most(self.limit - need);
         self.bytes[self.used..self.used + 2].copy_from_slice(&(message.len() as u16).to_le_bytes());
         self.bytes[self.used + 2..self.used + 2 + message.len()].copy_from_slice(message);
         self.used += 2 + message.len();
+        self.chunks += need;
+        dropped
+    }
+
+    /// Drops the oldest until at most `chunks` chunks are held.
+    fn keep_at_most(&mut self, chunks: usize) -> Dropped {
+        let mut dropped = Dropped::default();
+        while self.chunks > chunks && self.used > 0 {
+            dropped.add(Dropped { messages: 1, chunks: self.pop_front() });
+        }
         dropped
     }
 
@@ -289,10 +328,14 @@ impl Carry {
         Some(&self.bytes[2..2 + len])
     }
 
-    fn pop_front(&mut self) {
-        let Some(len) = self.front().map(<[u8]>::len) else { return };
+    /// Removes the oldest message; returns the chunks it took (0: none held).
+    fn pop_front(&mut self) -> usize {
+        let Some(len) = self.front().map(<[u8]>::len) else { return 0 };
         self.bytes.copy_within(2 + len..self.used, 0);
         self.used -= 2 + len;
+        let chunks = self.schema.chunks_for(len);
+        self.chunks -= chunks;
+        chunks
     }
 }
 
@@ -436,8 +479,10 @@ impl LaneLoop {
                     self.outboxes.retain(|id, _| sending.contains(id));
                 }
                 LaneCommand::Outbox { tunnel_id, outbox, destinations } => {
-                    self.outboxes
-                        .insert(tunnel_id, Outbox { outbox, destinations, seq: 0, carry: Carry::new(0) });
+                    self.outboxes.insert(
+                        tunnel_id,
+                        Outbox { outbox, destinations, seq: 0, carry: Carry::new(self.settings.schema, 0) },
+                    );
                 }
                 LaneCommand::Inbox { app, inbox, bell } => {
                     self.inboxes.insert(app, (inbox, bell));
@@ -458,30 +503,49 @@ impl LaneLoop {
         }
     }
 
-    /// Sends one packet of the tunnel's queued messages; the rest of them are excess.
+    /// Sends one packet of the tunnel's queued messages; what the policer finds beyond the
+    /// grant is dropped as excess, and what the carry cannot hold beyond one more packet is
+    /// dropped as late.
     fn release(&mut self, tunnel_id: TunnelId, packet_bytes: u64) {
         let Some(out) = self.outboxes.get_mut(&tunnel_id) else { return };
         let Ok(tunnel) = u32::try_from(tunnel_id) else { return };
         let room = (packet_bytes as usize).min(self.packet.len());
+        let schema = self.settings.schema;
+        let per_packet = schema.max_chunks(room);
         // One packet now and one carried: what a paced application can have queued.
-        let keep = 2 * room.saturating_sub(HEADER_BYTES);
-        if out.carry.limit != keep {
-            out.carry = Carry::new(keep);
+        let keep = 2 * per_packet;
+        if out.carry.limit != keep || out.carry.schema != schema {
+            out.carry = Carry::new(schema, keep);
         }
         let mut offered = Offered::default();
-        let schema = self.settings.schema;
-        let mut chunks = 0usize;
+        let (mut chunks, mut too_large, mut dropped) = (0usize, 0u64, Dropped::default());
         while let Ok(Some(got)) = out.outbox.try_recv(&mut self.message) {
             let need = schema.chunks_for(got.len);
             chunks += need;
             offered.messages += 1;
             offered.bytes += got.len as u64;
             offered.max_message = offered.max_message.max(schema.packet_bytes(need) as u64);
-            offered.excess_messages += out.carry.push(&self.message[..got.len]);
+            if need > per_packet {
+                // Larger than the granted packet holds: no release can carry it.
+                too_large += 1;
+                continue;
+            }
+            dropped.add(out.carry.push(&self.message[..got.len]));
         }
+        // The time of the read is taken after it, not the pass's: every message taken was in
+        // the outbox by then. A loop preempted between its clock read and this read (2.2 ms
+        // once, here) otherwise charged the application the messages of that time without its
+        // credit.
+        let read_ns = realtime_ns();
         // Packets of the grant's size the offered messages need, at the chunks one holds.
-        let per_packet = schema.max_chunks(room).max(1);
-        offered.packets = chunks.div_ceil(per_packet) as u64;
+        offered.packets = chunks.div_ceil(per_packet.max(1)) as u64;
+        let beyond = self.tunnels.offered(tunnel_id, offered, read_ns);
+        if beyond > 0 {
+            // Beyond the grant: the policer's count goes, the oldest first, whatever the carry
+            // had room for.
+            let owed = (beyond as usize).saturating_mul(per_packet).saturating_sub(dropped.chunks);
+            dropped.add(out.carry.keep_at_most(out.carry.chunks.saturating_sub(owed)));
+        }
         // Stamped as it is built, just before its send: a packet released after others in the
         // same pass (or a receiver after others of a fan-out) is not charged their sends.
         let header = Header { schema: self.settings.schema, tunnel, seq: out.seq, sent_ns: realtime_ns() };
@@ -490,10 +554,10 @@ impl LaneLoop {
             while let Some(m) = out.carry.front() {
                 if encoder.push(m).is_err() {
                     if encoder.chunks() == 0 {
-                        // Larger than the granted packet holds: it would block the others
-                        // behind it for good.
+                        // The packet cannot hold it after all: it would block the others behind
+                        // it for good.
                         out.carry.pop_front();
-                        offered.excess_messages += 1;
+                        too_large += 1;
                         continue;
                     }
                     break;
@@ -515,9 +579,15 @@ impl LaneLoop {
                 }
             }
         }
-        self.counts.messages_sent += sent;
-        self.counts.excess_messages += offered.excess_messages;
-        self.tunnels.offered(tunnel_id, offered);
+        let settled = if beyond > 0 {
+            Settled { sent, excess: too_large + dropped.messages, late: 0 }
+        } else {
+            Settled { sent, excess: too_large, late: dropped.messages }
+        };
+        self.counts.messages_sent += settled.sent;
+        self.counts.excess_messages += settled.excess;
+        self.counts.late_messages += settled.late;
+        self.tunnels.settled(tunnel_id, settled);
     }
 
     /// Reads what arrived and delivers its messages.
@@ -578,19 +648,30 @@ impl LaneLoop {
 
 #[cfg(test)]
 mod tests {
-    use super::Carry;
+    use super::{Carry, Dropped, Schema};
 
     #[test]
-    fn the_carry_keeps_the_newest_within_its_limit() {
-        let mut c = Carry::new(10);
-        assert_eq!(c.push(b"abcd"), 0);
-        assert_eq!(c.push(b"efgh"), 0);
-        assert_eq!(c.push(b"ij"), 1, "the oldest goes");
-        assert_eq!(c.front(), Some(&b"efgh"[..]));
-        c.pop_front();
+    fn the_carry_keeps_the_newest_within_its_chunks() {
+        // HD-6 chunks carry 22 message bytes: 4 chunks hold two 30-byte messages, or four short.
+        let mut c = Carry::new(Schema::Hd6, 4);
+        assert_eq!(c.push(&[1; 30]), Dropped::default());
+        assert_eq!(c.push(&[2; 30]), Dropped::default());
+        assert_eq!(c.push(b"ij"), Dropped { messages: 1, chunks: 2 }, "the oldest goes");
+        assert_eq!(c.front(), Some(&[2; 30][..]));
+        assert_eq!(c.pop_front(), 2);
         assert_eq!(c.front(), Some(&b"ij"[..]));
-        assert_eq!(c.push(&[0; 11]), 1, "a message over the limit is dropped itself");
+        assert_eq!(
+            c.push(&[0; 5 * 22]),
+            Dropped { messages: 1, chunks: 5 },
+            "over the limit: dropped itself"
+        );
+        for m in [b"k", b"l", b"m"] {
+            assert_eq!(c.push(m), Dropped::default(), "short messages take a chunk each");
+        }
+        assert_eq!(c.push(b"n"), Dropped { messages: 1, chunks: 1 });
+        assert_eq!(c.keep_at_most(1), Dropped { messages: 3, chunks: 3 });
+        assert_eq!(c.front(), Some(&b"n"[..]));
         c.pop_front();
-        assert_eq!(c.front(), None);
+        assert_eq!((c.front(), c.chunks, c.used), (None, 0, 0));
     }
 }

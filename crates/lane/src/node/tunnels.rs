@@ -1,9 +1,10 @@
 //! The node's view of its host's tunnels, as a sans-I/O state machine: which tunnel may send
-//! when and how much, what its application offered beyond that, and the usage reports the
-//! controller needs to police and re-plan. The node's periodic loop asks [`NodeTunnels::due`]
-//! for the next release and reports what the application offered; the control thread applies
-//! the controller's notices and sends the reports. No clock reads or sockets inside: every
-//! rule is tested on a virtual clock.
+//! when and how much, whether what its application offered is within its grant, and the usage
+//! reports the controller needs to police and re-plan. The node's periodic loop asks
+//! [`NodeTunnels::due`] for the next release, has [`NodeTunnels::offered`] judge what the
+//! application offered and tells [`NodeTunnels::settled`] what became of it; the control thread
+//! applies the controller's notices and sends the reports. No clock reads or sockets inside:
+//! every rule is tested on a virtual clock.
 //!
 //! Rules:
 //! - A tunnel sends at most one packet of at most its granted size each period, from the
@@ -11,12 +12,24 @@
 //!   for the releases it missed (counted), never a burst.
 //! - What the application offers beyond one packet a period (a message larger than the
 //!   packet, or more than the carried backlog holds) is excess: dropped at the node, counted,
-//!   and reported as soon as the last [`RECENT`] releases show it, over those releases only (the
-//!   controller answers `BW_EXCEEDED`, and terminates a repeat offender), then at most once per
-//!   report interval, so that one burst is not three strikes.
+//!   and reported as soon as it is found, over the stretch that shows it only (the controller
+//!   answers `BW_EXCEEDED`, and terminates a repeat offender), then at most once per report
+//!   interval, so that one burst is not three strikes. The judge is a token bucket
+//!   (`Policer`) of one packet a period and [`DEPTH`] deep, charged when the loop reads the
+//!   outbox with the time since its last read on the node's own clock. Counting packets per
+//!   release instead charged the application for the node's timing: a release read late holds
+//!   the messages of every period it was late for, and an application at any phase to the
+//!   releases lands two messages in one period now and then, so a sensor sending exactly at its
+//!   grant heard `BW_EXCEEDED` and had its tunnel terminated within seconds on a busy host.
+//! - What the node itself could not send in time (its loop missed releases, and it carries
+//!   one period's backlog, no more) is dropped too, the oldest first, but counted as late, never
+//!   as the application's excess, and never reported.
 //! - Every report interval the node reports each sending tunnel's use (periods with something
 //!   to send, and the packets the offered bytes would need), so the controller can give back
-//!   what a tunnel does not use (`BW_UNUSED`).
+//!   what a tunnel does not use (`BW_UNUSED`). A report's window is whole periods, rounded up
+//!   from the time its counts cover (from the last read of the outbox before the window): the
+//!   controller allows the window's periods and one more, and a window cut at the loop's
+//!   instant can hold a period fewer than the reads it counts.
 //! - A change of grant holds from its effective time: releases before it keep the old period
 //!   and size (the controller's grace period protects the other tunnels' bounds until then).
 //!
@@ -48,7 +61,7 @@ pub struct Release {
     pub missed: u64,
 }
 
-/// What one tunnel's application offered in one period, as the loop saw it.
+/// What one tunnel's application offered since the loop last read its outbox.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Offered {
     /// Messages taken from the application.
@@ -61,8 +74,17 @@ pub struct Offered {
     /// The largest of them, as the bytes a packet carrying it alone takes on the wire (what
     /// the grant's packet size is compared with).
     pub max_message: u64,
-    /// Messages dropped as excess (too large, or beyond the packet's room).
-    pub excess_messages: u64,
+}
+
+/// What became of the messages of one release, once the loop sent its packet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Messages sent in the packet.
+    pub sent: u64,
+    /// Messages dropped as the application's excess.
+    pub excess: u64,
+    /// Messages dropped because the node could not send them in time (see the module docs).
+    pub late: u64,
 }
 
 /// Counters of one sending tunnel since it was granted.
@@ -76,9 +98,12 @@ pub struct SendCounts {
     pub messages: u64,
     /// Messages dropped as excess.
     pub excess_messages: u64,
+    /// Messages dropped because the node could not send them in time (not the application's
+    /// doing: not excess, not reported).
+    pub late_messages: u64,
     /// Excess reports sent to the controller.
     pub excess_reports: u64,
-    /// When its first message was dropped as excess (the release's time, ns).
+    /// When its first message was dropped as excess (the read of the outbox that found it, ns).
     pub first_excess_ns: Option<u64>,
 }
 
@@ -93,17 +118,84 @@ pub struct TunnelCounts {
     pub counts: SendCounts,
 }
 
+/// Packets the policer's bucket holds: one a period, and one more for the phase (the
+/// controller's allowance in a report's window, as [`crate::controller`] says). An application
+/// sending one packet a period, each less than a period after its time, offers in any stretch
+/// fewer than the stretch's length in periods and two; two is also what the node holds at a
+/// release (its packet and one period's backlog).
+pub const DEPTH: u64 = 2;
+
+/// One tunnel's judge of what its application offers: a token bucket of one packet a period,
+/// [`DEPTH`] packets deep, whose credit is time (a packet costs a period). It is charged at
+/// each read of the outbox with the time since the previous read, so the node's own lateness
+/// is credited as the time it was: a read late by three periods finds three periods' messages
+/// and three periods' credit. The credit is capped after the charge, not before it, so that
+/// the application's messages spread over a read's interval may use the credit that interval
+/// brought. Excess found is dropped, so it is not charged again.
+#[derive(Debug, Clone)]
+struct Policer {
+    /// Credit, ns of the tunnel's period: at most [`DEPTH`] periods.
+    credit_ns: i128,
+    /// When the outbox was last read.
+    read_ns: u64,
+    /// When the credit was last full: excess is the application's over the stretch since.
+    full_ns: u64,
+    /// Packets offered since then.
+    packets_since_full: u64,
+}
+
+impl Policer {
+    fn new(now_ns: u64, period: u64) -> Self {
+        Self { credit_ns: Self::depth(period), read_ns: now_ns, full_ns: now_ns, packets_since_full: 0 }
+    }
+
+    fn depth(period: u64) -> i128 {
+        i128::from(DEPTH) * i128::from(period)
+    }
+
+    /// Charges `packets` offered since the last read, read at `now_ns`; returns how many of
+    /// them are beyond the grant.
+    fn charge(&mut self, now_ns: u64, packets: u64, period: u64) -> u64 {
+        let elapsed = i128::from(now_ns.saturating_sub(self.read_ns));
+        self.read_ns = self.read_ns.max(now_ns);
+        let left = self.credit_ns + elapsed - i128::from(packets) * i128::from(period);
+        if left >= Self::depth(period) {
+            self.credit_ns = Self::depth(period);
+            (self.full_ns, self.packets_since_full) = (now_ns, 0);
+            return 0;
+        }
+        self.packets_since_full += packets;
+        if left >= 0 {
+            self.credit_ns = left;
+            return 0;
+        }
+        let owed = u128::try_from(-left).unwrap_or(u128::MAX);
+        let beyond = owed.div_ceil(u128::from(period));
+        self.credit_ns = left + i128::try_from(beyond).unwrap_or(i128::MAX) * i128::from(period);
+        u64::try_from(beyond).unwrap_or(u64::MAX)
+    }
+
+    /// The stretch that shows the excess just found: its length, ns, and the packets offered
+    /// in it (more than its length in periods and two, so more than the controller's
+    /// allowance of its periods and one: `BW_EXCEEDED`).
+    fn excess_stretch(&self) -> (u64, u64) {
+        (self.read_ns.saturating_sub(self.full_ns).max(1), self.packets_since_full)
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Window {
+    /// The last read of the outbox before the window: its counts cover what was offered since.
     start_ns: u64,
     packets: u64,
     max_bytes: u64,
-    excess: bool,
+    /// The latest excess found in the window: the stretch that shows it, ns, and its packets.
+    excess: Option<(u64, u64)>,
 }
 
 impl Window {
     fn new(start_ns: u64) -> Self {
-        Self { start_ns, packets: 0, max_bytes: 0, excess: false }
+        Self { start_ns, packets: 0, max_bytes: 0, excess: None }
     }
 }
 
@@ -114,20 +206,12 @@ struct Sending {
     /// Changes not yet in effect, by effective time.
     pending: Vec<(u64, Grant)>,
     window: Window,
+    policer: Policer,
     /// When the last excess report went out (excess is reported at once, then at most once an
     /// interval).
     last_excess_report_ns: Option<u64>,
-    /// Packets offered at each of the last [`RECENT`] releases, the newest at `recent_at`.
-    recent: [u64; RECENT],
-    recent_at: usize,
     counts: SendCounts,
 }
-
-/// Releases an excess report covers: the recent past, so that a tunnel idle for most of a
-/// report interval and over its grant now is reported as what it is now. Two: a paced
-/// application's two messages in one period and none in the next are within a grant (which
-/// allows one packet more for the phase), an offender's three packets in two are not.
-pub const RECENT: usize = 2;
 
 /// The node's tunnels; see the module docs.
 #[derive(Debug, Clone)]
@@ -185,18 +269,16 @@ impl NodeTunnels {
 
     fn add_sending(&mut self, info: TunnelInfo, send_from_ns: u64, now_ns: u64) {
         let s = Sending {
-            info,
             next_ns: send_from_ns,
             pending: Vec::new(),
             window: Window::new(now_ns),
+            policer: Policer::new(now_ns, period_ns(&info.grant)),
             last_excess_report_ns: None,
-            recent: [0; RECENT],
-            recent_at: 0,
             counts: SendCounts::default(),
+            info,
         };
         self.sending.insert(s.info.tunnel_id, s);
     }
-
     /// Applies a notice of the controller at `now_ns`.
     pub fn apply(&mut self, message: &ToNode, now_ns: u64) {
         match message {
@@ -296,26 +378,42 @@ impl NodeTunnels {
         Some(Release { tunnel_id: id, due_ns, packet_bytes: s.info.grant.packet_bytes, missed: behind })
     }
 
-    /// What the application of `tunnel` offered at its last release (the loop sent what fit
-    /// and dropped the rest as excess).
-    pub fn offered(&mut self, tunnel: TunnelId, offered: Offered) {
-        let Some(s) = self.sending.get_mut(&tunnel) else { return };
-        s.counts.messages += offered.messages - offered.excess_messages.min(offered.messages);
-        s.counts.excess_messages += offered.excess_messages;
-        if offered.excess_messages > 0 && s.counts.first_excess_ns.is_none() {
-            s.counts.first_excess_ns = Some(s.next_ns.saturating_sub(period_ns(&s.info.grant)));
-        }
-        s.recent_at = (s.recent_at + 1) % RECENT;
-        s.recent[s.recent_at] = 0;
-        if offered.messages == 0 {
-            return;
-        }
-        let room = s.info.grant.packet_bytes.max(1);
-        let packets = if offered.packets > 0 { offered.packets } else { offered.bytes.div_ceil(room) }.max(1);
+    /// Judges what the application of `tunnel` offered since the loop last read its outbox,
+    /// read at `now_ns` (at a release; the time taken just after the read, when every message
+    /// it took was there): returns how many packets of it are beyond the grant, which the loop
+    /// drops (the oldest first) and reports as excess. A message larger than the grant's packet
+    /// is excess whatever the count; the loop drops it itself.
+    pub fn offered(&mut self, tunnel: TunnelId, offered: Offered, now_ns: u64) -> u64 {
+        let Some(s) = self.sending.get_mut(&tunnel) else { return 0 };
+        let period = period_ns(&s.info.grant);
+        let packets = if offered.messages == 0 {
+            0
+        } else if offered.packets > 0 {
+            offered.packets
+        } else {
+            offered.bytes.div_ceil(s.info.grant.packet_bytes.max(1)).max(1)
+        };
+        let beyond = s.policer.charge(now_ns, packets, period);
         s.window.packets += packets;
-        s.recent[s.recent_at] = packets;
         s.window.max_bytes = s.window.max_bytes.max(offered.max_message);
-        s.window.excess |= offered.excess_messages > 0;
+        if beyond > 0 {
+            s.window.excess = Some(s.policer.excess_stretch());
+        } else if offered.max_message > s.info.grant.packet_bytes {
+            // Conclusive by its size alone, in any window.
+            s.window.excess = Some((period, packets));
+        }
+        beyond
+    }
+
+    /// What became of the messages of the release [`NodeTunnels::offered`] last judged.
+    pub fn settled(&mut self, tunnel: TunnelId, settled: Settled) {
+        let Some(s) = self.sending.get_mut(&tunnel) else { return };
+        s.counts.messages += settled.sent;
+        s.counts.excess_messages += settled.excess;
+        s.counts.late_messages += settled.late;
+        if settled.excess > 0 && s.counts.first_excess_ns.is_none() {
+            s.counts.first_excess_ns = Some(s.policer.read_ns);
+        }
     }
 
     /// The usage reports due at `now_ns`: a tunnel whose application offered excess is
@@ -325,22 +423,21 @@ impl NodeTunnels {
         let mut out = Vec::new();
         for (id, s) in self.sending.iter_mut() {
             let interval_over = now_ns.saturating_sub(s.window.start_ns) >= every;
-            // At once when the recent releases show it (the controller allows one packet a
-            // period and one more), or a message larger than the grant's packet.
-            let recent: u64 = s.recent.iter().sum();
-            let conclusive = recent > RECENT as u64 + 1 || s.window.max_bytes > s.info.grant.packet_bytes;
-            let excess_now = s.window.excess
-                && conclusive
-                && s.last_excess_report_ns.is_none_or(|at| now_ns.saturating_sub(at) >= every);
-            if !(interval_over || excess_now) {
+            let excess_now = s
+                .window
+                .excess
+                .filter(|_| s.last_excess_report_ns.is_none_or(|at| now_ns.saturating_sub(at) >= every));
+            if !(interval_over || excess_now.is_some()) {
                 continue;
             }
-            let (window_ns, packets) = if excess_now && !interval_over {
-                // At once: what the last releases carried, not the whole (perhaps idle) window.
-                let period = period_ns(&s.info.grant);
-                (period.saturating_mul(RECENT as u64), recent)
-            } else {
-                (now_ns.saturating_sub(s.window.start_ns).max(1), s.window.packets)
+            let period = period_ns(&s.info.grant);
+            let (window_ns, packets) = match excess_now {
+                // The stretch that shows it, not the whole (perhaps idle) window.
+                Some(stretch) => stretch,
+                None => {
+                    let covered = now_ns.saturating_sub(s.window.start_ns).max(1);
+                    (covered.div_ceil(period).saturating_mul(period), s.window.packets)
+                }
             };
             out.push(ToController::Usage {
                 tunnel_id: *id,
@@ -348,11 +445,14 @@ impl NodeTunnels {
                 packets,
                 max_bytes: s.window.max_bytes,
             });
-            if s.window.excess {
+            if s.window.excess.is_some() {
                 s.last_excess_report_ns = Some(now_ns);
                 s.counts.excess_reports += 1;
             }
-            s.window = Window::new(now_ns);
+            // The next window counts the reads after this one, which hold what was offered
+            // since the last read; with no read in this window (no outbox yet), from now.
+            let start = if s.policer.read_ns > s.window.start_ns { s.policer.read_ns } else { now_ns };
+            s.window = Window::new(start.min(now_ns));
         }
         out
     }
@@ -419,33 +519,51 @@ mod tests {
         assert_eq!(r[3], Some((400, 32)), "... with its period");
     }
 
+    fn offer(messages: u64) -> Offered {
+        Offered { messages, bytes: 64 * messages, packets: 0, max_message: 64 }
+    }
+
     #[test]
     fn excess_is_reported_at_once_then_once_an_interval() {
         let mut t = NodeTunnels::new("h", 1_000 * US);
         granted(&mut t, 1, 100, 0);
         assert!(t.reports(10 * US).is_empty(), "nothing due yet");
-        // Three packets' worth in a period: within what two releases allow (one packet each
-        // and one for the phase), so nothing yet; four are not, and are reported at once, over
-        // the last two releases.
-        t.offered(1, Offered { messages: 3, bytes: 192, packets: 0, max_message: 64, excess_messages: 1 });
-        assert!(t.reports(15 * US).is_empty(), "not conclusive yet");
-        t.offered(1, Offered { messages: 1, bytes: 64, packets: 0, max_message: 64, excess_messages: 0 });
-        let r = t.reports(20 * US);
+        // Two packets at once: the period's and the one more for the phase; a third in the
+        // next period is still within (its period brought one), a fourth is not, and it is
+        // reported at once, over the stretch since the credit was full.
+        assert_eq!(t.offered(1, offer(2), 0), 0);
+        assert_eq!(t.offered(1, offer(1), 100 * US), 0);
+        assert!(t.reports(101 * US).is_empty(), "within the grant");
+        assert_eq!(t.offered(1, offer(2), 200 * US), 1, "five in the first two periods");
+        t.settled(1, Settled { sent: 1, excess: 1, late: 0 });
+        let r = t.reports(201 * US);
         assert_eq!(
             r,
-            [ToController::Usage {
-                tunnel_id: 1,
-                window_ps: 2 * 100 * US * 1_000,
-                packets: 4,
-                max_bytes: 64
-            }]
+            [ToController::Usage { tunnel_id: 1, window_ps: 200 * US * 1_000, packets: 5, max_bytes: 64 }]
         );
-        t.offered(1, Offered { messages: 2, bytes: 128, packets: 0, max_message: 64, excess_messages: 1 });
+        assert_eq!(t.offered(1, offer(3), 300 * US), 2);
         assert!(t.reports(500 * US).is_empty(), "a second excess waits for the interval");
-        let r = t.reports(1_020 * US);
-        assert!(matches!(r[..], [ToController::Usage { packets: 2, .. }]), "{r:?}");
+        let r = t.reports(1_210 * US);
+        assert_eq!(
+            r,
+            [ToController::Usage { tunnel_id: 1, window_ps: 300 * US * 1_000, packets: 8, max_bytes: 64 }],
+            "then it is reported over the stretch since the credit was last full"
+        );
         let (_, c) = t.sending().next().unwrap();
-        assert_eq!((c.excess_messages, c.excess_reports, c.messages), (2, 2, 4));
+        assert_eq!(
+            (c.excess_messages, c.excess_reports, c.messages, c.first_excess_ns),
+            (1, 2, 1, Some(200 * US))
+        );
+    }
+
+    #[test]
+    fn a_message_larger_than_the_packet_is_excess_at_once() {
+        let mut t = NodeTunnels::new("h", 1_000 * US);
+        granted(&mut t, 1, 100, 0);
+        let large = Offered { messages: 1, bytes: 100, packets: 1, max_message: 82 };
+        assert_eq!(t.offered(1, large, 0), 0, "one packet's count: not beyond the grant");
+        let r = t.reports(1);
+        assert!(matches!(r[..], [ToController::Usage { max_bytes: 82, .. }]), "{r:?}");
     }
 
     #[test]
@@ -481,12 +599,10 @@ mod tests {
         assert_eq!(t.receiving().map(|i| i.tunnel_id).collect::<Vec<_>>(), [6]);
     }
 
-    /// The node's reports and the controller's rules agree: an application offering twice its
-    /// grant is told `BW_EXCEEDED` on the node's first report; one offering a twentieth of it
-    /// is re-planned (`BW_UNUSED`); one offering what it was granted is left alone.
-    #[test]
-    fn the_controller_reads_the_reports_as_the_node_means_them() {
-        use crate::controller::{Controller, Input, Notice, Reason};
+    /// A controller over two hosts `a` -> `b` with a tunnel of 64-byte packets every 100 us
+    /// granted at 0, and the grant the node holds.
+    fn controller() -> (crate::controller::Controller, TunnelId, Grant) {
+        use crate::controller::{Controller, Input, Notice};
         use crate::te::{Allocation, LinkSpec, NodeKind, Request, Topology};
 
         let mut topo = Topology::new();
@@ -499,59 +615,194 @@ mod tests {
             max_jitter: 1_000,
         };
         topo.add_duplex(a, b, spec).unwrap();
+        let mut c = Controller::new(Allocation::new(topo), 0);
+        let request = Request {
+            name: "x".into(),
+            sender: a,
+            receivers: vec![b],
+            packet_bytes: 64,
+            period: 100_000_000,
+            sublane: 0,
+        };
+        let Notice::Granted { tunnel, resources, .. } = c.handle(Input::Request(request), 0).remove(0) else {
+            panic!()
+        };
+        (c, tunnel, Grant::from(resources))
+    }
+
+    /// Hands `reports` to the controller; the first change it makes of `tunnel`, if any (an
+    /// end counts as `BW_EXCEEDED`'s last).
+    fn verdict_of(
+        c: &mut crate::controller::Controller,
+        tunnel: TunnelId,
+        reports: Vec<ToController>,
+    ) -> Option<crate::controller::Reason> {
+        use crate::controller::{Input, Notice, Reason};
+        for report in reports {
+            let ToController::Usage { window_ps, packets, max_bytes, .. } = report else { panic!() };
+            for n in c.handle(Input::Usage { tunnel, window: window_ps, packets, max_bytes }, 1) {
+                match n {
+                    Notice::BandwidthChanged { tunnel: t, reason, .. } if t == tunnel => return Some(reason),
+                    Notice::Terminated { tunnel: t } if t == tunnel => return Some(Reason::BwExceeded),
+                    _ => {}
+                }
+            }
+        }
+        None
+    }
+
+    /// A node's loop on a virtual clock, sending on the tunnel of [`controller`]: the
+    /// application offers a message at each of `sends` (ns, sorted); the loop wakes for each
+    /// release `late()` ns after it is due (more than a period late misses releases), reads
+    /// what was offered since its last read, and hands its reports (every `every_periods`) to
+    /// the controller. Returns the packets the policer found beyond the grant, and the first
+    /// change the controller made.
+    fn drive(
+        sends: &[u64],
+        late: &mut dyn FnMut() -> u64,
+        every_periods: u64,
+    ) -> (u64, Option<crate::controller::Reason>) {
+        let (mut c, tunnel, g) = controller();
+        let period = period_ns(&g);
+        let mut t = NodeTunnels::new("a", every_periods * period);
+        let granted =
+            ToNode::Granted { app_ref: 0, name: "x".into(), tunnel_id: tunnel, grant: g, send_from_ns: 0 };
+        t.apply(&granted, 0);
+        let (mut beyond, mut read, mut now) = (0, 0, 0);
+        let end = sends.last().copied().unwrap_or(0) + 2 * period;
+        while now < end {
+            now = t.next_release_ns().unwrap().max(now) + late();
+            while let Some(r) = t.due(now) {
+                let taken = sends[read..].iter().take_while(|&&at| at <= now).count();
+                read += taken;
+                beyond += t.offered(r.tunnel_id, offer(taken as u64), now);
+            }
+            if let Some(reason) = verdict_of(&mut c, tunnel, t.reports(now)) {
+                return (beyond, Some(reason));
+            }
+        }
+        (beyond, None)
+    }
+
+    /// What the sensor example met beside the monitor: an application sending exactly one
+    /// message a period, at any phase to the node's releases, each message late by up to most
+    /// of a period (its sleep's overshoot), while the node's loop wakes late now and then (by
+    /// up to four periods, missing releases). Nothing it offers is beyond its grant, and the
+    /// controller never answers `BW_EXCEEDED`.
+    #[test]
+    fn an_application_at_its_grant_is_never_told_it_exceeded_whatever_its_phase_and_jitter() {
+        use rand::{Rng, SeedableRng};
+        for phase_us in [0, 1, 5, 50, 95, 99] {
+            for max_jitter_us in [0, 10, 60, 95] {
+                let mut app = rand::rngs::SmallRng::seed_from_u64(phase_us * 1_000 + max_jitter_us);
+                let sends: Vec<u64> = (0..3_000)
+                    .map(|k| phase_us * US + k * 100 * US + app.random_range(0..max_jitter_us * US + 1))
+                    .collect();
+                let mut node = rand::rngs::SmallRng::seed_from_u64(phase_us * 100 + max_jitter_us);
+                let mut late = || match node.random_range(0..100) {
+                    0..4 => node.random_range(100 * US..400 * US),
+                    4..20 => node.random_range(0..99 * US),
+                    _ => node.random_range(0..3 * US),
+                };
+                assert_eq!(
+                    drive(&sends, &mut late, 1_000),
+                    (0, None),
+                    "phase {phase_us} us, jitter up to {max_jitter_us} us: judged over its grant"
+                );
+            }
+        }
+    }
+
+    /// An application that loses its core for periods at a time, in its sleep or between its
+    /// clock read and its send, and keeps its period as the sensor example does (a message that
+    /// went out a period late or more puts the next one a period after it): within its grant
+    /// throughout, while the node's loop is late as well.
+    #[test]
+    fn an_application_that_stalls_and_keeps_its_period_stays_within_its_grant() {
+        use rand::{Rng, SeedableRng};
+        for seed in 0..8 {
+            let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+            let stall = |rng: &mut rand::rngs::SmallRng| match rng.random_range(0..100) {
+                0..3 => rng.random_range(50 * US..500 * US),
+                3..30 => rng.random_range(0..90 * US),
+                _ => rng.random_range(0..5 * US),
+            };
+            let (mut sends, mut next, mut sent) = (Vec::new(), 37 * US, 0);
+            for _ in 0..3_000 {
+                let woke = next.max(sent) + stall(&mut rng);
+                sent = woke + stall(&mut rng);
+                sends.push(sent);
+                if sent >= next + 100 * US {
+                    next = sent;
+                }
+                next += 100 * US;
+            }
+            let mut node = rand::rngs::SmallRng::seed_from_u64(seed + 100);
+            let mut late = || stall(&mut node);
+            assert_eq!(drive(&sends, &mut late, 1_000), (0, None), "seed {seed}: judged over its grant");
+        }
+    }
+
+    /// What the grant does not allow is still found at once, whatever the node's timing: twice
+    /// the grant, a quarter over it, and four messages at once after a quiet stretch.
+    #[test]
+    fn an_application_over_its_grant_is_told_so_whatever_the_node_timing() {
+        use crate::controller::Reason;
+        use rand::{Rng, SeedableRng};
+        let mut node = rand::rngs::SmallRng::seed_from_u64(11);
+        let mut late = || if node.random_range(0..10) == 0 { node.random_range(0..250 * US) } else { 0 };
+        let twice: Vec<u64> = (0..400).map(|k| 30 * US + k * 50 * US).collect();
+        let (beyond, reason) = drive(&twice, &mut late, 1_000);
+        assert!(beyond > 0 && reason == Some(Reason::BwExceeded), "twice: {beyond} {reason:?}");
+        let quarter: Vec<u64> = (0..1_000).map(|k| 30 * US + k * 80 * US).collect();
+        let (beyond, reason) = drive(&quarter, &mut late, 1_000);
+        assert!(beyond > 0 && reason == Some(Reason::BwExceeded), "1.25x: {beyond} {reason:?}");
+        // Catching up on four periods at once after a stall of its own: more than a release's
+        // packet and one carried.
+        let mut burst: Vec<u64> = (0..20).map(|k| 30 * US + k * 100 * US).collect();
+        burst.extend([2_430 * US; 4]);
+        let (beyond, reason) = drive(&burst, &mut || 0, 1_000);
+        assert!(beyond > 0 && reason == Some(Reason::BwExceeded), "burst: {beyond} {reason:?}");
+    }
+
+    /// The node's reports and the controller's rules agree: an application offering twice its
+    /// grant is told `BW_EXCEEDED` on the node's first report; one offering a twentieth of it
+    /// is re-planned (`BW_UNUSED`); one offering what it was granted is left alone.
+    #[test]
+    fn the_controller_reads_the_reports_as_the_node_means_them() {
+        use crate::controller::Reason;
+
         // Runs `windows` report windows of `periods` periods each, the application offering
         // `offer(period)`, feeding every report to the controller; the first change it makes.
         let verdict = |offer: &dyn Fn(u64) -> Offered, periods: u64, windows: u64| {
-            let mut c = Controller::new(Allocation::new(topo.clone()), 0);
-            let request = Request {
-                name: "x".into(),
-                sender: a,
-                receivers: vec![b],
-                packet_bytes: 64,
-                period: 100_000_000,
-                sublane: 0,
-            };
-            let Notice::Granted { tunnel, resources, .. } = c.handle(Input::Request(request), 0).remove(0)
-            else {
-                panic!()
-            };
-            let g = Grant::from(resources);
+            let (mut c, tunnel, g) = controller();
             let every = periods * period_ns(&g);
             let mut t = NodeTunnels::new("a", every);
-            t.apply(
-                &ToNode::Granted {
-                    app_ref: 0,
-                    name: "x".into(),
-                    tunnel_id: tunnel,
-                    grant: g,
-                    send_from_ns: 0,
-                },
-                0,
-            );
+            let granted = ToNode::Granted {
+                app_ref: 0,
+                name: "x".into(),
+                tunnel_id: tunnel,
+                grant: g,
+                send_from_ns: 0,
+            };
+            t.apply(&granted, 0);
             for i in 0..periods * windows {
-                let r = t.due(i * period_ns(&g)).unwrap();
-                t.offered(r.tunnel_id, offer(i % periods));
-                let mut reports = t.reports(i * period_ns(&g) + 1);
+                let now = i * period_ns(&g);
+                let r = t.due(now).unwrap();
+                t.offered(r.tunnel_id, offer(i % periods), now);
+                let mut reports = t.reports(now + 1);
                 if (i + 1) % periods == 0 {
                     reports.extend(t.reports((i + 1) * period_ns(&g)));
                 }
-                for report in reports {
-                    let ToController::Usage { window_ps, packets, max_bytes, .. } = report else { panic!() };
-                    let notices = c.handle(Input::Usage { tunnel, window: window_ps, packets, max_bytes }, 1);
-                    let reason = notices.iter().find_map(|n| match n {
-                        Notice::BandwidthChanged { tunnel: t, reason, .. } if *t == tunnel => Some(*reason),
-                        _ => None,
-                    });
-                    if reason.is_some() {
-                        return reason;
-                    }
+                if let Some(reason) = verdict_of(&mut c, tunnel, reports) {
+                    return Some(reason);
                 }
             }
             None
         };
-        let whole = Offered { messages: 1, bytes: 64, packets: 0, max_message: 64, excess_messages: 0 };
-        let twice = Offered { messages: 2, bytes: 128, packets: 0, max_message: 64, excess_messages: 1 };
-        let too_large = Offered { messages: 1, bytes: 65, packets: 0, max_message: 65, excess_messages: 1 };
+        let whole = offer(1);
+        let twice = offer(2);
+        let too_large = Offered { messages: 1, bytes: 65, packets: 0, max_message: 65 };
         assert_eq!(verdict(&|_| twice, 3, 1), Some(Reason::BwExceeded));
         assert_eq!(verdict(&|_| too_large, 3, 1), Some(Reason::BwExceeded));
         assert_eq!(verdict(&|_| whole, 50, 4), None);

@@ -57,6 +57,10 @@ pub(super) struct Control {
     pub(super) owners: HashMap<TunnelId, Token>,
     /// Sending tunnel -> its name and the receivers its packets are sent to.
     fan_out: HashMap<TunnelId, (String, usize)>,
+    /// Sending tunnel -> the promise the log last said for it: a notice that leaves the grant
+    /// as it was (`BW_EXCEEDED`, or a re-plan elsewhere that did not move this tunnel's bounds)
+    /// is no news to the reader.
+    said: HashMap<TunnelId, crate::service::wire::Grant>,
     /// What this host adds to the controller's bounds.
     host: HostJitter,
     /// Where the node's lines go.
@@ -99,6 +103,7 @@ impl Control {
             pending: HashMap::new(),
             owners: HashMap::new(),
             fan_out: HashMap::new(),
+            said: HashMap::new(),
             host,
             log,
             commands,
@@ -307,6 +312,7 @@ impl Control {
             ToNode::Released { tunnel_id } | ToNode::Terminated { tunnel_id } => {
                 let terminated = matches!(m, ToNode::Terminated { .. });
                 self.fan_out.remove(tunnel_id);
+                self.said.remove(tunnel_id);
                 let _ = self.commands.send(LaneCommand::Notice(m.clone()));
                 if let Some(app) = self.owners.remove(tunnel_id) {
                     self.tell_app(app, &NodeToApp::Ended { tunnel_id: *tunnel_id, terminated });
@@ -320,17 +326,20 @@ impl Control {
     }
 
     /// The grant an application hears for a tunnel of this host: the controller's widened by
-    /// what the host adds, said in the log.
+    /// what the host adds, said in the log once for each promise (the grant, and every change
+    /// of it that moves what is promised).
     fn promise(
-        &self,
+        &mut self,
         tunnel_id: TunnelId,
         granted: &crate::service::wire::Grant,
     ) -> crate::service::wire::Grant {
         let Some((name, receivers)) = self.fan_out.get(&tunnel_id) else { return *granted };
         let promised = promise::promise(granted, *receivers, &self.host);
-        if let Some(log) = self.log.filter(|_| promised != *granted) {
+        let news = self.said.get(&tunnel_id) != Some(&promised);
+        if let Some(log) = self.log.filter(|_| promised != *granted && news) {
             log(&promise::describe(name, granted, *receivers, &self.host));
         }
+        self.said.insert(tunnel_id, promised);
         promised
     }
 }
