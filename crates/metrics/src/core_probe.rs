@@ -162,10 +162,12 @@ fn wake_lateness(length: Duration, period: Duration) -> LatencySummary {
     lateness.summary()
 }
 
-/// The lock file of probes of `core`, one for the whole machine (not under `TMPDIR`, which two
-/// processes may see differently).
+/// The lock file of probes of `core`, one for the whole machine: in `/run/lock`, where the
+/// filesystem standard puts lock files (world-writable, emptied at boot), else in `/tmp`; not
+/// under `TMPDIR`, which two processes may see differently.
 fn probe_lock_path(core: usize) -> std::path::PathBuf {
-    std::path::PathBuf::from(format!("/tmp/kairos-core-probe-cpu{core}.lock"))
+    let dir = ["/run/lock", "/tmp"].into_iter().find(|d| std::path::Path::new(d).is_dir()).unwrap_or("/tmp");
+    std::path::PathBuf::from(format!("{dir}/kairos-core-probe-cpu{core}.lock"))
 }
 
 /// How long a probe waits for another process's probe of the same core: longer than the
@@ -182,7 +184,7 @@ const PROBE_LOCK_WAIT: Duration = Duration::from_secs(90);
 /// together on one host both probe the lane core at start, and promised their applications
 /// about 4 ms of jitter that way, the scheduler's slice between two spinners. The second now
 /// waits for the first (a few hundred milliseconds). A lock file that cannot be opened at all
-/// (no writable `/tmp`) leaves the probe unserialised rather than refused: the figure is then
+/// (no writable `/run/lock` or `/tmp`) leaves the probe unserialised rather than refused: the figure is then
 /// what it was before the lock.
 pub fn probe_core(config: &CoreProbeConfig) -> std::io::Result<CoreProbe> {
     let config = *config;
