@@ -7,6 +7,7 @@ fn rows_and_loads_are_named_as_other_tools_read_them() {
         names,
         [
             "kairos lane",
+            "kairos lane, shared receive path",
             "kairos lane, no host tuning",
             "udp blocking",
             "udp busy-poll",
