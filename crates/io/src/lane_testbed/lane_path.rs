@@ -172,14 +172,7 @@ impl LaneTestbed {
     /// placed above the lane's nodes, a lane packet is received as soon as it arrives. The
     /// threads go with the testbed, so nothing needs undoing.
     pub fn tune_napi(&self, core: usize, priority: i32) -> Result<(), LaneTestbedError> {
-        for t in &self.napi_threads {
-            let what = |step: &str| format!("{step} of {} (serving {} in {})", t.pid, t.device, t.namespace);
-            kairos_sys::thread::pin_thread_to(t.pid, &[core])
-                .map_err(|source| TestbedError::Io { what: what("the affinity"), source })?;
-            kairos_sys::thread::set_thread_fifo(t.pid, priority)
-                .map_err(|source| TestbedError::Io { what: what("SCHED_FIFO"), source })?;
-        }
-        Ok(())
+        self.place_napi(&[core], |pid| kairos_sys::thread::set_thread_fifo(pid, priority), "SCHED_FIFO")
     }
 
     /// Gives the lane devices' receive threads back to the scheduler as the kernel made them:
@@ -190,11 +183,21 @@ impl LaneTestbed {
             source: std::io::Error::other(e),
         })?;
         let cores: Vec<usize> = online.iter().collect();
+        self.place_napi(&cores, kairos_sys::thread::set_thread_normal, "SCHED_OTHER")
+    }
+
+    /// Puts every receive thread on `cores` under the policy `set_policy` gives it (`policy`
+    /// names it in an error).
+    fn place_napi(
+        &self,
+        cores: &[usize],
+        set_policy: impl Fn(i32) -> std::io::Result<()>,
+        policy: &str,
+    ) -> Result<(), LaneTestbedError> {
         for t in &self.napi_threads {
             let what = |step: &str| format!("{step} of {} (serving {} in {})", t.pid, t.device, t.namespace);
-            kairos_sys::thread::set_thread_normal(t.pid)
-                .map_err(|source| TestbedError::Io { what: what("SCHED_OTHER"), source })?;
-            kairos_sys::thread::pin_thread_to(t.pid, &cores)
+            set_policy(t.pid).map_err(|source| TestbedError::Io { what: what(policy), source })?;
+            kairos_sys::thread::pin_thread_to(t.pid, cores)
                 .map_err(|source| TestbedError::Io { what: what("the affinity"), source })?;
         }
         Ok(())
