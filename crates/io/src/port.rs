@@ -167,3 +167,22 @@ pub trait Port<M: Message>: PortBase {
     /// Offers `messages`; returns how many were taken (the first ones), without blocking.
     fn tx_burst(&mut self, messages: &[M]) -> Result<usize, PortError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_datagram_carries_its_bytes_through_its_wire_form_and_refuses_more_than_fit() {
+        let d = Datagram::new(b"lane").unwrap();
+        let mut buf = [0u8; MAX_WIRE_BYTES];
+        assert_eq!(d.encode(&mut buf), 4);
+        let mut back = Datagram::decode(&buf[..4]).unwrap();
+        assert_eq!(back.bytes(), b"lane");
+        back.set_rx_ns(7);
+        assert_eq!((back.rx_ns(), d.rx_ns()), (7, 0));
+        assert!(Datagram::new(&[0; MAX_WIRE_BYTES]).is_some());
+        assert!(Datagram::new(&[0; MAX_WIRE_BYTES + 1]).is_none());
+        assert!(Datagram::decode(&[0; MAX_WIRE_BYTES + 1]).is_none());
+    }
+}
