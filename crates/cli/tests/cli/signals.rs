@@ -257,7 +257,11 @@ const LATENCY_TUNED: &[&str] =
 const LATENCY_FLOOD: &[&str] =
     &["lane", "latency", "--rows", "udp-blocking", "--loads", "flood", "--packets", "100000"];
 const SWEEP: &[&str] = &["sweep", "--quick", "--backend", "udp", "--packets", "40000"];
-const DEADLINES: &[&str] = &["rtu", "deadlines", "--quick"];
+/// Shorter traces, so that the runs before dpdk-testpmd's go by in a few seconds.
+const SWEEP_TO_TESTPMD: &[&str] = &["sweep", "--quick", "--backend", "udp", "--packets", "10000"];
+// Points of 0.5 s, so that the loaded half (stress-ng) begins within seconds: the moment the
+// signal comes is what is tested, not the figures.
+const DEADLINES: &[&str] = &["rtu", "deadlines", "--quick", "--utilisation", "0.3,0.7", "--seconds", "0.5"];
 
 macro_rules! case {
     ($name:ident, $args:expr, $signal:expr, $waits_for:expr, $ready:expr) => {
@@ -274,7 +278,13 @@ macro_rules! case {
 
 case!(sigint_mid_sweep, SWEEP, 2, "its namespaces", has_namespaces);
 case!(sigterm_mid_sweep, SWEEP, 15, "its namespaces", has_namespaces);
-case!(sighup_mid_sweep_with_testpmd, SWEEP, 1, "its namespaces and dpdk-testpmd", has_namespaces_and_testpmd);
+case!(
+    sighup_mid_sweep_with_testpmd,
+    SWEEP_TO_TESTPMD,
+    1,
+    "its namespaces and dpdk-testpmd",
+    has_namespaces_and_testpmd
+);
 case!(sigint_mid_rtu_deadlines, DEADLINES, 2, "real-time threads", has_realtime_thread);
 case!(
     sigterm_mid_rtu_deadlines_with_stress_ng,
@@ -310,7 +320,8 @@ fn sigterm_mid_rtu_sched_deadline_one_core() {
         return;
     }
     interrupt(Case {
-        args: &["rtu", "sched-deadline", "--quick"],
+        // One point of 0.5 s: its one-core run begins after RMDP's and global EDF's.
+        args: &["rtu", "sched-deadline", "--quick", "--utilisation", "0.5", "--seconds", "0.5"],
         signal: 15,
         waits_for: "threads in its one-core cpuset",
         ready: has_cpuset_member,
