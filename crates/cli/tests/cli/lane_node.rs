@@ -27,10 +27,18 @@ const READINGS: u32 = 2_000;
 /// core in turn first, behind any other probe of it).
 const WAIT: Duration = Duration::from_secs(60);
 
-/// The `kairos-lane` example `name`, built once per test process the way the `kairos` under
-/// test was (its target directory and profile): `cargo build --examples -p kairos-lane`, which
-/// does nothing once they are fresh.
+/// The `kairos-lane` example `name`: from `$KAIROS_EXAMPLES` when it names a directory (scripts/test
+/// sets it to the examples its own `cargo test --workspace` build made before any test ran), else
+/// built once per test process the way the `kairos` under test was (its target directory and
+/// profile) with `cargo build --examples -p kairos-lane`. That build resolves the dependencies'
+/// features for one package, not the workspace's tests, so after a workspace build it compiles
+/// part of the tree again (about 90 s on two cores).
 fn example(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("KAIROS_EXAMPLES") {
+        let path = Path::new(&dir).join(name);
+        assert!(path.is_file(), "KAIROS_EXAMPLES is set but holds no {name}: {}", path.display());
+        return path;
+    }
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let dir = BUILT.get_or_init(|| {
         let profile_dir = Path::new(KAIROS.path()).parent().expect("kairos lies in a profile's directory");
