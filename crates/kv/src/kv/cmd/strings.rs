@@ -9,7 +9,7 @@ use super::args::{
 };
 use super::{Ctx, Spec, View};
 use crate::kv::reply::Reply;
-use crate::kv::value::Value;
+use crate::kv::value::{Value, WRONGTYPE};
 
 /// Largest string a command may build (Redis's proto-max-bulk-len default).
 pub const MAX_STRING: usize = 512 << 20;
@@ -102,14 +102,19 @@ fn set_inner(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         }
         i += 1;
     }
-    let old = ctx.db.string(key, ctx.now_ms);
-    let old = if get { old?.cloned() } else { old.ok().flatten().cloned() };
-    let exists = ctx.db.contains(key, ctx.now_ms);
+    // One lookup answers everything asked of the old item; its value is copied only for GET,
+    // and a value of another type is an error only for GET (plain SET overwrites it).
+    let current = ctx.db.get(key, ctx.now_ms);
+    let exists = current.is_some();
+    let old = match current.map(|i| &i.value) {
+        Some(Value::Str(v)) if get => Some(v.clone()),
+        Some(_) if get => return Err(Reply::Error(WRONGTYPE.into())),
+        _ => None,
+    };
     if (nx && exists) || (xx && !exists) {
         return Ok(if get { old.map_or(Reply::Nil, Reply::Bulk) } else { Reply::Nil });
     }
-    let expires =
-        if keep_ttl { ctx.db.get(key, ctx.now_ms).and_then(|i| i.expires_at_ms()) } else { expires };
+    let expires = if keep_ttl { current.and_then(|i| i.expires_at_ms()) } else { expires };
     ctx.db.insert(key.clone(), Value::Str(value.clone()), expires);
     Ok(if get { old.map_or(Reply::Nil, Reply::Bulk) } else { Reply::Ok })
 }
@@ -533,10 +538,11 @@ fn lcs(view: &View<'_>, args: &[Vec<u8>]) -> Reply {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::exec;
+    use super::super::testing::{NOW, exec};
     use crate::kv::cmd::testing::b as bulk;
     use crate::kv::db::Db;
     use crate::kv::reply::Reply;
+    use crate::kv::value::{Value, WRONGTYPE};
 
     #[test]
     fn set_and_its_options() {
@@ -554,6 +560,40 @@ mod tests {
         );
         assert_eq!(exec(&mut db, "SET k v NX XX"), Reply::Error("ERR syntax error".into()));
         assert_eq!(exec(&mut db, "SET k v KEEPTTL EX 1"), Reply::Error("ERR syntax error".into()));
+    }
+
+    #[test]
+    fn set_over_a_key_of_another_type_or_an_expired_one() {
+        let mut db = Db::default();
+        exec(&mut db, "HSET h f v");
+        // GET refuses another type and leaves it; plain SET overwrites it; NX sees it.
+        assert_eq!(exec(&mut db, "SET h x GET"), Reply::Error(WRONGTYPE.into()));
+        assert_eq!(exec(&mut db, "HGET h f"), bulk("v"));
+        assert_eq!(exec(&mut db, "SET h x NX"), Reply::Nil);
+        assert_eq!(exec(&mut db, "SET h x XX"), Reply::Ok);
+        assert_eq!(exec(&mut db, "GET h"), bulk("x"));
+        exec(&mut db, "HSET g f v");
+        assert_eq!(exec(&mut db, "SET g y"), Reply::Ok);
+        assert_eq!(exec(&mut db, "SET g z GET"), bulk("y"));
+        // A missing key: GET answers nil and sets, XX sets nothing.
+        assert_eq!(exec(&mut db, "SET m v XX GET"), Reply::Nil);
+        assert!(db.get(b"m", NOW).is_none());
+        assert_eq!(exec(&mut db, "SET m v GET"), Reply::Nil);
+        assert_eq!(exec(&mut db, "SET m w NX GET"), bulk("v"));
+        assert_eq!(exec(&mut db, "GET m"), bulk("v"));
+        // An expired key counts as missing, its expiry included.
+        db.insert(b"e".to_vec(), Value::Str(b"old".to_vec()), Some(NOW));
+        assert_eq!(exec(&mut db, "SET e v XX GET"), Reply::Nil);
+        assert_eq!(exec(&mut db, "SET e v NX GET KEEPTTL"), Reply::Nil);
+        assert_eq!(
+            db.get(b"e", NOW).map(|i| (i.value.clone(), i.expires_at_ms())),
+            Some((Value::Str(b"v".to_vec()), None))
+        );
+        // KEEPTTL keeps a live key's expiry whatever the key held.
+        exec(&mut db, "HSET t f v");
+        db.set_expiry(b"t", NOW, Some(NOW + 50));
+        assert_eq!(exec(&mut db, "SET t v KEEPTTL"), Reply::Ok);
+        assert_eq!(db.get(b"t", NOW).and_then(|i| i.expires_at_ms()), Some(NOW + 50));
     }
 
     #[test]

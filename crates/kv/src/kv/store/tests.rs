@@ -158,6 +158,52 @@ fn random_picks_are_the_same_on_every_member() {
 }
 
 #[test]
+fn sets_leave_replayed_and_restored_members_alike() {
+    let lines = [
+        "SET k v",
+        "SET k w",
+        "HSET h f v",
+        "SET h x NX",
+        "SET h x GET",
+        "SET h x",
+        "SET k y GET",
+        "SET e v PX 5",
+        "SET e w KEEPTTL GET",
+        "SET n v XX",
+        "SET n v NX GET",
+        "SET e z XX",
+        "SET k z EX 1 GET",
+        "SET k q KEEPTTL",
+    ];
+    let (mut a, mut b) = (Store::new(), Store::new());
+    let mut restored: Option<Store> = None;
+    for (i, line) in lines.iter().enumerate() {
+        let (seq, index, now) = (i as u64, i as u64 + 1, 100 + i as u64);
+        let reply = a.apply(&request(1, seq, 0, w(line)), now, index);
+        assert_eq!(b.apply(&request(1, seq, 0, w(line)), now, index), reply, "{line}");
+        if let Some(r) = restored.as_mut() {
+            assert_eq!(r.apply(&request(1, seq, 0, w(line)), now, index), reply, "restored: {line}");
+        }
+        if i == lines.len() / 2 {
+            let mut bytes = Vec::new();
+            a.encode(&mut bytes);
+            restored = Some(Store::decode(&bytes).unwrap());
+        }
+    }
+    assert_eq!(a.read(&r("GET k"), 200), Reply::Bulk(b"q".to_vec()));
+    assert_eq!(a.read(&r("GET h"), 200), Reply::Bulk(b"x".to_vec()));
+    let snapshot = |s: &Store| {
+        let mut bytes = Vec::new();
+        s.encode(&mut bytes);
+        bytes
+    };
+    let restored = restored.unwrap();
+    assert_eq!(snapshot(&b), snapshot(&a));
+    assert_eq!(snapshot(&restored), snapshot(&a));
+    assert_eq!(restored, a);
+}
+
+#[test]
 fn sessions_are_bounded() {
     let mut s = Store::new();
     for client in 0..(MAX_SESSIONS as u64 + 10) {
