@@ -56,7 +56,11 @@ macro_rules! typed_access {
         pub fn $get(&self, key: &[u8], now_ms: u64) -> Result<Option<&$ty>, Reply> {
             match self.value(key, now_ms) {
                 None => Ok(None),
-                Some(Value::$variant(v)) => Ok(Some(v)),
+                Some(Value::$variant(v)) => {
+                    // A container is boxed (see [`Value`]): the annotation derefs it.
+                    let v: &$ty = v;
+                    Ok(Some(v))
+                }
                 Some(_) => Err(wrongtype()),
             }
         }
@@ -80,6 +84,7 @@ macro_rules! typed_access {
             match &mut item.value {
                 Value::$variant(v) => {
                     item.version = stamp;
+                    let v: &mut $ty = v;
                     Ok(Some(v))
                 }
                 _ => Err(wrongtype()),

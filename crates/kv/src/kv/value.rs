@@ -15,18 +15,22 @@ use super::zset::ZSet;
 use kairos_services::codec::{DecodeError, Reader, put_bytes, put_u64};
 
 /// A value of one of Redis's types.
+///
+/// The containers are boxed so that a value is a string's size: every key's slot in the
+/// table holds one, and most keys hold strings, which would otherwise pay for the largest
+/// container in memory and in every move.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     /// A string (also integers and floats, kept as their text, as Redis does).
     Str(Vec<u8>),
     /// A list.
-    List(VecDeque<Vec<u8>>),
+    List(Box<VecDeque<Vec<u8>>>),
     /// A hash: field to value.
-    Hash(IndexMap<Vec<u8>, Vec<u8>>),
+    Hash(Box<IndexMap<Vec<u8>, Vec<u8>>>),
     /// A set.
-    Set(IndexSet<Vec<u8>>),
+    Set(Box<IndexSet<Vec<u8>>>),
     /// A sorted set.
-    ZSet(ZSet),
+    ZSet(Box<ZSet>),
 }
 
 /// The error Redis gives for a command on a key of another type.
@@ -95,7 +99,7 @@ pub fn encode_value(out: &mut Vec<u8>, value: &Value) {
         Value::Hash(h) => {
             out.push(2);
             put_u64(out, h.len() as u64);
-            for (f, v) in h {
+            for (f, v) in h.iter() {
                 put_bytes(out, f);
                 put_bytes(out, v);
             }
@@ -125,9 +129,9 @@ pub fn decode_value(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
         0 => Value::Str(r.bytes("string")?.to_vec()),
         1 => {
             let n = r.count("list length", 1)?;
-            Value::List(
+            Value::List(Box::new(
                 (0..n).map(|_| r.bytes("list element").map(<[u8]>::to_vec)).collect::<Result<_, _>>()?,
-            )
+            ))
         }
         2 => {
             let n = r.count("hash length", 2)?;
@@ -138,7 +142,7 @@ pub fn decode_value(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
                     return Err(invalid("repeated hash field"));
                 }
             }
-            Value::Hash(h)
+            Value::Hash(Box::new(h))
         }
         3 => {
             let n = r.count("set length", 1)?;
@@ -148,7 +152,7 @@ pub fn decode_value(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
                     return Err(invalid("repeated set member"));
                 }
             }
-            Value::Set(s)
+            Value::Set(Box::new(s))
         }
         4 => {
             let n = r.count("sorted set length", 2)?;
@@ -160,8 +164,37 @@ pub fn decode_value(r: &mut Reader<'_>) -> Result<Value, DecodeError> {
                     return Err(invalid("sorted set member"));
                 }
             }
-            Value::ZSet(z)
+            Value::ZSet(Box::new(z))
         }
         other => return Err(DecodeError::Invalid { field: "value type", value: u64::from(other) }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_value_is_a_string_and_a_tag_at_most() {
+        assert!(size_of::<Value>() <= size_of::<Vec<u8>>() + 8, "{} bytes", size_of::<Value>());
+    }
+
+    #[test]
+    fn every_type_round_trips() {
+        let mut zset = ZSet::new();
+        zset.insert(b"m".to_vec(), 1.5);
+        let values = [
+            Value::Str(b"s".to_vec()),
+            Value::List(Box::new([b"a".to_vec(), b"b".to_vec()].into())),
+            Value::Hash(Box::new([(b"f".to_vec(), b"v".to_vec())].into_iter().collect())),
+            Value::Set(Box::new([b"x".to_vec(), b"y".to_vec()].into_iter().collect())),
+            Value::ZSet(Box::new(zset)),
+        ];
+        for value in values {
+            let mut bytes = Vec::new();
+            encode_value(&mut bytes, &value);
+            let mut r = Reader::new(&bytes);
+            assert_eq!(decode_value(&mut r).unwrap(), value);
+        }
+    }
 }

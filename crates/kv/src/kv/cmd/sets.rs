@@ -311,7 +311,7 @@ fn store_op(ctx: &mut Ctx<'_>, args: &[Vec<u8>], op: SetOp) -> Reply {
         Err(e) => return e,
     };
     let count = result.len();
-    ctx.db.store(&args[1], Value::Set(result), ctx.now_ms);
+    ctx.db.store(&args[1], Value::Set(Box::new(result)), ctx.now_ms);
     integer(count)
 }
 

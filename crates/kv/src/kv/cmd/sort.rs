@@ -113,7 +113,7 @@ fn sort_or_store(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         .map(|row| row.map(<[u8]>::to_vec).unwrap_or_default())
         .collect();
     let stored = list.len();
-    ctx.db.store(destination, Value::List(list), ctx.now_ms);
+    ctx.db.store(destination, Value::List(Box::new(list)), ctx.now_ms);
     Ok(integer(stored))
 }
 

@@ -95,7 +95,7 @@ fn to_zset<'a>(items: impl IntoIterator<Item = (&'a [u8], f64)>) -> ZSet {
 /// of every *STORE command: the result's size.
 fn store(ctx: &mut Ctx<'_>, dst: &[u8], result: ZSet) -> Reply {
     let count = result.len();
-    ctx.db.store(dst, Value::ZSet(result), ctx.now_ms);
+    ctx.db.store(dst, Value::ZSet(Box::new(result)), ctx.now_ms);
     integer(count)
 }
 
