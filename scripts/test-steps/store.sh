@@ -3,7 +3,7 @@
 # shellcheck shell=bash
 
 kv_check() {
-step "the replicated store's correctness: 1,000 simulated histories under every fault kind and 10 s of real processes under kill -9, SIGSTOP and partitions (as root: in network namespaces, cut off by a link down and by nftables), all linearizable, no acknowledged write lost, both broken modes caught; 200 histories of five members; 1,000 list-append histories (MULTI of RPUSH and LRANGE under every fault and membership changes during partitions) strictly serializable, transactions split in two entries caught"
+step "the replicated store's correctness: 1,000 simulated histories under every fault kind and 10 s of real processes under kill -9, SIGSTOP and partitions (as root: in network namespaces, cut off by a link down and by nftables), all linearizable, no acknowledged write lost, both broken modes caught; 200 histories of five members; 500 list-append histories (MULTI of RPUSH and LRANGE under every fault and membership changes during partitions) strictly serializable, transactions split in two entries caught"
 check=target/test-results/kv-check.json
 testbed=()
 [ "$(id -u)" = 0 ] && command -v ip >/dev/null && testbed=(--testbed)
@@ -36,12 +36,15 @@ kairos kv check --members 5 --seeds 200 --self-test-seeds 0 --real-seconds 0 --j
 grep -q '"histories":200,' "$check" && grep -q '"illegal":0,"unknown":0,"panicked":0,"lost_acknowledged_writes":0,' "$check" \
   || { echo "kv check with five members:"; cat "$check"; exit 1; }
 echo "kv check with five members ok: 200 histories"
-kairos kv check --workload list-append --seeds 1000 --duration-ms 200 --self-test-seeds 40 --real-seconds 0 --json --results target/test-results > "$check"
+# 500 histories: about 160 membership changes among them, and the split transactions caught
+# within the self-test's 40 seeds; the figures in docs/store.md are of 1,000
+# (`kairos kv check --workload list-append --seeds 1000 --duration-ms 200`).
+kairos kv check --workload list-append --seeds 500 --duration-ms 200 --self-test-seeds 40 --real-seconds 0 --json --results target/test-results > "$check"
 python3 - "$check" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 problems = []
-if d["histories"] != 1000: problems.append(f"{d['histories']} histories")
+if d["histories"] != 500: problems.append(f"{d['histories']} histories")
 if d["linearizable"] != d["histories"]: problems.append(f"{d['illegal']} illegal, {d['unknown']} unknown, {d['panicked']} panicked")
 if d["lost_acknowledged_writes"] != 0: problems.append(f"{d['lost_acknowledged_writes']} acknowledged appends lost")
 if not d["self_test_caught"]: problems.append(f"transactions split in two entries went uncaught: {d['self_test']}")
