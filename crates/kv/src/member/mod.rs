@@ -346,9 +346,6 @@ pub struct Member {
     polled: std::collections::HashMap<RawFd, (u64, Interest)>,
     /// The lane's doorbell's descriptor, once in `poller`.
     doorbell_polled: Option<RawFd>,
-    /// The clients a wait found ready so far, so that each is served once a pass without a
-    /// scan of the list per client (kept between waits for its room).
-    ready_seen: hashbrown::HashSet<u64>,
     /// CONFIG SET's parameters (they change what CONFIG GET and OBJECT ENCODING report).
     settings: info::Settings,
     /// When the leader next looks for expired keys (monotonic ns).
@@ -524,8 +521,9 @@ impl Member {
         let listener = self.listener.as_raw_fd();
         let probe = self.probe.as_ref().map(|(_, socket)| socket.as_raw_fd());
         let (mut raft_ready, mut listen_ready, mut probe_ready) = (self.lane.is_some(), false, false);
-        self.ready_seen.clear();
-        self.ready_seen.extend(parked.iter().copied());
+        // A wait names each descriptor once and a client has one, so a client can only be
+        // both parked and reported: those few are all a client is looked for among.
+        let parked_count = parked.len();
         let mut ready = parked;
         let mut metrics_ready = Vec::new();
         for r in self.poller.ready() {
@@ -541,7 +539,7 @@ impl Member {
                 // A refused probe is an error pending on its socket, not a datagram.
                 probe_ready = true;
             } else if let Some(&(client, _)) = self.polled.get(&r.fd)
-                && self.ready_seen.insert(client)
+                && !ready[..parked_count].contains(&client)
             {
                 // A failed connection is served too: its read finds the error and drops it.
                 ready.push(client);

@@ -258,7 +258,6 @@ impl Member {
             poller,
             polled: std::collections::HashMap::new(),
             doorbell_polled: None,
-            ready_seen: hashbrown::HashSet::new(),
         })
     }
 
