@@ -481,32 +481,39 @@ impl LaneTestbed {
             let _hold = cleanup::hold_off();
             ip(&["netns", "add", ns])?;
         }
-        ip(&["-n", sw, "link", "add", BRIDGE, "type", "bridge"])?;
-        ip(&["-n", sw, "link", "set", "dev", BRIDGE, "addrgenmode", "none", "up"])?;
+        self.add_bridge(BRIDGE)?;
         for host in &self.hosts {
-            let (ns, port) = (host.namespace.as_str(), host.switch_port.as_str());
-            ip(&[
-                "link",
-                "add",
-                HOST_DEVICE,
-                "netns",
-                ns,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                port,
-                "netns",
-                sw,
-            ])?;
-            ip(&["-n", ns, "addr", "add", &format!("{}/24", host.address), "dev", HOST_DEVICE])?;
-            ip(&["-n", ns, "link", "set", "dev", HOST_DEVICE, "addrgenmode", "none", "up"])?;
-            ip(&["-n", ns, "link", "set", "dev", "lo", "up"])?;
-            ip(&["-n", sw, "link", "set", "dev", port, "master", BRIDGE, "addrgenmode", "none", "up"])?;
-            self.shape(ns, HOST_DEVICE)?;
-            self.shape(sw, port)?;
+            self.attach(BRIDGE, &host.namespace, HOST_DEVICE, host.address, &host.switch_port)?;
+            ip(&["-n", &host.namespace, "link", "set", "dev", "lo", "up"])?;
         }
         Ok(())
+    }
+
+    /// Makes bridge `bridge` in the switch's namespace, up.
+    fn add_bridge(&self, bridge: &str) -> Result<(), LaneTestbedError> {
+        let sw = self.switch_namespace.as_str();
+        ip(&["-n", sw, "link", "add", bridge, "type", "bridge"])?;
+        ip(&["-n", sw, "link", "set", "dev", bridge, "addrgenmode", "none", "up"])?;
+        Ok(())
+    }
+
+    /// Joins namespace `ns` to `bridge`: a veth whose end `device` in `ns` has `address`/24 and
+    /// whose other end `port` is the bridge's, both up and both shaped ([`Self::shape`]).
+    fn attach(
+        &self,
+        bridge: &str,
+        ns: &str,
+        device: &str,
+        address: Ipv4Addr,
+        port: &str,
+    ) -> Result<(), LaneTestbedError> {
+        let sw = self.switch_namespace.as_str();
+        ip(&["link", "add", device, "netns", ns, "type", "veth", "peer", "name", port, "netns", sw])?;
+        ip(&["-n", ns, "addr", "add", &format!("{address}/24"), "dev", device])?;
+        ip(&["-n", ns, "link", "set", "dev", device, "addrgenmode", "none", "up"])?;
+        ip(&["-n", sw, "link", "set", "dev", port, "master", bridge, "addrgenmode", "none", "up"])?;
+        self.shape(ns, device)?;
+        self.shape(sw, port)
     }
 
     /// What was made.

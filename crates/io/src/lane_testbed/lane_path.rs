@@ -101,43 +101,11 @@ impl LaneTestbed {
     /// Makes the lane's path: the bridge, each host's lane veth with its address, both ends
     /// shaped as the bulk path's and served by threaded NAPI.
     pub(super) fn build_lane_path(&mut self) -> Result<(), LaneTestbedError> {
+        self.add_bridge(LANE_BRIDGE)?;
         let sw = self.switch_namespace.clone();
-        ip(&["-n", &sw, "link", "add", LANE_BRIDGE, "type", "bridge"])?;
-        ip(&["-n", &sw, "link", "set", "dev", LANE_BRIDGE, "addrgenmode", "none", "up"])?;
         for i in 0..self.hosts.len() {
-            let ns = self.hosts[i].namespace.clone();
-            let port = self.hosts[i].lane_switch_port.clone();
-            ip(&[
-                "link",
-                "add",
-                LANE_DEVICE,
-                "netns",
-                &ns,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &port,
-                "netns",
-                &sw,
-            ])?;
-            ip(&["-n", &ns, "addr", "add", &format!("{}/24", lane_address(i)), "dev", LANE_DEVICE])?;
-            ip(&["-n", &ns, "link", "set", "dev", LANE_DEVICE, "addrgenmode", "none", "up"])?;
-            ip(&[
-                "-n",
-                &sw,
-                "link",
-                "set",
-                "dev",
-                &port,
-                "master",
-                LANE_BRIDGE,
-                "addrgenmode",
-                "none",
-                "up",
-            ])?;
-            self.shape(&ns, LANE_DEVICE)?;
-            self.shape(&sw, &port)?;
+            let (ns, port) = (self.hosts[i].namespace.clone(), self.hosts[i].lane_switch_port.clone());
+            self.attach(LANE_BRIDGE, &ns, LANE_DEVICE, lane_address(i), &port)?;
             let mut threads = threaded_napi(&ns, LANE_DEVICE)?;
             threads.extend(threaded_napi(&sw, &port)?);
             self.napi_threads.extend(threads);
