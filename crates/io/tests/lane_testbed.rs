@@ -144,12 +144,9 @@ fn runs(pid: i32) -> u64 {
     schedstat.split_whitespace().nth(2).unwrap().parse().unwrap()
 }
 
-/// The scheduling policy (field 41 of `/proc/PID/stat`) and allowed cores of a thread.
+/// The scheduling policy and allowed cores of a thread.
 fn policy_and_cores(pid: i32) -> (u32, String) {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-    // Fields from the third on; the policy is the 41st.
-    let policy = after_name.split_whitespace().nth(41 - 3).unwrap().parse().unwrap();
+    let policy = kairos_sys::proc::ProcStat::of_process(pid as u32).and_then(|s| s.policy()).unwrap();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let cores = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
     (policy, cores)
