@@ -336,13 +336,15 @@ pub fn run(
     };
     let mut sent = 0;
     let mut next = realtime_ns();
-    let mut last_taken = Instant::now();
+    // The send's own stamp times how long the tunnel has refused: no second clock read a message.
+    let mut last_taken_ns = next;
     while sent < s.packets {
         message[..8].copy_from_slice(&sent.to_le_bytes());
-        if tunnel.send(&message, realtime_ns()).is_ok() {
+        let stamp = realtime_ns();
+        if tunnel.send(&message, stamp).is_ok() {
             sent += 1;
-            last_taken = Instant::now();
-        } else if last_taken.elapsed() > STOPPED_TAKING {
+            last_taken_ns = stamp;
+        } else if stamp.saturating_sub(last_taken_ns) > STOPPED_TAKING.as_nanos() as u64 {
             return Err(stopped_taking(&mut sensor, sent, s.packets));
         }
         next += period_ns;
