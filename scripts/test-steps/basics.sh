@@ -18,12 +18,6 @@ else
 fi
 }
 
-bench_smoke() {
-# The benchmark targets only: the libraries' unit tests ran above.
-step "benchmarks, one smoke pass each"
-cargo bench --locked --workspace --bench '*' -- --test
-}
-
 examples() {
 step "the libraries' examples, run as a user would (the store's web app runs against kv cluster below)"
 for example in rcu/route_table ring/freshest dispatch/scale_down; do

@@ -9,6 +9,10 @@
 
 # Seconds per target: a regression gate, not a campaign (the corpus grows in fuzz/corpus).
 fuzz_seconds=4
+# Targets at a time: two a core, so that each has about two seconds of a core, in which it runs
+# its corpus again and some thousands of new inputs at least (the slowest, lane_control's TOML
+# with its validation, about 4,000).
+fuzz_parallel=$((2 * $(nproc)))
 
 # Where cargo-fuzz puts the targets' binaries: the host's triple.
 fuzz_bin="fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release"
@@ -65,7 +69,7 @@ fuzz_run() {
   # Every target cargo-fuzz knows (fuzz/Cargo.toml's [[bin]]s), so a new one is fuzzed too.
   local fuzz_targets
   mapfile -t fuzz_targets < <(cargo fuzz list)
-  step "fuzz every parser of outside input (${#fuzz_targets[@]} targets), $fuzz_seconds s each, $(nproc) at a time"
+  step "fuzz every parser of outside input (${#fuzz_targets[@]} targets), $fuzz_seconds s each, $fuzz_parallel at a time"
   # Seeds: the example files each reader is given, and the small files under fuzz/seeds.
   for t in "${fuzz_targets[@]}"; do
     mkdir -p "fuzz/corpus/$t"
@@ -75,9 +79,9 @@ fuzz_run() {
   cp examples/lane/requests.toml fuzz/corpus/requests_toml/
   cp examples/rtu/handlers.toml fuzz/corpus/handlers_toml/
   local failed=0 t
-  # xargs runs them nproc at a time and waits for all; each prints its own verdict line.
+  # xargs runs them $fuzz_parallel at a time and waits for all; each prints its own verdict line.
   export -f fuzz_one
   export fuzz_seconds
-  printf '%s\n' "${fuzz_targets[@]}" | xargs -P "$(nproc)" -I{} bash -c 'fuzz_one {}' || failed=1
+  printf '%s\n' "${fuzz_targets[@]}" | xargs -P "$fuzz_parallel" -I{} bash -c 'fuzz_one {}' || failed=1
   [ "$failed" = 0 ] || { echo "fuzzing found the failures above"; exit 1; }
 }
