@@ -6,6 +6,7 @@
 //! up, so the fuzzer reaches the layout checks behind the CRCs instead of stopping at them.
 #![no_main]
 
+use kairos_fuzz as _;
 use kairos_lane::node::chunk::{HEADER_BYTES, MAGIC, Packet, Schema, VERSION, encode, seal_header};
 use libfuzzer_sys::fuzz_target;
 

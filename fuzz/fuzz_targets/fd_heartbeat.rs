@@ -7,6 +7,7 @@
 
 use kairos_fd::swim::{decode_packet, encode_packet};
 use kairos_fd::wire::{Datagram, decode, encode_heartbeat, encode_replica_heartbeat};
+use kairos_fuzz as _;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

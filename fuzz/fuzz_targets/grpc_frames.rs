@@ -6,6 +6,7 @@
 //! waiting is too.
 #![no_main]
 
+use kairos_fuzz as _;
 use libfuzzer_sys::fuzz_target;
 
 use kairos_peers::grpc::{Call, FRAME_HEADER, MAX_FRAME, PREFACE, Session};

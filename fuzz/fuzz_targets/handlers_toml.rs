@@ -3,6 +3,7 @@
 //! panic.
 #![no_main]
 
+use kairos_fuzz as _;
 use kairos_rtu::file::handlers_from_toml;
 use libfuzzer_sys::fuzz_target;
 

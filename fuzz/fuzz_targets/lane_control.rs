@@ -9,6 +9,7 @@
 
 use std::sync::LazyLock;
 
+use kairos_fuzz as _;
 use kairos_lane::controller::Controller;
 use kairos_lane::node::app::AppToNode;
 use kairos_lane::service::auth::{Role, Secret, Session};
@@ -37,7 +38,8 @@ impl Drop for Scratch {
 fuzz_target!(|data: &[u8]| {
     let Some((&step, bytes)) = data.split_first() else { return };
     // In memory where there is a tmpfs: the journal syncs every input.
-    let base = if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
+    let base =
+        if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm".into() } else { std::env::temp_dir() };
     let scratch = Scratch(base.join(format!("kairos-fuzz-lane-control-{}", std::process::id())));
     let dir = &scratch.0;
     let _ = std::fs::remove_dir_all(dir);

@@ -5,6 +5,7 @@
 //! never a panic.
 #![no_main]
 
+use kairos_fuzz as _;
 use kairos_services::frame::Reassembler;
 use kairos_services::seal::{ClusterSecret, Opener, Refusal, Sealer, Stream};
 use libfuzzer_sys::fuzz_target;

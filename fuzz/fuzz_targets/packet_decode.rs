@@ -6,6 +6,7 @@
 
 use kairos_forward::packet::wire_checksum;
 use kairos_forward::{Packet, WIRE_LEN};
+use kairos_fuzz as _;
 use libfuzzer_sys::fuzz_target;
 
 fn round_trips(bytes: &[u8]) {

@@ -5,6 +5,7 @@
 //! same meaning (a second decode gives the same message).
 #![no_main]
 
+use kairos_fuzz as _;
 use kairos_kv::kv::Batch;
 use kairos_kv::replica::wire::{decode_message, encode_message};
 use kairos_services::frame::{Reassembler, fragments};

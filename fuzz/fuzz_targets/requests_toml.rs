@@ -6,6 +6,7 @@
 
 use std::sync::LazyLock;
 
+use kairos_fuzz as _;
 use kairos_te::{Topology, requests_from_toml};
 use libfuzzer_sys::fuzz_target;
 

@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 
+use kairos_fuzz as _;
 use kairos_kv::resp::differential::assert_agrees_with;
 use kairos_kv::resp::{ProtocolError, parse_request};
 use libfuzzer_sys::fuzz_target;

@@ -6,6 +6,7 @@
 //! overflow.
 #![no_main]
 
+use kairos_fuzz as _;
 use libfuzzer_sys::fuzz_target;
 
 use kairos_peers::sockperf;

@@ -5,6 +5,7 @@
 //! both (`Store::check_any_commands`).
 #![no_main]
 
+use kairos_fuzz as _;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,6 +5,7 @@
 //! decoded store again gives the same bytes.
 #![no_main]
 
+use kairos_fuzz as _;
 use kairos_kv::kv::Store;
 use libfuzzer_sys::fuzz_target;
 

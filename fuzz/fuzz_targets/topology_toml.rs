@@ -3,6 +3,7 @@
 //! `to_toml` and must load again to the same nodes and links, since plans are saved that way.
 #![no_main]
 
+use kairos_fuzz as _;
 use kairos_te::Topology;
 use libfuzzer_sys::fuzz_target;
 

@@ -4,6 +4,7 @@
 #![no_main]
 
 use kairos_forward::trace::Trace;
+use kairos_fuzz as _;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,6 +5,7 @@
 //! the checks behind the checksum (fragments, protocol, UDP lengths).
 #![no_main]
 
+use kairos_fuzz as _;
 use kairos_io::udp_frame::{HEADERS_LEN, ipv4_checksum, parse_udp_frame, write_udp_frame};
 use libfuzzer_sys::fuzz_target;
 
@@ -12,7 +13,10 @@ fn check(frame: &[u8]) {
     let Ok(datagram) = parse_udp_frame(frame) else { return };
     let (start, end) = (frame.as_ptr() as usize, frame.as_ptr() as usize + frame.len());
     let payload = datagram.payload.as_ptr() as usize;
-    assert!(payload >= start + HEADERS_LEN && payload + datagram.payload.len() <= end, "payload outside the frame");
+    assert!(
+        payload >= start + HEADERS_LEN && payload + datagram.payload.len() <= end,
+        "payload outside the frame"
+    );
     let mut again = vec![0u8; HEADERS_LEN + datagram.payload.len()];
     let len = write_udp_frame(&datagram.src, &datagram.dst, frame[15], 7, datagram.payload, &mut again)
         .expect("a payload that arrived in an IPv4 packet fits one");
