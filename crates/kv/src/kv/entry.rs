@@ -49,11 +49,17 @@ const FORMAT_VERSION: u8 = 2;
 impl Batch {
     /// The entry's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + self.requests.len() * 32);
+        Self::encode_requests(self.now_ms, &self.requests.iter().collect::<Vec<_>>())
+    }
+
+    /// The bytes of the entry of `requests` at `now_ms`, from requests kept elsewhere (the
+    /// leader's in flight), so that none is copied to be written.
+    pub fn encode_requests(now_ms: u64, requests: &[&Request]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + requests.len() * 64);
         out.push(FORMAT_VERSION);
-        put_u64(&mut out, self.now_ms);
-        put_u64(&mut out, self.requests.len() as u64);
-        for r in &self.requests {
+        put_u64(&mut out, now_ms);
+        put_u64(&mut out, requests.len() as u64);
+        for r in requests {
             put_u64(&mut out, r.origin);
             put_u64(&mut out, r.client);
             put_u64(&mut out, r.seq);

@@ -47,12 +47,12 @@ impl<D: Disk> Replica<D> {
             return;
         }
         let tickets = std::mem::take(&mut self.waiting_writes);
-        let requests: Vec<Request> =
-            tickets.iter().filter_map(|t| self.in_flight.get(t).map(|f| f.request.clone())).collect();
+        let requests: Vec<&Request> =
+            tickets.iter().filter_map(|t| self.in_flight.get(t).map(|f| &f.request)).collect();
         if requests.is_empty() {
             return;
         }
-        let data = Batch { now_ms: self.now_ms, requests }.encode();
+        let data = Batch::encode_requests(self.now_ms, &requests);
         match self.node.propose(Vec::new(), data) {
             Ok(()) => {
                 self.stats.proposals += 1;
