@@ -49,12 +49,12 @@ const FORMAT_VERSION: u8 = 2;
 impl Batch {
     /// The entry's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        Self::encode_requests(self.now_ms, &self.requests.iter().collect::<Vec<_>>())
+        Self::encode_requests(self.now_ms, self.requests.iter())
     }
 
     /// The bytes of the entry of `requests` at `now_ms`, from requests kept elsewhere (the
     /// leader's in flight), so that none is copied to be written.
-    pub fn encode_requests(now_ms: u64, requests: &[&Request]) -> Vec<u8> {
+    pub fn encode_requests<'a>(now_ms: u64, requests: impl ExactSizeIterator<Item = &'a Request>) -> Vec<u8> {
         let mut out = Vec::with_capacity(16 + requests.len() * 64);
         out.push(FORMAT_VERSION);
         put_u64(&mut out, now_ms);

@@ -52,7 +52,7 @@ impl<D: Disk> Replica<D> {
         if requests.is_empty() {
             return;
         }
-        let data = Batch::encode_requests(self.now_ms, &requests);
+        let data = Batch::encode_requests(self.now_ms, requests.into_iter());
         match self.node.propose(Vec::new(), data) {
             Ok(()) => {
                 self.stats.proposals += 1;
