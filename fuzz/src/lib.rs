@@ -22,14 +22,21 @@ pub struct Limited;
 #[global_allocator]
 static ALLOCATOR: Limited = Limited;
 
-/// Says what was asked and aborts: libFuzzer takes the abort for a crash and saves the input.
+/// Ends the run if `size` is past [`ALLOCATION_LIMIT`], saying what was asked: libFuzzer takes
+/// the abort for a crash and saves the input.
+fn within_limit(size: usize) {
+    if size > ALLOCATION_LIMIT {
+        too_large(size);
+    }
+}
+
 #[cold]
 fn too_large(size: usize) -> ! {
     // A fixed buffer, not `format!`: this runs inside the allocator.
     let mut line = [0u8; 128];
     let mut cursor = std::io::Cursor::new(&mut line[..]);
     let _ =
-        write!(cursor, "kairos-fuzz: an allocation of {size} bytes, past the limit of {ALLOCATION_LIMIT}\n");
+        writeln!(cursor, "kairos-fuzz: an allocation of {size} bytes, past the limit of {ALLOCATION_LIMIT}");
     let len = cursor.position() as usize;
     let _ = std::io::stderr().write_all(&line[..len]);
     std::process::abort();
@@ -40,17 +47,13 @@ fn too_large(size: usize) -> ! {
 // pointer returned is `System`'s own, for the layout it was asked with.
 unsafe impl GlobalAlloc for Limited {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > ALLOCATION_LIMIT {
-            too_large(layout.size());
-        }
+        within_limit(layout.size());
         // SAFETY: the caller's guarantees for `alloc` (a non-zero size) are passed on as is.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if layout.size() > ALLOCATION_LIMIT {
-            too_large(layout.size());
-        }
+        within_limit(layout.size());
         // SAFETY: as in `alloc`.
         unsafe { System.alloc_zeroed(layout) }
     }
@@ -61,9 +64,7 @@ unsafe impl GlobalAlloc for Limited {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > ALLOCATION_LIMIT {
-            too_large(new_size);
-        }
+        within_limit(new_size);
         // SAFETY: `ptr` came from `System` with `layout`; the caller's guarantees for
         // `new_size` are passed on as is.
         unsafe { System.realloc(ptr, layout, new_size) }
