@@ -32,6 +32,33 @@ pub fn pin_current_thread_to(cores: &[usize]) -> io::Result<()> {
 /// Lets thread `tid` (0: the calling one) run on `cores` only: for a thread this one does not
 /// run, such as a kernel thread that serves a device (needs `CAP_SYS_NICE` for another user's).
 pub fn pin_thread_to(tid: i32, cores: &[usize]) -> io::Result<()> {
+    let set = cpu_set(cores)?;
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; a `tid` that names no thread is
+    // answered with ESRCH.
+    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Makes the process `command` starts run on `cores` only, from its first instruction (set
+/// between fork and exec, so every thread it starts inherits it; pinning it after spawn races
+/// with those threads). An empty list, or one naming an absent core, is refused here.
+pub fn pin_command_to(command: &mut std::process::Command, cores: &[usize]) -> io::Result<()> {
+    use std::os::unix::process::CommandExt as _;
+    let set = cpu_set(cores)?;
+    // SAFETY: the closure runs in the child between fork and exec; it makes one system call on
+    // a set built before the fork (a Copy), and neither allocates nor takes a lock.
+    unsafe {
+        command.pre_exec(move || {
+            // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is the child itself.
+            let rc = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+            if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+        });
+    }
+    Ok(())
+}
+
+/// The kernel's set of `cores`; an empty list or a core past `CPU_SETSIZE` refused.
+fn cpu_set(cores: &[usize]) -> io::Result<libc::cpu_set_t> {
     if cores.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no core to run on"));
     }
@@ -44,10 +71,7 @@ pub fn pin_thread_to(tid: i32, cores: &[usize]) -> io::Result<()> {
         // SAFETY: `core` < CPU_SETSIZE was checked just above, so CPU_SET stays inside `set`.
         unsafe { libc::CPU_SET(core, &mut set) };
     }
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; a `tid` that names no thread is
-    // answered with ESRCH.
-    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    Ok(set)
 }
 
 /// The cores the calling thread may run on, in order.
@@ -118,6 +142,16 @@ pub fn set_thread_fifo(tid: i32, priority: i32) -> io::Result<()> {
     let param = libc::sched_param { sched_priority: priority };
     // SAFETY: `param` is a valid sched_param; the kernel checks `tid`.
     let rc = unsafe { libc::sched_setscheduler(tid, libc::SCHED_FIFO, &param) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Puts thread `tid` (0: the calling one) under scheduling `policy` (`libc::SCHED_*`) at
+/// `priority` (1-99 for `SCHED_FIFO` and `SCHED_RR`, else 0). Fails without `CAP_SYS_NICE`,
+/// and with ESRCH when `tid` names no thread.
+pub fn set_thread_scheduler(tid: i32, policy: i32, priority: i32) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: `param` is a valid sched_param; the kernel checks `tid`, `policy` and `priority`.
+    let rc = unsafe { libc::sched_setscheduler(tid, policy, &param) };
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 

@@ -82,6 +82,10 @@ pub fn start(testbed: &LaneTestbed, from: usize, to: usize, stress_core: usize) 
 
     let server_out = dir.path().join("server.out");
     let mut server = testbed.host_command(to, "iperf3")?;
+    // Off the lane core, as `isolcpus` keeps a host's regular processes: left to the scheduler,
+    // iperf3 moves to the lane core (the other carries stress-ng), and the flood's TCP work,
+    // done in the softirq of the core that sends it, follows it there.
+    kairos_sys::thread::pin_command_to(&mut server, &[stress_core])?;
     server.args(["-s", "-B", &to_address, "-p", &port, "-i", "0"]);
     let mut server = spawn_logged(&mut server, &server_out, "iperf3 server")?;
     wait_bound(testbed, to, IPERF_PORT, "tcp", &mut server, &server_out)?;
@@ -90,6 +94,7 @@ pub fn start(testbed: &LaneTestbed, from: usize, to: usize, stress_core: usize) 
     let before = testbed.class_counters(egress)?.bulk;
     let client_out = dir.path().join("client.out");
     let mut client = testbed.host_command(from, "iperf3")?;
+    kairos_sys::thread::pin_command_to(&mut client, &[stress_core])?;
     client.args(["-c", &to_address, "-B", &from_address, "-p", &port, "-i", "0"]);
     client.args(["-t", &CLIENT_SECONDS.to_string()]);
     let client = spawn_logged(&mut client, &client_out, "iperf3 client")?;
