@@ -12,7 +12,7 @@ use kairos_doctor::apply::{self, Applied, Change, DEFAULT_STATE_PATH, Reverted};
 use kairos_doctor::{Counted, Diagnosis, DoctorError, Measured, Wake};
 use kairos_metrics::LatencySummary;
 use kairos_metrics::core_probe::{CoreProbe, CoreProbeConfig, SourceCount, probe_core};
-use kairos_sys::host::HostFs;
+use kairos_sys::host::{HostFs, InterfaceName};
 
 use crate::exit::{self, usage};
 
@@ -48,6 +48,12 @@ pub struct DoctorArgs {
     /// an eighth each, at most 250 ms.
     #[arg(long, value_name = "MS", default_value_t = 2_000)]
     probe_ms: u64,
+    /// A lane interface whose receive is to run in kernel threads of its own (threaded NAPI)
+    /// on the lane's core at SCHED_FIFO 70, above the node's loop: checked (lane_receive), and
+    /// with --apply made so (threaded NAPI turned on if the interface is in this namespace, each
+    /// thread pinned and prioritised; --revert puts them back). Repeat for several.
+    #[arg(long = "lane-interface", value_name = "IF")]
+    lane_interfaces: Vec<String>,
 }
 
 /// Runs `kairos doctor`: examines the lane's core and prints the findings (`--apply` first
@@ -66,6 +72,17 @@ pub(crate) fn run(args: &DoctorArgs) -> Result<i32> {
             args.probe_ms
         )));
     }
+    let lane_interfaces = args
+        .lane_interfaces
+        .iter()
+        .map(|name| {
+            InterfaceName::new(name).ok_or_else(|| {
+                usage(format!(
+                    "--lane-interface {name:?}: not an interface name (1 to 15 bytes, no '/', ':' or white space)"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let host = HostFs::real();
     let core = kairos_doctor::lane_core(&host, args.core).map_err(|e| match e {
         DoctorError::CoreOffline { .. } => usage(e.to_string()),
@@ -96,7 +113,7 @@ pub(crate) fn run(args: &DoctorArgs) -> Result<i32> {
     }
     let applied = if args.apply {
         Some(
-            apply::apply(&host, core, &args.state)
+            apply::apply(&host, core, &lane_interfaces, &args.state)
                 .with_context(|| format!("kairos doctor --apply (record {})", args.state.display()))?,
         )
     } else {
@@ -122,7 +139,10 @@ pub(crate) fn run(args: &DoctorArgs) -> Result<i32> {
         Some(probe)
     };
     let measured = probe.as_ref().map(measured);
-    let diagnosis = kairos_doctor::examine(&host, core, measured.as_ref());
+    let mut diagnosis = kairos_doctor::examine(&host, core, measured.as_ref());
+    if !lane_interfaces.is_empty() {
+        diagnosis.checks.push(kairos_doctor::receive::examine(&host, core, &lane_interfaces));
+    }
     if args.json {
         let mut json = serde_json::to_value(&diagnosis)?;
         json["probe"] = serde_json::to_value(&probe)?;
@@ -262,6 +282,12 @@ fn setting_label(
             Some(device) => format!("{change} ({device})"),
             None => change.to_string(),
         },
+        kairos_sys::host::Tunable::ThreadCores(t) | kairos_sys::host::Tunable::ThreadPolicy(t) => {
+            match HostFs::real().thread_name(*t) {
+                Ok(name) => format!("{change} ({name})"),
+                Err(_) => change.to_string(),
+            }
+        }
         _ => change.to_string(),
     }
 }

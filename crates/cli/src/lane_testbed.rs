@@ -235,7 +235,7 @@ fn summary(bed: &LaneTestbed, c: &Calibration, t: &TestbedTopology, path: &Path)
         let threads: Vec<String> = bed.napi_threads().iter().map(|t| t.pid.to_string()).collect();
         let _ = writeln!(
             out,
-            "lane path: bridge {LANE_BRIDGE} (ports {}); every end received by its own kernel thread (threaded NAPI), pids {}: pin them to the lane core above the nodes (chrt -f -p 70 PID; taskset -p -c CORE PID)",
+            "lane path: bridge {LANE_BRIDGE} (ports {}); every end received by its own kernel thread (threaded NAPI), pids {}: kairos doctor --apply --lane-interface {LANE_DEVICE} puts them on the lane core above the nodes (--revert gives them back)",
             ports.join(" "),
             threads.join(" ")
         );

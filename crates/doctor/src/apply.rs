@@ -24,7 +24,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use kairos_sys::host::{CpuList, HostError, HostFs, Tunable};
+use kairos_sys::host::{CpuList, HostError, HostFs, InterfaceName, Tunable};
 use serde::{Deserialize, Serialize};
 
 use super::DoctorError;
@@ -187,8 +187,10 @@ fn remove(path: &Path) -> Result<(), DoctorError> {
     }
 }
 
-/// The run-time changes that would keep `core` quiet, from the settings as they are now.
-pub fn plan(host: &HostFs, core: usize) -> Result<Plan, DoctorError> {
+/// The run-time changes that would keep `core` quiet and serve `lane_interfaces`' receive
+/// there, from the settings as they are now. Threads that turning threaded NAPI on will start
+/// are not in it: [`apply`] plans for them once they run.
+pub fn plan(host: &HostFs, core: usize, lane_interfaces: &[InterfaceName]) -> Result<Plan, DoctorError> {
     let mut plan = Plan::default();
     let others = host.online_cores()?.without(core);
     // An affinity that keeps no online core would be refused; such an IRQ goes to the others.
@@ -247,6 +249,8 @@ pub fn plan(host: &HostFs, core: usize) -> Result<Plan, DoctorError> {
         Err(e) if e.is_absent() => {}
         Err(e) => plan.notes.push(format!("the frequency governor left alone: {e}")),
     }
+    crate::receive::plan_threaded(host, lane_interfaces, &mut plan);
+    crate::receive::plan_threads(host, core, lane_interfaces, &mut plan);
     plan.notes.push(
         "idle states: applied by the node while it runs (it holds /dev/cpu_dma_latency at 0; the target lapses when the file is closed)"
             .into(),
@@ -287,8 +291,14 @@ fn lock(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
     progress.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Makes the planned changes for `core`, recording each in `state` before making it.
-pub fn apply(host: &HostFs, core: usize, state: &Path) -> Result<Applied, DoctorError> {
+/// Makes the planned changes for `core` and `lane_interfaces`, recording each in `state`
+/// before making it.
+pub fn apply(
+    host: &HostFs,
+    core: usize,
+    lane_interfaces: &[InterfaceName],
+    state: &Path,
+) -> Result<Applied, DoctorError> {
     let found = match load(state)? {
         Some((recorded, _)) if recorded != core => {
             return Err(DoctorError::OtherCore { path: state_text(state), recorded, asked: core });
@@ -296,7 +306,7 @@ pub fn apply(host: &HostFs, core: usize, state: &Path) -> Result<Applied, Doctor
         Some((_, changes)) => Some(changes),
         None => None,
     };
-    let plan = plan(host, core)?;
+    let plan = plan(host, core, lane_interfaces)?;
     let mut applied =
         Applied { kept: found.clone().unwrap_or_default(), notes: plan.notes, ..Applied::default() };
     let record = found.clone().unwrap_or_default();
@@ -315,43 +325,18 @@ pub fn apply(host: &HostFs, core: usize, state: &Path) -> Result<Applied, Doctor
         let progress = Arc::clone(&progress);
         kairos_sys::cleanup::register("the doctor's changes of this run", move || lock(&progress).undo())
     };
+    let mut threaded_on = false;
     for (setting, value) in plan.steps {
-        // A signal waits until the change and its record agree.
-        let _hold = kairos_sys::cleanup::hold_off();
-        let mut progress = lock(&progress);
-        let current = match host.read_tunable(setting) {
-            Ok(current) => current,
-            Err(e) => {
-                applied.refused.push(Refusal { setting, why: e.to_string() });
-                continue;
-            }
-        };
-        if current == value {
-            continue;
-        }
-        let recorded = progress.record.iter().position(|c| c.setting == setting);
-        match recorded {
-            // Applied before and changed back since by someone else: the first value stays.
-            Some(i) => progress.record[i].written = value.clone(),
-            None => {
-                progress.record.push(Change { setting, previous: current.clone(), written: value.clone() })
-            }
-        }
-        save(state, core, &progress.record)?;
-        match host.write_tunable(setting, &value) {
-            Ok(()) => {
-                progress.written.push((setting, current.clone()));
-                applied.kept.retain(|c| c.setting != setting);
-                let previous = recorded.map_or(current, |i| progress.record[i].previous.clone());
-                applied.changed.push(Change { setting, previous, written: value });
-            }
-            Err(e) => {
-                if recorded.is_none() {
-                    progress.record.pop();
-                    save(state, core, &progress.record)?;
-                }
-                applied.refused.push(Refusal { setting, why: refusal_reason(setting, &e) });
-            }
+        let made = make(host, core, state, &progress, setting, value, &mut applied)?;
+        threaded_on |= made && matches!(setting, Tunable::NapiThreaded(_));
+    }
+    if threaded_on {
+        // The threads threaded NAPI started just now are placed as the others were.
+        let mut threads = Plan::default();
+        crate::receive::plan_threads(host, core, lane_interfaces, &mut threads);
+        applied.notes.extend(threads.notes);
+        for (setting, value) in threads.steps {
+            make(host, core, state, &progress, setting, value, &mut applied)?;
         }
     }
     {
@@ -364,6 +349,56 @@ pub fn apply(host: &HostFs, core: usize, state: &Path) -> Result<Applied, Doctor
         }
     }
     Ok(applied)
+}
+
+/// Makes one change, recorded before it is made; whether it was made (a setting already at
+/// `value` is not, and a refusal is counted in `applied`).
+fn make(
+    host: &HostFs,
+    core: usize,
+    state: &Path,
+    progress: &Mutex<Progress>,
+    setting: Tunable,
+    value: String,
+    applied: &mut Applied,
+) -> Result<bool, DoctorError> {
+    // A signal waits until the change and its record agree.
+    let _hold = kairos_sys::cleanup::hold_off();
+    let mut progress = lock(progress);
+    let current = match host.read_tunable(setting) {
+        Ok(current) => current,
+        Err(e) => {
+            applied.refused.push(Refusal { setting, why: e.to_string() });
+            return Ok(false);
+        }
+    };
+    if current == value {
+        return Ok(false);
+    }
+    let recorded = progress.record.iter().position(|c| c.setting == setting);
+    match recorded {
+        // Applied before and changed back since by someone else: the first value stays.
+        Some(i) => progress.record[i].written = value.clone(),
+        None => progress.record.push(Change { setting, previous: current.clone(), written: value.clone() }),
+    }
+    save(state, core, &progress.record)?;
+    match host.write_tunable(setting, &value) {
+        Ok(()) => {
+            progress.written.push((setting, current.clone()));
+            applied.kept.retain(|c| c.setting != setting);
+            let previous = recorded.map_or(current, |i| progress.record[i].previous.clone());
+            applied.changed.push(Change { setting, previous, written: value });
+        }
+        Err(e) => {
+            if recorded.is_none() {
+                progress.record.pop();
+                save(state, core, &progress.record)?;
+            }
+            applied.refused.push(Refusal { setting, why: refusal_reason(setting, &e) });
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Why a write was refused, with what it means for an IRQ.

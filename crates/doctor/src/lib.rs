@@ -24,7 +24,8 @@
 //! A reading that fails never fails the doctor: the check says "not available here" and why
 //! (a kernel without the feature, a virtual machine without cpufreq, a file only root reads).
 //! Nothing here renders tables or prints: [`Diagnosis`] is data, the command line renders it.
-//! [`apply`] holds the run-time fixes and their undo.
+//! [`apply`] holds the run-time fixes and their undo. [`receive`] checks and places the lane
+//! interfaces' receive threads (`--lane-interface`), a check reported after the ten above.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -33,6 +34,7 @@ pub mod apply;
 mod boot;
 mod interrupts;
 mod power;
+pub mod receive;
 mod sharing;
 
 use kairos_sys::host::{HostError, HostFs, KernelCmdline};

@@ -9,7 +9,7 @@ use super::apply::{self, Change};
 use super::interrupts::ranges;
 use super::sharing::kernel_version;
 use super::*;
-use kairos_sys::host::Tunable;
+use kairos_sys::host::{InterfaceName, Tunable};
 
 /// A fake root holding `files` (paths as the kernel names them).
 fn tree(files: &[(&str, &str)]) -> (tempfile::TempDir, HostFs) {
@@ -406,7 +406,7 @@ fn the_plan_moves_irqs_away_and_switches_throttling_and_the_watchdog_off() {
     let mut files = like_this_machine();
     files.push(("/sys/devices/system/cpu/cpu1/cpufreq/scaling_governor", "powersave\n"));
     let (_dir, host) = tree(&files);
-    let plan = apply::plan(&host, 1).unwrap();
+    let plan = apply::plan(&host, 1, &[]).unwrap();
     assert_eq!(
         plan.steps,
         [
@@ -421,10 +421,10 @@ fn the_plan_moves_irqs_away_and_switches_throttling_and_the_watchdog_off() {
         ]
     );
     let (_dir, tuned_host) = tree(&tuned());
-    assert!(apply::plan(&tuned_host, 1).unwrap().steps.is_empty(), "nothing to do on a tuned host");
+    assert!(apply::plan(&tuned_host, 1, &[]).unwrap().steps.is_empty(), "nothing to do on a tuned host");
     let (_dir, one_core) =
         tree(&[("/sys/devices/system/cpu/online", "0\n"), ("/proc/irq/3/smp_affinity_list", "0\n")]);
-    let plan = apply::plan(&one_core, 0).unwrap();
+    let plan = apply::plan(&one_core, 0, &[]).unwrap();
     assert!(plan.steps.is_empty());
     assert!(plan.notes[0].contains("no other online core"), "{:?}", plan.notes);
 }
@@ -435,7 +435,7 @@ fn apply_records_each_change_and_revert_puts_back_exactly_what_was_there() {
     let state = dir.path().join("run/kairos/doctor.json");
     let before = snapshot(dir.path());
 
-    let applied = apply::apply(&host, 1, &state).unwrap();
+    let applied = apply::apply(&host, 1, &[], &state).unwrap();
     assert_eq!(applied.changed.len(), 6, "{applied:?}");
     assert!(applied.refused.is_empty() && applied.kept.is_empty());
     assert_eq!(host.read_tunable(Tunable::IrqAffinity(24)).unwrap(), "0");
@@ -479,21 +479,21 @@ fn applying_twice_keeps_the_first_values() {
     let (dir, host) = tree(&like_this_machine());
     let state = dir.path().join("doctor.json");
     let before = snapshot(dir.path());
-    apply::apply(&host, 1, &state).unwrap();
-    let second = apply::apply(&host, 1, &state).unwrap();
+    apply::apply(&host, 1, &[], &state).unwrap();
+    let second = apply::apply(&host, 1, &[], &state).unwrap();
     assert!(second.changed.is_empty(), "{second:?}");
     assert_eq!(second.kept.len(), 6);
     // Someone puts one setting back in between: applying again changes it again and still
     // remembers the value from before the first apply.
     host.write_tunable(Tunable::RtRuntime, "950000").unwrap();
-    let third = apply::apply(&host, 1, &state).unwrap();
+    let third = apply::apply(&host, 1, &[], &state).unwrap();
     assert_eq!(
         third.changed,
         [Change { setting: Tunable::RtRuntime, previous: "950000".into(), written: "-1".into() }]
     );
     assert_eq!(third.kept.len(), 5);
     host.write_tunable(Tunable::IrqAffinity(24), "1").unwrap();
-    apply::apply(&host, 1, &state).unwrap();
+    apply::apply(&host, 1, &[], &state).unwrap();
     apply::revert(&host, &state).unwrap();
     let mut after = snapshot(dir.path());
     after.retain(|path, _| path != "doctor.json");
@@ -504,8 +504,8 @@ fn applying_twice_keeps_the_first_values() {
 fn a_record_for_another_core_or_not_the_doctors_is_refused_untouched() {
     let (dir, host) = tree(&like_this_machine());
     let state = dir.path().join("doctor.json");
-    apply::apply(&host, 1, &state).unwrap();
-    let other = apply::apply(&host, 0, &state).unwrap_err();
+    apply::apply(&host, 1, &[], &state).unwrap();
+    let other = apply::apply(&host, 0, &[], &state).unwrap_err();
     assert!(other.to_string().contains("records changes for core 1; run kairos doctor --revert"), "{other}");
     apply::revert(&host, &state).unwrap();
 
@@ -525,7 +525,7 @@ fn a_record_for_another_core_or_not_the_doctors_is_refused_untouched() {
         let before = snapshot(dir.path());
         let error = apply::revert(&host, &state).unwrap_err();
         assert!(error.to_string().contains(expected), "{error}");
-        assert!(apply::apply(&host, 1, &state).is_err());
+        assert!(apply::apply(&host, 1, &[], &state).is_err());
         assert_eq!(snapshot(dir.path()), before, "nothing written on a bad record");
     }
 }
@@ -538,7 +538,7 @@ fn a_write_the_kernel_refuses_is_reported_and_not_recorded() {
     std::fs::create_dir_all(&irq).unwrap();
     std::os::unix::fs::symlink("/sys/devices/system/cpu/online", irq.join("smp_affinity_list")).unwrap();
     let state = dir.path().join("doctor.json");
-    let applied = apply::apply(&host, 0, &state).unwrap();
+    let applied = apply::apply(&host, 0, &[], &state).unwrap();
     let refused: Vec<Tunable> = applied.refused.iter().map(|r| r.setting).collect();
     assert_eq!(refused, [Tunable::IrqAffinity(77)], "{applied:?}");
     assert!(applied.refused[0].why.contains("managed or per-core IRQ"), "{}", applied.refused[0].why);
@@ -551,7 +551,7 @@ fn a_write_the_kernel_refuses_is_reported_and_not_recorded() {
 fn a_revert_whose_setting_is_gone_drops_it_and_one_refused_stays_recorded() {
     let (dir, host) = tree(&like_this_machine());
     let state = dir.path().join("doctor.json");
-    apply::apply(&host, 1, &state).unwrap();
+    apply::apply(&host, 1, &[], &state).unwrap();
     // The IRQ was freed since, and the runtime file became a directory the write cannot open.
     std::fs::remove_dir_all(dir.path().join("proc/irq/24")).unwrap();
     let runtime = dir.path().join("proc/sys/kernel/sched_rt_runtime_us");
@@ -569,7 +569,7 @@ fn a_revert_whose_setting_is_gone_drops_it_and_one_refused_stays_recorded() {
 fn nothing_to_change_leaves_no_record() {
     let (dir, host) = tree(&tuned());
     let state = dir.path().join("doctor.json");
-    let applied = apply::apply(&host, 1, &state).unwrap();
+    let applied = apply::apply(&host, 1, &[], &state).unwrap();
     assert!(applied.changed.is_empty());
     assert!(!state.exists());
 }
@@ -583,4 +583,79 @@ fn durations_and_ranges_read_well() {
     assert_eq!(ranges(&[28, 24, 25, 26, 30, 29, 40]), "24-26,28-30,40");
     assert_eq!(kernel_version("6.18.44-fc-v769"), Some((6, 18)));
     assert_eq!(kernel_version("garbage"), None);
+}
+
+/// A receive thread's files: its name, its `stat` (start time, policy, priority) and its cores.
+fn receive_thread(pid: i32, name: &str, policy: u32, priority: u32, cores: &str) -> Vec<(String, String)> {
+    let mut fields: Vec<String> = (3..=52).map(|_| "0".to_string()).collect();
+    fields[22 - 3] = "77".into();
+    fields[40 - 3] = priority.to_string();
+    fields[41 - 3] = policy.to_string();
+    vec![
+        (format!("/proc/{pid}/comm"), format!("{name}\n")),
+        (format!("/proc/{pid}/stat"), format!("{pid} ({name}) {}\n", fields.join(" "))),
+        (format!("/proc/{pid}/status"), format!("Name:\t{name}\nCpus_allowed_list:\t{cores}\n")),
+    ]
+}
+
+#[test]
+fn lane_receive_threads_off_the_core_fail_and_are_planned_onto_it_above_the_node() {
+    use kairos_sys::host::ThreadId;
+    let lane = [InterfaceName::new("lane").unwrap()];
+    let mut files: Vec<(String, String)> = vec![("/sys/devices/system/cpu/online".into(), "0-1\n".into())];
+    files.extend(receive_thread(812, "napi/lane-1049", 0, 0, "0-1"));
+    files.extend(receive_thread(813, "napi/lane-h0-1050", 1, 70, "1"));
+    let borrowed: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    let (_dir, host) = tree(&borrowed);
+
+    let check = receive::examine(&host, 1, &lane);
+    assert!(!check.ok, "{check:?}");
+    assert!(check.found.contains("napi/lane-1049 (pid 812): cpu 0-1, other"), "{}", check.found);
+    assert!(check.found.contains("napi/lane-h0-1050 (pid 813): cpu 1, fifo 70"), "{}", check.found);
+    assert!(check.fix.contains("--lane-interface lane"), "{}", check.fix);
+    let plan = apply::plan(&host, 1, &lane).unwrap();
+    let thread = ThreadId { pid: 812, start_ticks: 77 };
+    let steps: Vec<_> = plan
+        .steps
+        .iter()
+        .filter(|(s, _)| matches!(s, Tunable::ThreadCores(_) | Tunable::ThreadPolicy(_)))
+        .cloned()
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (Tunable::ThreadPolicy(thread), "fifo 70".to_string()),
+            (Tunable::ThreadCores(thread), "1".to_string())
+        ],
+        "the placed thread is left alone, the other gets the priority first"
+    );
+
+    // Every thread placed: ok.
+    let mut placed: Vec<(String, String)> = vec![("/sys/devices/system/cpu/online".into(), "0-1\n".into())];
+    placed.extend(receive_thread(812, "napi/lane-1049", 2, 80, "1"));
+    let borrowed: Vec<(&str, &str)> = placed.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    let (_dir, host) = tree(&borrowed);
+    assert!(receive::examine(&host, 1, &lane).ok);
+    assert!(!receive::examine(&host, 0, &lane).ok, "on another core than the lane's");
+}
+
+#[test]
+fn a_lane_interface_without_receive_threads_gets_threaded_napi_here_or_a_note_for_elsewhere() {
+    let lane = [InterfaceName::new("lane").unwrap(), InterfaceName::new("elsewhere").unwrap()];
+    let (_dir, host) = tree(&[
+        ("/sys/devices/system/cpu/online", "0-1\n"),
+        ("/sys/class/net/lane/threaded", "0\n"),
+        ("/proc/1/comm", "systemd\n"),
+    ]);
+    let check = receive::examine(&host, 1, &lane);
+    assert!(!check.ok);
+    assert!(check.found.contains("lane: no receive thread"), "{}", check.found);
+    let plan = apply::plan(&host, 1, &lane).unwrap();
+    assert!(plan.steps.contains(&(Tunable::NapiThreaded(lane[0]), "1".into())), "{plan:?}");
+    assert!(
+        plan.notes.iter().any(|n| n.starts_with("elsewhere: not in this network namespace")),
+        "{:?}",
+        plan.notes
+    );
+    assert!(!receive::examine(&host, 1, &[]).ok, "no interface named: nothing is served");
 }

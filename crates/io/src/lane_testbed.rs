@@ -29,7 +29,8 @@
 //! With [`LaneTestbedConfig::lane_path`], each host also has a [`LANE_DEVICE`] (address
 //! `10.213.0.<i+1>/24`, [`lane_address`]) into a bridge of its own, [`LANE_BRIDGE`], shaped
 //! alike, and every end of those veths receives in a kernel thread of its own (threaded NAPI)
-//! that [`LaneTestbed::tune_napi`] pins to the lane's core at a real-time priority: lane packets
+//! that the host doctor pins to the lane's core at a real-time priority (`kairos doctor --apply
+//! --lane-interface lane`): lane packets
 //! then never wait in the bulk traffic's receive backlog. [`LaneTestbed::lane_socket`] binds
 //! there, and [`LaneTestbed::lane_address`] and [`LaneTestbed::lane_device`] say where the lane
 //! is. Why, and how the threads are found, is in `lane_path`'s documentation.

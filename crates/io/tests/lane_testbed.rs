@@ -154,7 +154,8 @@ fn policy_and_cores(pid: i32) -> (u32, String) {
 
 /// With its own path, lane traffic leaves and enters each host by the lane device (the shared
 /// devices' lane classes see none of it), and every end of those veths is received by a kernel
-/// thread of its own, which the testbed pins and prioritises, gives back, and takes away with it.
+/// thread of its own, which can be pinned and prioritised and given back, and which the testbed takes away
+/// with it.
 #[test]
 fn the_lane_path_carries_lane_traffic_on_devices_of_its_own_received_by_their_own_threads() {
     let config =
@@ -192,13 +193,21 @@ fn the_lane_path_carries_lane_traffic_on_devices_of_its_own_received_by_their_ow
     }
 
     let core = kairos_sys::proc::last_core();
-    bed.tune_napi(core, 70).unwrap();
+    // Placed as the doctor places them (kairos_doctor::receive), and given back after.
+    for t in &threads {
+        kairos_sys::thread::set_thread_fifo(t.pid, 70).unwrap();
+        kairos_sys::thread::pin_thread_to(t.pid, &[core]).unwrap();
+    }
     for t in &threads {
         assert_eq!(policy_and_cores(t.pid), (libc::SCHED_FIFO as u32, core.to_string()), "{t:?}");
     }
     // Still received, now on the lane core.
     send_and_receive(&bed.lane_socket(0, 0).unwrap(), &bed.lane_socket(1, 0).unwrap(), 50);
-    bed.untune_napi().unwrap();
+    let all: Vec<usize> = (0..kairos_sys::proc::online_cores()).collect();
+    for t in &threads {
+        kairos_sys::thread::set_thread_normal(t.pid).unwrap();
+        kairos_sys::thread::pin_thread_to(t.pid, &all).unwrap();
+    }
     for t in &threads {
         assert_eq!(policy_and_cores(t.pid).0, libc::SCHED_OTHER as u32, "{t:?}");
     }

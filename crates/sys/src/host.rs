@@ -22,6 +22,10 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
+mod receive_threads;
+
+pub use receive_threads::{InterfaceName, Policy, ThreadId, kernel_threads_named, napi_thread_prefix};
+
 /// The most bytes read from one `/proc` or `/sys` file (`/proc/interrupts` of a large machine is
 /// the largest, well under this).
 pub const MAX_FILE_BYTES: u64 = 4 << 20;
@@ -375,7 +379,8 @@ pub struct IrqAffinity {
 }
 
 /// A kernel setting Kairos may change at run time (and change back). Its text is the path of
-/// its file, so a record of changes names settings, never arbitrary files.
+/// its file, or for a thread's setting `thread PID@START cores` (or `policy`), so a record of
+/// changes names settings, never arbitrary files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Tunable {
     /// `/proc/irq/N/smp_affinity_list`: the cores IRQ `N` may be delivered to.
@@ -390,6 +395,13 @@ pub enum Tunable {
     WatchdogCpumask,
     /// `/sys/devices/system/cpu/cpuN/cpufreq/scaling_governor`.
     ScalingGovernor(usize),
+    /// `/sys/class/net/IF/threaded`: whether the interface's receive runs in kernel threads of
+    /// its own (threaded NAPI, 1) or in softirq (0).
+    NapiThreaded(InterfaceName),
+    /// The cores a (kernel) thread may run on, as a CPU list.
+    ThreadCores(ThreadId),
+    /// A (kernel) thread's scheduling policy, as [`Policy`] writes it.
+    ThreadPolicy(ThreadId),
 }
 
 impl Tunable {
@@ -403,6 +415,9 @@ impl Tunable {
             Tunable::ScalingGovernor(core) => {
                 format!("/sys/devices/system/cpu/cpu{core}/cpufreq/scaling_governor")
             }
+            Tunable::NapiThreaded(interface) => format!("/sys/class/net/{interface}/threaded"),
+            Tunable::ThreadCores(t) => format!("thread {}@{} cores", t.pid, t.start_ticks),
+            Tunable::ThreadPolicy(t) => format!("thread {}@{} policy", t.pid, t.start_ticks),
         }
     }
 
@@ -421,6 +436,20 @@ impl Tunable {
                     path.strip_prefix("/proc/irq/").and_then(|p| p.strip_suffix("/smp_affinity_list"))
                 {
                     return number::<u32>(irq).map(Tunable::IrqAffinity);
+                }
+                if let Some(interface) =
+                    path.strip_prefix("/sys/class/net/").and_then(|p| p.strip_suffix("/threaded"))
+                {
+                    return InterfaceName::new(interface).map(Tunable::NapiThreaded);
+                }
+                if let Some((thread, what)) = path.strip_prefix("thread ").and_then(|p| p.split_once(' ')) {
+                    let (pid, start) = thread.split_once('@')?;
+                    let thread = ThreadId { pid: number(pid)?, start_ticks: number(start)? };
+                    return match what {
+                        "cores" => Some(Tunable::ThreadCores(thread)),
+                        "policy" => Some(Tunable::ThreadPolicy(thread)),
+                        _ => None,
+                    };
                 }
                 path.strip_prefix("/sys/devices/system/cpu/cpu")
                     .and_then(|p| p.strip_suffix("/cpufreq/scaling_governor"))
@@ -695,20 +724,47 @@ impl HostFs {
         Ok((self.read_number(&format!("{dir}/runtime"))?, self.read_number(&format!("{dir}/period"))?))
     }
 
-    /// Whether the file of `tunable` exists here.
+    /// Whether `tunable` exists here (its file, or its thread).
     pub fn has(&self, tunable: Tunable) -> bool {
-        self.exists(&tunable.path())
+        match tunable {
+            Tunable::ThreadCores(t) | Tunable::ThreadPolicy(t) => {
+                self.thread(t.pid).is_ok_and(|now| now == t)
+            }
+            _ => self.exists(&tunable.path()),
+        }
     }
 
     /// The current text of `tunable`, trimmed.
     pub fn read_tunable(&self, tunable: Tunable) -> Result<String, HostError> {
-        self.read_line(&tunable.path())
+        match tunable {
+            Tunable::ThreadCores(t) => self.thread_cores(t).map(|cores| cores.to_string()),
+            Tunable::ThreadPolicy(t) => self.thread_policy(t).map(|policy| policy.to_string()),
+            _ => self.read_line(&tunable.path()),
+        }
     }
 
-    /// Writes `value` to `tunable` in one `write` (the kernel parses each write on its own);
-    /// the kernel's refusal comes back as [`HostError::Refused`]. Needs root.
+    /// Writes `value` to `tunable`: to a file in one `write` (the kernel parses each write on
+    /// its own), to a thread through the scheduler; the kernel's refusal comes back as
+    /// [`HostError::Refused`]. Needs root.
     pub fn write_tunable(&self, tunable: Tunable, value: &str) -> Result<(), HostError> {
         let path = tunable.path();
+        let not_one = |what: &str| HostError::Refused {
+            path: path.clone().into(),
+            value: value.to_string(),
+            source: io::Error::new(io::ErrorKind::InvalidInput, format!("not {what}")),
+        };
+        match tunable {
+            Tunable::ThreadCores(t) => {
+                let cores = CpuList::parse(value).map_err(|_| not_one("a CPU list"))?;
+                return self.set_thread_cores(t, &cores);
+            }
+            Tunable::ThreadPolicy(t) => {
+                let policy = Policy::parse(value)
+                    .ok_or_else(|| not_one("a policy (fifo N, rr N, other, batch, idle)"))?;
+                return self.set_thread_policy(t, policy);
+            }
+            _ => {}
+        }
         let refused = |source: io::Error| {
             if source.kind() == io::ErrorKind::NotFound {
                 HostError::Absent { path: path.clone().into() }

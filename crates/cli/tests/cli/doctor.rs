@@ -106,6 +106,14 @@ fn apply_and_revert_need_root_and_say_so_at_once() {
     }
 }
 
+/// Held by each test that applies and reverts: two at once would each see the other's changes
+/// as changes it did not record, or revert them under it.
+static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn machine() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Every file `--apply` may write, with its content.
 fn settings() -> BTreeMap<String, String> {
     let mut files: Vec<PathBuf> = vec![
@@ -141,6 +149,7 @@ fn apply_changes_what_it_records_and_revert_puts_every_setting_back() {
     if skip_unless_root("--apply needs root") {
         return;
     }
+    let _machine = machine();
     let state = scratch_path("doctor.json");
     let before = settings();
 
@@ -183,4 +192,129 @@ fn apply_changes_what_it_records_and_revert_puts_every_setting_back() {
     assert!(!state.exists());
     assert_eq!(settings(), before, "every setting --apply may touch is back as it was");
     eprintln!("{} settings changed and put back", changed.len());
+}
+
+/// A network namespace of this test's own with a veth pair in it, removed (with the pair and
+/// its receive threads) when dropped.
+struct VethNamespace {
+    name: String,
+}
+
+impl VethNamespace {
+    fn create(name: &str, ends: [&str; 2]) -> Self {
+        let ip = |args: &[&str]| {
+            let out = std::process::Command::new("ip").args(args).output().expect("ip runs");
+            assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        ip(&["netns", "add", name]);
+        let namespace = Self { name: name.to_string() };
+        ip(&["-n", name, "link", "add", ends[0], "type", "veth", "peer", "name", ends[1]]);
+        for end in ends {
+            ip(&["-n", name, "link", "set", end, "up"]);
+            // A veth's receive takes NAPI only with GRO on and its peer's TSO off.
+            ip(&["netns", "exec", name, "ethtool", "-K", end, "gro", "on", "tso", "off"]);
+        }
+        namespace
+    }
+
+    /// `/sys/class/net/DEV/threaded` as the namespace sees it.
+    fn threaded(&self, device: &str) -> String {
+        let path = format!("/sys/class/net/{device}/threaded");
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &self.name, "cat", &path])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for VethNamespace {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+/// The threads serving `device`'s receive: (pid, cores, policy number, real-time priority).
+fn receive_threads(device: &str) -> Vec<(i32, String, u32, u32)> {
+    let prefix = format!("napi/{device}-");
+    kairos_sys::host::kernel_threads_named(&prefix)
+        .into_iter()
+        .filter_map(|pid| {
+            let stat = kairos_sys::proc::ProcStat::read(format!("/proc/{pid}/stat"))?;
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let cores = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?.trim().to_string();
+            Some((pid, cores, stat.policy()?, stat.realtime_priority()?))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "makes a network namespace and changes the machine's IRQ affinities as root: scripts/test runs it in release"]
+fn a_lane_interface_gets_threaded_napi_and_its_threads_the_lane_core_and_revert_gives_back_both() {
+    if skip_unless_root("--apply needs root") {
+        return;
+    }
+    let _machine = machine();
+    let tag = std::process::id() % 100_000;
+    let (a, b) = (format!("kd{tag}a"), format!("kd{tag}b"));
+    let namespace = VethNamespace::create(&format!("kairos-doctor-{tag}"), [&a, &b]);
+    assert_eq!(namespace.threaded(&a), "0");
+    assert!(receive_threads(&a).is_empty());
+    let before = settings();
+    let state = scratch_path("doctor-lane.json");
+    let core = last_online_core().to_string();
+    let doctor = |extra: &[&str]| {
+        let mut args = vec!["netns", "exec", &namespace.name, env!("CARGO_BIN_EXE_kairos"), "doctor"];
+        args.extend([
+            "--probe-ms",
+            "0",
+            "--json",
+            "--lane-interface",
+            &a,
+            "--state",
+            state.to_str().unwrap(),
+        ]);
+        args.extend(extra);
+        std::process::Command::new("ip").args(&args).output().unwrap()
+    };
+
+    let checked = json(&doctor(&[]));
+    let lane =
+        checked["checks"].as_array().unwrap().iter().find(|c| c["name"] == "lane_receive").unwrap().clone();
+    assert_eq!(lane["ok"], false, "{lane}");
+    assert!(lane["found"].as_str().unwrap().contains("no receive thread"), "{lane}");
+
+    let applied = json(&doctor(&["--apply"]));
+    let changed = applied["applied"]["changed"].as_array().unwrap();
+    let threaded = format!("/sys/class/net/{a}/threaded");
+    assert!(
+        changed
+            .iter()
+            .any(|c| c["setting"] == threaded.as_str() && c["previous"] == "0" && c["written"] == "1"),
+        "{applied}"
+    );
+    assert_eq!(namespace.threaded(&a), "1");
+    let threads = receive_threads(&a);
+    assert!(!threads.is_empty(), "threaded NAPI on {a} started no thread");
+    for (pid, cores, policy, priority) in &threads {
+        assert_eq!(
+            (cores.as_str(), *policy, *priority),
+            (core.as_str(), 1, 70),
+            "thread {pid}: on the lane core at SCHED_FIFO 70"
+        );
+        assert!(
+            changed.iter().any(|c| c["setting"].as_str().unwrap().starts_with(&format!("thread {pid}@"))),
+            "{applied}"
+        );
+    }
+    let lane =
+        applied["checks"].as_array().unwrap().iter().find(|c| c["name"] == "lane_receive").unwrap().clone();
+    assert_eq!(lane["ok"], true, "{lane}");
+
+    let out = doctor(&["--revert"]);
+    assert_eq!(out.status.code(), Some(0), "{:?}", text(&out));
+    assert!(!state.exists());
+    assert_eq!(namespace.threaded(&a), "0", "threaded NAPI back off");
+    assert!(receive_threads(&a).is_empty(), "its threads gone with it");
+    assert_eq!(settings(), before, "every other setting --apply may touch is back as it was");
 }

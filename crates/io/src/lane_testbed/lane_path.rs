@@ -1,8 +1,9 @@
 //! The lane's own path through the testbed: a second veth per host ([`LANE_DEVICE`], address
 //! [`lane_address`]) into a bridge of its own ([`LANE_BRIDGE`]) in the switch's namespace, so
 //! lane packets share no queue, no bridge and no receive backlog with the bulk traffic; each
-//! end's receive runs in a kernel thread of its own (threaded NAPI), which the caller pins to
-//! the lane's core at a real-time priority ([`LaneTestbed::tune_napi`]).
+//! end's receive runs in a kernel thread of its own (threaded NAPI), which the host doctor pins
+//! to the lane's core at a real-time priority (`kairos doctor --apply --lane-interface lane`,
+//! `kairos_doctor::receive`).
 //!
 //! Why: on the shared path a veth hands each packet to the receiving side through the sending
 //! core's backlog, processed in that core's softirq one packet after another, so a lane packet
@@ -19,7 +20,6 @@
 //! checked against the device's name); the threads go with the devices when the namespaces are
 //! removed.
 
-use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::sync::Mutex;
 
@@ -56,20 +56,6 @@ pub struct NapiThread {
 /// testbeds of this process do not take each other's.
 static DISCOVERY: Mutex<()> = Mutex::new(());
 
-/// The ids of the machine's NAPI kernel threads whose name starts with `napi/{device}-` (a
-/// name is cut to 15 bytes).
-fn napi_threads_named(device: &str) -> BTreeSet<i32> {
-    let full = format!("napi/{device}-");
-    let prefix = &full[..full.len().min(15)];
-    let Ok(entries) = std::fs::read_dir("/proc") else { return BTreeSet::new() };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.starts_with(prefix))
-        })
-        .collect()
-}
-
 /// Turns GRO and then threaded NAPI on for `device` in namespace `ns` (both ends of its veth
 /// must be up) and returns the kernel threads that now serve it.
 ///
@@ -80,11 +66,12 @@ fn napi_threads_named(device: &str) -> BTreeSet<i32> {
 pub(super) fn threaded_napi(ns: &str, device: &str) -> Result<Vec<NapiThread>, TestbedError> {
     ip(&["netns", "exec", ns, "ethtool", "-K", device, "gro", "on", "tso", "off"])?;
     let _one_at_a_time = DISCOVERY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let before = napi_threads_named(device);
+    let prefix = kairos_sys::host::napi_thread_prefix(device);
+    let before = kairos_sys::host::kernel_threads_named(&prefix);
     // `ip netns exec` mounts the namespace's own /sys, where the device is.
     let set = format!("echo 1 > /sys/class/net/{device}/threaded");
     ip(&["netns", "exec", ns, "sh", "-c", &set])?;
-    let threads: Vec<NapiThread> = napi_threads_named(device)
+    let threads: Vec<NapiThread> = kairos_sys::host::kernel_threads_named(&prefix)
         .difference(&before)
         .map(|&pid| NapiThread { pid, namespace: ns.to_string(), device: device.to_string() })
         .collect();
@@ -134,40 +121,5 @@ impl LaneTestbed {
     /// The kernel threads serving the lane devices' receive (empty without the lane's path).
     pub fn napi_threads(&self) -> &[NapiThread] {
         &self.napi_threads
-    }
-
-    /// Pins every lane device's receive thread to `core` at `SCHED_FIFO` `priority` (1-99):
-    /// placed above the lane's nodes, a lane packet is received as soon as it arrives. The
-    /// threads go with the testbed, so nothing needs undoing.
-    pub fn tune_napi(&self, core: usize, priority: i32) -> Result<(), LaneTestbedError> {
-        self.place_napi(&[core], |pid| kairos_sys::thread::set_thread_fifo(pid, priority), "SCHED_FIFO")
-    }
-
-    /// Gives the lane devices' receive threads back to the scheduler as the kernel made them:
-    /// `SCHED_OTHER`, any online core.
-    pub fn untune_napi(&self) -> Result<(), LaneTestbedError> {
-        let online = kairos_sys::host::HostFs::real().online_cores().map_err(|e| TestbedError::Io {
-            what: "the online cores".into(),
-            source: std::io::Error::other(e),
-        })?;
-        let cores: Vec<usize> = online.iter().collect();
-        self.place_napi(&cores, kairos_sys::thread::set_thread_normal, "SCHED_OTHER")
-    }
-
-    /// Puts every receive thread on `cores` under the policy `set_policy` gives it (`policy`
-    /// names it in an error).
-    fn place_napi(
-        &self,
-        cores: &[usize],
-        set_policy: impl Fn(i32) -> std::io::Result<()>,
-        policy: &str,
-    ) -> Result<(), LaneTestbedError> {
-        for t in &self.napi_threads {
-            let what = |step: &str| format!("{step} of {} (serving {} in {})", t.pid, t.device, t.namespace);
-            set_policy(t.pid).map_err(|source| TestbedError::Io { what: what(policy), source })?;
-            kairos_sys::thread::pin_thread_to(t.pid, cores)
-                .map_err(|source| TestbedError::Io { what: what("the affinity"), source })?;
-        }
-        Ok(())
     }
 }

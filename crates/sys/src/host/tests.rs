@@ -74,6 +74,9 @@ fn tunables_round_trip_through_their_paths_and_nothing_else_is_one() {
         Tunable::RtRuntime,
         Tunable::WatchdogCpumask,
         Tunable::ScalingGovernor(3),
+        Tunable::NapiThreaded(InterfaceName::new("lane-h0").unwrap()),
+        Tunable::ThreadCores(ThreadId { pid: 812, start_ticks: 4_786_339 }),
+        Tunable::ThreadPolicy(ThreadId { pid: 812, start_ticks: 4_786_339 }),
     ] {
         assert_eq!(Tunable::from_path(&tunable.path()), Some(tunable));
     }
@@ -84,6 +87,13 @@ fn tunables_round_trip_through_their_paths_and_nothing_else_is_one() {
         "/proc/irq/+1/smp_affinity_list",
         "/proc/sys/kernel/sched_rt_period_us",
         "/sys/devices/system/cpu/cpu99999/cpufreq/scaling_governor",
+        "/sys/class/net/../threaded",
+        "/sys/class/net/a/b/threaded",
+        "/sys/class/net/sixteen-bytes-xx/threaded",
+        "thread 812 cores",
+        "thread 812@x cores",
+        "thread -1@5 cores",
+        "thread 812@5 nice",
     ] {
         assert_eq!(Tunable::from_path(other), None, "{other}");
     }
@@ -169,4 +179,73 @@ fn this_machine_is_readable() {
     let interrupts = host.interrupts().unwrap();
     assert!(!interrupts.rows.is_empty());
     assert!(host.steal_ns_per_core().unwrap().len() >= online.len());
+}
+
+#[test]
+fn interface_names_are_what_the_kernel_takes() {
+    for good in ["lane", "lane-h0", "fifteen-bytes-x", "br.lane"] {
+        assert_eq!(InterfaceName::new(good).map(|n| n.to_string()), Some(good.to_string()));
+    }
+    for bad in ["", ".", "..", "a/b", "a:b", "a b", "sixteen-bytes-xx"] {
+        assert!(InterfaceName::new(bad).is_none(), "{bad:?}");
+    }
+}
+
+#[test]
+fn policies_round_trip_through_their_text() {
+    for policy in [
+        Policy::Fifo(70),
+        Policy::RoundRobin(1),
+        Policy::Other,
+        Policy::Batch,
+        Policy::Idle,
+        Policy::Deadline,
+    ] {
+        assert_eq!(Policy::parse(&policy.to_string()), Some(policy));
+    }
+    for bad in ["fifo", "fifo 0", "fifo 100", "rr x", "other 5", "FIFO 70", ""] {
+        assert_eq!(Policy::parse(bad), None, "{bad:?}");
+    }
+    assert!(Policy::Fifo(70).at_least_fifo(70) && Policy::RoundRobin(99).at_least_fifo(70));
+    assert!(!Policy::Fifo(69).at_least_fifo(70) && !Policy::Other.at_least_fifo(1));
+}
+
+/// A thread's `stat` line with its start time, policy and priority in their fields (22, 41, 40).
+fn stat_line(pid: i32, name: &str, start: u64, policy: u32, priority: u32) -> String {
+    let mut fields: Vec<String> = (3..=52).map(|_| "0".to_string()).collect();
+    fields[22 - 3] = start.to_string();
+    fields[40 - 3] = priority.to_string();
+    fields[41 - 3] = policy.to_string();
+    format!("{pid} ({name}) {}\n", fields.join(" "))
+}
+
+#[test]
+fn a_thread_is_found_by_name_and_read_while_its_id_is_its_own() {
+    let stat = stat_line(812, "napi/lane-1049", 4242, 1, 70);
+    let (dir, host) = tree(&[
+        ("/proc/812/comm", "napi/lane-1049\n"),
+        ("/proc/812/stat", &stat),
+        ("/proc/812/status", "Name:\tnapi/lane-1049\nCpus_allowed_list:\t1\n"),
+        ("/proc/900/comm", "napi/lane-h0-10\n"),
+        ("/proc/901/comm", "kworker/0:1\n"),
+    ]);
+    assert_eq!(host.threads_named("napi/lane-").into_iter().collect::<Vec<_>>(), [812, 900]);
+    assert_eq!(
+        host.threads_named("napi/lane-h0-1050").into_iter().collect::<Vec<_>>(),
+        [900],
+        "cut to 15 bytes"
+    );
+    let thread = host.thread(812).unwrap();
+    assert_eq!(thread, ThreadId { pid: 812, start_ticks: 4242 });
+    assert_eq!(host.read_tunable(Tunable::ThreadCores(thread)).unwrap(), "1");
+    assert_eq!(host.read_tunable(Tunable::ThreadPolicy(thread)).unwrap(), "fifo 70");
+    assert!(host.has(Tunable::ThreadCores(thread)));
+    // The id taken by a later thread: the record's thread is gone, not the newcomer.
+    let later = ThreadId { pid: 812, start_ticks: 4241 };
+    assert!(host.read_tunable(Tunable::ThreadCores(later)).unwrap_err().is_absent());
+    assert!(!host.has(Tunable::ThreadPolicy(later)));
+    // Under a fake root a thread is never changed.
+    let refused = host.write_tunable(Tunable::ThreadPolicy(thread), "other").unwrap_err();
+    assert!(refused.to_string().contains("real host only"), "{refused}");
+    drop(dir);
 }

@@ -18,9 +18,11 @@
 //!   instead of the lane's own path ([`kairos_io::lane_testbed`]'s "The lane's own path"):
 //!   what the separate path is worth, measured in the same run.
 //!
-//! On the lane's own path, a tuned row also pins the kernel threads that receive on the lane's
-//! devices (threaded NAPI) to the lane core at [`NAPI_FIFO`], above both nodes, and gives them
-//! back to the scheduler after the row.
+//! On the lane's own path, a tuned row also has the doctor place the kernel threads that
+//! receive on the lane's devices (threaded NAPI, `--lane-interface lane`): on the lane core at
+//! `SCHED_FIFO` [`kairos_doctor::receive::RECEIVE_PRIORITY`], above both nodes, so a packet that
+//! arrives is taken in at once, even from a spinning receiver's core; its revert after the row
+//! gives them back as they were.
 //!
 //! Each message's latency runs from its packet's release stamp (the sending node's clock read
 //! as it sends, carried in the lane header) to the kernel's software receive stamp of the
@@ -43,7 +45,7 @@ use kairos_lane::service::{ControllerService, RunningService, Secret, ServiceCon
 use kairos_metrics::core_probe::loop_loss;
 use kairos_sys::cleanup;
 use kairos_sys::clock::realtime_ns;
-use kairos_sys::host::HostFs;
+use kairos_sys::host::{HostFs, InterfaceName};
 use kairos_sys::memory::NoIdleStates;
 use kairos_te::Topology;
 
@@ -56,10 +58,6 @@ const LANE_PORT: u16 = 7_500;
 const SENDER_FIFO: i32 = 60;
 /// The receiving node's.
 const RECEIVER_FIFO: i32 = 50;
-/// The lane devices' receive threads' (threaded NAPI), in a tuned row on the lane's own path:
-/// above both nodes, so a packet that arrives is taken in at once, even from a spinning
-/// receiver's core.
-pub const NAPI_FIFO: i32 = 70;
 /// How long the last messages may take to arrive.
 const DRAIN: Duration = Duration::from_millis(100);
 /// How long the sensor's tunnel may refuse every message (its outbox full: the node takes
@@ -129,10 +127,15 @@ struct Tuned {
 }
 
 impl Tuned {
-    fn apply(core: usize, dir: &Path, notes: &mut Vec<String>) -> Result<Self> {
+    fn apply(
+        core: usize,
+        lane_interfaces: &[InterfaceName],
+        dir: &Path,
+        notes: &mut Vec<String>,
+    ) -> Result<Self> {
         let state = dir.join("doctor.json");
         let hold = cleanup::hold_off();
-        let applied = apply::apply(&HostFs::real(), core, &state)
+        let applied = apply::apply(&HostFs::real(), core, lane_interfaces, &state)
             .map_err(|e| anyhow!("the doctor could not tune core {core}: {e}"))?;
         let undo_state = state.clone();
         let undo = cleanup::register("the doctor's changes to the lane core", move || {
@@ -140,7 +143,7 @@ impl Tuned {
         });
         drop(hold);
         for r in &applied.refused {
-            notes.push(format!("doctor: {:?} not changed: {}", r.setting, r.why));
+            notes.push(format!("doctor: {} not changed: {}", r.setting, r.why));
         }
         let idle = match NoIdleStates::request() {
             Ok(held) => Some(held),
@@ -157,24 +160,6 @@ impl Drop for Tuned {
     fn drop(&mut self) {
         let _hold = cleanup::hold_off();
         let _ = apply::revert(&HostFs::real(), &self.state);
-    }
-}
-
-/// The lane devices' receive threads pinned to the lane core above the nodes, given back to
-/// the scheduler when dropped (they go with the testbed in any case).
-struct NapiTuned<'a>(&'a LaneTestbed);
-
-impl<'a> NapiTuned<'a> {
-    fn apply(testbed: &'a LaneTestbed, core: usize) -> Result<Self> {
-        let tuned = Self(testbed);
-        testbed.tune_napi(core, NAPI_FIFO).context("pinning the lane devices' receive threads")?;
-        Ok(tuned)
-    }
-}
-
-impl Drop for NapiTuned<'_> {
-    fn drop(&mut self) {
-        let _ = self.0.untune_napi();
     }
 }
 
@@ -289,10 +274,14 @@ pub fn run(
 ) -> Result<LaneRowRun> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut notes = Vec::new();
-    let tuned = if s.tuned { Some(Tuned::apply(s.lane_core, dir, &mut notes)?) } else { None };
-    let _napi = (s.tuned && s.own_path && testbed.has_lane_path())
-        .then(|| NapiTuned::apply(testbed, s.lane_core))
-        .transpose()?;
+    // On the lane's own path the doctor places its devices' receive threads too.
+    let own_path = s.own_path && testbed.has_lane_path();
+    let lane_interfaces: Vec<InterfaceName> = own_path
+        .then(|| InterfaceName::new(testbed.lane_device()).expect("the testbed's device name"))
+        .into_iter()
+        .collect();
+    let tuned =
+        if s.tuned { Some(Tuned::apply(s.lane_core, &lane_interfaces, dir, &mut notes)?) } else { None };
     let lane = start_lane(testbed, topology, dir, s)?;
     let connect = |host: usize, name: &str| {
         LaneApp::connect(&dir.join(format!("node-h{host}")), name, Duration::from_secs(5))
