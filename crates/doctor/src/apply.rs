@@ -2,7 +2,8 @@
 //!
 //! What can be changed while the system runs, and changed back, is changed here: every IRQ
 //! whose affinity includes the lane's core is moved to the other cores (and the default
-//! affinity of IRQs set up later), RT throttling is switched off, the lockup watchdogs leave the
+//! affinity of IRQs set up later), so are the kernel's unbound threads and workqueue workers
+//! ([`crate::housekeeping`]), RT throttling is switched off, the lockup watchdogs leave the
 //! core, and a frequency governor other than `performance` is set to it. The boot-time fixes
 //! (isolation, the tick, RCU callbacks) cannot be; idle states are the node's to hold off while
 //! it runs (`/dev/cpu_dma_latency` holds only while a process keeps it open).
@@ -215,6 +216,8 @@ pub fn plan(host: &HostFs, core: usize, lane_interfaces: &[InterfaceName]) -> Re
             }
             Err(e) => plan.notes.push(format!("IRQs left alone: {e}")),
         }
+        let lanes = crate::housekeeping::lane_prefixes(lane_interfaces);
+        crate::housekeeping::plan(host, core, &others, &lanes, &mut plan);
         match host.default_irq_affinity() {
             Ok(cores) if cores.contains(core) => {
                 plan.steps.push((Tunable::DefaultIrqAffinity, away(&cores).to_mask()));

@@ -32,6 +32,7 @@
 
 pub mod apply;
 mod boot;
+mod housekeeping;
 mod interrupts;
 mod power;
 pub mod receive;

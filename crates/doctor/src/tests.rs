@@ -659,3 +659,38 @@ fn a_lane_interface_without_receive_threads_gets_threaded_napi_here_or_a_note_fo
     );
     assert!(!receive::examine(&host, 1, &[]).ok, "no interface named: nothing is served");
 }
+
+#[test]
+fn the_kernels_unbound_threads_and_workqueues_leave_the_lane_core_and_bound_ones_stay() {
+    let kernel_thread = |pid: i32, name: &str, cores: &str| {
+        let mut files = receive_thread(pid, name, 0, 0, cores);
+        // Started by kthreadd (field 4, the parent).
+        files[1].1 = files[1].1.replacen(") 0 0 ", ") 0 2 ", 1);
+        files
+    };
+    let mut files: Vec<(String, String)> = vec![
+        ("/sys/devices/system/cpu/online".into(), "0-1\n".into()),
+        ("/sys/devices/virtual/workqueue/cpumask".into(), "3\n".into()),
+    ];
+    files.extend(kernel_thread(79, "kdamond.0", "0-1"));
+    files.extend(kernel_thread(22, "ksoftirqd/1", "1"));
+    files.extend(kernel_thread(34, "kworker/R-writeback", "0-1"));
+    files.extend(kernel_thread(812, "napi/lane-1049", "0-1"));
+    files.extend(receive_thread(900, "sshd", 0, 0, "0-1"));
+    let borrowed: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    let (_dir, host) = tree(&borrowed);
+    let lane = [InterfaceName::new("lane").unwrap()];
+    let plan = apply::plan(&host, 1, &lane).unwrap();
+    let cores: Vec<(i32, &str)> = plan
+        .steps
+        .iter()
+        .filter_map(|(s, v)| match s {
+            Tunable::ThreadCores(t) => Some((t.pid, v.as_str())),
+            _ => None,
+        })
+        .collect();
+    // kdamond leaves; the per-core thread, the rescuer worker and the user's process stay; the
+    // lane's receive thread comes to the core.
+    assert_eq!(cores, [(79, "0"), (812, "1")], "{plan:?}");
+    assert!(plan.steps.contains(&(Tunable::WorkqueueCpumask, "1".into())), "{plan:?}");
+}

@@ -398,6 +398,9 @@ pub enum Tunable {
     /// `/sys/class/net/IF/threaded`: whether the interface's receive runs in kernel threads of
     /// its own (threaded NAPI, 1) or in softirq (0).
     NapiThreaded(InterfaceName),
+    /// `/sys/devices/virtual/workqueue/cpumask`: the cores unbound workqueues' workers
+    /// (`kworker/u*`) may run on (a mask).
+    WorkqueueCpumask,
     /// The cores a (kernel) thread may run on, as a CPU list.
     ThreadCores(ThreadId),
     /// A (kernel) thread's scheduling policy, as [`Policy`] writes it.
@@ -415,6 +418,7 @@ impl Tunable {
             Tunable::ScalingGovernor(core) => {
                 format!("/sys/devices/system/cpu/cpu{core}/cpufreq/scaling_governor")
             }
+            Tunable::WorkqueueCpumask => "/sys/devices/virtual/workqueue/cpumask".into(),
             Tunable::NapiThreaded(interface) => format!("/sys/class/net/{interface}/threaded"),
             Tunable::ThreadCores(t) => format!("thread {}@{} cores", t.pid, t.start_ticks),
             Tunable::ThreadPolicy(t) => format!("thread {}@{} policy", t.pid, t.start_ticks),
@@ -431,6 +435,7 @@ impl Tunable {
             "/proc/irq/default_smp_affinity" => Some(Tunable::DefaultIrqAffinity),
             "/proc/sys/kernel/sched_rt_runtime_us" => Some(Tunable::RtRuntime),
             "/proc/sys/kernel/watchdog_cpumask" => Some(Tunable::WatchdogCpumask),
+            "/sys/devices/virtual/workqueue/cpumask" => Some(Tunable::WorkqueueCpumask),
             _ => {
                 if let Some(irq) =
                     path.strip_prefix("/proc/irq/").and_then(|p| p.strip_suffix("/smp_affinity_list"))

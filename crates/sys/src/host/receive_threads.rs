@@ -1,6 +1,6 @@
-//! The settings of a device's receive threads: whether an interface's receive runs in kernel
-//! threads of its own (threaded NAPI, `/sys/class/net/IF/threaded`), and where and at which
-//! priority each such thread (`napi/IF-ID`) runs.
+//! The settings of kernel threads: whether an interface's receive runs in kernel threads of its
+//! own (threaded NAPI, `/sys/class/net/IF/threaded`), where and at which priority each such
+//! thread (`napi/IF-ID`) runs, and which cores the kernel's other threads may take.
 //!
 //! A thread is named by its id and its start time ([`ThreadId`]), so a record of a change to a
 //! thread that has ended since, and whose id the kernel gave to another, names nothing (the
@@ -158,6 +158,25 @@ impl HostFs {
                 self.read(&format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.as_bytes().starts_with(cut))
             })
             .collect()
+    }
+
+    /// The kernel's own threads (`kthreadd`, pid 2, and its children), by id and name.
+    pub fn kernel_threads(&self) -> Vec<(ThreadId, String)> {
+        let Ok(entries) = std::fs::read_dir(self.resolve("/proc")) else { return Vec::new() };
+        let mut threads: Vec<(ThreadId, String)> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter_map(|pid| {
+                let line = self.read_line(&format!("/proc/{pid}/stat")).ok()?;
+                let stat = ProcStat::parse(&line)?;
+                if pid != 2 && stat.parent()? != 2 {
+                    return None;
+                }
+                let name = self.read_line(&format!("/proc/{pid}/comm")).ok()?;
+                Some((ThreadId { pid, start_ticks: stat.start_ticks()? }, name))
+            })
+            .collect();
+        threads.sort();
+        threads
     }
 
     /// The thread `pid` as a record names it, if it exists.

@@ -74,6 +74,7 @@ fn tunables_round_trip_through_their_paths_and_nothing_else_is_one() {
         Tunable::RtRuntime,
         Tunable::WatchdogCpumask,
         Tunable::ScalingGovernor(3),
+        Tunable::WorkqueueCpumask,
         Tunable::NapiThreaded(InterfaceName::new("lane-h0").unwrap()),
         Tunable::ThreadCores(ThreadId { pid: 812, start_ticks: 4_786_339 }),
         Tunable::ThreadPolicy(ThreadId { pid: 812, start_ticks: 4_786_339 }),
