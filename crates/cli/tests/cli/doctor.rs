@@ -149,6 +149,26 @@ fn settings() -> BTreeMap<String, String> {
     settings
 }
 
+/// Reverts what the record at its path holds when dropped: a test that fails between its
+/// apply and its revert leaves the machine as it found it, not tuned for the next runs.
+struct RevertOnDrop(PathBuf, Vec<String>);
+
+impl Drop for RevertOnDrop {
+    fn drop(&mut self) {
+        if self.0.exists() {
+            let mut args: Vec<&str> = self.1.iter().map(String::as_str).collect();
+            args.extend([
+                env!("CARGO_BIN_EXE_kairos"),
+                "doctor",
+                "--revert",
+                "--state",
+                self.0.to_str().unwrap(),
+            ]);
+            let _ = std::process::Command::new(args[0]).args(&args[1..]).output();
+        }
+    }
+}
+
 /// Asserts every setting of `before` is back in `after`: every file, and every thread that is in
 /// both (kernel threads come and go on their own).
 fn assert_back(before: &BTreeMap<String, String>, after: &BTreeMap<String, String>) {
@@ -172,6 +192,7 @@ fn apply_changes_what_it_records_and_revert_puts_every_setting_back() {
     }
     let _machine = machine();
     let state = scratch_path("doctor.json");
+    let _undo = RevertOnDrop(state.to_path_buf(), vec![]);
     let before = settings();
 
     let applied = apply(&state);
@@ -283,6 +304,12 @@ fn a_lane_interface_gets_threaded_napi_and_its_threads_the_lane_core_and_revert_
     assert!(receive_threads(&a).is_empty());
     let before = settings();
     let state = scratch_path("doctor-lane.json");
+    // Reverted in the namespace it was applied in (threaded NAPI is that namespace's), before
+    // the namespace goes.
+    let _undo = RevertOnDrop(
+        state.to_path_buf(),
+        ["ip", "netns", "exec", &namespace.name].map(String::from).to_vec(),
+    );
     let core = last_online_core().to_string();
     let doctor = |extra: &[&str]| {
         let mut args = vec!["netns", "exec", &namespace.name, env!("CARGO_BIN_EXE_kairos"), "doctor"];
