@@ -97,6 +97,7 @@ fn describe(event: &NodeToApp) -> String {
                 Reason::Te => "the controller made room for another tunnel",
                 Reason::BwExceeded => "BW_EXCEEDED: this sensor sent more than its grant",
                 Reason::BwUnused => "BW_UNUSED: this sensor used much less than its grant",
+                Reason::Host => "its node timed a receiver's node that came up after it",
             };
             format!(
                 "tunnel {tunnel_id} changed ({why}): now {} bytes every {} us",

@@ -40,6 +40,9 @@ pub enum Reason {
     BwExceeded,
     /// The tunnel used much less than granted.
     BwUnused,
+    /// The sending host's own share of the jitter grew (its node timed a receiver's node that
+    /// came up after it): said by the node, never by the controller.
+    Host,
 }
 
 /// What the controller is asked.

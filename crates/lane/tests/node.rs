@@ -63,32 +63,40 @@ fn lane_after(before_nodes: impl FnOnce(SocketAddr)) -> Lane {
     let lanes: HashMap<String, SocketAddr> =
         ["h0", "h1"].map(|h| (h.to_string(), free_udp())).into_iter().collect();
     let dirs = tempfile::tempdir().unwrap();
-    let nodes = ["h0", "h1"]
-        .map(|h| {
-            start(NodeConfig {
-                controller: controller.local_addr(),
-                host: h.into(),
-                secret: secret(),
-                dir: dirs.path().join(h),
-                lane_bind: lanes[h],
-                peers: lanes.clone(),
-                core: None,
-                fifo_priority: 0,
-                receive: ReceiveMode::Sleep,
-                schema: Schema::Hd6,
-                report_every: Duration::from_millis(200),
-                transport: LaneTransport::Udp,
-            })
-            .unwrap()
-        })
-        .into_iter()
-        .collect::<Vec<_>>();
+    let nodes =
+        ["h0", "h1"].map(|h| node(controller.local_addr(), h, &lanes, dirs.path())).into_iter().collect();
+    Lane { _state: state, dirs, controller: Some(controller), nodes }
+}
+
+/// The node of host `h` (its lane socket `lanes[h]`, its directory under `dirs`), once it is
+/// connected to the controller.
+fn node(
+    controller: SocketAddr,
+    h: &str,
+    lanes: &HashMap<String, SocketAddr>,
+    dirs: &std::path::Path,
+) -> RunningNode {
+    let node = start(NodeConfig {
+        controller,
+        host: h.into(),
+        secret: secret(),
+        dir: dirs.join(h),
+        lane_bind: lanes[h],
+        peers: lanes.clone(),
+        core: None,
+        fifo_priority: 0,
+        receive: ReceiveMode::Sleep,
+        schema: Schema::Hd6,
+        report_every: Duration::from_millis(200),
+        transport: LaneTransport::Udp,
+    })
+    .unwrap();
     let deadline = Instant::now() + WAIT;
-    while !nodes.iter().all(RunningNode::is_connected) {
-        assert!(Instant::now() < deadline, "the nodes connect to the controller");
+    while !node.is_connected() {
+        assert!(Instant::now() < deadline, "node {h} connects to the controller");
         std::thread::sleep(Duration::from_millis(5));
     }
-    Lane { _state: state, dirs, controller: Some(controller), nodes }
+    node
 }
 
 fn connect(lane: &Lane, host: &str, app: &str) -> LaneApp {
@@ -244,4 +252,56 @@ fn a_tunnel_no_application_owns_is_released_when_the_node_connects() {
     std::thread::sleep(Duration::from_millis(200));
     let service = lane.controller.take().unwrap().stop().unwrap();
     assert!(service.core().controller().allocation().is_empty(), "the orphan tunnel was released");
+}
+
+/// A node started before its receivers' nodes promises their fan-out once it has timed them:
+/// the sender's node of a tunnel to h1 and h2 starts alone (its send calls to them end at an
+/// ICMP refusal, the shorter path, not timed), and when their nodes come up it times them and
+/// tells the application the wider promise (`Changed`, reason `HOST`).
+#[test]
+fn a_sender_started_before_its_receivers_promises_their_fan_out_once_they_are_up() {
+    let state = tempfile::tempdir().unwrap();
+    let spec3 = LinkSpec {
+        bandwidth_bps: 1_000_000_000,
+        queue_bytes: 64_000,
+        min_delay: 10_000_000,
+        max_jitter: 100_000_000,
+    };
+    let config = ServiceConfig {
+        topology: rack(3, spec3).unwrap(),
+        grace: 0,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        metrics: None,
+        state: state.path().to_path_buf(),
+        secret: secret(),
+    };
+    let controller = ControllerService::start(config).unwrap().spawn().unwrap();
+    let lanes: HashMap<String, SocketAddr> =
+        ["h0", "h1", "h2"].map(|h| (h.to_string(), free_udp())).into_iter().collect();
+    let dirs = tempfile::tempdir().unwrap();
+    let sender = node(controller.local_addr(), "h0", &lanes, dirs.path());
+    let lane = Lane { _state: state, dirs, controller: Some(controller), nodes: vec![sender] };
+    let mut app = connect(&lane, "h0", "sensor");
+    let two = TunnelSpec { receivers: vec!["h1".into(), "h2".into()], ..spec("sensor", 1_000, 64) };
+    let tunnel = request(&mut app, &two);
+    let first = tunnel.grant;
+
+    let mut lane = lane;
+    for h in ["h1", "h2"] {
+        lane.nodes.push(node(lane.controller.as_ref().unwrap().local_addr(), h, &lanes, lane.dirs.path()));
+    }
+    let deadline = Instant::now() + WAIT;
+    let mut wider = None;
+    while wider.is_none() && Instant::now() < deadline {
+        for e in app.events(Duration::from_millis(20)).unwrap() {
+            if let NodeToApp::Changed { reason: Reason::Host, grant, tunnel_id, .. } = e {
+                assert_eq!(tunnel_id, tunnel.id);
+                wider = Some(grant);
+            }
+        }
+    }
+    let wider = wider.expect("the application heard the wider promise once its receivers' nodes were up");
+    assert_eq!(wider.min_latency_ps, first.min_latency_ps, "the host only ever delays a packet");
+    assert!(wider.max_jitter_ps > first.max_jitter_ps, "{first:?} then {wider:?}");
+    drop(lane);
 }

@@ -17,6 +17,7 @@
 
 mod apps;
 mod control;
+mod peer_sends;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -24,13 +25,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc::channel;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kairos_sys::stoppable_thread::StoppableThread;
 use mio::net::UnixListener;
 use mio::{Poll, Token, Waker};
 
 use self::control::Control;
+use self::peer_sends::PeerSends;
 use super::app::SOCKET_NAME;
 use super::chunk::Schema;
 use super::lane::{LaneCounts, LaneLoop, LaneSettings, LaneSocket, ReceiveMode};
@@ -100,35 +102,6 @@ pub struct HostMeasure {
     pub core_jitter: Option<(u64, String)>,
     /// Where the node writes its lines (the promise it makes of each tunnel); `None`: nowhere.
     pub log: Option<fn(&str)>,
-}
-
-/// Empty datagrams timed to each peer at start; the first [`SEND_WARMUP`] are not counted (they
-/// wait for ARP). The longest of 128 is about the 99th percentile of send calls: with 16 the
-/// promise missed the tail a tunnel's second receiver then met (6 of 1,000 messages of the
-/// end-to-end test 20-30 us late, no stall seen).
-const SEND_SAMPLES: usize = 128;
-/// Datagrams sent to each peer before the timed ones.
-const SEND_WARMUP: usize = 2;
-
-/// The longest of [`SEND_SAMPLES`] send calls of an empty datagram from `socket` to each of
-/// `peers`, ns: what one more receiver of a tunnel costs its last one (the lane loop sends a
-/// packet to each receiver in turn). Empty datagrams are dropped by the peers' lane loops (not
-/// a lane packet); a peer not running yet answers with an ICMP error the socket does not read.
-fn longest_send_ns(socket: &UdpSocket, peers: &[SocketAddr]) -> u64 {
-    let mut longest = 0;
-    for &peer in peers {
-        for i in 0..SEND_WARMUP + SEND_SAMPLES {
-            let started = Instant::now();
-            let _ = socket.send_to(&[], peer);
-            let took = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-            if i >= SEND_WARMUP {
-                longest = longest.max(took);
-            }
-            // Apart, as releases are: not one burst the receiver's stack batches.
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-    longest
 }
 
 /// Why the node could not start.
@@ -261,7 +234,9 @@ pub fn start_measured(config: NodeConfig, measure: HostMeasure) -> Result<Runnin
     let others: Vec<SocketAddr> =
         config.peers.iter().filter(|(h, _)| **h != config.host).map(|(_, a)| *a).collect();
     let (core_ns, how) = measure.core_jitter.clone().unwrap_or((0, "not measured".into()));
-    let host = HostJitter { core_ns, how, send_ns: longest_send_ns(&lane_socket, &others) };
+    let local = lane_socket.local_addr().map_err(io_error("the lane socket's address"))?.ip();
+    let peer_sends = PeerSends::measure(local, &others);
+    let host = HostJitter { core_ns, how, send_ns: peer_sends.longest_ns() };
     lane_socket.set_nonblocking(true).map_err(io_error("lane socket"))?;
     // After the timed sends above: they made the kernel resolve every peer's hardware address,
     // which the ring reads from the neighbour table.
@@ -300,7 +275,8 @@ pub fn start_measured(config: NodeConfig, measure: HostMeasure) -> Result<Runnin
         (lane_loop.run(stop), not_realtime)
     })
     .map_err(io_error("cannot start the lane loop"))?;
-    let mut control = Control::new(config, poll, listener, commands_tx, reports_rx, host, measure.log)?;
+    let mut control =
+        Control::new(config, poll, listener, commands_tx, reports_rx, (host, peer_sends), measure.log)?;
     let connected = Arc::clone(&control.connected);
     let bridge_prefix = control.bridge_prefix();
     let (socket, prefix) = (socket_path.clone(), bridge_prefix.clone());

@@ -14,12 +14,11 @@
 //!   datagram of its own, one send call after another, and on the testbed a send call carries
 //!   its packet all the way into the receiving host (the veths hand packets on in software, in
 //!   the sender's call), so the k-th receiver's packet leaves k send calls after the first. The
-//!   node times send calls to its peers when it starts ([`HostJitter::send_ns`]) and charges a
-//!   tunnel with `n` receivers `n - 1` of them. The figure is a delivery's only if the peers'
-//!   nodes are up by then: a peer not up answers with an ICMP error, a shorter path (on the
-//!   testbed 13 us a call against 44-54 us to a running node), so a node started before its
-//!   receivers promises them too little. Timing again once a peer is first heard from is not
-//!   built.
+//!   node times send calls to its peers ([`HostJitter::send_ns`]) and charges a tunnel with `n`
+//!   receivers `n - 1` of them. A peer whose node is not up answers with an ICMP error, a
+//!   shorter path (on the testbed 13 us a call against 44-54 us to a running node), so such a
+//!   peer is not timed at start but asked again until it is up, and then timed; a longer
+//!   figure makes the node promise its tunnels again (the agent's `peer_sends`).
 //!
 //! Both only ever delay a packet, so the promised minimum latency is the controller's; both
 //! add to its jitter. They are added, not the larger taken: a gap on the core can fall on a

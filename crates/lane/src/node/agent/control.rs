@@ -17,9 +17,11 @@ use mio::net::{TcpStream, UnixListener};
 use mio::{Events, Interest, Poll, Token};
 
 use super::apps::App;
+use super::peer_sends::PeerSends;
 use super::{
     CONTROLLER, FIRST_APP, LISTENER, MAX_MESSAGE, NodeConfig, NodeError, OUTBOX_SLOTS, WAKER, io_error,
 };
+use crate::controller::Reason;
 use crate::node::app::NodeToApp;
 use crate::node::lane::LaneCommand;
 use crate::node::promise::{self, HostJitter};
@@ -63,6 +65,10 @@ pub(super) struct Control {
     said: HashMap<TunnelId, crate::service::wire::Grant>,
     /// What this host adds to the controller's bounds.
     host: HostJitter,
+    /// The send calls to each peer, timed once its node is up (the fan-out share of `host`).
+    peer_sends: PeerSends,
+    /// Sending tunnel -> the controller's grant, for promising it again when `host` grows.
+    granted: HashMap<TunnelId, crate::service::wire::Grant>,
     /// Where the node's lines go.
     log: Option<fn(&str)>,
     pub(super) commands: Sender<LaneCommand>,
@@ -83,7 +89,7 @@ impl Control {
         mut listener: UnixListener,
         commands: Sender<LaneCommand>,
         reports: Receiver<ToController>,
-        host: HostJitter,
+        (host, peer_sends): (HostJitter, PeerSends),
         log: Option<fn(&str)>,
     ) -> Result<Self, NodeError> {
         poll.registry()
@@ -105,6 +111,8 @@ impl Control {
             fan_out: HashMap::new(),
             said: HashMap::new(),
             host,
+            peer_sends,
+            granted: HashMap::new(),
             log,
             commands,
             reports,
@@ -132,6 +140,7 @@ impl Control {
                     token => self.read_app(token),
                 }
             }
+            self.time_new_peers();
             while let Ok(report) = self.reports.try_recv() {
                 self.send_controller(&report);
             }
@@ -313,6 +322,7 @@ impl Control {
                 let terminated = matches!(m, ToNode::Terminated { .. });
                 self.fan_out.remove(tunnel_id);
                 self.said.remove(tunnel_id);
+                self.granted.remove(tunnel_id);
                 let _ = self.commands.send(LaneCommand::Notice(m.clone()));
                 if let Some(app) = self.owners.remove(tunnel_id) {
                     self.tell_app(app, &NodeToApp::Ended { tunnel_id: *tunnel_id, terminated });
@@ -334,6 +344,7 @@ impl Control {
         granted: &crate::service::wire::Grant,
     ) -> crate::service::wire::Grant {
         let Some((name, receivers)) = self.fan_out.get(&tunnel_id) else { return *granted };
+        self.granted.insert(tunnel_id, *granted);
         let promised = promise::promise(granted, *receivers, &self.host);
         let news = self.said.get(&tunnel_id) != Some(&promised);
         if let Some(log) = self.log.filter(|_| promised != *granted && news) {
@@ -341,6 +352,27 @@ impl Control {
         }
         self.said.insert(tunnel_id, promised);
         promised
+    }
+
+    /// Asks again the peers whose nodes were not up; when one is heard and its send calls are
+    /// longer than any timed before, every tunnel of this host is promised again and its
+    /// application told (`Changed`, reason `HOST`).
+    fn time_new_peers(&mut self) {
+        if !self.peer_sends.ask_again(Instant::now()) {
+            return;
+        }
+        self.host.send_ns = self.peer_sends.longest_ns();
+        let owned: Vec<(TunnelId, Token)> = self.owners.iter().map(|(&t, &a)| (t, a)).collect();
+        for (tunnel_id, app) in owned {
+            let Some(granted) = self.granted.get(&tunnel_id).copied() else { continue };
+            let before = self.said.get(&tunnel_id).copied();
+            let grant = self.promise(tunnel_id, &granted);
+            if before != Some(grant) {
+                let effective_at_ns = kairos_sys::clock::realtime_ns();
+                let changed = NodeToApp::Changed { tunnel_id, grant, reason: Reason::Host, effective_at_ns };
+                self.tell_app(app, &changed);
+            }
+        }
     }
 }
 
