@@ -6,7 +6,9 @@
 //! longest its packet can wait in the queue before being sent:
 //!
 //! - latest arrival below `u`: `hi(u) = max_v hi(v) + lambda_min + delta_max + t + W`;
-//! - earliest: `lo(u) = min_v lo(v) + lambda_min + t` (0 at a receiver);
+//! - earliest: `lo(u) = min_v lo(v) + lambda_min + t` (0 at a receiver; without `t` over a
+//!   topology of software links, [`Topology::software_links`], which hand a lone packet on at
+//!   once);
 //! - period lower bound: `D(u) = max_v max(W + t, D(v) + W + delta_max)` (0 at a leaf);
 //!
 //! and then `period = max(requested, D(sender))`, `min_latency = lo(sender)`,
@@ -125,7 +127,7 @@ pub(crate) fn adjust(
             .ok_or(AdjError::Overflow { link: l, what: "the packet's transmission time" })?;
         let wait = wait_bound(topo, l, me.id, sublane, tx, &loads[l], options)?;
         hops.push(Hop { link: l, tx, wait, arrive_min: a_min, arrive_max: a_max });
-        let earliest = add(l, "the earliest arrival", &[a_min, tx, link.min_delay])?;
+        let earliest = add(l, "the earliest arrival", &[a_min, topo.tx_in_min(tx), link.min_delay])?;
         let latest = add(l, "the latest arrival", &[a_max, wait, tx, link.min_delay, link.max_jitter])?;
         arrive.insert(link.to, (earliest, latest));
     }
@@ -151,7 +153,7 @@ pub(crate) fn adjust(
         let child = at(&below, link.to);
         let mut parent = at(&below, link.from);
         if let Some(lo) = child.lo {
-            let via = add(l, "the minimum latency", &[lo, link.min_delay, hop.tx])?;
+            let via = add(l, "the minimum latency", &[lo, link.min_delay, topo.tx_in_min(hop.tx)])?;
             parent.lo = Some(parent.lo.map_or(via, |p| p.min(via)));
         }
         if let Some(hi) = child.hi {

@@ -29,7 +29,8 @@
 //! # Files
 //! Topology TOML: `[[node]]` tables with `name` and `kind` (`host` or `switch`); `[[link]]` tables
 //! with `from`, `to`, `bandwidth_bps`, `queue_bytes`, `min_delay_ns`, `max_jitter_ns` and
-//! optionally `bidirectional = true`. Requests TOML: `[[request]]` tables with `name`, `sender`,
+//! optionally `bidirectional = true`; optionally, before them, `software_links = true` for links
+//! that hand a lone packet on at once (veths), whose minimum latency leaves out transmission. Requests TOML: `[[request]]` tables with `name`, `sender`,
 //! `receivers` (a list), `packet_bytes`, `period_ns` and optionally `sublane` (0 is the highest
 //! priority). Files are read up to [`MAX_FILE_BYTES`] (1 MiB).
 //!

@@ -180,6 +180,8 @@ pub struct Topology {
     /// Node weights are node ids, edge weights link ids (indices match: nodes and links are
     /// only ever added).
     graph: DiGraph<NodeId, LinkId>,
+    /// Whether the links hand a lone packet on at once ([`Topology::software_links`]).
+    software_links: bool,
 }
 
 /// Why a topology could not be built or loaded.
@@ -216,6 +218,25 @@ impl Topology {
     /// An empty topology.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Whether the links are software ones that hand a lone packet on at once (veths under a
+    /// shaper, as the testbed's): a packet's own transmission then counts toward its latest
+    /// arrival (packets queued ahead of it are sent at the link's rate, and so may it be) but
+    /// not toward its earliest, so a lane's minimum latency is the links' minimum delays alone.
+    /// On a wire (the default, `false`) a store-and-forward hop always takes it.
+    pub fn software_links(&self) -> bool {
+        self.software_links
+    }
+
+    /// Says whether the links are software ones ([`Topology::software_links`]).
+    pub fn set_software_links(&mut self, software: bool) {
+        self.software_links = software;
+    }
+
+    /// What a packet's transmission time `tx` adds to its earliest arrival over one hop.
+    pub(crate) fn tx_in_min(&self, tx: Picos) -> Picos {
+        if self.software_links { 0 } else { tx }
     }
 
     /// Adds a node named `name` (unique).
@@ -342,6 +363,7 @@ impl Topology {
         let at = error_at(text, file);
         let raw: RawTopology = parse(text, file)?;
         let mut topo = Topology::new();
+        topo.software_links = raw.software_links;
         for node in &raw.node {
             let name = node.get_ref().name.get_ref();
             if name.is_empty() {
@@ -402,6 +424,7 @@ impl Topology {
     /// The TOML form, which [`Topology::from_toml`] reads back to the same nodes and links.
     pub fn to_toml(&self) -> String {
         let out = OutTopology {
+            software_links: self.software_links,
             node: self.nodes.iter().map(|n| OutNode { name: &n.name, kind: n.kind }).collect(),
             link: self
                 .links
@@ -445,6 +468,8 @@ pub(crate) fn read(path: &Path) -> Result<String, TopologyError> {
 
 #[derive(Serialize)]
 struct OutTopology<'a> {
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    software_links: bool,
     node: Vec<OutNode<'a>>,
     link: Vec<OutLink<'a>>,
 }
@@ -504,6 +529,8 @@ pub(crate) fn line_of(text: &str, offset: usize) -> usize {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTopology {
+    #[serde(default)]
+    software_links: bool,
     #[serde(default)]
     node: Vec<Spanned<RawNode>>,
     #[serde(default)]

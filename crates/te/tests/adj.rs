@@ -165,3 +165,19 @@ fn the_targeted_adversary_reaches_the_two_tunnel_bound() {
         assert!(seen <= bound && bound - seen <= 3, "{} saw {seen} ps, bound {bound} ps", t.name);
     }
 }
+
+#[test]
+fn software_links_leave_transmission_out_of_the_minimum_only() {
+    // The tree of `one_tunnel_through_one_switch`, on links that hand a lone packet on at once:
+    //   lo(h0) = 2 lambda_min = 2 us (no t); hi(h0) = 4.2 us as on a wire; jitter 2.2 us.
+    let mut topology = generate::rack(2, spec()).unwrap();
+    topology.set_software_links(true);
+    let back = kairos_te::Topology::from_toml(&topology.to_toml(), "t.toml").unwrap();
+    assert!(back.software_links(), "the file says so and reads back");
+    let mut a = Allocation::new(topology);
+    let r = a.admit(req(&a, "t", "h0", &["h1"], 125, 10 * US, 0)).unwrap().resources;
+    assert_eq!((r.min_latency, r.min_latency + r.max_jitter), (2 * US, 42 * US / 10));
+    // The validator's packets always take their transmission: none arrives before the minimum.
+    let v = validate(a.topology(), &a.tunnels(), &ValidatorConfig::default());
+    assert!(v.violations() == 0 && v.tunnels.iter().all(|t| t.delivered > 0), "{v:?}");
+}

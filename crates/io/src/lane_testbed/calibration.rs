@@ -67,8 +67,10 @@ impl Calibration {
     }
 
     /// Each link's minimum delay on links of `rate_bps`: half the path's minimum (two alike
-    /// hops) less a frame's transmission at that rate, which the lane's model adds to every hop
-    /// and a veth does not take (see `lane_testbed`'s module documentation); at least 0.
+    /// hops) less a frame's transmission at that rate, at least 0. The lane's model leaves
+    /// transmission out of the minimum over the testbed's software links, so the subtraction
+    /// only keeps the figure below what a faster path than the calibrated one (the shared
+    /// devices beside the lane's own) takes.
     pub fn min_delay_per_link_ns(&self, rate_bps: u64) -> u64 {
         (self.min_ns / 2).saturating_sub(transmission_ns(MTU_BYTES, rate_bps))
     }
