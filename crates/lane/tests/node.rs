@@ -43,6 +43,18 @@ fn lane() -> Lane {
 
 /// As [`lane`], running `before_nodes` with the controller's address before the nodes start.
 fn lane_after(before_nodes: impl FnOnce(SocketAddr)) -> Lane {
+    let (state, controller) = controller(2);
+    before_nodes(controller.local_addr());
+    let lanes: HashMap<String, SocketAddr> =
+        ["h0", "h1"].map(|h| (h.to_string(), free_udp())).into_iter().collect();
+    let dirs = tempfile::tempdir().unwrap();
+    let nodes =
+        ["h0", "h1"].map(|h| node(controller.local_addr(), h, &lanes, dirs.path())).into_iter().collect();
+    Lane { _state: state, dirs, controller: Some(controller), nodes }
+}
+
+/// A controller over a rack of `hosts` hosts (1 Gbit/s links), and its journal's directory.
+fn controller(hosts: usize) -> (tempfile::TempDir, RunningService) {
     let state = tempfile::tempdir().unwrap();
     let spec = LinkSpec {
         bandwidth_bps: 1_000_000_000,
@@ -51,21 +63,14 @@ fn lane_after(before_nodes: impl FnOnce(SocketAddr)) -> Lane {
         max_jitter: 100_000_000,
     };
     let config = ServiceConfig {
-        topology: rack(2, spec).unwrap(),
+        topology: rack(hosts, spec).unwrap(),
         grace: 0,
         listen: "127.0.0.1:0".parse().unwrap(),
         metrics: None,
         state: state.path().to_path_buf(),
         secret: secret(),
     };
-    let controller = ControllerService::start(config).unwrap().spawn().unwrap();
-    before_nodes(controller.local_addr());
-    let lanes: HashMap<String, SocketAddr> =
-        ["h0", "h1"].map(|h| (h.to_string(), free_udp())).into_iter().collect();
-    let dirs = tempfile::tempdir().unwrap();
-    let nodes =
-        ["h0", "h1"].map(|h| node(controller.local_addr(), h, &lanes, dirs.path())).into_iter().collect();
-    Lane { _state: state, dirs, controller: Some(controller), nodes }
+    (state, ControllerService::start(config).unwrap().spawn().unwrap())
 }
 
 /// The node of host `h` (its lane socket `lanes[h]`, its directory under `dirs`), once it is
@@ -260,22 +265,7 @@ fn a_tunnel_no_application_owns_is_released_when_the_node_connects() {
 /// tells the application the wider promise (`Changed`, reason `HOST`).
 #[test]
 fn a_sender_started_before_its_receivers_promises_their_fan_out_once_they_are_up() {
-    let state = tempfile::tempdir().unwrap();
-    let spec3 = LinkSpec {
-        bandwidth_bps: 1_000_000_000,
-        queue_bytes: 64_000,
-        min_delay: 10_000_000,
-        max_jitter: 100_000_000,
-    };
-    let config = ServiceConfig {
-        topology: rack(3, spec3).unwrap(),
-        grace: 0,
-        listen: "127.0.0.1:0".parse().unwrap(),
-        metrics: None,
-        state: state.path().to_path_buf(),
-        secret: secret(),
-    };
-    let controller = ControllerService::start(config).unwrap().spawn().unwrap();
+    let (state, controller) = controller(3);
     let lanes: HashMap<String, SocketAddr> =
         ["h0", "h1", "h2"].map(|h| (h.to_string(), free_udp())).into_iter().collect();
     let dirs = tempfile::tempdir().unwrap();
