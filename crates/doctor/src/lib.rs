@@ -25,7 +25,7 @@
 //! (a kernel without the feature, a virtual machine without cpufreq, a file only root reads).
 //! Nothing here renders tables or prints: [`Diagnosis`] is data, the command line renders it.
 //! [`apply`] holds the run-time fixes and their undo. [`receive`] checks and places the lane
-//! interfaces' receive threads (`--lane-interface`), a check reported after the ten above.
+//! interfaces' receive threads (`--lane-interface`), a check reported after the others.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -35,6 +35,7 @@ mod boot;
 mod housekeeping;
 mod interrupts;
 mod power;
+mod preemption;
 pub mod receive;
 mod sharing;
 
@@ -42,7 +43,7 @@ use kairos_sys::host::{HostError, HostFs, KernelCmdline};
 use serde::Serialize;
 
 /// The checks, in the order they are reported; their `name`s are stable (tools read them).
-pub const CHECK_NAMES: [&str; 10] = [
+pub const CHECK_NAMES: [&str; 11] = [
     "isolcpus",
     "nohz_full",
     "rcu_nocbs",
@@ -53,6 +54,7 @@ pub const CHECK_NAMES: [&str; 10] = [
     "cpufreq_governor",
     "steal_time",
     "smt_sibling",
+    "preemption",
 ];
 
 /// Why the doctor cannot start.
@@ -277,6 +279,7 @@ pub fn examine(host: &HostFs, core: usize, measured: Option<&Measured>) -> Diagn
         context.cpufreq_governor(),
         context.steal_time(),
         context.smt_sibling(),
+        context.preemption(),
     ];
     let boot_parameters = checks.iter().filter(|c| !c.ok).filter_map(|c| c.boot_parameter.clone()).collect();
     Diagnosis { core, checks, combined_cost: measured.map(Measured::combined), boot_parameters }

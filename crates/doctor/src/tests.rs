@@ -53,6 +53,7 @@ const SOFTIRQS: &str = "                    CPU0       CPU1       \n       TIMER
 fn like_this_machine() -> Vec<(&'static str, &'static str)> {
     vec![
         ("/proc/cmdline", "console=ttyS0 quiet cpuidle_haltpoll.force=1 -- --init-flag\n"),
+        ("/proc/sys/kernel/version", "#1 SMP PREEMPT_DYNAMIC @0\n"),
         ("/proc/sys/kernel/osrelease", "6.18.44-fc\n"),
         ("/proc/cpuinfo", "processor\t: 0\nflags\t\t: fpu vme hypervisor\n"),
         ("/proc/stat", "cpu  1 2 3 4 5 6 7 8 9 10\ncpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 3 0 0\n"),
@@ -93,7 +94,7 @@ fn like_this_machine() -> Vec<(&'static str, &'static str)> {
 fn tuned() -> Vec<(&'static str, &'static str)> {
     let mut files: BTreeMap<&str, &str> = like_this_machine().into_iter().collect();
     for (path, content) in [
-        ("/proc/cmdline", "isolcpus=managed_irq,domain,1 nohz_full=1 rcu_nocbs=1 idle=poll\n"),
+        ("/proc/cmdline", "isolcpus=managed_irq,domain,1 nohz_full=1 rcu_nocbs=1 idle=poll preempt=full\n"),
         ("/proc/cpuinfo", "processor\t: 0\nflags\t\t: fpu vme\n"),
         ("/proc/stat", "cpu  1 2 3 4 5 6 7 8 9 10\ncpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n"),
         ("/sys/devices/system/cpu/isolated", "1\n"),
@@ -205,12 +206,26 @@ fn a_host_like_this_one_fails_where_isolation_is_missing_and_says_what_it_costs(
             "nmi_watchdog",
             "irq_affinity",
             "rt_throttling",
-            "steal_time"
+            "steal_time",
+            "preemption",
         ]
     );
     assert_eq!(
         diagnosis.boot_parameters,
-        ["isolcpus=managed_irq,domain,1", "nohz_full=1", "rcu_nocbs=1", "nowatchdog", "irqaffinity=0"]
+        [
+            "isolcpus=managed_irq,domain,1",
+            "nohz_full=1",
+            "rcu_nocbs=1",
+            "nowatchdog",
+            "irqaffinity=0",
+            "preempt=full"
+        ]
+    );
+    assert!(checks["preemption"].found.starts_with("not known here: a PREEMPT_DYNAMIC kernel"));
+    assert!(
+        checks["preemption"].cost.contains("the probe's longest gap was"),
+        "{}",
+        checks["preemption"].cost
     );
 
     assert!(checks["nohz_full"].found.contains("CONFIG_NO_HZ_FULL"), "{}", checks["nohz_full"].found);
@@ -693,4 +708,41 @@ fn the_kernels_unbound_threads_and_workqueues_leave_the_lane_core_and_bound_ones
     // lane's receive thread comes to the core.
     assert_eq!(cores, [(79, "0"), (812, "1")], "{plan:?}");
     assert!(plan.steps.contains(&(Tunable::WorkqueueCpumask, "1".into())), "{plan:?}");
+}
+
+#[test]
+fn preemption_is_read_from_the_command_line_then_debugfs_and_unknown_is_not_ok() {
+    let version = ("/proc/sys/kernel/version", "#1 SMP PREEMPT_DYNAMIC @0\n");
+    type Files<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(Files<'_>, bool, &str); 5] = [
+        (&[version, ("/proc/cmdline", "quiet\n")], false, "not known here: a PREEMPT_DYNAMIC kernel"),
+        (&[version, ("/proc/cmdline", "preempt=full\n")], true, "preempt=full in /proc/cmdline"),
+        (
+            &[
+                version,
+                ("/proc/cmdline", "quiet\n"),
+                ("/sys/kernel/debug/sched/preempt", "(none) voluntary full lazy\n"),
+            ],
+            false,
+            "none (/sys/kernel/debug/sched/preempt)",
+        ),
+        (
+            &[("/proc/sys/kernel/version", "#1 SMP PREEMPT_RT Thu\n"), ("/proc/cmdline", "\n")],
+            true,
+            "PREEMPT_RT",
+        ),
+        (
+            &[("/proc/sys/kernel/version", "#1 SMP Thu\n"), ("/proc/cmdline", "\n")],
+            false,
+            "built without preemption",
+        ),
+    ];
+    for (files, ok, found) in cases {
+        let (_dir, host) = tree(files);
+        let check = examine(&host, 1, None).checks.into_iter().find(|c| c.name == "preemption").unwrap();
+        assert_eq!(check.ok, ok, "{check:?}");
+        assert!(check.found.contains(found), "{check:?}");
+        let dynamic = files[0].1.contains("PREEMPT_DYNAMIC");
+        assert_eq!(check.boot_parameter.is_some(), !ok && dynamic, "{check:?}");
+    }
 }

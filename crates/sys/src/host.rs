@@ -548,6 +548,24 @@ impl HostFs {
         self.read_line("/proc/sys/kernel/osrelease")
     }
 
+    /// How the kernel was built, as `uname -v` prints it (`/proc/sys/kernel/version`: `#1 SMP
+    /// PREEMPT_DYNAMIC ...`).
+    pub fn kernel_version(&self) -> Result<String, HostError> {
+        self.read_line("/proc/sys/kernel/version")
+    }
+
+    /// The preemption model a `PREEMPT_DYNAMIC` kernel runs with (`none`, `voluntary`, `full`,
+    /// `lazy`), from debugfs (`/sys/kernel/debug/sched/preempt` lists them with the current one
+    /// in parentheses); debugfs is often unmounted, and refused to root under lockdown.
+    pub fn preemption_model(&self) -> Result<String, HostError> {
+        let path = "/sys/kernel/debug/sched/preempt";
+        let text = self.read_line(path)?;
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix('(').and_then(|w| w.strip_suffix(')')))
+            .map(str::to_string)
+            .ok_or_else(|| malformed(path, &text, "no model in parentheses".into()))
+    }
+
     /// Whether the CPU says it runs under a hypervisor (the `hypervisor` flag of
     /// `/proc/cpuinfo`, x86).
     pub fn is_virtual_machine(&self) -> Result<bool, HostError> {

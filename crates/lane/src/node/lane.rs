@@ -222,7 +222,8 @@ pub struct LaneCounts {
     pub late_messages: u64,
     /// Datagrams received.
     pub packets_received: u64,
-    /// Received packets dropped whole (bad header, truncated, not a lane packet).
+    /// Received packets dropped whole (bad header, truncated, not a lane packet; the peers'
+    /// empty datagrams are not counted).
     pub packets_dropped: u64,
     /// Messages delivered into inboxes.
     pub messages_delivered: u64,
@@ -614,6 +615,11 @@ impl LaneLoop {
 
     /// Delivers the intact messages of received datagram `i` to their listeners' inboxes.
     fn deliver(&mut self, i: usize, len: usize, rx_ns: u64) {
+        // An empty datagram is a peer node asking whether this one is up, or timing its send
+        // calls (`agent::peer_sends`): expected, not a lane packet, and not a drop.
+        if len == 0 {
+            return;
+        }
         let Ok(packet) = Packet::parse(&self.rx[i * RX_SLOT..i * RX_SLOT + len]) else {
             self.counts.packets_dropped += 1;
             return;
