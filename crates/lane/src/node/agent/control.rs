@@ -27,7 +27,7 @@ use crate::node::lane::LaneCommand;
 use crate::node::promise::{self, HostJitter};
 use crate::service::auth::Session;
 use crate::service::client::{MAX_BACKOFF, MIN_BACKOFF, NodeConnection, Welcome};
-use crate::service::wire::{FrameReader, ToController, ToNode, TunnelSpec, put_sealed};
+use crate::service::wire::{FrameReader, Grant, ToController, ToNode, TunnelSpec, put_sealed};
 use crate::te::TunnelId;
 
 /// A request forwarded to the controller, under the node's number.
@@ -57,18 +57,12 @@ pub(super) struct Control {
     pub(super) pending: HashMap<u64, Pending>,
     /// Sending tunnel -> the application that owns it.
     pub(super) owners: HashMap<TunnelId, Token>,
-    /// Sending tunnel -> its name and the receivers its packets are sent to.
-    fan_out: HashMap<TunnelId, (String, usize)>,
-    /// Sending tunnel -> the promise the log last said for it: a notice that leaves the grant
-    /// as it was (`BW_EXCEEDED`, or a re-plan elsewhere that did not move this tunnel's bounds)
-    /// is no news to the reader.
-    said: HashMap<TunnelId, crate::service::wire::Grant>,
+    /// Sending tunnel -> what the node promises for it.
+    sending: HashMap<TunnelId, Sending>,
     /// What this host adds to the controller's bounds.
     host: HostJitter,
     /// The send calls to each peer, timed once its node is up (the fan-out share of `host`).
     peer_sends: PeerSends,
-    /// Sending tunnel -> the controller's grant, for promising it again when `host` grows.
-    granted: HashMap<TunnelId, crate::service::wire::Grant>,
     /// Where the node's lines go.
     log: Option<fn(&str)>,
     pub(super) commands: Sender<LaneCommand>,
@@ -77,6 +71,18 @@ pub(super) struct Control {
     instance: u64,
     /// Whether the controller's connection is up, for the node's owner.
     pub(super) connected: Arc<AtomicBool>,
+}
+
+/// A sending tunnel of this host, as the node promises it.
+struct Sending {
+    name: String,
+    /// The receivers its packets are sent to, one send call each.
+    receivers: usize,
+    /// The controller's last grant (kept to promise it again when the host's share grows) and
+    /// the promise made of it. The log says a promise once: a notice that leaves it as it was
+    /// (`BW_EXCEEDED`, or a re-plan elsewhere that did not move this tunnel's bounds) is no news
+    /// to the reader.
+    last: Option<(Grant, Grant)>,
 }
 
 /// Nodes started by this process, numbering their bridge files.
@@ -108,11 +114,9 @@ impl Control {
             next_ref: 1,
             pending: HashMap::new(),
             owners: HashMap::new(),
-            fan_out: HashMap::new(),
-            said: HashMap::new(),
+            sending: HashMap::new(),
             host,
             peer_sends,
-            granted: HashMap::new(),
             log,
             commands,
             reports,
@@ -285,7 +289,7 @@ impl Control {
                 let destinations: Vec<SocketAddr> =
                     p.spec.receivers.iter().filter_map(|r| self.config.peers.get(r).copied()).collect();
                 let receivers = destinations.len();
-                self.fan_out.insert(*tunnel_id, (p.spec.name.clone(), receivers));
+                self.sending.insert(*tunnel_id, Sending { name: p.spec.name.clone(), receivers, last: None });
                 let grant = self.promise(*tunnel_id, grant);
                 let _ =
                     self.commands.send(LaneCommand::Outbox { tunnel_id: *tunnel_id, outbox, destinations });
@@ -320,9 +324,7 @@ impl Control {
             }
             ToNode::Released { tunnel_id } | ToNode::Terminated { tunnel_id } => {
                 let terminated = matches!(m, ToNode::Terminated { .. });
-                self.fan_out.remove(tunnel_id);
-                self.said.remove(tunnel_id);
-                self.granted.remove(tunnel_id);
+                self.sending.remove(tunnel_id);
                 let _ = self.commands.send(LaneCommand::Notice(m.clone()));
                 if let Some(app) = self.owners.remove(tunnel_id) {
                     self.tell_app(app, &NodeToApp::Ended { tunnel_id: *tunnel_id, terminated });
@@ -338,19 +340,14 @@ impl Control {
     /// The grant an application hears for a tunnel of this host: the controller's widened by
     /// what the host adds, said in the log once for each promise (the grant, and every change
     /// of it that moves what is promised).
-    fn promise(
-        &mut self,
-        tunnel_id: TunnelId,
-        granted: &crate::service::wire::Grant,
-    ) -> crate::service::wire::Grant {
-        let Some((name, receivers)) = self.fan_out.get(&tunnel_id) else { return *granted };
-        self.granted.insert(tunnel_id, *granted);
-        let promised = promise::promise(granted, *receivers, &self.host);
-        let news = self.said.get(&tunnel_id) != Some(&promised);
+    fn promise(&mut self, tunnel_id: TunnelId, granted: &Grant) -> Grant {
+        let Some(sending) = self.sending.get_mut(&tunnel_id) else { return *granted };
+        let promised = promise::promise(granted, sending.receivers, &self.host);
+        let news = sending.last.is_none_or(|(_, said)| said != promised);
         if let Some(log) = self.log.filter(|_| promised != *granted && news) {
-            log(&promise::describe(name, granted, *receivers, &self.host));
+            log(&promise::describe(&sending.name, granted, sending.receivers, &self.host));
         }
-        self.said.insert(tunnel_id, promised);
+        sending.last = Some((*granted, promised));
         promised
     }
 
@@ -364,10 +361,9 @@ impl Control {
         self.host.send_ns = self.peer_sends.longest_ns();
         let owned: Vec<(TunnelId, Token)> = self.owners.iter().map(|(&t, &a)| (t, a)).collect();
         for (tunnel_id, app) in owned {
-            let Some(granted) = self.granted.get(&tunnel_id).copied() else { continue };
-            let before = self.said.get(&tunnel_id).copied();
+            let Some((granted, said)) = self.sending.get(&tunnel_id).and_then(|s| s.last) else { continue };
             let grant = self.promise(tunnel_id, &granted);
-            if before != Some(grant) {
+            if grant != said {
                 let effective_at_ns = kairos_sys::clock::realtime_ns();
                 let changed = NodeToApp::Changed { tunnel_id, grant, reason: Reason::Host, effective_at_ns };
                 self.tell_app(app, &changed);
