@@ -14,7 +14,7 @@
 //! left alone, as are the lane interfaces' receive threads, which [`crate::receive`] places on
 //! the core.
 
-use kairos_sys::host::{CpuList, HostFs, Tunable, napi_thread_prefix};
+use kairos_sys::host::{CpuList, HostFs, Tunable, name_starts_with, napi_thread_prefix};
 
 use super::apply::Plan;
 
@@ -22,8 +22,7 @@ use super::apply::Plan;
 /// those serving `lane_interfaces`.
 pub(crate) fn plan(host: &HostFs, core: usize, others: &CpuList, lane_prefixes: &[String], plan: &mut Plan) {
     for (thread, name) in host.kernel_threads() {
-        // A thread's name is cut to 15 bytes, and so is the prefix compared.
-        let lane = lane_prefixes.iter().any(|p| name.starts_with(&p[..p.len().min(15)]));
+        let lane = lane_prefixes.iter().any(|p| name_starts_with(&name, p));
         if name.starts_with("kworker/") || lane {
             continue;
         }
@@ -38,18 +37,20 @@ pub(crate) fn plan(host: &HostFs, core: usize, others: &CpuList, lane_prefixes: 
             Err(e) => plan.notes.push(format!("kernel thread {name} ({}) left alone: {e}", thread.pid)),
         }
     }
-    match host.read_tunable(Tunable::WorkqueueCpumask).map(|mask| CpuList::parse_mask(&mask)) {
-        Ok(Ok(cores)) if cores.contains(core) => {
-            let mut away = cores.without(core);
-            if away.is_empty() {
-                away = others.clone();
-            }
+    let mask = match host.read_tunable(Tunable::WorkqueueCpumask) {
+        Err(e) if e.is_absent() => return,
+        read => {
+            read.map_err(|e| e.to_string()).and_then(|m| CpuList::parse_mask(&m).map_err(|e| e.to_string()))
+        }
+    };
+    match mask {
+        Ok(cores) if cores.contains(core) => {
+            let away = cores.without(core);
+            let away = if away.is_empty() { others.clone() } else { away };
             plan.steps.push((Tunable::WorkqueueCpumask, away.to_mask()));
         }
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => plan.notes.push(format!("the unbound workqueues' cores left alone: {e}")),
-        Err(e) if e.is_absent() => {}
-        Err(e) => plan.notes.push(format!("the unbound workqueues' cores left alone: {e}")),
+        Ok(_) => {}
+        Err(why) => plan.notes.push(format!("the unbound workqueues' cores left alone: {why}")),
     }
 }
 

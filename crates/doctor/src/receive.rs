@@ -33,10 +33,20 @@ pub fn receive_threads(host: &HostFs, interface: InterfaceName) -> Vec<ThreadId>
         .collect()
 }
 
-/// Whether `thread` runs on `core` only, at [`RECEIVE_PRIORITY`] or above.
+/// Whether a receive thread's cores are `core` alone.
+fn cores_placed(cores: &CpuList, core: usize) -> bool {
+    cores.iter().eq([core])
+}
+
+/// Whether a receive thread's policy is `SCHED_FIFO` [`RECEIVE_PRIORITY`] or above.
+fn policy_placed(policy: &Policy) -> bool {
+    policy.at_least_fifo(RECEIVE_PRIORITY)
+}
+
+/// Whether `thread` is placed as [`plan_threads`] places it.
 fn placed(host: &HostFs, thread: ThreadId, core: usize) -> bool {
-    host.thread_cores(thread).is_ok_and(|cores| cores.iter().eq([core]))
-        && host.thread_policy(thread).is_ok_and(|p| p.at_least_fifo(RECEIVE_PRIORITY))
+    host.thread_cores(thread).is_ok_and(|cores| cores_placed(&cores, core))
+        && host.thread_policy(thread).is_ok_and(|p| policy_placed(&p))
 }
 
 /// One thread as a report shows it: `napi/lane-8193 (pid 812): cpu 0-1, other`.
@@ -108,18 +118,17 @@ pub(crate) fn plan_threads(
     interfaces: &[InterfaceName],
     plan: &mut super::apply::Plan,
 ) {
-    let mut only = CpuList::new();
-    only.insert(core);
+    let only: CpuList = [core].into_iter().collect();
     let wanted = Policy::Fifo(RECEIVE_PRIORITY);
     for &interface in interfaces {
         for thread in receive_threads(host, interface) {
             match host.thread_policy(thread) {
-                Ok(policy) if policy.at_least_fifo(RECEIVE_PRIORITY) => {}
+                Ok(policy) if policy_placed(&policy) => {}
                 Ok(_) => plan.steps.push((Tunable::ThreadPolicy(thread), wanted.to_string())),
                 Err(e) => plan.notes.push(format!("{interface}'s thread {} left alone: {e}", thread.pid)),
             }
             match host.thread_cores(thread) {
-                Ok(cores) if cores == only => {}
+                Ok(cores) if cores_placed(&cores, core) => {}
                 Ok(_) => plan.steps.push((Tunable::ThreadCores(thread), only.to_string())),
                 Err(e) => plan.notes.push(format!("{interface}'s thread {} left alone: {e}", thread.pid)),
             }

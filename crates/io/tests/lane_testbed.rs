@@ -154,8 +154,8 @@ fn policy_and_cores(pid: i32) -> (u32, String) {
 
 /// With its own path, lane traffic leaves and enters each host by the lane device (the shared
 /// devices' lane classes see none of it), and every end of those veths is received by a kernel
-/// thread of its own, which can be pinned and prioritised and given back, and which the testbed takes away
-/// with it.
+/// thread of its own, which can be pinned and prioritised and given back, and which the
+/// testbed takes away with it.
 #[test]
 fn the_lane_path_carries_lane_traffic_on_devices_of_its_own_received_by_their_own_threads() {
     let config =

@@ -24,7 +24,9 @@ use std::path::{Path, PathBuf};
 
 mod receive_threads;
 
-pub use receive_threads::{InterfaceName, Policy, ThreadId, kernel_threads_named, napi_thread_prefix};
+pub use receive_threads::{
+    InterfaceName, Policy, ThreadId, kernel_threads_named, name_starts_with, napi_thread_prefix,
+};
 
 /// The most bytes read from one `/proc` or `/sys` file (`/proc/interrupts` of a large machine is
 /// the largest, well under this).
@@ -750,9 +752,7 @@ impl HostFs {
     /// Whether `tunable` exists here (its file, or its thread).
     pub fn has(&self, tunable: Tunable) -> bool {
         match tunable {
-            Tunable::ThreadCores(t) | Tunable::ThreadPolicy(t) => {
-                self.thread(t.pid).is_ok_and(|now| now == t)
-            }
+            Tunable::ThreadCores(t) | Tunable::ThreadPolicy(t) => self.same_thread(t).is_ok(),
             _ => self.exists(&tunable.path()),
         }
     }

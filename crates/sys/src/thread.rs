@@ -139,10 +139,7 @@ pub fn set_fifo(priority: i32) -> io::Result<()> {
 /// Makes thread `tid` (0: the calling one) `SCHED_FIFO` at `priority` (1-99). Fails without
 /// `CAP_SYS_NICE`, and with ESRCH when `tid` names no thread.
 pub fn set_thread_fifo(tid: i32, priority: i32) -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: priority };
-    // SAFETY: `param` is a valid sched_param; the kernel checks `tid`.
-    let rc = unsafe { libc::sched_setscheduler(tid, libc::SCHED_FIFO, &param) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    set_thread_scheduler(tid, libc::SCHED_FIFO, priority)
 }
 
 /// Puts thread `tid` (0: the calling one) under scheduling `policy` (`libc::SCHED_*`) at
@@ -157,10 +154,7 @@ pub fn set_thread_scheduler(tid: i32, policy: i32, priority: i32) -> io::Result<
 
 /// Puts thread `tid` (0: the calling one) back under `SCHED_OTHER`.
 pub fn set_thread_normal(tid: i32) -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid sched_param; the kernel checks `tid`.
-    let rc = unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    set_thread_scheduler(tid, libc::SCHED_OTHER, 0)
 }
 
 /// Sets the nice value of the calling thread (not the whole process: Linux niceness is per task).

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use kairos_sys::host::{HostFs, Policy, Tunable};
 use kairos_testkit::{json, one_line_error, read_json, scratch_path, skip_if_root, skip_unless_root, text};
 
 use crate::kairos;
@@ -140,10 +141,10 @@ fn settings() -> BTreeMap<String, String> {
         .collect();
     // The kernel's own threads' cores, which --apply moves off the lane core (the workqueues'
     // workers follow the workqueue mask, a setting of its own).
-    let host = kairos_sys::host::HostFs::real();
+    let host = HostFs::real();
     for (thread, _) in host.kernel_threads().into_iter().filter(|(_, name)| !name.starts_with("kworker/")) {
         if let Ok(cores) = host.thread_cores(thread) {
-            settings.insert(kairos_sys::host::Tunable::ThreadCores(thread).path(), cores.to_string());
+            settings.insert(Tunable::ThreadCores(thread).path(), cores.to_string());
         }
     }
     settings
@@ -276,16 +277,14 @@ impl Drop for VethNamespace {
     }
 }
 
-/// The threads serving `device`'s receive: (pid, cores, policy number, real-time priority).
-fn receive_threads(device: &str) -> Vec<(i32, String, u32, u32)> {
-    let prefix = format!("napi/{device}-");
-    kairos_sys::host::kernel_threads_named(&prefix)
+/// The threads serving `device`'s receive: (pid, cores, policy), read as the doctor reads them.
+fn receive_threads(device: &str) -> Vec<(i32, String, Policy)> {
+    let host = HostFs::real();
+    kairos_sys::host::kernel_threads_named(&kairos_sys::host::napi_thread_prefix(device))
         .into_iter()
         .filter_map(|pid| {
-            let stat = kairos_sys::proc::ProcStat::read(format!("/proc/{pid}/stat"))?;
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let cores = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?.trim().to_string();
-            Some((pid, cores, stat.policy()?, stat.realtime_priority()?))
+            let thread = host.thread(pid).ok()?;
+            Some((pid, host.thread_cores(thread).ok()?.to_string(), host.thread_policy(thread).ok()?))
         })
         .collect()
 }
@@ -344,10 +343,10 @@ fn a_lane_interface_gets_threaded_napi_and_its_threads_the_lane_core_and_revert_
     assert_eq!(namespace.threaded(&a), "1");
     let threads = receive_threads(&a);
     assert!(!threads.is_empty(), "threaded NAPI on {a} started no thread");
-    for (pid, cores, policy, priority) in &threads {
+    for (pid, cores, policy) in &threads {
         assert_eq!(
-            (cores.as_str(), *policy, *priority),
-            (core.as_str(), 1, 70),
+            (cores.as_str(), *policy),
+            (core.as_str(), Policy::Fifo(70)),
             "thread {pid}: on the lane core at SCHED_FIFO 70"
         );
         assert!(

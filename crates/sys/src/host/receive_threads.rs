@@ -147,24 +147,35 @@ pub fn napi_thread_prefix(interface: &str) -> String {
     format!("napi/{interface}-")
 }
 
+/// Whether a thread named `name` may be one whose full name starts with `prefix`: the kernel
+/// cuts a thread's name to 15 bytes, so the prefix is cut alike (by bytes: a cut need not fall
+/// on a character's boundary).
+pub fn name_starts_with(name: &str, prefix: &str) -> bool {
+    name.as_bytes().starts_with(&prefix.as_bytes()[..prefix.len().min(15)])
+}
+
 impl HostFs {
-    /// The threads of this tree whose name starts with `prefix` (cut to 15 bytes, as names are).
+    /// The process and thread-group ids under this tree's `/proc`.
+    fn pids(&self) -> Vec<i32> {
+        let Ok(entries) = std::fs::read_dir(self.resolve("/proc")) else { return Vec::new() };
+        entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).collect()
+    }
+
+    /// The threads of this tree whose name starts with `prefix` ([`name_starts_with`]).
     pub fn threads_named(&self, prefix: &str) -> BTreeSet<i32> {
-        let cut = &prefix.as_bytes()[..prefix.len().min(15)];
-        let Ok(entries) = std::fs::read_dir(self.resolve("/proc")) else { return BTreeSet::new() };
-        entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        self.pids()
+            .into_iter()
             .filter(|pid| {
-                self.read(&format!("/proc/{pid}/comm")).is_ok_and(|comm| comm.as_bytes().starts_with(cut))
+                self.read(&format!("/proc/{pid}/comm")).is_ok_and(|comm| name_starts_with(&comm, prefix))
             })
             .collect()
     }
 
     /// The kernel's own threads (`kthreadd`, pid 2, and its children), by id and name.
     pub fn kernel_threads(&self) -> Vec<(ThreadId, String)> {
-        let Ok(entries) = std::fs::read_dir(self.resolve("/proc")) else { return Vec::new() };
-        let mut threads: Vec<(ThreadId, String)> = entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        let mut threads: Vec<(ThreadId, String)> = self
+            .pids()
+            .into_iter()
             .filter_map(|pid| {
                 let line = self.read_line(&format!("/proc/{pid}/stat")).ok()?;
                 let stat = ProcStat::parse(&line)?;
@@ -196,7 +207,7 @@ impl HostFs {
     }
 
     /// An error unless `thread` still runs (its id not reused since).
-    fn same_thread(&self, thread: ThreadId) -> Result<(), HostError> {
+    pub(super) fn same_thread(&self, thread: ThreadId) -> Result<(), HostError> {
         match self.thread(thread.pid) {
             Ok(now) if now == thread => Ok(()),
             Ok(_) | Err(HostError::Absent { .. }) => {
