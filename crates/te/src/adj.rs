@@ -14,6 +14,14 @@
 //! and then `period = max(requested, D(sender))`, `min_latency = lo(sender)`,
 //! `max_jitter = hi(sender) - lo(sender)`.
 //!
+//! The sending host's own delay `J` (its lane core and fan-out, [`crate::request::HostDelay`],
+//! as its node measured it) sits before the first link like a link of jitter `J`, no minimum
+//! delay and no queue: a packet enters the first queue anywhere in `[0, J]` after its release,
+//! so `hi(sender)` and `D(sender)` gain `J` (packet `j` must still have left the first queue
+//! before packet `j + 1`, which can enter it `period - J` later), and the arrival spread that
+//! lower sub-lanes see on every link of the tree includes it. `lo` is unchanged: the host only
+//! ever delays.
+//!
 //! # Where this differs from the algorithm as printed, and why
 //!
 //! The validator ([`crate::validator`]) is the judge; [`AdjOptions::as_printed`] turns each fix
@@ -110,14 +118,16 @@ fn add(link: LinkId, what: &'static str, terms: &[Picos]) -> Result<Picos, AdjEr
 pub(crate) fn adjust(
     topo: &Topology,
     me: &Tunnel,
+    host_jitter: Picos,
     loads: &[LinkLoad],
     options: AdjOptions,
 ) -> Result<(Resources, Vec<Hop>), AdjError> {
     let req = &me.request;
     let sublane = req.sublane;
-    // Forward pass (links are in preorder): arrival windows at each node.
+    // Forward pass (links are in preorder): arrival windows at each node; the sending host lets
+    // a packet into the first queue up to `host_jitter` after its release.
     let mut arrive: HashMap<NodeId, (Picos, Picos)> = HashMap::with_capacity(me.links.len() + 1);
-    arrive.insert(req.sender, (0, 0));
+    arrive.insert(req.sender, (0, host_jitter));
     let mut hops = Vec::with_capacity(me.links.len());
     for &l in &me.links {
         let link = topo.link(l);
@@ -169,13 +179,19 @@ pub(crate) fn adjust(
         below.insert(link.from, parent);
     }
     let root = at(&below, req.sender);
-    let (lo, hi) = (root.lo.unwrap_or(0), root.hi.unwrap_or(0));
-    // Every path's latest arrival is at least its earliest, so `hi >= lo`; checked all the same.
     let first = me.links.first().copied().unwrap_or(0);
+    // The host's delay before the first link, as a link of jitter `host_jitter` (module docs).
+    let host = |what, x: Option<Picos>| {
+        x.map(|x| x.checked_add(host_jitter).ok_or(AdjError::Overflow { link: first, what })).transpose()
+    };
+    let lo = root.lo.unwrap_or(0);
+    let hi = host("the maximum latency", root.hi)?.unwrap_or(0);
+    let period_bound = host("the period bound", (!me.links.is_empty()).then_some(root.period))?.unwrap_or(0);
+    // Every path's latest arrival is at least its earliest, so `hi >= lo`; checked all the same.
     let max_jitter = hi.checked_sub(lo).ok_or(AdjError::Overflow { link: first, what: "the jitter" })?;
     let resources = Resources {
         packet_bytes: req.packet_bytes,
-        period: req.period.max(root.period),
+        period: req.period.max(period_bound),
         min_latency: lo,
         max_jitter,
         sublane,

@@ -10,8 +10,8 @@ use hashbrown::HashMap;
 
 use crate::adj::{self, AdjError, AdjOptions};
 use crate::opt::{self, Tree};
-use crate::request::{Request, Resources, SUBLANES};
-use crate::topology::{LinkId, Topology};
+use crate::request::{HostDelay, Request, Resources, SUBLANES};
+use crate::topology::{LinkId, NodeId, NodeKind, Topology};
 use crate::tunnel::{Entry, LinkLoad, Refusal, Tunnel, TunnelId};
 use crate::units::Picos;
 
@@ -45,6 +45,8 @@ pub struct Allocation {
     loads: Vec<LinkLoad>,
     next_id: TunnelId,
     options: AdjOptions,
+    /// What each sending host adds before its first link, as its node reported it.
+    hosts: HashMap<NodeId, HostDelay>,
     /// Tunnels X-ADJ ran on in the last operation (for benchmarks and reports).
     last_readjusted: usize,
 }
@@ -58,7 +60,15 @@ impl Allocation {
     /// An empty allocation over `topo` whose X-ADJ applies `options`.
     pub fn with_options(topo: Topology, options: AdjOptions) -> Self {
         let loads = vec![LinkLoad::default(); topo.links().len()];
-        Self { topo, tunnels: HashMap::new(), loads, next_id: 1, options, last_readjusted: 0 }
+        Self {
+            topo,
+            tunnels: HashMap::new(),
+            loads,
+            next_id: 1,
+            options,
+            hosts: HashMap::new(),
+            last_readjusted: 0,
+        }
     }
 
     /// The topology the tunnels run over.
@@ -137,7 +147,8 @@ impl Allocation {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let tunnel = Tunnel { id, request, links, resources: Resources::default(), hops: Vec::new() };
+        let tunnel =
+            Tunnel { id, request, links, resources: Resources::default(), hops: Vec::new(), host_jitter: 0 };
         let mut seeds: Vec<TunnelId> = self.affected_by(&tunnel);
         seeds.push(id);
         self.insert_load(&tunnel, &txs);
@@ -187,6 +198,33 @@ impl Allocation {
         }
     }
 
+    /// What host `host` adds before its first link (zero until its node reports it).
+    pub fn host_delay(&self, host: NodeId) -> HostDelay {
+        self.hosts.get(&host).copied().unwrap_or_default()
+    }
+
+    /// Sets what host `host` adds before its first link and re-adjusts every tunnel it sends,
+    /// and what they affect; returns every tunnel that changed, its own included. A delay that
+    /// leaves some tunnel unschedulable (a higher sub-lane's wider spread saturates a link) is
+    /// refused and the allocation is left as it was.
+    pub fn set_host_delay(&mut self, host: NodeId, delay: HostDelay) -> Result<Vec<Change>, Refusal> {
+        if host >= self.topo.nodes().len() || self.topo.node(host).kind != NodeKind::Host {
+            return Err(Refusal::Invalid(format!("node {host} is not a host")));
+        }
+        let before = self.hosts.insert(host, delay).unwrap_or_default();
+        let sent: Vec<TunnelId> =
+            self.tunnels.values().filter(|t| t.request.sender == host).map(|t| t.id).collect();
+        match self.readjust(sent) {
+            Ok(changed) => Ok(changed),
+            Err(e) => {
+                self.hosts.insert(host, before);
+                let all: Vec<TunnelId> = self.tunnels.keys().copied().collect();
+                self.readjust(all).expect("the allocation was valid before");
+                Err(e)
+            }
+        }
+    }
+
     /// Re-runs X-ADJ on every tunnel (for tests and after changing options).
     pub fn readjust_all(&mut self) -> Result<Vec<Change>, Refusal> {
         let all: Vec<TunnelId> = self.tunnels.keys().copied().collect();
@@ -224,8 +262,15 @@ impl Allocation {
         while let Some((sublane, id)) = work.pop_first() {
             self.last_readjusted += 1;
             let me = &self.tunnels[&id];
-            let (resources, hops) =
-                adj::adjust(&self.topo, me, &self.loads, self.options).map_err(|e| match e {
+            let host_jitter = self
+                .host_delay(me.request.sender)
+                .for_receivers(me.request.receivers.len())
+                .ok_or_else(|| Refusal::Overflow {
+                    link: me.links.first().map(|&l| self.topo.link_name(l)).unwrap_or_default(),
+                    what: "the sending host's delay".into(),
+                })?;
+            let (resources, hops) = adj::adjust(&self.topo, me, host_jitter, &self.loads, self.options)
+                .map_err(|e| match e {
                     AdjError::Saturated { link, sublane } => {
                         Refusal::Saturated { link: self.topo.link_name(link), sublane }
                     }
@@ -268,6 +313,7 @@ impl Allocation {
             let me = self.tunnels.get_mut(&id).expect("present");
             me.resources = resources;
             me.hops = hops;
+            me.host_jitter = host_jitter;
         }
         let mut out: Vec<Change> = changed.into_values().filter(|c| c.before != c.after).collect();
         out.sort_by_key(|c| c.id);

@@ -59,7 +59,8 @@ pub mod validator;
 pub use adj::AdjOptions;
 pub use alloc::{Admission, Allocation, Change};
 pub use request::{
-    InvalidRequest, Request, RequestProblem, Resources, SUBLANES, requests_from_file, requests_from_toml,
+    HostDelay, InvalidRequest, Request, RequestProblem, Resources, SUBLANES, requests_from_file,
+    requests_from_toml,
 };
 pub use topology::{
     Link, LinkId, LinkSpec, LinkSpecError, MAX_FILE_BYTES, Node, NodeId, NodeKind, Topology, TopologyError,

@@ -65,6 +65,30 @@ impl serde::Serialize for Resources {
     }
 }
 
+/// What a sending host adds to each of its packets before the packet enters its first link,
+/// as the host's node measured it. The topology's links do not hold it: their jitter is the
+/// network's, while this is the sender's own lane core (an interrupt, a preemption, the
+/// hypervisor between a release and its send) and its fan-out (a tunnel's packet goes to each
+/// receiver in a send call of its own, so the last receiver's leaves one call per receiver
+/// after the first). Both only ever delay a packet, so they widen the jitter and never lower
+/// the minimum latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HostDelay {
+    /// The longest the lane core kept a release from its send.
+    pub core_jitter: Picos,
+    /// The longest send call of one packet to one receiver.
+    pub per_receiver: Picos,
+}
+
+impl HostDelay {
+    /// The latest a packet of a tunnel to `receivers` hosts enters the network after its
+    /// release; `None` past 64-bit picoseconds.
+    pub fn for_receivers(&self, receivers: usize) -> Option<Picos> {
+        let fan_out = (receivers.saturating_sub(1) as u64).checked_mul(self.per_receiver)?;
+        self.core_jitter.checked_add(fan_out)
+    }
+}
+
 /// Number of sub-lanes (priority levels) a request may use.
 pub const SUBLANES: u8 = 8;
 

@@ -39,6 +39,9 @@ pub struct Tunnel {
     pub resources: Resources,
     /// The analysis per link, in the order of `links`.
     pub hops: Vec<Hop>,
+    /// The latest its sending host lets a packet enter the first link after its release (the
+    /// host's [`crate::request::HostDelay`] for this tunnel's receivers; 0 when none is known).
+    pub host_jitter: Picos,
 }
 
 impl Tunnel {

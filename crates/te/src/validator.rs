@@ -9,7 +9,9 @@
 //! ME, WC); a packet occupies the link's shared buffer from its arrival until its transmission
 //! ends, and one that would overflow it is dropped (BS, GR); transmission takes `size / bw` (BW);
 //! the link then delivers it after a delay anywhere in `[lambda_min, lambda_min + delta_max]`
-//! (DE1, DE2), chosen at random or adversarially ([`Delays`]). A packet reaching a node is copied
+//! (DE1, DE2), chosen at random or adversarially ([`Delays`]); a sending host whose node reported
+//! a delay ([`Tunnel::host_jitter`]) lets each packet into its first queue anywhere in
+//! `[0, host_jitter]` after the release, chosen the same way. A packet reaching a node is copied
 //! at once into the queues of the tree's links out of that node. At equal times, transmissions end
 //! before packets arrive.
 //!
@@ -249,7 +251,8 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
                 if let Some(next) = next.filter(|&n| n <= horizon) {
                     heap.push(Reverse((next, Event::Release { t, j: j + 1 })));
                 }
-                heap.push(Reverse((now, Event::Arrive { t, j, node: tunnels[t].request.sender })));
+                let entered = now.saturating_add(pick(config.delays, &mut rng, j, tunnels[t].host_jitter));
+                heap.push(Reverse((entered, Event::Arrive { t, j, node: tunnels[t].request.sender })));
             }
             Event::Arrive { t, j, node } => {
                 let tunnel = tunnels[t];
@@ -293,18 +296,7 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
                 let state = links.get_mut(&l).expect("a link that sent has state");
                 let (t, j) = state.sending.take().expect("a transmission was under way");
                 state.occupancy -= tunnels[t].request.packet_bytes;
-                let extra = match config.delays {
-                    Delays::Random(_) => rng.random_range(0..=link.max_jitter),
-                    Delays::Min => 0,
-                    Delays::Max => link.max_jitter,
-                    Delays::Alternate => {
-                        if j % 2 == 0 {
-                            link.max_jitter
-                        } else {
-                            0
-                        }
-                    }
-                };
+                let extra = pick(config.delays, &mut rng, j, link.max_jitter);
                 let at = now.saturating_add(link.min_delay).saturating_add(extra);
                 heap.push(Reverse((at, Event::Arrive { t, j, node: link.to })));
                 start(topo, l, state, tunnels, now, &mut heap);
@@ -315,6 +307,22 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
 }
 
 /// A report with nothing observed yet, one row per tunnel.
+/// Packet `j`'s share of a jitter of up to `jitter`, as `delays` chooses it.
+fn pick(delays: Delays, rng: &mut SmallRng, j: u64, jitter: Picos) -> Picos {
+    match delays {
+        Delays::Random(_) => rng.random_range(0..=jitter),
+        Delays::Min => 0,
+        Delays::Max => jitter,
+        Delays::Alternate => {
+            if j.is_multiple_of(2) {
+                jitter
+            } else {
+                0
+            }
+        }
+    }
+}
+
 fn blank(tunnels: &[&Tunnel]) -> Vec<TunnelReport> {
     tunnels
         .iter()
@@ -389,7 +397,7 @@ pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> V
     let t = tunnels[target];
     let on_target: HashMap<LinkId, usize> = t.links.iter().enumerate().map(|(i, &l)| (l, i)).collect();
     // Each other tunnel: the first link (in its own tree order) it shares with the target, and
-    // its arrival there with no waiting and the longest delays.
+    // its arrival there with no waiting and the longest delays (its host's included).
     let first_shared: Vec<Option<(LinkId, Picos)>> = tunnels
         .iter()
         .enumerate()
@@ -397,7 +405,7 @@ pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> V
             if i == target {
                 return None;
             }
-            let mut at: HashMap<NodeId, Picos> = HashMap::from([(other.request.sender, 0)]);
+            let mut at: HashMap<NodeId, Picos> = HashMap::from([(other.request.sender, other.host_jitter)]);
             for &l in &other.links {
                 let link = topo.link(l);
                 let a = at[&link.from];
@@ -411,7 +419,7 @@ pub fn targeted_phases(topo: &Topology, tunnels: &[&Tunnel], target: usize) -> V
         .collect();
     // The target's arrival at each of its links in that scenario.
     let mut target_at: HashMap<LinkId, Picos> = HashMap::new();
-    let mut at: HashMap<NodeId, Picos> = HashMap::from([(t.request.sender, 0)]);
+    let mut at: HashMap<NodeId, Picos> = HashMap::from([(t.request.sender, t.host_jitter)]);
     for &l in &t.links {
         let link = topo.link(l);
         let arrive = at[&link.from];

@@ -5,7 +5,7 @@
 //! delta_max = 0.1 us, a queue of 64 KiB.
 
 use kairos_te::validator::{Delays, Phases, ValidatorConfig, validate, validate_adversarially};
-use kairos_te::{AdjOptions, Allocation, LinkSpec, Request, generate};
+use kairos_te::{AdjOptions, Allocation, HostDelay, LinkSpec, Refusal, Request, generate};
 
 const US: u64 = 1_000_000; // picoseconds
 
@@ -180,4 +180,65 @@ fn software_links_leave_transmission_out_of_the_minimum_only() {
     // The validator's packets always take their transmission: none arrives before the minimum.
     let v = validate(a.topology(), &a.tunnels(), &ValidatorConfig::default());
     assert!(v.violations() == 0 && v.tunnels.iter().all(|t| t.delivered > 0), "{v:?}");
+}
+
+#[test]
+fn the_sending_host_delay_widens_the_jitter_and_the_period_only() {
+    // The tree of `one_tunnel_through_one_switch` from a host that lets a packet into its first
+    // queue up to J after its release (a link of jitter J before h0 -> s0):
+    //   one receiver, J = 0.5 us:  lo(h0) = 4 us; hi(h0) = 4.2 + 0.5 = 4.7 us -> jitter 0.7 us
+    //                              D(h0) = 1.1 + 0.5 = 1.6 us
+    //   two receivers, J = 0.5 + 0.3 us (one more send call): jitter 0.2 + 0.8 = 1.0 us
+    let mut a = Allocation::new(generate::rack(3, spec()).unwrap());
+    let h0 = a.topology().find("h0").unwrap();
+    let one = a.admit(req(&a, "one", "h0", &["h1"], 125, US / 2, 0)).unwrap();
+    let two = a.admit(req(&a, "two", "h0", &["h1", "h2"], 125, 10 * US, 0)).unwrap();
+    let before = a.tunnel(one.id).unwrap().resources;
+    let delay = HostDelay { core_jitter: US / 2, per_receiver: 3 * US / 10 };
+    let changed = a.set_host_delay(h0, delay).unwrap();
+    assert_eq!(changed.iter().map(|c| c.id).collect::<Vec<_>>(), [one.id, two.id], "both of h0's tunnels");
+    let r = a.tunnel(one.id).unwrap().resources;
+    assert_eq!(r.min_latency, before.min_latency, "the host only ever delays");
+    // "one" shares h0 -> s0 -> h1 with "two": each waits one packet of the other there.
+    assert_eq!(r.max_jitter, before.max_jitter + US / 2);
+    assert_eq!(r.period, before.period + US / 2);
+    let r2 = a.tunnel(two.id).unwrap().resources;
+    assert_eq!(r2.max_jitter, two.resources.max_jitter + 8 * US / 10);
+    assert_eq!(a.host_delay(h0), delay);
+    // The validator delays each packet at the host as the analysis assumed, and the bounds hold.
+    let report = validate_adversarially(a.topology(), &a.tunnels(), 2_000, 200_000, 3);
+    assert!(report.holds(), "{report:?}");
+    // Setting the same delay again changes nothing; setting it back to zero restores the bounds.
+    assert!(a.set_host_delay(h0, delay).unwrap().is_empty());
+    a.set_host_delay(h0, HostDelay::default()).unwrap();
+    assert_eq!(a.tunnel(one.id).unwrap().resources, before);
+    // A switch has no node to report a delay.
+    let s0 = a.topology().find("s0").unwrap();
+    assert!(matches!(a.set_host_delay(s0, delay), Err(Refusal::Invalid(_))));
+}
+
+#[test]
+fn bounds_that_ignore_the_host_delay_are_caught() {
+    // What the controller granted before it held the host's delay: the validator, delaying each
+    // packet at its host, finds packets past that bound. B, a lower sub-lane on A's last link,
+    // counts A's packets from A's spread there; A's period grows with the delay as its spread
+    // does, so B still meets one A packet a wait and keeps its bounds. (That the re-analysis
+    // reaches such tunnels when it must is the property test's drift check.)
+    let mut a = Allocation::new(generate::rack(3, spec()).unwrap());
+    a.admit(req(&a, "A", "h0", &["h2"], 125, 3 * US, 0)).unwrap();
+    a.admit(req(&a, "B", "h1", &["h2"], 125, 3 * US, 1)).unwrap();
+    let stale: Vec<kairos_te::Tunnel> = a.tunnels().into_iter().cloned().collect();
+    let h0 = a.topology().find("h0").unwrap();
+    let changed = a.set_host_delay(h0, HostDelay { core_jitter: 5 * US, per_receiver: 0 }).unwrap();
+    assert_eq!(changed.len(), 1, "A's own bound only: {changed:?}");
+    let held = a.tunnels();
+    let report = validate_adversarially(a.topology(), &held, 2_000, 200_000, 5);
+    assert!(report.holds(), "{report:?}");
+    let mut unaware = stale.clone();
+    for (t, now) in unaware.iter_mut().zip(&held) {
+        t.host_jitter = now.host_jitter;
+    }
+    let unaware: Vec<&kairos_te::Tunnel> = unaware.iter().collect();
+    let report = validate_adversarially(a.topology(), &unaware, 2_000, 200_000, 5);
+    assert!(report.tunnels[0].violations > 0, "{report:?}");
 }

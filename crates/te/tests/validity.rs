@@ -1,9 +1,9 @@
 //! Property tests: over random topologies and request sequences, every admitted tunnel keeps its
-//! bounds in the validator under every adversary; and the NP-hardness construction of the
+//! bounds in the validator under every adversary, with hosts reporting their own delays; and the NP-hardness construction of the
 //! source's Theorem 2.
 
 use kairos_te::validator::{validate_adversarially, validate_targeted};
-use kairos_te::{Allocation, LinkSpec, Request, Topology, generate, opt::Tree};
+use kairos_te::{Allocation, HostDelay, LinkSpec, Request, Topology, generate, opt::Tree};
 use proptest::prelude::*;
 
 const NS: u64 = 1_000; // picoseconds
@@ -129,15 +129,31 @@ proptest! {
         shape in shape(),
         links in prop::collection::vec(link(), 1..6),
         requests in prop::collection::vec(request(), 1..10),
+        delays in prop::collection::vec((0u64..3_000, 0u64..1_000), 0..3),
         seed in any::<u64>(),
     ) {
         let topo = build(&shape, &links);
         let mut alloc = Allocation::new(topo.clone());
+        // Hosts' own delays (ns), reported before the requests or after them, as nodes do.
+        let hosts: Vec<usize> = topo.hosts().collect();
+        let report_delays = |alloc: &mut Allocation| {
+            for (i, &(core, per)) in delays.iter().enumerate() {
+                let delay = HostDelay { core_jitter: core * NS, per_receiver: per * NS };
+                // A delay that would saturate a link is refused; the allocation stays valid.
+                let _ = alloc.set_host_delay(hosts[i % hosts.len()], delay);
+            }
+        };
+        if seed % 2 == 0 {
+            report_delays(&mut alloc);
+        }
         for (i, r) in requests.iter().enumerate() {
             let req = to_request(&topo, i, r);
             if let Ok(adm) = alloc.admit(req.clone()) {
                 prop_assert!(adm.resources.period >= req.period, "the period is never shortened");
             }
+        }
+        if seed % 2 == 1 {
+            report_delays(&mut alloc);
         }
         // Release one now and then: the others' bounds are recomputed and must still hold.
         if seed % 3 == 0
