@@ -22,13 +22,20 @@
 //!   in a row is re-planned at the period it used in the last (reason `BwUnused`), giving the
 //!   room back. One quiet report is not enough: an application that starts, pauses or ends
 //!   inside a report's window uses part of it, and would lose its period for that.
+//! - **Host delay** (a node's measurement of its own host: its lane core's jitter and its send
+//!   calls, [`HostDelay`]): X-ADJ re-runs on every tunnel the host sends and on what they
+//!   affect, with the delay before the first link, so every bound the controller announces
+//!   holds it. The host hears `HostDelayKnown` first, then every tunnel whose bounds moved
+//!   hears `BandwidthChanged` (reason `Host`) at once: the delay is already there, waiting out a
+//!   grace period would not make the old bounds true. A delay that would saturate a link is
+//!   refused and the host's node keeps widening its promises itself.
 //! - **Terminate**: every tunnel is told `Terminated`; afterwards every input is refused.
 //!
 //! Every input and notice goes to the event log with its time.
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::te::{Allocation, Change, Picos, Request, Resources, TunnelId};
+use crate::te::{Allocation, Change, HostDelay, NodeId, Picos, Request, Resources, TunnelId};
 
 /// Why a tunnel's resources changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -40,8 +47,9 @@ pub enum Reason {
     BwExceeded,
     /// The tunnel used much less than granted.
     BwUnused,
-    /// The sending host's own share of the jitter grew (its node timed a receiver's node that
-    /// came up after it): said by the node, never by the controller.
+    /// A sending host's own share of the jitter changed: its node reported it to the
+    /// controller, or (said by the node alone) timed a receiver's node that came up after it
+    /// and widens its promise until the controller holds the new figure.
     Host,
 }
 
@@ -72,6 +80,13 @@ pub enum Input {
         packets: u64,
         /// The largest of them.
         max_bytes: u64,
+    },
+    /// What a sending host adds before its first link, as its node measured it.
+    HostDelay {
+        /// The host.
+        host: NodeId,
+        /// Its delay.
+        delay: HostDelay,
     },
     /// End every tunnel and refuse everything after.
     Terminate,
@@ -119,6 +134,13 @@ pub enum Notice {
         /// The tunnel.
         tunnel: TunnelId,
     },
+    /// Every bound from here on holds a host's delay (its tunnels' changes follow).
+    HostDelayKnown {
+        /// The host.
+        host: NodeId,
+        /// The delay the bounds hold.
+        delay: HostDelay,
+    },
 }
 
 /// One entry of the event log.
@@ -161,6 +183,9 @@ pub struct Controller {
     /// The log keeps at least this many of the latest entries, at most twice as many.
     log_limit: usize,
 }
+
+/// How the refusal of a host's delay begins (its node says it: no application waits for it).
+pub const HOST_DELAY_REFUSED: &str = "the host's delay is refused";
 
 /// Excess reports before a tunnel is terminated.
 const STRIKES: u32 = 3;
@@ -235,6 +260,7 @@ impl Controller {
             Input::Usage { tunnel, window, packets, max_bytes } => {
                 self.usage(tunnel, window, packets, max_bytes, now, &mut out)
             }
+            Input::HostDelay { host, delay } => self.host_delay(host, delay, now, &mut out),
             Input::Terminate => {
                 self.terminated = true;
                 self.deferred.clear();
@@ -390,6 +416,17 @@ impl Controller {
                 effective_at: now,
             });
             self.tell(&changed, Reason::Te, now.saturating_add(self.grace), out);
+        }
+    }
+
+    fn host_delay(&mut self, host: NodeId, delay: HostDelay, now: Picos, out: &mut Vec<Notice>) {
+        match self.alloc.set_host_delay(host, delay) {
+            Ok(changed) => {
+                out.push(Notice::HostDelayKnown { host, delay });
+                self.tell(&changed, Reason::Host, now, out);
+            }
+            Err(e) => out
+                .push(Notice::Refused { name: String::new(), reason: format!("{HOST_DELAY_REFUSED}: {e}") }),
         }
     }
 

@@ -1,7 +1,7 @@
 //! The controller on a virtual clock: every operation's notices, deadlines and log.
 
-use kairos_lane::controller::{Controller, Input, LogEvent, Notice, Reason};
-use kairos_lane::te::{Allocation, LinkSpec, Request, generate};
+use kairos_lane::controller::{Controller, HOST_DELAY_REFUSED, Input, LogEvent, Notice, Reason};
+use kairos_lane::te::{Allocation, HostDelay, LinkSpec, Request, generate};
 
 const US: u64 = 1_000_000; // picoseconds
 const GRACE: u64 = 100 * US;
@@ -163,4 +163,43 @@ fn a_bounded_log_keeps_the_latest_entries_and_no_more_than_twice_its_limit() {
     assert!(c.log().len() >= 4);
     assert_eq!(c.log().last().unwrap().at, 100 * US, "the latest entry is kept");
     assert!(c.allocation().tunnel(a).is_some(), "the log's bound changes nothing else");
+}
+
+#[test]
+fn a_host_delay_widens_its_tunnels_at_once_and_one_past_64_bits_is_refused() {
+    let mut c = controller(64 * 1024);
+    let (a, _) = granted(&c.handle(Input::Request(req(&c, "a", "h0", "h2", 125, 10 * US)), 0));
+    let (b, _) = granted(&c.handle(Input::Request(req(&c, "b", "h1", "h3", 125, 10 * US)), 0));
+    let before = c.allocation().tunnel(a).unwrap().resources;
+    let h0 = c.allocation().topology().find("h0").unwrap();
+    let delay = HostDelay { core_jitter: 30 * US, per_receiver: 5 * US };
+    let notices = c.handle(Input::HostDelay { host: h0, delay }, 7 * US);
+    // The host first, then each tunnel it sends (not h1's), effective now: the delay is there.
+    assert_eq!(notices[0], Notice::HostDelayKnown { host: h0, delay });
+    assert_eq!(notices.len(), 2, "{notices:?}");
+    let Notice::BandwidthChanged { tunnel, resources, reason: Reason::Host, effective_at } = notices[1]
+    else {
+        panic!("{notices:?}")
+    };
+    assert_eq!((tunnel, effective_at), (a, 7 * US));
+    assert_eq!(resources.min_latency, before.min_latency);
+    assert_eq!(resources.max_jitter, before.max_jitter + 30 * US, "one receiver: no send call added");
+    assert_ne!(tunnel, b);
+    // A request after the report is granted with the delay in its bounds.
+    let n = c.handle(Input::Request(req(&c, "late", "h0", "h3", 125, 100 * US)), 8 * US);
+    let late = n.iter().find_map(|n| match n {
+        Notice::Granted { resources, .. } => Some(*resources),
+        _ => None,
+    });
+    assert!(late.unwrap().max_jitter >= 30 * US, "{late:?}");
+    // A delay no 64-bit bound can hold is refused, and the bounds stay as they were.
+    let held = c.allocation().tunnel(a).unwrap().resources;
+    let huge = HostDelay { core_jitter: u64::MAX, per_receiver: 0 };
+    let n = c.handle(Input::HostDelay { host: h0, delay: huge }, 9 * US);
+    assert!(
+        matches!(&n[..], [Notice::Refused { reason, .. }] if reason.starts_with(HOST_DELAY_REFUSED)),
+        "{n:?}"
+    );
+    assert_eq!(c.allocation().tunnel(a).unwrap().resources, held);
+    assert_eq!(c.allocation().host_delay(h0), delay);
 }

@@ -262,7 +262,8 @@ fn a_tunnel_no_application_owns_is_released_when_the_node_connects() {
 /// A node started before its receivers' nodes promises their fan-out once it has timed them:
 /// the sender's node of a tunnel to h1 and h2 starts alone (its send calls to them end at an
 /// ICMP refusal, the shorter path, not timed), and when their nodes come up it times them and
-/// tells the application the wider promise (`Changed`, reason `HOST`).
+/// tells the application the wider promise (`Changed`, reason `HOST`), and the controller,
+/// whose bound then holds it.
 #[test]
 fn a_sender_started_before_its_receivers_promises_their_fan_out_once_they_are_up() {
     let (state, controller) = controller(3);
@@ -290,8 +291,24 @@ fn a_sender_started_before_its_receivers_promises_their_fan_out_once_they_are_up
             }
         }
     }
-    let wider = wider.expect("the application heard the wider promise once its receivers' nodes were up");
+    let mut wider = wider.expect("the application heard the wider promise once its receivers' nodes were up");
     assert_eq!(wider.min_latency_ps, first.min_latency_ps, "the host only ever delays a packet");
     assert!(wider.max_jitter_ps > first.max_jitter_ps, "{first:?} then {wider:?}");
+    // The node told the controller too: its grant now holds the send call, and the node's
+    // promise is that grant, no longer widened on top of it.
+    let settle = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < settle {
+        for e in app.events(Duration::from_millis(20)).unwrap() {
+            if let NodeToApp::Changed { grant, .. } = e {
+                wider = grant;
+            }
+        }
+    }
+    let service = lane.controller.take().unwrap().stop().unwrap();
+    let alloc = service.core().controller().allocation();
+    let h0 = alloc.topology().find("h0").unwrap();
+    assert!(alloc.host_delay(h0).per_receiver > 0, "{:?}", alloc.host_delay(h0));
+    let held = alloc.tunnel(tunnel.id).unwrap().resources;
+    assert_eq!(wider.max_jitter_ps, held.max_jitter, "the promise is the controller's bound");
     drop(lane);
 }

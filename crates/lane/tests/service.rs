@@ -8,6 +8,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use kairos_lane::controller::Reason;
 use kairos_lane::service::auth::{self, Role, Session};
 use kairos_lane::service::wire::{FrameReader, Hello, ToController, ToNode, TunnelSpec, VERSION, put_frame};
 use kairos_lane::service::{
@@ -254,6 +255,29 @@ fn a_restarted_controller_holds_the_same_allocation_and_nodes_reconnect() {
         ids.push(tunnel_id);
     }
     let ToNode::Granted { .. } = request(&mut h2, 9, spec("back", &["h1"], 150)) else { panic!() };
+    // h1's node reports its host's delay: its tunnels' bounds widen, and the journal keeps it.
+    let (core_jitter_ps, per_receiver_ps) = (40 * 1_000_000, 15 * 1_000_000);
+    h1.send(&ToController::HostDelay { core_jitter_ps, per_receiver_ps }).unwrap();
+    let mut widened = Vec::new();
+    loop {
+        match next(&mut h1) {
+            ToNode::HostDelayKnown { core_jitter_ps: c, per_receiver_ps: p } => {
+                assert_eq!((c, p), (core_jitter_ps, per_receiver_ps));
+                assert!(widened.is_empty(), "the host hears its delay is held before the new bounds");
+            }
+            ToNode::BandwidthChanged { tunnel_id, grant, reason: Reason::Host, .. } => {
+                widened.push((tunnel_id, grant.max_jitter_ps));
+                if widened.len() == 3 {
+                    break;
+                }
+            }
+            ToNode::Opened { .. } => {} // h2's tunnel to h1, told earlier
+            other => panic!("{other:?}"),
+        }
+    }
+    widened.sort();
+    assert_eq!(widened.iter().map(|w| w.0).collect::<Vec<_>>(), ids, "each of h1's tunnels: {widened:?}");
+    assert!(widened.iter().all(|w| w.1 >= core_jitter_ps), "{widened:?}");
     h1.send(&ToController::Release { tunnel_id: ids[1] }).unwrap();
     h1.send(&ToController::Change { app_ref: 5, tunnel_id: ids[0], tunnel: spec("a2", &["h2"], 120) })
         .unwrap();
@@ -277,7 +301,7 @@ fn a_restarted_controller_holds_the_same_allocation_and_nodes_reconnect() {
     drop(before); // the sockets close as a crash would close them
 
     let again = ControllerService::start(config(dir.path(), addr)).unwrap();
-    assert_eq!(again.replayed(), 6);
+    assert_eq!(again.replayed(), 7);
     let again = again.spawn().unwrap();
     // The node's link notices the loss and comes back with the tunnels the controller kept.
     let deadline = Instant::now() + WAIT;

@@ -17,8 +17,8 @@
 //! the nodes are started one after another (the three hosts share the core here, and probes at
 //! once would measure each other), the receivers first: the sender's node times its send calls
 //! to its peers when it starts, and those must be deliveries to running nodes. The sensor's tunnel carries the bound h0's node promised
-//! (the controller's, its jitter widened by the core's and the fan-out's; the node's log line is
-//! printed). Every message must arrive within it, none before its minimum, and one after its
+//! (the controller's, which holds the core's and the fan-out's jitter the node reported; the
+//! node's log line is printed). Every message must arrive within it, none before its minimum, and one after its
 //! maximum only while a stall watch (`SCHED_FIFO` 99, one on every core the messages cross,
 //! waking every 250 us) saw its core taken from every thread: time no figure measured beforehand
 //! holds; up to one in a hundred late with no
@@ -299,8 +299,8 @@ fn the_lane_end_to_end_on_the_testbed() {
     while realtime_ns() < tunnel.send_from_ns {
         std::thread::sleep(Duration::from_millis(1));
     }
-    // The bound the application was promised: the controller's, widened by what h0's node
-    // measured of its core and its fan-out (its log says how).
+    // The bound the application was promised: the controller's, which holds what h0's node
+    // measured of its core and its fan-out (its log says what).
     let (min, max) = (
         tunnel.grant.min_latency_ps / 1_000,
         (tunnel.grant.min_latency_ps + tunnel.grant.max_jitter_ps) / 1_000,

@@ -3,8 +3,9 @@
 //! - [`chunk`]: the lane's packet: a header and small messages packed into chunks, each with its
 //!   own CRC, so that a bit error costs one chunk instead of the whole packet.
 //! - [`tunnels`]: the node's view of its host's tunnels: releases, policing, usage reports.
-//! - [`promise`]: the bounds the node promises an application: the controller's, widened by
-//!   the jitter its core and its fan-out add.
+//! - [`promise`]: the bounds the node promises an application: the controller's, which hold
+//!   the jitter its core and its fan-out add once the node has reported them, widened by what
+//!   the controller does not hold yet.
 
 pub mod agent;
 pub mod app;

@@ -315,6 +315,7 @@ impl NodeTunnels {
             ToNode::Challenge { .. }
             | ToNode::Welcome { .. }
             | ToNode::Refused { .. }
+            | ToNode::HostDelayKnown { .. }
             | ToNode::Rejected { .. } => {}
         }
     }

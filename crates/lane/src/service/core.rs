@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::journal::{Journal, JournalError, Record};
 use super::wire::{Grant, ToController, ToNode, TunnelInfo, TunnelSpec};
 use crate::controller::{Controller, Input, Notice};
-use crate::te::{NodeId, NodeKind, Picos, Request, Topology, TunnelId};
+use crate::te::{HostDelay, NodeId, NodeKind, Picos, Request, Topology, TunnelId};
 
 /// A message for the node of `host`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -211,6 +211,10 @@ impl Core {
                 packets: *packets,
                 max_bytes: *max_bytes,
             },
+            ToController::HostDelay { core_jitter_ps, per_receiver_ps } => Input::HostDelay {
+                host: sender,
+                delay: HostDelay { core_jitter: *core_jitter_ps, per_receiver: *per_receiver_ps },
+            },
         })
     }
 
@@ -289,6 +293,14 @@ impl Core {
                         to(&mut out, h, message.clone());
                     }
                 }
+                Notice::HostDelayKnown { host, delay } => {
+                    let name = self.controller.allocation().topology().node(host).name.clone();
+                    let message = ToNode::HostDelayKnown {
+                        core_jitter_ps: delay.core_jitter,
+                        per_receiver_ps: delay.per_receiver,
+                    };
+                    to(&mut out, &name, message);
+                }
                 Notice::Released { tunnel } | Notice::Terminated { tunnel } => {
                     let message = match n {
                         Notice::Released { .. } => ToNode::Released { tunnel_id: tunnel },
@@ -329,6 +341,7 @@ pub fn kind(message: &ToNode) -> &'static str {
         ToNode::BandwidthChanged { .. } => "bandwidth_changed",
         ToNode::Released { .. } => "released",
         ToNode::Terminated { .. } => "terminated",
+        ToNode::HostDelayKnown { .. } => "host_delay_known",
         ToNode::Rejected { .. } => "rejected",
     }
 }

@@ -204,6 +204,14 @@ pub enum ToController {
         /// The largest of them, bytes.
         max_bytes: u64,
     },
+    /// What this host adds to each packet before its first link, as its node measured it: the
+    /// controller's bounds then hold it (sent after each welcome, and when a figure grows).
+    HostDelay {
+        /// The longest the lane core kept a release from its send, ps.
+        core_jitter_ps: Picos,
+        /// The longest send call of one packet to one receiver, ps.
+        per_receiver_ps: Picos,
+    },
 }
 
 /// A tunnel as a node learns of it when it connects.
@@ -291,6 +299,13 @@ pub enum ToNode {
     Terminated {
         /// The tunnel.
         tunnel_id: TunnelId,
+    },
+    /// Every bound the controller sends from here on holds this host's delay (as reported).
+    HostDelayKnown {
+        /// The lane core's jitter the bounds hold, ps.
+        core_jitter_ps: Picos,
+        /// The send call per receiver past the first the bounds hold, ps.
+        per_receiver_ps: Picos,
     },
     /// A frame of this node was refused; the connection is closed after it when `closing`.
     Rejected {

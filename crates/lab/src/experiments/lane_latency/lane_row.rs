@@ -99,8 +99,8 @@ pub struct LaneRowRun {
     pub samples: Vec<Sample>,
     /// Messages the sensor handed to its tunnel.
     pub sent: u64,
-    /// The bound on latency the sending node promised the sensor (the controller's, its jitter
-    /// widened by what the node measured of its core and its fan-out): `[min, min + jitter]`, ns.
+    /// The bound on latency the sending node promised the sensor (the controller's, holding
+    /// what the node measured of its core and its fan-out): `[min, min + jitter]`, ns.
     pub bound_ns: (u64, u64),
     /// What the row could not have as asked (no real-time priority, a doctor fix the kernel
     /// refused), for the report.

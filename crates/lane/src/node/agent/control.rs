@@ -21,10 +21,10 @@ use super::peer_sends::PeerSends;
 use super::{
     CONTROLLER, FIRST_APP, LISTENER, MAX_MESSAGE, NodeConfig, NodeError, OUTBOX_SLOTS, WAKER, io_error,
 };
-use crate::controller::Reason;
+use crate::controller::{HOST_DELAY_REFUSED, Reason};
 use crate::node::app::NodeToApp;
 use crate::node::lane::LaneCommand;
-use crate::node::promise::{self, HostJitter};
+use crate::node::promise::{self, Held, HostJitter};
 use crate::service::auth::Session;
 use crate::service::client::{MAX_BACKOFF, MIN_BACKOFF, NodeConnection, Welcome};
 use crate::service::wire::{FrameReader, Grant, ToController, ToNode, TunnelSpec, put_sealed};
@@ -61,6 +61,8 @@ pub(super) struct Control {
     sending: HashMap<TunnelId, Sending>,
     /// What this host adds to the controller's bounds.
     host: HostJitter,
+    /// What of it the controller's bounds hold, as it last said (reset on each welcome).
+    held: Held,
     /// The send calls to each peer, timed once its node is up (the fan-out share of `host`).
     peer_sends: PeerSends,
     /// Where the node's lines go.
@@ -116,6 +118,7 @@ impl Control {
             owners: HashMap::new(),
             sending: HashMap::new(),
             host,
+            held: Held::default(),
             peer_sends,
             log,
             commands,
@@ -214,6 +217,10 @@ impl Control {
         for tunnel_id in orphans {
             self.send_controller(&ToController::Release { tunnel_id });
         }
+        // The controller may have restarted on an empty journal: until it answers, it holds
+        // nothing of this host's delay, and requests from here on are granted after it does.
+        self.held = Held::default();
+        self.send_controller(&self.host.report());
     }
 
     pub(super) fn send_controller(&mut self, message: &ToController) {
@@ -307,6 +314,9 @@ impl Control {
             ToNode::Refused { app_ref, reason, .. } => {
                 if let Some(p) = self.pending.remove(app_ref) {
                     self.tell_app(p.app, &NodeToApp::Refused { app_ref: p.app_ref, reason: reason.clone() });
+                } else if let Some(log) = self.log.filter(|_| reason.starts_with(HOST_DELAY_REFUSED)) {
+                    // The promises stay widened by the whole of the host's delay.
+                    log(reason);
                 }
             }
             ToNode::BandwidthChanged { tunnel_id, grant, reason, effective_at_ns } => {
@@ -333,6 +343,18 @@ impl Control {
             ToNode::Opened { .. } => {
                 let _ = self.commands.send(LaneCommand::Notice(m));
             }
+            ToNode::HostDelayKnown { core_jitter_ps, per_receiver_ps } => {
+                // The changed tunnels' notices follow, each promised again from its new grant.
+                let held = Held { core_ns: core_jitter_ps / 1_000, send_ns: per_receiver_ps / 1_000 };
+                if let Some(log) = self.log.filter(|_| held != self.held) {
+                    log(&format!(
+                        "the controller's bounds hold this host's delay: its core {:.1} us, {:.1} us a send call",
+                        *core_jitter_ps as f64 / 1e6,
+                        *per_receiver_ps as f64 / 1e6
+                    ));
+                }
+                self.held = held;
+            }
             ToNode::Welcome { .. } | ToNode::Challenge { .. } | ToNode::Rejected { .. } => {}
         }
     }
@@ -342,23 +364,24 @@ impl Control {
     /// of it that moves what is promised).
     fn promise(&mut self, tunnel_id: TunnelId, granted: &Grant) -> Grant {
         let Some(sending) = self.sending.get_mut(&tunnel_id) else { return *granted };
-        let promised = promise::promise(granted, sending.receivers, &self.host);
+        let promised = promise::promise(granted, sending.receivers, &self.host, self.held);
         let news = sending.last.is_none_or(|(_, said)| said != promised);
         if let Some(log) = self.log.filter(|_| promised != *granted && news) {
-            log(&promise::describe(&sending.name, granted, sending.receivers, &self.host));
+            log(&promise::describe(&sending.name, granted, sending.receivers, &self.host, self.held));
         }
         sending.last = Some((*granted, promised));
         promised
     }
 
     /// Asks again the peers whose nodes were not up; when one is heard and its send calls are
-    /// longer than any timed before, every tunnel of this host is promised again and its
-    /// application told (`Changed`, reason `HOST`).
+    /// longer than any timed before, the controller is told, and meanwhile every tunnel of this
+    /// host is promised again and its application told (`Changed`, reason `HOST`).
     fn time_new_peers(&mut self) {
         if !self.peer_sends.ask_again(Instant::now()) {
             return;
         }
         self.host.send_ns = self.peer_sends.longest_ns();
+        self.send_controller(&self.host.report());
         let owned: Vec<(TunnelId, Token)> = self.owners.iter().map(|(&t, &a)| (t, a)).collect();
         for (tunnel_id, app) in owned {
             let Some((granted, said)) = self.sending.get(&tunnel_id).and_then(|s| s.last) else { continue };
