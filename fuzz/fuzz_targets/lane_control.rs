@@ -4,7 +4,8 @@
 //! (`Hello`), as a sealed body (its tag must fail: the fuzzer does not know the key), and as a
 //! node's message, which goes to the controller's core as if an authenticated node of `h0_0`
 //! sent it. Never a panic; every answer goes to a host of the topology; an answer to a node
-//! goes to that node; the journal holds exactly the inputs that were not refused.
+//! goes to that node; the journal holds exactly the inputs that were not refused (nor a host
+//! delay the controller held already).
 #![no_main]
 
 use std::sync::LazyLock;
@@ -66,14 +67,20 @@ fuzz_target!(|data: &[u8]| {
             assert!(session.open(&body).is_err(), "a tag the fuzzer could not know was accepted");
             let Ok(input) = serde_json::from_slice::<ToController>(&body) else { continue };
             now += 1_000_000;
-            let refused_before = core.counters.refused_frames.values().sum::<u64>();
+            let unjournaled = |core: &Core| {
+                core.counters.refused_frames.values().sum::<u64>() + core.counters.host_delays_held
+            };
+            let before = unjournaled(&core);
             let out = core.handle(NODE, input, now).expect("the journal is writable");
-            if core.counters.refused_frames.values().sum::<u64>() == refused_before {
+            if unjournaled(&core) == before {
                 accepted += 1;
             }
             for o in &out {
                 assert!(core.host(&o.host).is_some(), "an answer to '{}', not a host", o.host);
-                if matches!(o.message, ToNode::Granted { .. } | ToNode::Refused { .. }) {
+                if matches!(
+                    o.message,
+                    ToNode::Granted { .. } | ToNode::Refused { .. } | ToNode::HostDelayKnown { .. }
+                ) {
                     assert_eq!(o.host, NODE, "an answer goes to the node that asked");
                 }
             }

@@ -25,17 +25,20 @@
 //! - **Host delay** (a node's measurement of its own host: its lane core's jitter and its send
 //!   calls, [`HostDelay`]): X-ADJ re-runs on every tunnel the host sends and on what they
 //!   affect, with the delay before the first link, so every bound the controller announces
-//!   holds it. The host hears `HostDelayKnown` first, then every tunnel whose bounds moved
-//!   hears `BandwidthChanged` (reason `Host`) at once: the delay is already there, waiting out a
-//!   grace period would not make the old bounds true. A delay that would saturate a link is
-//!   refused and the host's node keeps widening its promises itself.
+//!   holds it. Every tunnel whose bounds moved hears `BandwidthChanged` (reason `Host`): a
+//!   wider bound at once (the delay is already there, waiting would not make the old bound
+//!   true), a narrower one after the grace period (packets delayed under the old figure may be
+//!   in flight). Then the host hears `HostDelayKnown`. A delay no bound can hold with the host's
+//!   tunnels (a sum past 64 bits, a higher sub-lane's wider spread saturating a link) is
+//!   refused and the host's tunnels are terminated, so that no announced bound leaves it out;
+//!   the delay is held, and the host's later requests are analysed with it.
 //! - **Terminate**: every tunnel is told `Terminated`; afterwards every input is refused.
 //!
 //! Every input and notice goes to the event log with its time.
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::te::{Allocation, Change, HostDelay, NodeId, Picos, Request, Resources, TunnelId};
+use crate::te::{Allocation, Change, HostDelay, NodeId, Picos, Refusal, Request, Resources, TunnelId};
 
 /// Why a tunnel's resources changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -303,14 +306,12 @@ impl Controller {
 
     /// Tells affected tunnels; returns whether any bound got worse.
     fn tell(&self, changed: &[Change], reason: Reason, at: Picos, out: &mut Vec<Notice>) -> bool {
-        let mut worse = false;
+        let mut any_worse = false;
         for c in changed {
-            worse |= c.after.min_latency < c.before.min_latency
-                || c.after.max_latency() > c.before.max_latency()
-                || c.after.period > c.before.period;
+            any_worse |= worse(c);
             out.push(Notice::BandwidthChanged { tunnel: c.id, resources: c.after, reason, effective_at: at });
         }
-        worse
+        any_worse
     }
 
     fn request(&mut self, request: Request, now: Picos, out: &mut Vec<Notice>) {
@@ -420,18 +421,65 @@ impl Controller {
     }
 
     fn host_delay(&mut self, host: NodeId, delay: HostDelay, now: Picos, out: &mut Vec<Notice>) {
-        match self.alloc.set_host_delay(host, delay) {
-            Ok(changed) => {
-                out.push(Notice::HostDelayKnown { host, delay });
-                self.tell(&changed, Reason::Host, now, out);
+        let changed = match self.alloc.set_host_delay(host, delay) {
+            Ok(changed) => changed,
+            Err(e @ Refusal::Invalid(_)) => {
+                let reason = format!("{HOST_DELAY_REFUSED}: {e}");
+                return out.push(Notice::Refused { name: String::new(), reason });
             }
-            Err(e) => out
-                .push(Notice::Refused { name: String::new(), reason: format!("{HOST_DELAY_REFUSED}: {e}") }),
+            Err(e) => {
+                // No bound holds this delay with the host's tunnels as they are, and bounds that
+                // leave it out would be false, for them and for the tunnels they delay: they end.
+                // The delay is then held, and the host's later requests are analysed with it.
+                let reason = format!("{HOST_DELAY_REFUSED}: {e}; the host's tunnels are ended");
+                out.push(Notice::Refused { name: String::new(), reason });
+                self.end_tunnels_of(host, now, out);
+                self.alloc.set_host_delay(host, delay).expect("a host that sends nothing delays no tunnel")
+            }
+        };
+        // A wider bound holds from now (the delay is already there); a narrower one after the
+        // grace period, since packets delayed under the old figure may still be in flight.
+        for c in &changed {
+            let at = if worse(c) { now } else { now.saturating_add(self.grace) };
+            self.tell(std::slice::from_ref(c), Reason::Host, at, out);
         }
+        // Last, so that the host's node has every new grant when it hears its delay is held.
+        out.push(Notice::HostDelayKnown { host, delay });
+    }
+
+    /// Terminates every tunnel `host` sends; the others' bounds, better for it, take effect
+    /// after the grace period.
+    fn end_tunnels_of(&mut self, host: NodeId, now: Picos, out: &mut Vec<Notice>) {
+        let before: HashMap<TunnelId, Resources> =
+            self.alloc.tunnels().iter().map(|t| (t.id, t.resources)).collect();
+        let own: Vec<TunnelId> =
+            self.alloc.tunnels().iter().filter(|t| t.request.sender == host).map(|t| t.id).collect();
+        for tunnel in own {
+            self.alloc.release(tunnel);
+            self.strikes.remove(&tunnel);
+            self.quiet.remove(&tunnel);
+            out.push(Notice::Terminated { tunnel });
+        }
+        let changed: Vec<Change> = self
+            .alloc
+            .tunnels()
+            .iter()
+            .filter(|t| before[&t.id] != t.resources)
+            .map(|t| Change { id: t.id, before: before[&t.id], after: t.resources })
+            .collect();
+        self.tell(&changed, Reason::Te, now.saturating_add(self.grace), out);
     }
 
     /// Changes a tunnel's requested period in place and re-adjusts what it affects.
     fn replan(&mut self, tunnel: TunnelId, request: Request) -> Option<Vec<Change>> {
         self.alloc.set_period(tunnel, request.period).ok()
     }
+}
+
+/// Whether a change makes some bound of its tunnel worse: an earlier minimum, a later maximum,
+/// or a longer period.
+fn worse(c: &Change) -> bool {
+    c.after.min_latency < c.before.min_latency
+        || c.after.max_latency() > c.before.max_latency()
+        || c.after.period > c.before.period
 }

@@ -166,7 +166,7 @@ fn a_bounded_log_keeps_the_latest_entries_and_no_more_than_twice_its_limit() {
 }
 
 #[test]
-fn a_host_delay_widens_its_tunnels_at_once_and_one_past_64_bits_is_refused() {
+fn a_host_delay_widens_its_tunnels_at_once_narrows_them_after_the_grace_and_ends_them_if_unbounded() {
     let mut c = controller(64 * 1024);
     let (a, _) = granted(&c.handle(Input::Request(req(&c, "a", "h0", "h2", 125, 10 * US)), 0));
     let (b, _) = granted(&c.handle(Input::Request(req(&c, "b", "h1", "h3", 125, 10 * US)), 0));
@@ -174,10 +174,9 @@ fn a_host_delay_widens_its_tunnels_at_once_and_one_past_64_bits_is_refused() {
     let h0 = c.allocation().topology().find("h0").unwrap();
     let delay = HostDelay { core_jitter: 30 * US, per_receiver: 5 * US };
     let notices = c.handle(Input::HostDelay { host: h0, delay }, 7 * US);
-    // The host first, then each tunnel it sends (not h1's), effective now: the delay is there.
-    assert_eq!(notices[0], Notice::HostDelayKnown { host: h0, delay });
+    // Each tunnel h0 sends (not h1's), wider at once: the delay is there. Then the host.
     assert_eq!(notices.len(), 2, "{notices:?}");
-    let Notice::BandwidthChanged { tunnel, resources, reason: Reason::Host, effective_at } = notices[1]
+    let Notice::BandwidthChanged { tunnel, resources, reason: Reason::Host, effective_at } = notices[0]
     else {
         panic!("{notices:?}")
     };
@@ -185,21 +184,45 @@ fn a_host_delay_widens_its_tunnels_at_once_and_one_past_64_bits_is_refused() {
     assert_eq!(resources.min_latency, before.min_latency);
     assert_eq!(resources.max_jitter, before.max_jitter + 30 * US, "one receiver: no send call added");
     assert_ne!(tunnel, b);
-    // A request after the report is granted with the delay in its bounds.
-    let n = c.handle(Input::Request(req(&c, "late", "h0", "h3", 125, 100 * US)), 8 * US);
-    let late = n.iter().find_map(|n| match n {
-        Notice::Granted { resources, .. } => Some(*resources),
-        _ => None,
-    });
-    assert!(late.unwrap().max_jitter >= 30 * US, "{late:?}");
-    // A delay no 64-bit bound can hold is refused, and the bounds stay as they were.
-    let held = c.allocation().tunnel(a).unwrap().resources;
-    let huge = HostDelay { core_jitter: u64::MAX, per_receiver: 0 };
-    let n = c.handle(Input::HostDelay { host: h0, delay: huge }, 9 * US);
+    assert_eq!(notices[1], Notice::HostDelayKnown { host: h0, delay });
+    // A smaller figure narrows the bound only after the grace period: packets delayed under
+    // the old one may still be in flight.
+    let smaller = HostDelay { core_jitter: 10 * US, per_receiver: 5 * US };
+    let n = c.handle(Input::HostDelay { host: h0, delay: smaller }, 8 * US);
     assert!(
-        matches!(&n[..], [Notice::Refused { reason, .. }] if reason.starts_with(HOST_DELAY_REFUSED)),
+        matches!(n[0], Notice::BandwidthChanged { tunnel, effective_at, .. } if tunnel == a && effective_at == 8 * US + GRACE),
         "{n:?}"
     );
-    assert_eq!(c.allocation().tunnel(a).unwrap().resources, held);
-    assert_eq!(c.allocation().host_delay(h0), delay);
+    c.handle(Input::HostDelay { host: h0, delay }, 9 * US);
+    // A request after the report is granted with the delay in its bounds.
+    let n = c.handle(Input::Request(req(&c, "late", "h0", "h3", 125, 100 * US)), 10 * US);
+    let (late, _) = granted(&n);
+    assert!(c.allocation().tunnel(late).unwrap().resources.max_jitter >= 30 * US);
+    // A delay no 64-bit bound can hold: refused, and the host's tunnels end, since bounds that
+    // leave it out would be false; h1's tunnel stays. The delay is held: h0's next request is
+    // analysed with it, and refused.
+    let huge = HostDelay { core_jitter: u64::MAX, per_receiver: 0 };
+    let n = c.handle(Input::HostDelay { host: h0, delay: huge }, 11 * US);
+    assert!(
+        matches!(&n[0], Notice::Refused { reason, .. } if reason.starts_with(HOST_DELAY_REFUSED)),
+        "{n:?}"
+    );
+    let mut ended: Vec<u64> = n
+        .iter()
+        .filter_map(|n| match n {
+            Notice::Terminated { tunnel } => Some(*tunnel),
+            _ => None,
+        })
+        .collect();
+    ended.sort();
+    assert_eq!(ended, [a, late]);
+    assert_eq!(n.last(), Some(&Notice::HostDelayKnown { host: h0, delay: huge }));
+    assert!(c.allocation().tunnel(b).is_some() && c.allocation().tunnel(a).is_none());
+    assert_eq!(c.allocation().host_delay(h0), huge);
+    let n = c.handle(Input::Request(req(&c, "again", "h0", "h2", 125, 10 * US)), 12 * US);
+    assert!(matches!(&n[..], [Notice::Refused { .. }]), "{n:?}");
+    // A switch has no delay to report.
+    let s0 = c.allocation().topology().find("s0").unwrap();
+    let n = c.handle(Input::HostDelay { host: s0, delay }, 13 * US);
+    assert!(matches!(&n[..], [Notice::Refused { reason, .. }] if reason.contains("not a host")), "{n:?}");
 }

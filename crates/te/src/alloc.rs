@@ -217,7 +217,11 @@ impl Allocation {
         match self.readjust(sent) {
             Ok(changed) => Ok(changed),
             Err(e) => {
-                self.hosts.insert(host, before);
+                if before == HostDelay::default() {
+                    self.hosts.remove(&host);
+                } else {
+                    self.hosts.insert(host, before);
+                }
                 let all: Vec<TunnelId> = self.tunnels.keys().copied().collect();
                 self.readjust(all).expect("the allocation was valid before");
                 Err(e)

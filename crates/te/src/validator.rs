@@ -306,10 +306,11 @@ pub fn validate(topo: &Topology, tunnels: &[&Tunnel], config: &ValidatorConfig) 
     Report { horizon, events, tunnels: reports }
 }
 
-/// A report with nothing observed yet, one row per tunnel.
-/// Packet `j`'s share of a jitter of up to `jitter`, as `delays` chooses it.
+/// Packet `j`'s share of a jitter of up to `jitter`, as `delays` chooses it. No jitter draws
+/// nothing from `rng`, so a seeded run without host delays is the run it was before them.
 fn pick(delays: Delays, rng: &mut SmallRng, j: u64, jitter: Picos) -> Picos {
     match delays {
+        _ if jitter == 0 => 0,
         Delays::Random(_) => rng.random_range(0..=jitter),
         Delays::Min => 0,
         Delays::Max => jitter,
@@ -323,6 +324,7 @@ fn pick(delays: Delays, rng: &mut SmallRng, j: u64, jitter: Picos) -> Picos {
     }
 }
 
+/// A report with nothing observed yet, one row per tunnel.
 fn blank(tunnels: &[&Tunnel]) -> Vec<TunnelReport> {
     tunnels
         .iter()

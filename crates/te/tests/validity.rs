@@ -1,6 +1,6 @@
 //! Property tests: over random topologies and request sequences, every admitted tunnel keeps its
-//! bounds in the validator under every adversary, with hosts reporting their own delays; and the NP-hardness construction of the
-//! source's Theorem 2.
+//! bounds in the validator under every adversary, with hosts reporting their own delays; and
+//! the NP-hardness construction of the source's Theorem 2.
 
 use kairos_te::validator::{validate_adversarially, validate_targeted};
 use kairos_te::{Allocation, HostDelay, LinkSpec, Request, Topology, generate, opt::Tree};

@@ -32,7 +32,10 @@
 //! bounds hold the host, for this host's tunnels and for every other tunnel they delay, and
 //! the receivers' nodes learn the same bounds. It answers `HostDelayKnown` with what its bounds
 //! now hold ([`Held`]); the node widens a grant only by what the controller does not hold yet:
-//! a figure measured since, or everything before the answer.
+//! a figure measured since, or everything before the answer. That widening is the node's own
+//! estimate, not the analysis's: until the answer (one round trip after a welcome or a grown
+//! figure) the grant's period and the bounds of the tunnels this host's packets delay do not
+//! hold the new figure.
 
 use crate::service::wire::{Grant, ToController};
 use crate::te::Picos;

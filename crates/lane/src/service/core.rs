@@ -7,15 +7,17 @@
 //! it may change, release or report on tunnels whose sender is its host. Inputs that break
 //! these rules, or name hosts that do not exist, are refused here, counted, and never reach
 //! the controller or the journal. Notices go to the nodes concerned: `Granted` and `Refused` to
-//! the one that asked, `Opened` to each receiver, and `BandwidthChanged`, `Released` and
-//! `Terminated` to the sender and every receiver of the tunnel.
+//! the one that asked, `Opened` to each receiver, `HostDelayKnown` to the host whose delay it
+//! is, and `BandwidthChanged`, `Released` and `Terminated` to the sender and every receiver of
+//! the tunnel. A host's delay that the controller holds already is answered without the
+//! journal (a node reports it after every welcome).
 
 use std::collections::{BTreeMap, HashMap};
 
 use super::journal::{Journal, JournalError, Record};
 use super::wire::{Grant, ToController, ToNode, TunnelInfo, TunnelSpec};
 use crate::controller::{Controller, Input, Notice};
-use crate::te::{HostDelay, NodeId, NodeKind, Picos, Request, Topology, TunnelId};
+use crate::te::{HostDelay, MAX_TIME, MAX_TIME_NS, NodeId, NodeKind, Picos, Request, Topology, TunnelId};
 
 /// A message for the node of `host`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +39,8 @@ pub struct Counters {
     pub notices: BTreeMap<&'static str, u64>,
     /// Frames and inputs refused before the controller, by reason.
     pub refused_frames: BTreeMap<&'static str, u64>,
+    /// Host delays reported that the controller held already: answered, not journaled.
+    pub host_delays_held: u64,
 }
 
 impl Counters {
@@ -176,6 +180,19 @@ impl Core {
                 return Ok(vec![Outgoing { host: host.to_string(), message }]);
             }
         };
+        // The delay the controller holds already (a node reports it after every welcome): an
+        // answer, and nothing for the journal to keep.
+        if let Input::HostDelay { host: id, delay } = &request
+            && self.controller.allocation().host_delay(*id) == *delay
+        {
+            let message = ToNode::HostDelayKnown {
+                core_jitter_ps: delay.core_jitter,
+                per_receiver_ps: delay.per_receiver,
+            };
+            self.counters.host_delays_held += 1;
+            self.count_notice(&message);
+            return Ok(vec![Outgoing { host: host.to_string(), message }]);
+        }
         self.journal.append(&Record { at_ps: now, host: host.to_string(), input: input.clone() })?;
         let notices = self.controller.handle(request, now);
         Ok(self.route(host, app_ref(&input), notices))
@@ -211,10 +228,18 @@ impl Core {
                 packets: *packets,
                 max_bytes: *max_bytes,
             },
-            ToController::HostDelay { core_jitter_ps, per_receiver_ps } => Input::HostDelay {
-                host: sender,
-                delay: HostDelay { core_jitter: *core_jitter_ps, per_receiver: *per_receiver_ps },
-            },
+            ToController::HostDelay { core_jitter_ps, per_receiver_ps } => {
+                if (*core_jitter_ps).max(*per_receiver_ps) > MAX_TIME {
+                    let reason = format!(
+                        "a host's delay is at most {MAX_TIME_NS} ns a figure, got {core_jitter_ps} and {per_receiver_ps} ps"
+                    );
+                    return Err(("invalid_host_delay", reason));
+                }
+                Input::HostDelay {
+                    host: sender,
+                    delay: HostDelay { core_jitter: *core_jitter_ps, per_receiver: *per_receiver_ps },
+                }
+            }
         })
     }
 

@@ -344,7 +344,9 @@ impl Control {
                 let _ = self.commands.send(LaneCommand::Notice(m));
             }
             ToNode::HostDelayKnown { core_jitter_ps, per_receiver_ps } => {
-                // The changed tunnels' notices follow, each promised again from its new grant.
+                // The changed tunnels' notices came first, so every grant here holds it: each
+                // promise is made again without what it now holds (a notice in between had it
+                // counted twice: promised wider, never narrower, than the truth).
                 let held = Held { core_ns: core_jitter_ps / 1_000, send_ns: per_receiver_ps / 1_000 };
                 if let Some(log) = self.log.filter(|_| held != self.held) {
                     log(&format!(
@@ -354,6 +356,7 @@ impl Control {
                     ));
                 }
                 self.held = held;
+                self.promise_again();
             }
             ToNode::Welcome { .. } | ToNode::Challenge { .. } | ToNode::Rejected { .. } => {}
         }
@@ -382,6 +385,12 @@ impl Control {
         }
         self.host.send_ns = self.peer_sends.longest_ns();
         self.send_controller(&self.host.report());
+        self.promise_again();
+    }
+
+    /// Promises every tunnel of this host again from its last grant, telling each application
+    /// whose promise moved (`Changed`, reason `HOST`).
+    fn promise_again(&mut self) {
         let owned: Vec<(TunnelId, Token)> = self.owners.iter().map(|(&t, &a)| (t, a)).collect();
         for (tunnel_id, app) in owned {
             let Some((granted, said)) = self.sending.get(&tunnel_id).and_then(|s| s.last) else { continue };
