@@ -152,6 +152,12 @@ pub fn set_thread_scheduler(tid: i32, policy: i32, priority: i32) -> io::Result<
     if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
 }
 
+/// Puts the calling thread under `SCHED_IDLE`: it runs only when nothing else on its core
+/// wants to (no privilege needed).
+pub fn set_idle() -> io::Result<()> {
+    set_thread_scheduler(0, libc::SCHED_IDLE, 0)
+}
+
 /// Puts thread `tid` (0: the calling one) back under `SCHED_OTHER`.
 pub fn set_thread_normal(tid: i32) -> io::Result<()> {
     set_thread_scheduler(tid, libc::SCHED_OTHER, 0)

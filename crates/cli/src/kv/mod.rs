@@ -509,6 +509,11 @@ fn serve(a: &ServeArgs) -> Result<i32> {
     };
     let secret = cluster_secret(a.secret_file.as_deref(), a.lane_node.is_some())?;
     let acl = a.clients.acl()?;
+    // No transparent huge pages, as Redis turns them off for itself: a fault that zeroes 2 MB
+    // holds every client of the member (kairos_sys::memory says how long). Best effort.
+    if let Err(e) = kairos_sys::memory::disable_transparent_huge_pages() {
+        eprintln!("kairos kv serve: transparent huge pages stay on ({e}): a fault may take milliseconds");
+    }
     // Room for every client and the member's own files and sockets, as Redis makes it: a
     // member out of descriptors would find its listener ready at every wait and spin.
     const OWN_FILES: u64 = 64;

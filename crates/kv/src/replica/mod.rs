@@ -2,6 +2,7 @@
 //! format, and thrifty replication's policy.
 
 pub mod core;
+pub mod retire;
 pub mod storage;
 pub mod thrift;
 pub mod wire;

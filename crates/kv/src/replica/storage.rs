@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 
+use super::retire::Retirer;
 use super::wire::{
     decode_conf_state, decode_entry, decode_hard_state, decode_snapshot, encode_conf_state, encode_entry,
     encode_hard_state, encode_snapshot,
@@ -57,11 +58,14 @@ pub trait Disk {
     fn load(&mut self) -> io::Result<Vec<u8>>;
 }
 
-/// A log file in a directory of its own (`raft.log`, replaced through `raft.log.new`).
+/// A log file in a directory of its own (`raft.log`, replaced through `raft.log.new`; the
+/// replaced file is closed off the caller's thread, [`Retirer`]).
 #[derive(Debug)]
 pub struct FileDisk {
     dir: PathBuf,
     file: File,
+    /// Started at the first replace.
+    retirer: Option<Retirer>,
 }
 
 impl FileDisk {
@@ -69,7 +73,7 @@ impl FileDisk {
     pub fn open(dir: &Path) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let file = OpenOptions::new().create(true).append(true).read(true).open(dir.join("raft.log"))?;
-        Ok(Self { dir: dir.to_path_buf(), file })
+        Ok(Self { dir: dir.to_path_buf(), file, retirer: None })
     }
 }
 
@@ -93,7 +97,15 @@ impl Disk for FileDisk {
         if sync == Sync::Always {
             File::open(&self.dir)?.sync_all()?;
         }
-        self.file = OpenOptions::new().append(true).read(true).open(self.dir.join("raft.log"))?;
+        let fresh = OpenOptions::new().append(true).read(true).open(self.dir.join("raft.log"))?;
+        let old = std::mem::replace(&mut self.file, fresh);
+        if self.retirer.is_none() {
+            self.retirer = Retirer::spawn();
+        }
+        match &self.retirer {
+            Some(retirer) => retirer.retire(old),
+            None => drop(old),
+        }
         Ok(())
     }
 
