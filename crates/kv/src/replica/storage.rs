@@ -33,7 +33,9 @@ use super::wire::{
 };
 use kairos_services::codec::{Reader, put_u64};
 
-const CRC: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+/// CRC-32C, sixteen bytes a step: every record a member writes is checksummed on its loop, and
+/// a byte a step was 7% of a follower's time at 50 clients (`perf annotate`).
+static CRC: crc::Crc<u32, crc::Table<16>> = crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
 const TAG_HARD_STATE: u8 = 1;
 const TAG_ENTRIES: u8 = 2;
 const TAG_SNAPSHOT: u8 = 3;
@@ -503,6 +505,17 @@ impl<D: Disk> raft::Storage for LogStore<D> {
 mod tests {
     use super::*;
     use raft::Storage;
+
+    #[test]
+    fn records_carry_crc32c_so_logs_written_before_read_the_same() {
+        // CRC-32C's check value, and a record's checksum as a byte a step computed it.
+        assert_eq!(CRC.checksum(b"123456789"), 0xE306_9283);
+        let bytewise = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        for len in [0, 1, 15, 16, 17, 999, 1000] {
+            assert_eq!(CRC.checksum(&payload[..len]), bytewise.checksum(&payload[..len]), "{len} bytes");
+        }
+    }
 
     fn entry(index: u64, term: u64) -> Entry {
         let mut e = Entry::default();
