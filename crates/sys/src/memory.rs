@@ -42,9 +42,9 @@ pub fn disable_heap_trimming() -> bool {
 /// Turns transparent huge pages off for this process and its children
 /// (`prctl(PR_SET_THP_DISABLE)`), as Redis does for itself (`disable-thp`). With them on, the
 /// first touch of memory an allocator took fresh from the kernel (or gave back and took again)
-/// zeroes a whole 2 MB page in the fault: a 165 KB snapshot buffer cost a store member 2 ms at
-/// once on this machine (`perf record`: `clear_page_erms` under `do_huge_pmd_anonymous_page`),
-/// every client of that member waiting.
+/// zeroes a whole 2 MB page in the fault: a store member's log growing after a compaction cost
+/// it 2 ms at once on a 2-vCPU virtual machine (`perf record`: `clear_page_erms` under
+/// `do_huge_pmd_anonymous_page`, under a `memmove`), every client of that member waiting.
 pub fn disable_transparent_huge_pages() -> io::Result<()> {
     // SAFETY: prctl with PR_SET_THP_DISABLE takes integers only.
     let rc = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
