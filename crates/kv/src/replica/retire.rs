@@ -38,12 +38,11 @@ impl Retirer {
         Some(Self { queue: Some(queue), thread: Some(thread) })
     }
 
-    /// Closes `file` on the closing thread.
+    /// Closes `file` on the closing thread (here, should that thread be gone: a failed send
+    /// hands the file back in its error, dropped at once).
     pub fn retire(&self, file: File) {
-        if let Some(queue) = &self.queue
-            && let Err(returned) = queue.send(file)
-        {
-            drop(returned.0);
+        if let Some(queue) = &self.queue {
+            let _ = queue.send(file);
         }
     }
 }

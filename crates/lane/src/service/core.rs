@@ -185,10 +185,7 @@ impl Core {
         if let Input::HostDelay { host: id, delay } = &request
             && self.controller.allocation().host_delay(*id) == *delay
         {
-            let message = ToNode::HostDelayKnown {
-                core_jitter_ps: delay.core_jitter,
-                per_receiver_ps: delay.per_receiver,
-            };
+            let message = ToNode::host_delay_known(*delay);
             self.counters.host_delays_held += 1;
             self.count_notice(&message);
             return Ok(vec![Outgoing { host: host.to_string(), message }]);
@@ -320,11 +317,7 @@ impl Core {
                 }
                 Notice::HostDelayKnown { host, delay } => {
                     let name = self.controller.allocation().topology().node(host).name.clone();
-                    let message = ToNode::HostDelayKnown {
-                        core_jitter_ps: delay.core_jitter,
-                        per_receiver_ps: delay.per_receiver,
-                    };
-                    to(&mut out, &name, message);
+                    to(&mut out, &name, ToNode::host_delay_known(delay));
                 }
                 Notice::Released { tunnel } | Notice::Terminated { tunnel } => {
                     let message = match n {

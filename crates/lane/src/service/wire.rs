@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::{Session, TAG_BYTES};
 use crate::controller::Reason;
-use crate::te::{Picos, Resources, TunnelId};
+use crate::te::{HostDelay, Picos, Resources, TunnelId};
 
 /// The largest frame body: ample for a welcome listing thousands of tunnels, small enough that
 /// a stranger's length prefix cannot make the controller reserve much memory.
@@ -314,6 +314,13 @@ pub enum ToNode {
         /// Whether the controller closes the connection.
         closing: bool,
     },
+}
+
+impl ToNode {
+    /// The answer to a host whose delay the controller's bounds now hold.
+    pub fn host_delay_known(delay: HostDelay) -> Self {
+        Self::HostDelayKnown { core_jitter_ps: delay.core_jitter, per_receiver_ps: delay.per_receiver }
+    }
 }
 
 #[cfg(test)]

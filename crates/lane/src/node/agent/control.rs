@@ -24,11 +24,11 @@ use super::{
 use crate::controller::{HOST_DELAY_REFUSED, Reason};
 use crate::node::app::NodeToApp;
 use crate::node::lane::LaneCommand;
-use crate::node::promise::{self, Held, HostJitter};
+use crate::node::promise::{self, HostJitter};
 use crate::service::auth::Session;
 use crate::service::client::{MAX_BACKOFF, MIN_BACKOFF, NodeConnection, Welcome};
 use crate::service::wire::{FrameReader, Grant, ToController, ToNode, TunnelSpec, put_sealed};
-use crate::te::TunnelId;
+use crate::te::{HostDelay, TunnelId};
 
 /// A request forwarded to the controller, under the node's number.
 pub(super) struct Pending {
@@ -62,7 +62,7 @@ pub(super) struct Control {
     /// What this host adds to the controller's bounds.
     host: HostJitter,
     /// What of it the controller's bounds hold, as it last said (reset on each welcome).
-    held: Held,
+    held: HostDelay,
     /// The send calls to each peer, timed once its node is up (the fan-out share of `host`).
     peer_sends: PeerSends,
     /// Where the node's lines go.
@@ -118,7 +118,7 @@ impl Control {
             owners: HashMap::new(),
             sending: HashMap::new(),
             host,
-            held: Held::default(),
+            held: HostDelay::default(),
             peer_sends,
             log,
             commands,
@@ -219,7 +219,7 @@ impl Control {
         }
         // The controller may have restarted on an empty journal: until it answers, it holds
         // nothing of this host's delay, and requests from here on are granted after it does.
-        self.held = Held::default();
+        self.held = HostDelay::default();
         self.send_controller(&self.host.report());
     }
 
@@ -347,7 +347,7 @@ impl Control {
                 // The changed tunnels' notices came first, so every grant here holds it: each
                 // promise is made again without what it now holds (a notice in between had it
                 // counted twice: promised wider, never narrower, than the truth).
-                let held = Held { core_ns: core_jitter_ps / 1_000, send_ns: per_receiver_ps / 1_000 };
+                let held = HostDelay { core_jitter: *core_jitter_ps, per_receiver: *per_receiver_ps };
                 if let Some(log) = self.log.filter(|_| held != self.held) {
                     log(&format!(
                         "the controller's bounds hold this host's delay: its core {:.1} us, {:.1} us a send call",
