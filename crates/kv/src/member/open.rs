@@ -249,7 +249,7 @@ impl Member {
             started_ns: monotonic_ns(),
             membership_waiting: Vec::new(),
             faults: Faults::new(realtime_ns() | 1),
-            datagram: vec![0; 65_536],
+            raft_rx: Some(super::RaftReceive::new()),
             client_input: vec![0; 64 * 1024],
             watch,
             heartbeat: Vec::with_capacity(kairos_fd::wire::MAX_HEARTBEAT_BYTES),

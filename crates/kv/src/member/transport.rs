@@ -7,7 +7,7 @@ use std::net::{SocketAddr, UdpSocket};
 
 use kairos_sys::clock::{monotonic_ns, realtime_ns, realtime_offset, stamp_to_monotonic};
 
-use super::{BEAT_BURST, Member, MemberStats, Seals};
+use super::{BEAT_BURST, Member, MemberStats, RAFT_BURST, RaftReceive, Seals};
 use crate::replica::wire::{decode_message, encode_message};
 use kairos_services::frame::{fragments, fragments_of};
 use kairos_services::lane_link::Incoming;
@@ -50,41 +50,62 @@ impl Member {
     }
 
     fn receive_udp(&mut self, udp: &UdpSocket) -> io::Result<()> {
+        // Out of `self` while its datagrams are handled, which borrows `self` whole.
+        let Some(mut rx) = self.raft_rx.take() else { return Ok(()) };
+        let taken = self.take_datagrams(udp, &mut rx);
+        self.raft_rx = Some(rx);
+        taken
+    }
+
+    fn take_datagrams(&mut self, udp: &UdpSocket, rx: &mut RaftReceive) -> io::Result<()> {
         loop {
-            let (n, source) = match udp.recv_from(&mut self.datagram) {
+            let mut refs = rx.buffers.each_mut().map(|b| &mut b[..]);
+            let got = match rx.batch.recv_into(udp, &mut refs, false) {
                 Ok(got) => got,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                // ICMP errors from a peer that is down surface here: not ours to act on.
+                // Nothing waiting, or an ICMP error from a peer that is down: not ours to act on.
                 Err(_) => return Ok(()),
             };
-            // A probe of this port (see `send_probe`): nothing to take.
-            if n == 0 {
-                continue;
+            for i in 0..got {
+                let n = rx.batch.lengths()[i];
+                // A probe of this port (see `send_probe`): nothing to take.
+                if n == 0 {
+                    continue;
+                }
+                // UDP always names the sender; without its address no member's can be checked.
+                let Some(source) = rx.batch.sources()[i] else {
+                    self.stats.refused_address += 1;
+                    continue;
+                };
+                self.datagram(&rx.buffers[i][..n], source)?;
             }
-            let datagram = std::mem::take(&mut self.datagram);
-            let taken = match self.unseal(&datagram[..n], Some(source)) {
-                Some((sender, body)) if body.starts_with(&kairos_fd::wire::MAGIC) => {
-                    match replica_beat(body, &mut self.stats) {
-                        Some(beat) if sender.is_none_or(|s| s == beat.heartbeat.member) => {
-                            let now = monotonic_ns();
-                            self.heard(beat, now, now)
-                        }
-                        Some(_) => {
-                            self.stats.refused_address += 1;
-                            Ok(())
-                        }
-                        None => Ok(()),
+            if got < RAFT_BURST {
+                return Ok(());
+            }
+        }
+    }
+
+    /// One datagram on Raft's socket: a heartbeat, or a fragment of a Raft message.
+    fn datagram(&mut self, datagram: &[u8], source: SocketAddr) -> io::Result<()> {
+        match self.unseal(datagram, Some(source)) {
+            Some((sender, body)) if body.starts_with(&kairos_fd::wire::MAGIC) => {
+                match replica_beat(body, &mut self.stats) {
+                    Some(beat) if sender.is_none_or(|s| s == beat.heartbeat.member) => {
+                        let now = monotonic_ns();
+                        self.heard(beat, now, now)
                     }
+                    Some(_) => {
+                        self.stats.refused_address += 1;
+                        Ok(())
+                    }
+                    None => Ok(()),
                 }
-                Some((sender, body)) => {
-                    self.stats.datagrams_in += 1;
-                    self.fragment(body, sender)
-                }
-                None => Ok(()),
-            };
-            self.datagram = datagram;
-            taken?;
+            }
+            Some((sender, body)) => {
+                self.stats.datagrams_in += 1;
+                self.fragment(body, sender)
+            }
+            None => Ok(()),
         }
     }
 
@@ -126,11 +147,11 @@ impl Member {
             self.stats.refused_address += 1;
             return Ok(());
         }
+        let now = monotonic_ns();
         match self.reassembler.push(bytes) {
-            Ok(Some((from, _))) if self.faults.drops(from, monotonic_ns()) => {}
+            Ok(Some((from, _))) if self.faults.drops(from, now) => {}
             Ok(Some((_, bytes))) => match decode_message(&bytes) {
                 Ok(msg) => {
-                    let now = monotonic_ns();
                     // Any word from a member is a heartbeat: its loop ran to send it.
                     if let Some(watch) = self.watch.as_mut() {
                         watch.heard_from(msg.from, now, now);
