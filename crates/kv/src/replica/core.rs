@@ -13,18 +13,20 @@
 //!   it and go as one batch, adaptive batching) and asks **one** read index for the reads.
 //!
 //! None of these handles Raft's Ready: the shell does it once a pass, after everything of the
-//! pass was stepped, with [`Replica::begin_ready`] then [`Replica::finish_ready`] (or
-//! [`Replica::ready`], both at once), taking [`Replica::take_messages`] to send after each and
-//! [`Replica::take_completions`] (answers to give) at the end.
+//! pass was stepped, with [`Replica::begin_ready`], [`Replica::persist_ready`] and
+//! [`Replica::finish_ready`] (or [`Replica::ready`], all at once), taking
+//! [`Replica::take_messages`] to send after each and [`Replica::take_completions`] (answers to
+//! give) at the end.
 //!
 //! The Ready protocol is followed as `raft` requires: a Ready's ordinary messages are released
 //! by [`Replica::begin_ready`], before anything is persisted (a leader's appends go out while it
 //! writes, and with `fsync` syncs, its own log: Raft thesis 10.2.1, so a write waits for the
-//! leader's sync and the followers' in parallel, not in series); [`Replica::finish_ready`]
+//! leader's sync and the followers' in parallel, not in series); [`Replica::persist_ready`]
 //! persists its snapshot, entries and hard state in one group before its *persisted* messages
-//! (votes, append acknowledgements) are released, then applies committed entries, calls
-//! `advance`, and handles the LightReady it returns in turn (its messages, its committed
-//! entries). A leader that applies a write proposed through a follower tells that follower
+//! (votes, append acknowledgements) are released; [`Replica::finish_ready`] then applies
+//! committed entries, calls `advance`, and handles the LightReady it returns in turn (its
+//! messages, its committed entries). A follower's acknowledgement so leaves before it applies
+//! what the append's commit index released: that apply is off the write's path. A leader that applies a write proposed through a follower tells that follower
 //! of the commit at once ([`ReplicaConfig::commit_by_heartbeats`]), so the follower's client
 //! is not answered a detector period late.
 //!
@@ -249,6 +251,8 @@ pub struct Replica<D: Disk> {
     stats: ReplicaStats,
     /// The Ready begun ([`Replica::begin_ready`]) and not yet finished.
     pending_ready: Option<raft::Ready>,
+    /// Whether the pending Ready is persisted already ([`Replica::persist_ready`]).
+    ready_persisted: bool,
     /// Followers whose proposals the leader applied in this Ready: told of the commit at once.
     /// (follower, log index of its latest write applied here) until the follower is known to
     /// hold that entry and is told of its commit.
@@ -326,6 +330,7 @@ impl<D: Disk> Replica<D> {
             completions: Vec::new(),
             stats: ReplicaStats::default(),
             pending_ready: None,
+            ready_persisted: false,
             commit_notices: BTreeMap::new(),
             leader_seen: (0, 0),
             clock_ns: 0,

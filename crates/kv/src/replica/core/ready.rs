@@ -117,14 +117,24 @@ impl<D: Disk> Replica<D> {
         true
     }
 
-    /// Finishes the Ready [`Replica::begin_ready`] began: persists, releases the persisted
-    /// messages, applies, advances, and proposes the writes that waited for an entry in flight.
-    pub fn finish_ready(&mut self) -> io::Result<()> {
-        let Some(mut rd) = self.pending_ready.take() else { return Ok(()) };
+    /// Persists the Ready [`Replica::begin_ready`] began (its snapshot, entries and hard state,
+    /// in one group) and releases its persisted messages (votes, append acknowledgements) to
+    /// [`Replica::take_messages`]: the shell sends them before it calls
+    /// [`Replica::finish_ready`], so that an acknowledgement does not wait for the apply of
+    /// what its append committed.
+    pub fn persist_ready(&mut self) -> io::Result<()> {
+        if self.ready_persisted {
+            return Ok(());
+        }
+        let Some(rd) = self.pending_ready.as_mut() else { return Ok(()) };
         let snapshot = (!rd.snapshot().is_empty()).then(|| rd.snapshot().clone());
         let entries = rd.take_entries();
         let hard_state = rd.hs().cloned();
-        self.node.mut_store().persist(snapshot.as_ref(), &entries, hard_state.as_ref())?;
+        if let Err(e) = self.node.mut_store().persist(snapshot.as_ref(), &entries, hard_state.as_ref()) {
+            // As a Ready whose persist failed is dropped whole: nothing of it goes out.
+            self.pending_ready = None;
+            return Err(e);
+        }
         if let Some(snap) = snapshot {
             // A leader's snapshot replaces the store; requests it answered are unknown here
             // (their entries were applied elsewhere): they are retried, and sessions answer.
@@ -132,12 +142,24 @@ impl<D: Disk> Replica<D> {
             self.applied = snap.get_metadata().index;
             self.stats.snapshots_installed += 1;
         }
+        // Votes and append acknowledgements only once what they promise is on disk.
+        let persisted = rd.take_persisted_messages();
+        self.send(persisted);
+        self.ready_persisted = true;
+        Ok(())
+    }
+
+    /// Finishes the Ready [`Replica::begin_ready`] began (persisting it first, if
+    /// [`Replica::persist_ready`] did not): applies, advances, and proposes the writes that
+    /// waited for an entry in flight.
+    pub fn finish_ready(&mut self) -> io::Result<()> {
+        self.persist_ready()?;
+        let Some(mut rd) = self.pending_ready.take() else { return Ok(()) };
+        self.ready_persisted = false;
         for state in rd.take_read_states() {
             self.read_index_confirmed(&state.request_ctx, state.index);
         }
         self.apply(rd.take_committed_entries())?;
-        // Votes and append acknowledgements only once what they promise is on disk.
-        self.send(rd.take_persisted_messages());
         let mut light = self.node.advance(rd);
         // The commit index is not persisted on its own: after a restart it is learnt again
         // from the leader, and entries up to it are applied again over the snapshot.

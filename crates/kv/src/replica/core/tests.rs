@@ -396,3 +396,50 @@ fn a_thrifty_leader_commits_with_the_follower_a_quorum_needs_and_sends_the_other
         "the other follower is now the one needed: at once"
     );
 }
+
+#[test]
+fn a_follower_acknowledges_an_append_before_it_applies_what_the_append_commits() {
+    use raft::eraftpb::MessageType;
+    // Commits travel on the next append (or a heartbeat), not on an append of their own.
+    let mut c = Cluster::with(&[1, 2, 3], |config| config.commit_by_heartbeats = true);
+    c.settle(40);
+    let leader = c.leader();
+    let l = c.0.get_mut(&leader).unwrap();
+    l.submit_write(Ticket { client: 1, seq: 1 }, 1, set("k1", "v1"));
+    l.flush(0);
+    deliver_except(&mut c, |_| false);
+    let committed = c.0[&leader].applied();
+    let follower = [1, 2, 3].into_iter().find(|&id| id != leader).unwrap();
+    assert!(c.0[&follower].applied() < committed, "the follower holds k1 but was not told of its commit");
+
+    // The second write's append carries the first's commit.
+    let l = c.0.get_mut(&leader).unwrap();
+    l.submit_write(Ticket { client: 1, seq: 2 }, 2, set("k2", "v2"));
+    l.flush(0);
+    l.ready().unwrap();
+    let append = l
+        .take_messages()
+        .into_iter()
+        .find(|m| m.to == follower && m.get_msg_type() == MessageType::MsgAppend && !m.entries.is_empty())
+        .expect("the second write's append to the follower");
+    assert!(append.commit >= committed);
+    let f = c.0.get_mut(&follower).unwrap();
+    f.step(append);
+    assert!(f.begin_ready());
+    f.take_messages();
+    f.persist_ready().unwrap();
+    let acks: Vec<Message> = f.take_messages();
+    assert!(
+        acks.iter()
+            .any(|m| m.to == leader && m.get_msg_type() == MessageType::MsgAppendResponse && !m.reject),
+        "the acknowledgement is released once the entry is persisted: {acks:?}"
+    );
+    assert_eq!(f.store().read(&ReadOp::get("k1"), 0), Reply::Nil, "and before the commit is applied");
+    f.finish_ready().unwrap();
+    assert!(f.applied() >= committed);
+    assert_eq!(f.store().read(&ReadOp::get("k1"), 0), Reply::Bulk(b"v1".to_vec()));
+    assert!(
+        f.take_messages().iter().all(|m| m.get_msg_type() != MessageType::MsgAppendResponse),
+        "acknowledged once"
+    );
+}
