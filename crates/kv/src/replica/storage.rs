@@ -413,7 +413,9 @@ impl<D: Disk> LogStore<D> {
         if applied <= self.snapshot.get_metadata().index || applied > self.last() {
             return Ok(());
         }
-        let term = self.entries.iter().find(|e| e.index == applied).map_or(0, |e| e.term);
+        // The entries are contiguous from `first()`, and `applied` is among them (checked above).
+        let applied_at = (applied - self.first()) as usize;
+        let term = self.entries.get(applied_at).map_or(0, |e| e.term);
         let mut snap = Snapshot::default();
         snap.mut_metadata().index = applied;
         snap.mut_metadata().term = term;
@@ -428,7 +430,7 @@ impl<D: Disk> LogStore<D> {
             out.push(TAG_CONF_STATE);
             encode_conf_state(&self.conf_state, out);
         });
-        let rest: Vec<Entry> = self.entries.iter().filter(|e| e.index > applied).cloned().collect();
+        let rest = &self.entries[applied_at + 1..];
         if !rest.is_empty() {
             push_record(&mut bytes, |out| {
                 out.push(TAG_ENTRIES);
@@ -442,7 +444,10 @@ impl<D: Disk> LogStore<D> {
         });
         self.disk.replace(&bytes, self.sync)?;
         self.snapshot = snap;
-        self.entries = rest;
+        // Drained rather than rebuilt: the vector keeps its room for the entries that follow,
+        // so the next compaction's worth of appends is not copied again into fresh memory as a
+        // new vector doubles (each copy faults its pages in on the loop).
+        self.entries.drain(..=applied_at);
         Ok(())
     }
 }
@@ -604,8 +609,11 @@ mod tests {
             store.persist(None, &[entry(i, 1)], Some(&hs(1, 1, i))).unwrap();
         }
         let before = store.disk().cached.len();
+        let room = store.entries.capacity();
         store.compact(90, b"state".to_vec()).unwrap();
         assert_eq!(store.entry_count(), 10);
+        assert_eq!(store.entries.capacity(), room, "the vector keeps its room for the entries to come");
+        assert_eq!((store.entries[0].index, store.entries[9].index), (91, 100));
         assert!(store.disk().cached.len() < before / 4);
         assert_eq!(store.term(90).unwrap(), 1);
         assert!(matches!(store.term(89), Err(raft::Error::Store(StorageError::Compacted))));
