@@ -182,6 +182,8 @@ pub enum ReplicaError {
 struct InFlight {
     request: Request,
     proposed_tick: Option<u64>,
+    /// Its place in the order writes were submitted: one proposed again goes back to it.
+    submitted: u64,
 }
 
 #[derive(Debug)]
@@ -239,6 +241,8 @@ pub struct Replica<D: Disk> {
     ticks: u64,
     now_ms: u64,
     waiting_writes: Vec<Ticket>,
+    /// Writes submitted so far (each in flight holds its number).
+    submissions: u64,
     in_flight: BTreeMap<Ticket, InFlight>,
     waiting_reads: Vec<(Ticket, ReadOp)>,
     read_rounds: BTreeMap<u64, ReadRound>,
@@ -319,6 +323,7 @@ impl<D: Disk> Replica<D> {
             ticks: 0,
             now_ms: 0,
             waiting_writes: Vec::new(),
+            submissions: 0,
             in_flight: BTreeMap::new(),
             waiting_reads: Vec::new(),
             read_rounds: BTreeMap::new(),
@@ -431,7 +436,8 @@ impl<D: Disk> Replica<D> {
     pub fn submit_write(&mut self, ticket: Ticket, completed_below: u64, op: WriteOp) {
         let request =
             Request { origin: self.config.id, client: ticket.client, seq: ticket.seq, completed_below, op };
-        self.in_flight.insert(ticket, InFlight { request, proposed_tick: None });
+        self.submissions += 1;
+        self.in_flight.insert(ticket, InFlight { request, proposed_tick: None, submitted: self.submissions });
         self.waiting_writes.push(ticket);
     }
 

@@ -31,9 +31,9 @@ impl<D: Disk> Replica<D> {
         }
         let retrying = !stale.is_empty();
         if retrying {
-            stale.sort_unstable();
             self.stats.proposal_retries += stale.len() as u64;
             self.waiting_writes.extend(stale);
+            self.order_waiting_writes();
         }
         if self.waiting_writes.is_empty() || self.leader() == 0 {
             return;
@@ -74,6 +74,15 @@ impl<D: Disk> Replica<D> {
             // No leader after all, or too much uncommitted: try again next tick.
             Err(_) => self.waiting_writes = tickets,
         }
+    }
+
+    /// Puts the waiting writes in the order they were submitted: a write proposed again
+    /// keeps its place before those that came after it, as on a server that reads its
+    /// clients in turn (Redis's tests count on a client that blocked first being served
+    /// first).
+    fn order_waiting_writes(&mut self) {
+        let in_flight = &self.in_flight;
+        self.waiting_writes.sort_by_key(|t| in_flight.get(t).map_or(0, |f| f.submitted));
     }
 
     pub(super) fn ask_read_index(&mut self) {
@@ -163,9 +172,8 @@ impl<D: Disk> Replica<D> {
         }
         if !again.is_empty() {
             self.stats.proposal_retries += again.len() as u64;
-            again.append(&mut self.waiting_writes);
-            again.sort_unstable();
-            self.waiting_writes = again;
+            self.waiting_writes.append(&mut again);
+            self.order_waiting_writes();
         }
         let rounds: Vec<u64> =
             self.read_rounds.iter().filter(|(_, r)| r.index.is_none()).map(|(id, _)| *id).collect();
