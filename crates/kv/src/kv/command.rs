@@ -72,6 +72,21 @@ pub enum WriteOp {
         /// The keys.
         keys: Vec<Vec<u8>>,
     },
+    /// The request's own blocking pop (same client and slot) stops waiting: its timeout
+    /// passed, CLIENT UNBLOCK named it, or its connection closed. Answered with the pop's
+    /// answer if it was served first, else with its timeout answer (or the UNBLOCKED error).
+    Unblock {
+        /// The blocking command's words (its answer at the timeout follows from them).
+        args: Vec<Vec<u8>>,
+        /// Whether it answers CLIENT UNBLOCK's error rather than its timeout answer.
+        error: bool,
+    },
+    /// The proposing member started: the waiters of its earlier runs (clients numbered below
+    /// `below`) are gone with their connections.
+    DropWaiters {
+        /// The member's first client number in this run.
+        below: u64,
+    },
 }
 
 /// A read: one command's words and its database.

@@ -44,6 +44,8 @@ const V1_FLUSHALL: u8 = 6;
 const TAG_EXEC: u8 = 10;
 const TAG_TRANSACTION: u8 = 11;
 const TAG_EXPIRE: u8 = 12;
+const TAG_UNBLOCK: u8 = 13;
+const TAG_DROP_WAITERS: u8 = 14;
 const FORMAT_VERSION: u8 = 2;
 
 impl Batch {
@@ -138,6 +140,15 @@ fn encode_op(out: &mut Vec<u8>, op: &WriteOp) {
             out.push(*db);
             put_words(out, keys);
         }
+        WriteOp::Unblock { args, error } => {
+            out.push(TAG_UNBLOCK);
+            out.push(u8::from(*error));
+            put_words(out, args);
+        }
+        WriteOp::DropWaiters { below } => {
+            out.push(TAG_DROP_WAITERS);
+            put_u64(out, *below);
+        }
     }
 }
 
@@ -163,6 +174,17 @@ fn decode_op(r: &mut Reader<'_>) -> Result<WriteOp, DecodeError> {
             WriteOp::Transaction { commands, watched }
         }
         TAG_EXPIRE => WriteOp::Expire { db: r.u8("database")?, keys: words(r)? },
+        TAG_UNBLOCK => {
+            let error = match r.u8("unblock reason")? {
+                0 => false,
+                1 => true,
+                other => {
+                    return Err(DecodeError::Invalid { field: "unblock reason", value: u64::from(other) });
+                }
+            };
+            WriteOp::Unblock { error, args: command_words(r)? }
+        }
+        TAG_DROP_WAITERS => WriteOp::DropWaiters { below: r.u64("first client")? },
         other => return Err(DecodeError::Invalid { field: "op", value: u64::from(other) }),
     })
 }
@@ -235,6 +257,8 @@ mod tests {
                 }),
             (any::<u8>(), proptest::collection::vec(bytes(), 0..3))
                 .prop_map(|(db, keys)| WriteOp::Expire { db, keys }),
+            (command(), any::<bool>()).prop_map(|(args, error)| WriteOp::Unblock { args, error }),
+            any::<u64>().prop_map(|below| WriteOp::DropWaiters { below }),
         ]
     }
 

@@ -9,7 +9,9 @@
 //! - [`reply`]: a command's answer, written in RESP2.
 //! - [`entry`]: what one log entry carries: a period's writes with their session fields.
 //! - [`store`]: the state machine: sixteen databases, and sessions that apply a retry once.
+//! - [`blocked`]: clients waiting in a blocking pop, served in the apply as Redis serves them.
 
+pub mod blocked;
 pub mod cmd;
 pub mod command;
 pub mod db;

@@ -16,10 +16,16 @@
 //! dropped proposal or a leader change) is applied once and answered the same both times.
 //! Work per request: O(1) expected; memory: at most [`MAX_SESSIONS`] sessions of at most
 //! [`MAX_REPLIES_PER_SESSION`] answers each.
+//!
+//! Blocked clients ([`super::blocked`]) are state too: a pop that finds nothing waits here,
+//! and the write that feeds its key serves it before the entry's next request, its answer
+//! recorded in its session and handed to its member ([`Store::take_woken`]). A write then
+//! costs a look at each waiter (none when no client waits).
 
 use hashbrown::HashMap;
 use std::collections::{BTreeMap, VecDeque};
 
+use super::blocked::{self, Blocked, MAX_WAITERS, Waiter};
 use super::cmd::{self, Ctx, Handler, Rng, View, args};
 use super::command::{ReadOp, Watched, WriteOp};
 use super::db::Db;
@@ -64,6 +70,19 @@ impl Applied {
     }
 }
 
+/// A blocked client served by a later write: its request and the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Woken {
+    /// The member that took the request.
+    pub origin: u64,
+    /// The client there.
+    pub client: u64,
+    /// The request's sequence number.
+    pub seq: u64,
+    /// Its answer.
+    pub reply: Reply,
+}
+
 /// The databases and the client sessions.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Store {
@@ -71,11 +90,21 @@ pub struct Store {
     /// Commands applied that could change data: the version a changed key is stamped with.
     mods: u64,
     sessions: HashMap<(u64, u64), Session>,
+    /// Clients waiting in a blocking pop, in the order they blocked.
+    blocked: Blocked,
+    /// Waiters served since [`Store::take_woken`] last took them.
+    woken: Vec<Woken>,
 }
 
 impl Default for Store {
     fn default() -> Self {
-        Store { dbs: vec![Db::default(); DATABASES], mods: 0, sessions: HashMap::new() }
+        Store {
+            dbs: vec![Db::default(); DATABASES],
+            mods: 0,
+            sessions: HashMap::new(),
+            blocked: Blocked::default(),
+            woken: Vec::new(),
+        }
     }
 }
 
@@ -136,22 +165,104 @@ impl Store {
         if let Some(reply) = session.replies.get(&request.seq) {
             return Applied::Repeat(reply.clone());
         }
+        let waiter_id = (request.origin, request.client, request.seq);
+        match &request.op {
+            WriteOp::Unblock { args, error } => {
+                // Not served before (its answer would be recorded): it stops waiting now.
+                self.blocked.remove(waiter_id);
+                let reply = if *error {
+                    Reply::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+                } else {
+                    blocked::shape(args).map_or(Reply::NilArray, |s| s.timeout_reply)
+                };
+                self.record(id, request.seq, reply.clone(), index);
+                return Applied::Fresh(reply);
+            }
+            WriteOp::DropWaiters { below } => {
+                self.blocked.drop_origin(request.origin, *below);
+                self.record(id, request.seq, Reply::Ok, index);
+                return Applied::Fresh(Reply::Ok);
+            }
+            _ => {}
+        }
         let seed = index.rotate_left(32) ^ request.seq ^ request.client.rotate_left(16) ^ request.origin;
         let reply = self.run(&request.op, now_ms, seed);
         if reply == Reply::WouldBlock {
-            // Nothing happened: the member proposes the same request again when its keys get
-            // data, and that attempt must apply, not repeat this answer.
+            // A retry of a request that already waits: its member knows.
+            if self.blocked.contains(waiter_id) {
+                return Applied::Stale;
+            }
+            let WriteOp::Exec { db, args } = &request.op else { return Applied::Fresh(reply) };
+            if self.blocked.len() >= MAX_WAITERS {
+                let reply = blocked::shape(args).map_or(Reply::NilArray, |s| s.timeout_reply);
+                self.record(id, request.seq, reply.clone(), index);
+                return Applied::Fresh(reply);
+            }
+            self.blocked.push(Waiter {
+                origin: request.origin,
+                client: request.client,
+                seq: request.seq,
+                db: *db,
+                words: args.clone(),
+            });
             return Applied::Fresh(reply);
         }
-        let session = self.sessions.get_mut(&id).expect("inserted above");
-        session.replies.insert(request.seq, reply.clone());
+        self.record(id, request.seq, reply.clone(), index);
+        self.serve_blocked(now_ms, index);
+        Applied::Fresh(reply)
+    }
+
+    /// Remembers the answer of request `seq` of session `id`, applied at log position `index`.
+    fn record(&mut self, id: (u64, u64), seq: u64, reply: Reply, index: u64) {
+        let session = self.sessions.entry(id).or_default();
+        session.last_index = index;
+        session.replies.insert(seq, reply);
         if session.replies.len() > MAX_REPLIES_PER_SESSION {
             session.replies.pop_first();
         }
         if self.sessions.len() > MAX_SESSIONS {
             self.evict_sessions();
         }
-        Applied::Fresh(reply)
+    }
+
+    /// Serves the waiters whose keys hold data, in the order they blocked, and again while a
+    /// pass serves one (what a BLMOVE pushes may feed another waiter). Each served waiter's
+    /// command runs as it would have when it arrived, seeded by its own request.
+    fn serve_blocked(&mut self, now_ms: u64, index: u64) {
+        let mut served = true;
+        while served && !self.blocked.is_empty() {
+            served = false;
+            let mut at = 0;
+            while let Some(w) = self.blocked.get(at) {
+                if !w.fed(self.db(w.db), now_ms) {
+                    at += 1;
+                    continue;
+                }
+                let seed = index.rotate_left(32) ^ w.seq ^ w.client.rotate_left(16) ^ w.origin;
+                let Some(w) = self.blocked.remove_at(at) else { break };
+                let reply = self.exec(w.db, &w.words, now_ms, &Rng::new(seed));
+                if reply == Reply::WouldBlock {
+                    // Fed, yet nothing to take for it (a wrong type on another key is an
+                    // answer, so this is rare): it keeps its place.
+                    self.blocked.insert_at(at, w);
+                    at += 1;
+                    continue;
+                }
+                self.record((w.origin, w.client), w.seq, reply.clone(), index);
+                self.woken.push(Woken { origin: w.origin, client: w.client, seq: w.seq, reply });
+                served = true;
+            }
+        }
+    }
+
+    /// The blocked clients served since the last call, in the order they were served.
+    pub fn take_woken(&mut self) -> Vec<Woken> {
+        std::mem::take(&mut self.woken)
+    }
+
+    /// How many clients wait in a blocking pop, of every member.
+    pub fn waiters(&self) -> usize {
+        self.blocked.len()
     }
 
     fn evict_sessions(&mut self) {
@@ -182,6 +293,14 @@ impl Store {
                 db.stamp = stamp;
                 args::integer(keys.iter().filter(|k| db.expire_now(k, now_ms)).count())
             }
+            // Outside a session (tests, the simulator's model) no client waits.
+            WriteOp::Unblock { args, error: false } => {
+                blocked::shape(args).map_or(Reply::NilArray, |s| s.timeout_reply)
+            }
+            WriteOp::Unblock { error: true, .. } => {
+                Reply::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+            }
+            WriteOp::DropWaiters { .. } => Reply::Ok,
         }
     }
 
@@ -388,6 +507,15 @@ impl Store {
                 encode_reply(out, reply);
             }
         }
+        put_u64(out, self.blocked.len() as u64);
+        for w in self.blocked.iter() {
+            put_u64(out, w.origin);
+            put_u64(out, w.client);
+            put_u64(out, w.seq);
+            out.push(w.db);
+            put_u64(out, w.words.len() as u64);
+            w.words.iter().for_each(|word| put_bytes(out, word));
+        }
     }
 
     /// Reads a store written by [`Store::encode`] (or by a member of format 1: strings only).
@@ -395,9 +523,12 @@ impl Store {
         let mut r = Reader::new(bytes);
         let first = r.u64("snapshot start")?;
         let mut store = Store::new();
+        let mut with_waiters = false;
         if first == SNAPSHOT_MAGIC {
             let version = r.u8("snapshot version")?;
-            if version != SNAPSHOT_VERSION {
+            // Version 2 is version 3 without the waiters.
+            with_waiters = version == SNAPSHOT_VERSION;
+            if version != SNAPSHOT_VERSION && version != 2 {
                 return Err(DecodeError::Invalid { field: "snapshot version", value: u64::from(version) });
             }
             store.mods = r.u64("modification count")?;
@@ -454,6 +585,21 @@ impl Store {
             }
             store.sessions.insert(id, session);
         }
+        if with_waiters {
+            let waiters = r.count("waiter count", 5)?;
+            for _ in 0..waiters {
+                let (origin, client, seq, db) = (
+                    r.u64("waiter origin")?,
+                    r.u64("waiter client")?,
+                    r.u64("waiter seq")?,
+                    r.u8("waiter database")?,
+                );
+                let n = r.count("waiter word count", 1)?;
+                let words =
+                    (0..n).map(|_| r.bytes("waiter word").map(<[u8]>::to_vec)).collect::<Result<_, _>>()?;
+                store.blocked.push(Waiter { origin, client, seq, db, words });
+            }
+        }
         r.finish()?;
         Ok(store)
     }
@@ -486,7 +632,7 @@ fn local_in_transaction(name: &str, words: &[Vec<u8>], now_ms: u64) -> Reply {
 
 /// Starts a snapshot of format 2 (format 1 started with its key count, never this).
 const SNAPSHOT_MAGIC: u64 = u64::MAX;
-const SNAPSHOT_VERSION: u8 = 2;
+const SNAPSHOT_VERSION: u8 = 3;
 
 /// Writes a recorded answer (any reply a write or a transaction gives).
 fn encode_reply(out: &mut Vec<u8>, reply: &Reply) {
@@ -583,9 +729,12 @@ pub fn check_any_commands(data: &[u8]) {
         let request = Request { origin: 1, client: 1, seq: i as u64, completed_below: 0, op };
         let now = 1_000 + i as u64 * 7;
         let ra = a.apply(&request, now, i as u64 + 1);
+        let woken = a.take_woken();
         assert_eq!(b.apply(&request, now, i as u64 + 1), ra, "{words:?}");
+        assert_eq!(b.take_woken(), woken, "{words:?}");
         if let Some(r) = restored.as_mut() {
             assert_eq!(r.apply(&request, now, i as u64 + 1), ra, "restored: {words:?}");
+            assert_eq!(r.take_woken(), woken, "restored: {words:?}");
         }
         let _ = a.read(&ReadOp { db: 0, args: words.clone() }, now);
         if i == list.len() / 2 {

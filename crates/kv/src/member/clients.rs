@@ -3,10 +3,10 @@
 //! commands, and the store's, held in request order and handed to the replica.
 
 use super::conn::Conn;
-use super::{Member, acl, info, session};
-use crate::kv::cmd;
+use super::{Member, acl, info};
 use crate::kv::command::typed;
 use crate::kv::{Command, Reply, WriteOp};
+use crate::kv::{blocked, cmd};
 use crate::replica::Ticket;
 
 impl Member {
@@ -122,17 +122,17 @@ impl Member {
             Ok(command) => {
                 let Some(conn) = self.conns.get_mut(&client) else { return };
                 let seq = conn.await_answer();
-                // A blocking pop keeps its words to be proposed again (only those: a clone per
-                // write would cost every SET).
+                // A blocking pop keeps its words for its unblock (only those: a clone per write
+                // would cost every SET).
                 let blocking = match &command {
-                    Command::Write(op @ WriteOp::Exec { args, .. }) if session::is_blocking(&args[0]) => {
-                        Some(op.clone())
+                    Command::Write(WriteOp::Exec { args, .. }) if blocked::is_blocking(&args[0]) => {
+                        Some(args.clone())
                     }
                     _ => None,
                 };
                 conn.hold(seq, command);
-                if let Some(op) = blocking {
-                    self.note_blocking(client, seq, &op);
+                if let Some(words) = blocking {
+                    self.note_blocking(client, seq, words);
                 }
                 self.release(client);
             }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use rustls::{ServerConfig, ServerConnection};
 
-use crate::kv::{Command, Reply, Watched, WriteOp};
+use crate::kv::{Command, Reply, Watched};
 use crate::resp::{self, Limits, parse_request_with};
 
 /// Requests in flight on one connection before it stops reading.
@@ -108,7 +108,7 @@ pub struct Conn {
     /// WATCH requests in flight: their slot and the keys (the answer is versions, turned into
     /// `watched` and +OK here).
     watch_slots: Vec<(u64, u8, Vec<Vec<u8>>)>,
-    /// Blocking commands in flight: their slot, the write to run again, and when it times out
+    /// Blocking commands in flight: their slot, their words, and when it times out
     /// (monotonic ns; `None`: never).
     pub blocking: Vec<Blocking>,
 }
@@ -121,17 +121,12 @@ pub type ExecLocals = Vec<(usize, Vec<Vec<u8>>)>;
 pub struct Blocking {
     /// Its slot.
     pub seq: u64,
-    /// The write that pops, run again when one of its keys gets data.
-    pub op: WriteOp,
-    /// The database and keys it waits on.
-    pub db: u8,
-    /// The keys.
-    pub keys: Vec<Vec<u8>>,
+    /// Its words (an unblock names them: its answer at the timeout follows from them).
+    pub args: Vec<Vec<u8>>,
     /// When it gives up (monotonic ns), if it does.
     pub deadline_ns: Option<u64>,
-    /// What it answers then.
-    pub timeout_reply: Reply,
-    /// Whether the store found nothing for it: it waits for its keys, not for an answer.
+    /// Whether the store found nothing for it: it waits in the store for its keys, and this
+    /// member for its timeout.
     pub waiting: bool,
 }
 

@@ -64,8 +64,8 @@ use kairos_sys::clock::{monotonic_ns, realtime_ns};
 use kairos_sys::net::MmsgBatch;
 use kairos_sys::net::poll::Epoll;
 
-use crate::kv::Reply;
-use crate::replica::{FileDisk, ReadMode, Replica, ReplicaError, Sync};
+use crate::kv::{Reply, WriteOp};
+use crate::replica::{FileDisk, ReadMode, Replica, ReplicaError, Sync, Ticket};
 use conn::Conn;
 use faults::Faults;
 use kairos_services::frame::Reassembler;
@@ -632,10 +632,16 @@ impl Member {
             }
         }
         for id in dead {
+            self.replica.forget_client(id);
             if let Some(conn) = self.conns.remove(&id) {
                 self.polled.remove(&conn.stream.as_raw_fd());
+                // Its pops that wait in the store (or may: one in flight) would take elements
+                // no one receives. An unblock of a pop never applied is answered and forgotten.
+                for b in conn.blocking {
+                    let request = WriteOp::Unblock { args: b.args, error: false };
+                    self.replica.submit_write(Ticket { client: id, seq: b.seq }, b.seq, request);
+                }
             }
-            self.replica.forget_client(id);
         }
         Ok(())
     }

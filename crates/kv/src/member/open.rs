@@ -221,7 +221,7 @@ impl Member {
         let watch = config
             .detector
             .map(|wc| Watch::new(wc, config.id, config.peers.keys().copied(), realtime_ns(), monotonic_ns()));
-        Ok(Self {
+        let mut member = Self {
             config,
             replica,
             udp,
@@ -258,7 +258,9 @@ impl Member {
             poller,
             polled: std::collections::HashMap::new(),
             doorbell_polled: None,
-        })
+        };
+        member.drop_earlier_waiters();
+        Ok(member)
     }
 
     /// Raft's socket (and the detector's, split from it where the kernel can) at `addr`.

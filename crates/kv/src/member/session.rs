@@ -8,18 +8,20 @@
 //! earlier writes) whose answer is the keys' versions; EXEC carries them, and the entry applies
 //! only if none changed.
 //!
-//! A blocking pop is proposed as its non-blocking form. If the store finds nothing, the
-//! client waits at this member: when an applied entry gives one of its keys data (seen in this
-//! member's store), the pop is proposed again; at its timeout it is answered nil. The client's
-//! later requests wait behind it, as on Redis.
+//! A blocking pop is proposed like any write. If the store finds nothing, the client waits in
+//! the store ([`crate::kv::blocked`]), which serves it when a write gives one of its keys data;
+//! this member answers it when that entry applies here. At its timeout (or CLIENT UNBLOCK, or
+//! when its connection closes) this member proposes [`WriteOp::Unblock`], which answers the
+//! timeout unless the pop was served first. The client's later requests wait behind it, as on
+//! Redis.
 
 use super::Member;
 use super::conn::Blocking;
 use crate::kv::Reply;
+use crate::kv::blocked;
 use crate::kv::cmd::{self, Handler, Spec, args};
 use crate::kv::command::{Command, ReadOp, WriteOp, unknown_command, unknown_subcommand, wrong_arity};
 use crate::kv::store::DATABASES;
-use crate::kv::value::Value;
 use crate::replica::Ticket;
 use kairos_sys::clock::{monotonic_ns, realtime_ns};
 
@@ -35,27 +37,6 @@ const STORE_ANSWERS: &[&str] = &["ping", "echo", "time", "select"];
 /// How often the leader looks for expired keys to remove, and how many per database a time.
 pub const EXPIRY_PERIOD_NS: u64 = 100_000_000;
 const EXPIRY_BATCH: usize = 256;
-
-/// Whether `name` is a blocking pop (any case).
-pub(super) fn is_blocking(name: &[u8]) -> bool {
-    ["blpop", "brpop", "bzpopmin", "bzpopmax", "brpoplpush", "blmove", "blmpop", "bzmpop"]
-        .iter()
-        .any(|b| name.eq_ignore_ascii_case(b.as_bytes()))
-}
-
-/// Blocking commands: where their timeout is, and what they answer when it passes.
-fn blocking_shape(name: &str, words: &[Vec<u8>]) -> Option<(usize, Vec<Vec<u8>>, Reply)> {
-    let n = words.len();
-    Some(match name {
-        "blpop" | "brpop" | "bzpopmin" | "bzpopmax" => (n - 1, words[1..n - 1].to_vec(), Reply::NilArray),
-        "brpoplpush" | "blmove" => (n - 1, vec![words[1].clone()], Reply::Nil),
-        "blmpop" | "bzmpop" => {
-            let keys = args::parse_i64(words.get(2)?).filter(|&k| k > 0 && (k as usize) + 3 <= n)? as usize;
-            (1, words[3..3 + keys].to_vec(), Reply::NilArray)
-        }
-        _ => return None,
-    })
-}
 
 impl Member {
     /// Queues `args` in the connection's transaction if it is in one; returns whether it did
@@ -334,15 +315,11 @@ impl Member {
                 let Some(conn) = self.conns.values_mut().find(|c| c.client as i64 == id) else {
                     return Reply::Integer(0);
                 };
-                let Some(at) = conn.blocking.iter().position(|b| b.waiting) else { return Reply::Integer(0) };
-                let b = conn.blocking.remove(at);
-                let reply = if with_error {
-                    Reply::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
-                } else {
-                    b.timeout_reply
-                };
-                conn.complete(b.seq, &reply);
-                self.release(id as u64);
+                let Some(b) = conn.blocking.iter_mut().find(|b| b.waiting) else { return Reply::Integer(0) };
+                // The store answers it: with its pop's answer if a write served it first.
+                b.waiting = false;
+                let (client, seq, args) = (conn.client, b.seq, b.args.clone());
+                self.unblock(client, seq, args, with_error);
                 Reply::Integer(1)
             }
             ("no-evict" | "no-touch", 3) | ("reply", 3) => Reply::Ok,
@@ -384,28 +361,27 @@ impl Member {
     }
 
     /// Registers a blocking command held at slot `seq`, so its "nothing yet" is waited out.
-    pub(super) fn note_blocking(&mut self, client: u64, seq: u64, op: &WriteOp) {
-        let WriteOp::Exec { db, args: words } = op else { return };
-        let name = String::from_utf8_lossy(&words[0]).to_ascii_lowercase();
-        let Some((at, keys, timeout_reply)) = blocking_shape(&name, words) else { return };
-        let Some(seconds) =
-            words.get(at).and_then(|t| args::parse_f64(t)).filter(|s| *s >= 0.0 && s.is_finite())
+    pub(super) fn note_blocking(&mut self, client: u64, seq: u64, words: Vec<Vec<u8>>) {
+        let Some(shape) = blocked::shape(&words) else { return };
+        let Some(seconds) = words
+            .get(shape.timeout_at)
+            .and_then(|t| args::parse_f64(t))
+            .filter(|s| *s >= 0.0 && s.is_finite())
         else {
             return; // The store answers the bad timeout.
         };
         // Saturating: a timeout of centuries is "never" in effect, not a wrap to the past.
         let deadline_ns = (seconds > 0.0).then(|| monotonic_ns().saturating_add((seconds * 1e9) as u64));
         if let Some(conn) = self.conns.get_mut(&client) {
-            conn.blocking.push(Blocking {
-                seq,
-                op: op.clone(),
-                db: *db,
-                keys,
-                deadline_ns,
-                timeout_reply,
-                waiting: false,
-            });
+            conn.blocking.push(Blocking { seq, args: words, deadline_ns, waiting: false });
         }
+    }
+
+    /// Proposes that request `seq` of `client`, the blocking pop `args`, stop waiting; its
+    /// answer comes back as the request's (the pop's own if a write served it first).
+    pub(super) fn unblock(&mut self, client: u64, seq: u64, args: Vec<Vec<u8>>, error: bool) {
+        let completed_below = self.conns.get(&client).map_or(seq, |c| c.completed_below().min(seq));
+        self.replica.submit_write(Ticket { client, seq }, completed_below, WriteOp::Unblock { args, error });
     }
 
     /// The store found nothing for a blocking command: its client waits.
@@ -417,63 +393,53 @@ impl Member {
                 self.blocked.insert(ticket.client);
             }
             None => {
+                // Not a pop this member waits out (note_blocking saw no timeout in its words,
+                // so the store should have refused it): answered now, and the store told to
+                // forget it (the unblock's own answer finds the slot filled: any words do).
                 conn.complete(ticket.seq, &Reply::NilArray);
+                self.unblock(ticket.client, ticket.seq, vec![b"blpop".to_vec()], false);
             }
         }
     }
 
-    /// Blocked clients whose keys have data now are proposed again; those whose timeout
-    /// passed are answered. Returns the earliest timeout still ahead.
+    /// Blocked clients whose timeout passed stop waiting (the store answers them). Returns the
+    /// earliest timeout still ahead.
     pub(super) fn wake_blocked(&mut self, now_ns: u64) -> Option<u64> {
         // Only the clients that wait are looked at (and no clock is read when none does).
         if self.blocked.is_empty() {
             return None;
         }
-        let now_ms = realtime_ns() / 1_000_000;
         let mut next = None::<u64>;
-        let mut proposals = Vec::new();
-        let mut released = Vec::new();
+        let mut expired = Vec::new();
         let conns = &mut self.conns;
         self.blocked.retain(|id| conns.get(id).is_some_and(|c| c.blocking.iter().any(|b| b.waiting)));
         for id in &self.blocked {
             let Some(conn) = self.conns.get_mut(id) else { continue };
-            let store = self.replica.store();
-            let mut done = Vec::new();
             for b in conn.blocking.iter_mut().filter(|b| b.waiting) {
-                if b.deadline_ns.is_some_and(|d| d <= now_ns) {
-                    b.waiting = false;
-                    done.push((b.seq, b.timeout_reply.clone()));
-                    continue;
-                }
-                let db = store.db(b.db);
-                let fed = b.keys.iter().any(|k| match db.value(k, now_ms) {
-                    Some(Value::List(l)) => !l.is_empty(),
-                    Some(Value::ZSet(z)) => !z.is_empty(),
-                    _ => false,
-                });
-                if fed {
-                    b.waiting = false;
-                    proposals.push((conn.client, b.seq, b.op.clone()));
-                } else if let Some(d) = b.deadline_ns {
-                    next = Some(next.map_or(d, |n| n.min(d)));
+                match b.deadline_ns {
+                    Some(d) if d <= now_ns => {
+                        b.waiting = false;
+                        expired.push((conn.client, b.seq, b.args.clone()));
+                    }
+                    Some(d) => next = Some(next.map_or(d, |n| n.min(d))),
+                    None => {}
                 }
             }
-            if !done.is_empty() {
-                released.push(conn.client);
-            }
-            for (seq, reply) in done {
-                conn.complete(seq, &reply);
-            }
         }
-        // Requests pipelined behind an answered pop go on now, not at the client's next input.
-        for client in released {
-            self.release(client);
-        }
-        for (client, seq, op) in proposals {
-            let completed_below = self.conns.get(&client).map_or(seq, |c| c.completed_below().min(seq));
-            self.replica.submit_write(Ticket { client, seq }, completed_below, op);
+        for (client, seq, args) in expired {
+            self.unblock(client, seq, args, false);
         }
         next
+    }
+
+    /// Tells the store that this member's earlier runs are over: their clients' blocking
+    /// pops, if any still wait there, are dropped before they take an element for no one.
+    pub(super) fn drop_earlier_waiters(&mut self) {
+        self.expiry_seq += 1;
+        let seq = self.expiry_seq;
+        let client = self.client_base;
+        let below = self.client_base;
+        self.replica.submit_write(Ticket { client, seq }, seq, WriteOp::DropWaiters { below });
     }
 
     /// On the leader, every [`EXPIRY_PERIOD_NS`]: proposes the removal of keys whose expiry

@@ -4,9 +4,10 @@
 //!
 //! A list is a [`VecDeque`], so both ends are cheap. A list left empty is removed, as Redis
 //! does. The blocking forms do here only what their non-blocking forms do when there is
-//! something to take; when there is not, they answer [`Reply::WouldBlock`] and the member
-//! keeps the client waiting, runs the command again when its keys change, and answers the
-//! timeout itself. They check the timeout's text, so a bad one is refused at once.
+//! something to take; when there is not, they answer [`Reply::WouldBlock`] and the store keeps
+//! the client waiting ([`crate::kv::blocked`]), runs the command again when a write gives its
+//! keys data, and its member proposes the timeout. They check the timeout's text, so a bad one
+//! is refused at once.
 
 use std::collections::VecDeque;
 

@@ -251,3 +251,134 @@ fn a_format_1_snapshot_still_restores() {
     let s = Store::decode(&bytes).unwrap();
     assert_eq!(s.read(&r("GET k"), 0), Reply::Bulk(b"v".to_vec()));
 }
+
+/// Applies `line` as request `seq` of `client` (origin 1) at log position `index`, returning
+/// its answer and the waiters it served.
+fn step(s: &mut Store, client: u64, seq: u64, line: &str, index: u64) -> (Applied, Vec<(u64, Reply)>) {
+    let applied = s.apply(&request(client, seq, 0, w(line)), 1_000, index);
+    let woken = s.take_woken().into_iter().map(|x| (x.client, x.reply)).collect();
+    (applied, woken)
+}
+
+fn bulk(s: &str) -> Reply {
+    Reply::Bulk(s.as_bytes().to_vec())
+}
+
+#[test]
+fn a_blocked_client_is_served_by_the_write_that_feeds_its_key_before_the_next_request() {
+    // Redis's "BRPOPLPUSH with multiple blocked clients": the first to block is served first,
+    // even with its error, and a pop right after the push finds what that left.
+    let mut s = Store::new();
+    step(&mut s, 9, 1, "SET target1 nolist", 1);
+    assert_eq!(step(&mut s, 1, 1, "BRPOPLPUSH blist target1 0", 2).0, Applied::Fresh(Reply::WouldBlock));
+    assert_eq!(step(&mut s, 2, 1, "BRPOPLPUSH blist target2 0", 3).0, Applied::Fresh(Reply::WouldBlock));
+    assert_eq!(s.waiters(), 2);
+    let (pushed, woken) = step(&mut s, 9, 2, "LPUSH blist foo", 4);
+    assert_eq!(pushed, Applied::Fresh(Reply::Integer(1)));
+    assert_eq!(
+        woken,
+        vec![
+            (1, Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into())),
+            (2, bulk("foo")),
+        ]
+    );
+    assert_eq!(s.read(&r("LRANGE target2 0 -1"), 1_000), Reply::Array(vec![bulk("foo")]));
+    assert_eq!(s.waiters(), 0);
+    // Each served answer is its request's: a retry of it repeats it.
+    assert_eq!(step(&mut s, 2, 1, "BRPOPLPUSH blist target2 0", 5).0, Applied::Repeat(bulk("foo")));
+}
+
+#[test]
+fn a_move_that_feeds_another_waiter_serves_it_in_the_same_write() {
+    // "Linked LMOVEs" and "Circular BRPOPLPUSH".
+    let mut s = Store::new();
+    step(&mut s, 1, 1, "BLMOVE list1 list2 RIGHT LEFT 0", 1);
+    step(&mut s, 2, 1, "BLMOVE list2 list3 LEFT RIGHT 0", 2);
+    let (_, woken) = step(&mut s, 9, 1, "RPUSH list1 foo", 3);
+    assert_eq!(woken, vec![(1, bulk("foo")), (2, bulk("foo"))]);
+    assert_eq!(s.read(&r("LRANGE list3 0 -1"), 1_000), Reply::Array(vec![bulk("foo")]));
+    assert_eq!(s.read(&r("EXISTS list1 list2"), 1_000), Reply::Integer(0));
+
+    step(&mut s, 3, 1, "BRPOPLPUSH c1 c2 0", 4);
+    step(&mut s, 4, 1, "BRPOPLPUSH c2 c1 0", 5);
+    let (_, woken) = step(&mut s, 9, 2, "RPUSH c1 bar", 6);
+    assert_eq!(woken.len(), 2);
+    assert_eq!(s.read(&r("LRANGE c1 0 -1"), 1_000), Reply::Array(vec![bulk("bar")]));
+    assert_eq!(s.waiters(), 0);
+}
+
+#[test]
+fn a_count_pop_takes_what_it_asks_and_leaves_the_rest_to_the_next_waiter() {
+    // "BLMPOP with multiple blocked clients", in one transaction's push.
+    let mut s = Store::new();
+    step(&mut s, 1, 1, "BLMPOP 0 2 blist blist2 LEFT COUNT 1", 1);
+    step(&mut s, 2, 1, "BLMPOP 0 2 blist blist2 RIGHT COUNT 10", 2);
+    step(&mut s, 3, 1, "BLMPOP 0 2 blist blist2 LEFT COUNT 10", 3);
+    step(&mut s, 4, 1, "BLMPOP 0 2 blist blist2 RIGHT COUNT 1", 4);
+    let push = |line: &str| (0, line.split(' ').map(|x| x.as_bytes().to_vec()).collect::<Vec<_>>());
+    let exec = WriteOp::Transaction {
+        commands: vec![push("LPUSH blist a b c d e"), push("LPUSH blist2 1 2 3 4 5")],
+        watched: vec![],
+    };
+    s.apply(&request(9, 1, 0, exec), 1_000, 5);
+    let woken: Vec<_> = s.take_woken().into_iter().map(|x| (x.client, x.reply)).collect();
+    let popped = |key: &str, items: &[&str]| {
+        Reply::Array(vec![bulk(key), Reply::Array(items.iter().map(|i| bulk(i)).collect())])
+    };
+    assert_eq!(
+        woken,
+        vec![
+            (1, popped("blist", &["e"])),
+            (2, popped("blist", &["a", "b", "c", "d"])),
+            (3, popped("blist2", &["5", "4", "3", "2", "1"])),
+        ]
+    );
+    assert_eq!(s.waiters(), 1, "the fourth still waits");
+}
+
+#[test]
+fn an_unblock_answers_the_timeout_unless_the_pop_was_served_first() {
+    let mut s = Store::new();
+    let unblock =
+        |error| WriteOp::Unblock { args: vec![b"BLPOP".to_vec(), b"q".to_vec(), b"1".to_vec()], error };
+    step(&mut s, 1, 1, "BLPOP q 1", 1);
+    step(&mut s, 2, 1, "BLPOP q 1", 2);
+    assert_eq!(s.apply(&request(1, 1, 0, unblock(false)), 1_000, 3), Applied::Fresh(Reply::NilArray));
+    // A retry of the timed-out pop repeats its answer; it does not wait again.
+    assert_eq!(step(&mut s, 1, 1, "BLPOP q 1", 4).0, Applied::Repeat(Reply::NilArray));
+    assert_eq!(s.waiters(), 1);
+    let (_, woken) = step(&mut s, 9, 1, "RPUSH q x", 5);
+    assert_eq!(woken, vec![(2, Reply::Array(vec![bulk("q"), bulk("x")]))]);
+    // Its timeout came too late: the unblock answers what the pop got.
+    let served = Reply::Array(vec![bulk("q"), bulk("x")]);
+    assert_eq!(s.apply(&request(2, 1, 0, unblock(false)), 1_000, 6), Applied::Repeat(served));
+    // CLIENT UNBLOCK ... ERROR.
+    step(&mut s, 3, 1, "BLPOP q 0", 7);
+    let Applied::Fresh(Reply::Error(e)) = s.apply(&request(3, 1, 0, unblock(true)), 1_000, 8) else {
+        panic!("an unblock with the error answers it")
+    };
+    assert!(e.starts_with("UNBLOCKED"), "{e}");
+    assert_eq!(s.waiters(), 0);
+}
+
+#[test]
+fn waiters_survive_a_snapshot_and_a_retry_does_not_wait_twice() {
+    let mut s = Store::new();
+    step(&mut s, 1, 1, "BLPOP a b 0", 1);
+    assert_eq!(step(&mut s, 1, 1, "BLPOP a b 0", 2).0, Applied::Stale, "a retry of a waiting pop");
+    step(&mut s, 2, 1, "BZPOPMIN z 0", 3);
+    assert_eq!(s.waiters(), 2);
+    let mut bytes = Vec::new();
+    s.encode(&mut bytes);
+    let mut restored = Store::decode(&bytes).expect("decodes");
+    assert_eq!(restored, s);
+    let (_, woken) = step(&mut restored, 9, 1, "ZADD z 1 m", 4);
+    assert_eq!(woken, vec![(2, Reply::Array(vec![bulk("z"), bulk("m"), Reply::Double(b"1".to_vec())]))]);
+    // A restarted member drops its earlier run's waiters.
+    let drop =
+        Request { origin: 1, client: 50, seq: 1, completed_below: 1, op: WriteOp::DropWaiters { below: 50 } };
+    restored.apply(&drop, 1_000, 5);
+    assert_eq!(restored.waiters(), 0);
+    step(&mut restored, 9, 2, "RPUSH a x", 6);
+    assert_eq!(restored.read(&r("LLEN a"), 1_000), Reply::Integer(1), "no one took it");
+}

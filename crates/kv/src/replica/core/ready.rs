@@ -2,6 +2,7 @@
 //! entries are persisted, its persisted messages after; committed entries applied to the store
 //! (membership changes included), the log compacted, and appends held by thrifty replication.
 
+use std::collections::btree_map::Entry as Slot;
 use std::io;
 
 use protobuf::Message as _;
@@ -205,10 +206,25 @@ impl<D: Disk> Replica<D> {
                             }
                             if request.origin == self.config.id {
                                 let ticket = Ticket { client: request.client, seq: request.seq };
-                                if self.in_flight.remove(&ticket).is_some()
-                                    && let Some(reply) = applied.reply()
+                                // A blocking pop's unblock has the pop's ticket: a late copy of
+                                // the pop (a retry) must not take the unblock's place.
+                                if let Slot::Occupied(f) = self.in_flight.entry(ticket)
+                                    && std::mem::discriminant(&f.get().request.op)
+                                        == std::mem::discriminant(&request.op)
                                 {
-                                    self.completions.push((ticket, reply));
+                                    f.remove();
+                                    if let Some(reply) = applied.reply() {
+                                        self.completions.push((ticket, reply));
+                                    }
+                                }
+                            }
+                            // Blocked clients this request served: their members answer them.
+                            for woken in self.store.take_woken() {
+                                if woken.origin == self.config.id {
+                                    let ticket = Ticket { client: woken.client, seq: woken.seq };
+                                    self.completions.push((ticket, woken.reply));
+                                } else {
+                                    self.commit_notices.insert(woken.origin, entry.index);
                                 }
                             }
                         }

@@ -443,3 +443,38 @@ fn a_follower_acknowledges_an_append_before_it_applies_what_the_append_commits()
         "acknowledged once"
     );
 }
+
+#[test]
+fn a_late_copy_of_a_blocking_pop_does_not_take_the_place_of_its_unblock() {
+    use raft::eraftpb::MessageType;
+    let mut c = Cluster::new(&[1, 2, 3]);
+    c.settle(40);
+    let leader = c.leader();
+    let f = *c.0.keys().find(|&&id| id != leader).unwrap();
+    let pop = Ticket { client: 7, seq: 1 };
+    let r = c.0.get_mut(&f).unwrap();
+    r.submit_write(pop, 1, WriteOp::words(&["BLPOP", "q", "1"]));
+    r.flush(0);
+    // The first proposal is held back, so the follower proposes the pop again.
+    let held = deliver_except(&mut c, |m| m.get_msg_type() == MessageType::MsgPropose);
+    assert_eq!(held.len(), 1);
+    let retry_ticks = c.0[&f].config.retry_ticks as usize;
+    c.settle(retry_ticks + 2);
+    let answers = c.0.get_mut(&f).unwrap().take_completions();
+    assert_eq!(answers, vec![(pop, Reply::WouldBlock)], "the retry applied: the pop waits");
+    // Its timeout passes: the member proposes the unblock, with the pop's ticket. The held
+    // copy of the pop reaches the leader first.
+    let r = c.0.get_mut(&f).unwrap();
+    r.submit_write(
+        pop,
+        1,
+        WriteOp::Unblock { args: vec![b"BLPOP".to_vec(), b"q".to_vec(), b"1".to_vec()], error: false },
+    );
+    for m in held {
+        c.0.get_mut(&m.to).unwrap().step(m);
+    }
+    c.settle(4);
+    let answers = c.0.get_mut(&f).unwrap().take_completions();
+    assert_eq!(answers, vec![(pop, Reply::NilArray)], "the unblock is answered");
+    assert_eq!(c.0[&leader].store().waiters(), 0);
+}
