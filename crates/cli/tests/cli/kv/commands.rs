@@ -171,3 +171,59 @@ fn redis_clients_use_every_type_transactions_with_watch_scans_and_blocking_pops(
     });
     assert!(caught_up, "the restarted member never caught up: {seen:?}");
 }
+
+/// Redis's "BRPOPLPUSH with multiple blocked clients", many times over against a follower: the
+/// client that blocked first is served first (its error leaves the element for the second),
+/// with nothing between the push and the service; and a client that closed while blocked takes
+/// nothing.
+#[test]
+fn blocked_clients_are_served_in_the_order_they_blocked_and_a_closed_one_takes_nothing() {
+    let data = scratch_dir("cli-kv-blocked");
+    let (_members, client_ports, _, _) = three_members(data.path(), |_| &[]);
+    let leader_id = wait_for_leader(&mut connect(client_ports[0]), 0) as usize;
+    let port = client_ports[(1..=3).find(|&i| i != leader_id).unwrap() - 1];
+    let mut con = connect(port);
+    let deferred = || {
+        let c = connect(port);
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c
+    };
+    let send = |c: &mut redis::Connection, words: &[&str]| {
+        let mut cmd = redis::cmd(words[0]);
+        words[1..].iter().for_each(|w| {
+            cmd.arg(*w);
+        });
+        c.send_packed_command(&cmd.get_packed_command()).unwrap();
+    };
+    for round in 0..100 {
+        let (mut rd1, mut rd2) = (deferred(), deferred());
+        let _: () = redis::cmd("DEL").arg("blist").arg("target1").arg("target2").query(&mut con).unwrap();
+        let _: () = redis::cmd("SET").arg("target1").arg("nolist").query(&mut con).unwrap();
+        send(&mut rd1, &["BRPOPLPUSH", "blist", "target1", "0"]);
+        send(&mut rd2, &["BRPOPLPUSH", "blist", "target2", "0"]);
+        let _: i64 = redis::cmd("LPUSH").arg("blist").arg("foo").query(&mut con).unwrap();
+        let first = rd1.recv_response();
+        assert!(
+            matches!(&first, Ok(redis::Value::ServerError(e)) if e.code() == "WRONGTYPE"),
+            "round {round}: the first to block is served first, with its error: {first:?}"
+        );
+        let second = rd2.recv_response().unwrap();
+        assert_eq!(second, redis::Value::BulkString(b"foo".to_vec()), "round {round}");
+    }
+    // A client closed while blocked: a later push stays in the list.
+    let mut gone = deferred();
+    send(&mut gone, &["BLPOP", "orphan", "0"]);
+    let blocked = wait_until(Duration::from_secs(10), Duration::from_millis(5), || {
+        stat_in(port, "clients", "blocked_clients") == 1
+    });
+    assert!(blocked, "the BLPOP never blocked");
+    drop(gone);
+    let unblocked = wait_until(Duration::from_secs(10), Duration::from_millis(5), || {
+        stat_in(port, "clients", "blocked_clients") == 0
+    });
+    assert!(unblocked, "the closed client still counts as blocked");
+    // Its unblock was taken before this push at the same member, so it applies first.
+    let _: i64 = redis::cmd("RPUSH").arg("orphan").arg("x").query(&mut con).unwrap();
+    let len: i64 = redis::cmd("LLEN").arg("orphan").query(&mut con).unwrap();
+    assert_eq!(len, 1, "a closed client took the element");
+}
