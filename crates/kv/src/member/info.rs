@@ -45,6 +45,8 @@ pub struct Facts {
     pub clients: usize,
     /// Clients waiting in a blocking pop.
     pub blocked_clients: usize,
+    /// Blocking pops waiting in the store, of every member's clients.
+    pub blocked_in_store: usize,
     /// Seconds since start.
     pub uptime_s: u64,
     /// The member's counters.
@@ -92,8 +94,8 @@ pub fn info_text(f: &Facts, sections: &[&[u8]]) -> String {
     if want("clients") {
         let _ = write!(
             out,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\n\r\n",
-            f.clients, f.max_clients, f.blocked_clients
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\nkairos_blocked_in_store:{}\r\n\r\n",
+            f.clients, f.max_clients, f.blocked_clients, f.blocked_in_store
         );
     }
     if want("memory") {

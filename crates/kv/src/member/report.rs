@@ -86,6 +86,7 @@ impl Member {
                 .iter()
                 .filter(|id| self.conns.get(id).is_some_and(|c| c.blocking.iter().any(|b| b.waiting)))
                 .count(),
+            blocked_in_store: self.replica.store().waiters(),
             uptime_s: (monotonic_ns() - self.started_ns) / 1_000_000_000,
             stats: self.stats,
             replica: self.replica.stats(),

@@ -205,7 +205,9 @@ fn blocked_clients_are_served_in_the_order_they_blocked_and_a_closed_one_takes_n
         let first = rd1.recv_response();
         assert!(
             matches!(&first, Ok(redis::Value::ServerError(e)) if e.code() == "WRONGTYPE"),
-            "round {round}: the first to block is served first, with its error: {first:?}"
+            "round {round}: the first to block is served first, with its error: {first:?}; the second got {:?}; members: {}",
+            rd2.recv_response(),
+            members_state(&client_ports)
         );
         let second = rd2.recv_response().unwrap();
         assert_eq!(second, redis::Value::BulkString(b"foo".to_vec()), "round {round}");
@@ -226,4 +228,37 @@ fn blocked_clients_are_served_in_the_order_they_blocked_and_a_closed_one_takes_n
     let _: i64 = redis::cmd("RPUSH").arg("orphan").arg("x").query(&mut con).unwrap();
     let len: i64 = redis::cmd("LLEN").arg("orphan").query(&mut con).unwrap();
     assert_eq!(len, 1, "a closed client took the element");
+}
+
+/// What each member says of its Raft state and its clients, for a failure's message.
+fn members_state(ports: &[u16]) -> String {
+    let wanted = [
+        "role",
+        "raft_leader_id",
+        "raft_term",
+        "raft_applied_index",
+        "raft_proposal_retries",
+        "raft_snapshots_installed",
+        "raft_late_periods",
+        "blocked_clients",
+        "connected_clients",
+    ];
+    ports
+        .iter()
+        .map(|&port| {
+            let mut text = String::new();
+            for section in ["replication", "stats", "clients"] {
+                let mut c = connect(port);
+                let info: String = redis::cmd("INFO").arg(section).query(&mut c).unwrap_or_default();
+                for line in info.lines() {
+                    if wanted.iter().any(|w| line.split(':').next() == Some(*w)) {
+                        text.push_str(line.trim());
+                        text.push(' ');
+                    }
+                }
+            }
+            format!("[port {port}: {}]", text.trim_end())
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
