@@ -20,6 +20,7 @@
 //! [`WriteOp::DropWaiters`]: super::WriteOp::DropWaiters
 
 use std::collections::VecDeque;
+use std::ops::Range;
 
 use super::cmd::args;
 use super::db::Db;
@@ -37,8 +38,9 @@ pub const MAX_WAITERS: usize = 100_000;
 pub struct Shape {
     /// The position of the timeout among the words.
     pub timeout_at: usize,
-    /// The keys it waits on.
-    pub keys: Vec<Vec<u8>>,
+    /// Where the keys it waits on are among the words (looked at on every write while it
+    /// waits, so named by place rather than copied).
+    pub keys: Range<usize>,
     /// Its answer at the timeout.
     pub timeout_reply: Reply,
 }
@@ -61,19 +63,29 @@ pub fn shape(words: &[Vec<u8>]) -> Option<Shape> {
         if n < 3 {
             return None;
         }
-        (n - 1, words[1..n - 1].to_vec(), Reply::NilArray)
+        (n - 1, 1..n - 1, Reply::NilArray)
     } else if is("brpoplpush") || is("blmove") {
         if n < 4 {
             return None;
         }
-        (n - 1, vec![words[1].clone()], Reply::Nil)
+        (n - 1, 1..2, Reply::Nil)
     } else if is("blmpop") || is("bzmpop") {
         let keys = args::parse_i64(words.get(2)?).filter(|&k| k > 0 && (k as usize) + 3 <= n)? as usize;
-        (1, words[3..3 + keys].to_vec(), Reply::NilArray)
+        (1, 3..3 + keys, Reply::NilArray)
     } else {
         return None;
     };
     Some(Shape { timeout_at, keys, timeout_reply })
+}
+
+/// What a blocking pop of `words` answers when it stops waiting without being served: CLIENT
+/// UNBLOCK's error if `error`, else its answer at the timeout.
+pub fn unblocked_reply(words: &[Vec<u8>], error: bool) -> Reply {
+    if error {
+        Reply::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
+    } else {
+        shape(words).map_or(Reply::NilArray, |s| s.timeout_reply)
+    }
 }
 
 /// A client blocked in a pop: who (its member, its connection there, the request's slot),
@@ -102,7 +114,7 @@ impl Waiter {
     /// with members) in `db` at `now_ms`.
     pub fn fed(&self, db: &Db, now_ms: u64) -> bool {
         shape(&self.words).is_some_and(|s| {
-            s.keys.iter().any(|k| match db.value(k, now_ms) {
+            self.words[s.keys].iter().any(|k| match db.value(k, now_ms) {
                 Some(Value::List(l)) => !l.is_empty(),
                 Some(Value::ZSet(z)) => !z.is_empty(),
                 _ => false,
@@ -184,11 +196,11 @@ mod tests {
     #[test]
     fn shapes_name_the_timeout_the_keys_and_the_answer_at_the_timeout() {
         let s = shape(&words("BLPOP a b 0")).unwrap();
-        assert_eq!((s.timeout_at, s.keys, s.timeout_reply), (3, words("a b"), Reply::NilArray));
+        assert_eq!((s.timeout_at, s.keys, s.timeout_reply), (3, 1..3, Reply::NilArray));
         let s = shape(&words("blmove src dst left right 1.5")).unwrap();
-        assert_eq!((s.timeout_at, s.keys, s.timeout_reply), (5, words("src"), Reply::Nil));
+        assert_eq!((s.timeout_at, s.keys, s.timeout_reply), (5, 1..2, Reply::Nil));
         let s = shape(&words("BLMPOP 0 2 x y LEFT COUNT 3")).unwrap();
-        assert_eq!((s.timeout_at, s.keys, s.timeout_reply), (1, words("x y"), Reply::NilArray));
+        assert_eq!((s.timeout_at, s.keys, s.timeout_reply), (1, 3..5, Reply::NilArray));
         // A key count past the words, a missing key and other commands have no shape.
         assert_eq!(shape(&words("BLMPOP 0 5 x LEFT")), None);
         assert_eq!(shape(&words("BLPOP 0")), None);

@@ -170,11 +170,7 @@ impl Store {
             WriteOp::Unblock { args, error } => {
                 // Not served before (its answer would be recorded): it stops waiting now.
                 self.blocked.remove(waiter_id);
-                let reply = if *error {
-                    Reply::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
-                } else {
-                    blocked::shape(args).map_or(Reply::NilArray, |s| s.timeout_reply)
-                };
+                let reply = blocked::unblocked_reply(args, *error);
                 self.record(id, request.seq, reply.clone(), index);
                 return Applied::Fresh(reply);
             }
@@ -194,7 +190,7 @@ impl Store {
             }
             let WriteOp::Exec { db, args } = &request.op else { return Applied::Fresh(reply) };
             if self.blocked.len() >= MAX_WAITERS {
-                let reply = blocked::shape(args).map_or(Reply::NilArray, |s| s.timeout_reply);
+                let reply = blocked::unblocked_reply(args, false);
                 self.record(id, request.seq, reply.clone(), index);
                 return Applied::Fresh(reply);
             }
@@ -294,12 +290,7 @@ impl Store {
                 args::integer(keys.iter().filter(|k| db.expire_now(k, now_ms)).count())
             }
             // Outside a session (tests, the simulator's model) no client waits.
-            WriteOp::Unblock { args, error: false } => {
-                blocked::shape(args).map_or(Reply::NilArray, |s| s.timeout_reply)
-            }
-            WriteOp::Unblock { error: true, .. } => {
-                Reply::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
-            }
+            WriteOp::Unblock { args, error } => blocked::unblocked_reply(args, *error),
             WriteOp::DropWaiters { .. } => Reply::Ok,
         }
     }

@@ -64,8 +64,8 @@ use kairos_sys::clock::{monotonic_ns, realtime_ns};
 use kairos_sys::net::MmsgBatch;
 use kairos_sys::net::poll::Epoll;
 
-use crate::kv::{Reply, WriteOp};
-use crate::replica::{FileDisk, ReadMode, Replica, ReplicaError, Sync, Ticket};
+use crate::kv::Reply;
+use crate::replica::{FileDisk, ReadMode, Replica, ReplicaError, Sync};
 use conn::Conn;
 use faults::Faults;
 use kairos_services::frame::Reassembler;
@@ -643,8 +643,7 @@ impl Member {
                 // Its pops that wait in the store (or may: one in flight) would take elements
                 // no one receives. An unblock of a pop never applied is answered and forgotten.
                 for b in conn.blocking {
-                    let request = WriteOp::Unblock { args: b.args, error: false };
-                    self.replica.submit_write(Ticket { client: id, seq: b.seq }, b.seq, request);
+                    self.unblock(id, b.seq, b.args, false);
                 }
             }
         }

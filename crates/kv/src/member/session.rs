@@ -378,7 +378,8 @@ impl Member {
     }
 
     /// Proposes that request `seq` of `client`, the blocking pop `args`, stop waiting; its
-    /// answer comes back as the request's (the pop's own if a write served it first).
+    /// answer comes back as the request's (the pop's own if a write served it first). For a
+    /// connection already gone the answer goes nowhere; the unblock still frees the store.
     pub(super) fn unblock(&mut self, client: u64, seq: u64, args: Vec<Vec<u8>>, error: bool) {
         let completed_below = self.conns.get(&client).map_or(seq, |c| c.completed_below().min(seq));
         self.replica.submit_write(Ticket { client, seq }, completed_below, WriteOp::Unblock { args, error });
@@ -435,11 +436,10 @@ impl Member {
     /// Tells the store that this member's earlier runs are over: their clients' blocking
     /// pops, if any still wait there, are dropped before they take an element for no one.
     pub(super) fn drop_earlier_waiters(&mut self) {
+        // The member's own client (as its expiry proposals'): no connection has it.
         self.expiry_seq += 1;
-        let seq = self.expiry_seq;
-        let client = self.client_base;
-        let below = self.client_base;
-        self.replica.submit_write(Ticket { client, seq }, seq, WriteOp::DropWaiters { below });
+        let (client, seq) = (self.client_base, self.expiry_seq);
+        self.replica.submit_write(Ticket { client, seq }, seq, WriteOp::DropWaiters { below: client });
     }
 
     /// On the leader, every [`EXPIRY_PERIOD_NS`]: proposes the removal of keys whose expiry
