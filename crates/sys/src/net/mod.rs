@@ -9,6 +9,8 @@
 //! - [`poll`]: waiting until one socket, or any of a set, is readable.
 //! - [`split`]: one UDP address on two sockets, datagrams with a given prefix to the second
 //!   (a `SO_REUSEPORT` group steered by a classic BPF program).
+//! - [`stream_stamps`]: when a TCP stream's bytes arrived (the kernel's receive stamp of a
+//!   read), so a server that reads several connections in a pass can serve them in that order.
 //! - [`drops`]: the kernel's per-socket drop counter from `/proc/net/udp`.
 //! - [`packet_ring`]: [`PacketRing`], an `AF_PACKET` socket on one interface with memory-mapped
 //!   receive and transmit rings (frames with kernel receive stamps, one kick per burst).
@@ -22,6 +24,7 @@ pub mod options;
 pub mod packet_ring;
 pub mod poll;
 pub mod split;
+pub mod stream_stamps;
 
 pub use burst::{MAX_BURST, MmsgBatch};
 pub use packet_ring::{PacketRing, PacketRingError, RingConfig, RingStats, RxLayout};
