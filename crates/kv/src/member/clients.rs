@@ -29,9 +29,27 @@ impl Member {
         }
     }
 
+    /// Reads every client of a pass, then orders them by when their bytes arrived (the
+    /// kernel's receive stamps; without one, as at a member's start before the kernel stamps,
+    /// or through TLS, oldest connection first). A wait lists the clients that have bytes in no
+    /// order to rely on (one blocked client was listed before another that sent first, under
+    /// load), and Redis serves two clients that sent one after the other in that order: a
+    /// client that blocked first is served first, and a transaction sent before the write that
+    /// breaks its WATCH runs before it.
+    pub(super) fn read_in_arrival_order(&mut self, mut ready: Vec<u64>) -> Vec<u64> {
+        for client in &ready {
+            if let Some(conn) = self.conns.get_mut(client) {
+                conn.read(&mut self.client_input);
+            }
+        }
+        ready.sort_unstable_by_key(|client| {
+            (self.conns.get(client).and_then(|conn| conn.arrived_ns).unwrap_or(0), *client)
+        });
+        ready
+    }
+
+    /// Takes a client's requests, read by [`Self::read_in_arrival_order`], in turn.
     pub(super) fn serve(&mut self, client: u64) {
-        let Some(conn) = self.conns.get_mut(&client) else { return };
-        conn.read(&mut self.client_input);
         while let Some(conn) = self.conns.get_mut(&client) {
             let Some(args) = conn.next_request() else { break };
             self.stats.commands += 1;

@@ -17,6 +17,7 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
+use kairos_sys::net::stream_stamps::recv_stamped;
 use rustls::{ServerConfig, ServerConnection};
 
 use crate::kv::{Command, Reply, Watched};
@@ -111,6 +112,10 @@ pub struct Conn {
     /// Blocking commands in flight: their slot, their words, and when it times out
     /// (monotonic ns; `None`: never).
     pub blocking: Vec<Blocking>,
+    /// When the newest bytes read from the socket arrived (the kernel's receive stamp,
+    /// realtime ns; `None` until a read came with one): the member serves the clients of a
+    /// pass in this order, which is the order their requests came.
+    pub arrived_ns: Option<u64>,
 }
 
 /// Member commands inside a transaction: each one's place in it and its words.
@@ -165,6 +170,7 @@ impl Conn {
             exec_locals: Vec::new(),
             watch_slots: Vec::new(),
             blocking: Vec::new(),
+            arrived_ns: None,
         })
     }
 
@@ -177,21 +183,25 @@ impl Conn {
     }
 
     /// Reads what the socket has through `buf` (the member's, made once, rather than a fresh
-    /// 64 KiB buffer zeroed for every read); returns whether anything arrived.
+    /// 64 KiB buffer zeroed for every read), with the time it arrived (`arrived_ns`; not
+    /// through TLS); returns whether anything arrived.
     pub fn read(&mut self, buf: &mut [u8]) -> bool {
         if self.tls.is_some() {
             return self.read_tls();
         }
         let mut got = false;
         while self.wants_input() {
-            match self.stream.read(buf) {
-                Ok(0) => {
+            match recv_stamped(&self.stream, buf) {
+                Ok((0, _)) => {
                     self.dead = true;
                     break;
                 }
-                Ok(n) => {
+                Ok((n, stamp)) => {
                     self.input.extend_from_slice(&buf[..n]);
                     got = true;
+                    if stamp.is_some() {
+                        self.arrived_ns = stamp;
+                    }
                     if n < buf.len() {
                         break;
                     }

@@ -465,7 +465,7 @@ impl Member {
                 self.accept();
             }
             let took_requests = !ready_conns.is_empty();
-            for client in ready_conns {
+            for client in self.read_in_arrival_order(ready_conns) {
                 self.serve(client);
             }
             if took_requests && self.config.batching == Batching::Pass {
@@ -572,11 +572,6 @@ impl Member {
         if self.metrics.as_ref().is_some_and(|m| !metrics_ready.is_empty() || m.readers().next().is_some()) {
             self.metrics_pass(&metrics_ready)?;
         }
-        // Served oldest connection first, not in the order the kernel listed them (which need
-        // not be the order their bytes came, as a test of blocked clients found under load):
-        // of two clients that sent at once, the older one's request is taken first, so one
-        // that blocked before another is served before it (Redis's tests send so).
-        ready.sort_unstable();
         Ok((raft_ready, listen_ready, ready, probe_ready))
     }
 

@@ -230,6 +230,49 @@ fn blocked_clients_are_served_in_the_order_they_blocked_and_a_closed_one_takes_n
     assert_eq!(len, 1, "a closed client took the element");
 }
 
+/// Redis's "BRPOPLPUSH does not affect WATCH while still blocked", many times over against a
+/// follower: a younger connection's EXEC sent just before an older connection's LPUSH (which
+/// feeds a blocked BRPOPLPUSH into the watched key) runs first, so its transaction is not
+/// aborted. Both reach the member in one pass; served by connection age the LPUSH went first.
+#[test]
+fn a_transaction_sent_before_a_write_that_breaks_its_watch_runs_first() {
+    let data = scratch_dir("cli-kv-watch-order");
+    let (_members, client_ports, _, _) = three_members(data.path(), |_| &[]);
+    let leader_id = wait_for_leader(&mut connect(client_ports[0]), 0) as usize;
+    let port = client_ports[(1..=3).find(|&i| i != leader_id).unwrap() - 1];
+    // The oldest connection: the one that pushes.
+    let mut con = connect(port);
+    for round in 0..100 {
+        let mut blocked = connect(port);
+        let mut watching = connect(port);
+        watching.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _: () = redis::cmd("DEL").arg("src").arg("dst").arg("somekey").query(&mut con).unwrap();
+        let _: () = redis::cmd("SET").arg("somekey").arg("somevalue").query(&mut con).unwrap();
+        blocked
+            .send_packed_command(&redis::cmd("BRPOPLPUSH").arg("src").arg("dst").arg(0).get_packed_command())
+            .unwrap();
+        let is_blocked = wait_until(Duration::from_secs(10), Duration::from_millis(2), || {
+            stat_in(port, "clients", "blocked_clients") == 1
+        });
+        assert!(is_blocked, "round {round}: the BRPOPLPUSH never blocked");
+        let _: () = redis::cmd("WATCH").arg("dst").query(&mut watching).unwrap();
+        let _: () = redis::cmd("MULTI").query(&mut watching).unwrap();
+        let queued: String = redis::cmd("GET").arg("somekey").query(&mut watching).unwrap();
+        assert_eq!(queued, "QUEUED");
+        watching.send_packed_command(&redis::cmd("EXEC").get_packed_command()).unwrap();
+        let _: i64 = redis::cmd("LPUSH").arg("src").arg("element").query(&mut con).unwrap();
+        let exec = watching.recv_response();
+        assert_eq!(
+            exec.as_ref().ok(),
+            Some(&redis::Value::Array(vec![redis::Value::BulkString(b"somevalue".to_vec())])),
+            "round {round}: the EXEC sent first was aborted by the push after it ({exec:?}); members: {}",
+            members_state(&client_ports)
+        );
+        let moved = blocked.recv_response().unwrap();
+        assert_eq!(moved, redis::Value::BulkString(b"element".to_vec()), "round {round}");
+    }
+}
+
 /// What each member says of its Raft state and its clients, for a failure's message.
 fn members_state(ports: &[u16]) -> String {
     let wanted = [
