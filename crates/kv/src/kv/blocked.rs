@@ -12,8 +12,9 @@
 //! other. Its member answers the client when the entry that served it applies there.
 //!
 //! A waiter leaves the queue when served, when its member proposes [`WriteOp::Unblock`] (its
-//! timeout passed, CLIENT UNBLOCK, or the connection closed), or when its member restarts
-//! ([`WriteOp::DropWaiters`]): a waiter whose client is gone would take an element no one
+//! timeout passed, CLIENT UNBLOCK, or the connection closed), when its member restarts
+//! ([`WriteOp::DropWaiters`]), or when its member is removed from the cluster (where the
+//! removal applies in the log): a waiter whose client is gone would take an element no one
 //! receives.
 //!
 //! [`WriteOp::Unblock`]: super::WriteOp::Unblock
@@ -177,7 +178,7 @@ impl Blocked {
     }
 
     /// Drops the waiters of member `origin` whose clients are numbered below `below`: those of
-    /// its earlier runs. Returns how many.
+    /// its earlier runs (or, below `u64::MAX`, all of them: a member removed). Returns how many.
     pub fn drop_origin(&mut self, origin: u64, below: u64) -> usize {
         let before = self.queue.len();
         self.queue.retain(|w| !(w.origin == origin && w.client < below));

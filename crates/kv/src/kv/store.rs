@@ -261,6 +261,14 @@ impl Store {
         self.blocked.len()
     }
 
+    /// Drops every blocking pop of member `origin`'s clients, when the member leaves the
+    /// cluster: its clients went with it, and a push would otherwise serve one of them, an
+    /// element taken for no one. Returns how many. Deterministic: every member calls it where
+    /// the removal applies in the log.
+    pub fn drop_waiters_of(&mut self, origin: u64) -> usize {
+        self.blocked.drop_origin(origin, u64::MAX)
+    }
+
     fn evict_sessions(&mut self) {
         let mut ages: Vec<u64> = self.sessions.values().map(|s| s.last_index).collect();
         let cut = ages.len() / 10;

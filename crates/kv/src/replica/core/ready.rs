@@ -6,7 +6,7 @@ use std::collections::btree_map::Entry as Slot;
 use std::io;
 
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message};
+use raft::eraftpb::{ConfChange, ConfChangeType, ConfChangeV2, Entry, EntryType, Message};
 use raft::{StateRole, Storage};
 
 use super::detector::PIGGYBACK_CONTEXT;
@@ -237,6 +237,9 @@ impl<D: Disk> Replica<D> {
                         && let Ok(cs) = self.node.apply_conf_change(&cc)
                     {
                         self.node.mut_store().persist_conf_state(cs)?;
+                        if cc.get_change_type() == ConfChangeType::RemoveNode {
+                            self.store.drop_waiters_of(cc.node_id);
+                        }
                         // `raft` refuses a snapshot whose membership leaves the receiver out,
                         // so the snapshot a new member is sent must be taken after its
                         // addition: take one now.

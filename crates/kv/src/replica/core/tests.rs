@@ -478,3 +478,44 @@ fn a_late_copy_of_a_blocking_pop_does_not_take_the_place_of_its_unblock() {
     assert_eq!(answers, vec![(pop, Reply::NilArray)], "the unblock is answered");
     assert_eq!(c.0[&leader].store().waiters(), 0);
 }
+
+#[test]
+fn a_removed_members_blocked_clients_stop_waiting_and_take_nothing() {
+    let mut c = Cluster::new(&[1, 2, 3]);
+    c.settle(40);
+    let leader = c.leader();
+    let gone = *c.0.keys().find(|&&id| id != leader).unwrap();
+    let r = c.0.get_mut(&gone).unwrap();
+    r.submit_write(Ticket { client: 7, seq: 1 }, 1, WriteOp::words(&["BLPOP", "q", "0"]));
+    r.flush(0);
+    c.settle(4);
+    assert_eq!(
+        c.0.get_mut(&gone).unwrap().take_completions(),
+        vec![(Ticket { client: 7, seq: 1 }, Reply::WouldBlock)]
+    );
+    assert!(c.0.values().all(|r| r.store().waiters() == 1), "the pop waits in every member's store");
+
+    c.0.get_mut(&leader).unwrap().propose_membership(ConfChangeType::RemoveNode, gone, Vec::new()).unwrap();
+    c.settle(10);
+    c.0.remove(&gone);
+    c.settle(10);
+    let leader = c.leader();
+    for r in c.0.values() {
+        assert_eq!(r.voters().len(), 2, "member {gone} removed at member {}", r.id());
+        assert_eq!(r.store().waiters(), 0, "member {}'s store still holds the removed member's pop", r.id());
+    }
+    c.0.get_mut(&leader).unwrap().submit_write(
+        Ticket { client: 9, seq: 1 },
+        1,
+        WriteOp::words(&["RPUSH", "q", "x"]),
+    );
+    c.settle(5);
+    for r in c.0.values() {
+        assert_eq!(
+            r.store().read(&ReadOp::words(&["LLEN", "q"]), 0),
+            Reply::Integer(1),
+            "at member {}",
+            r.id()
+        );
+    }
+}
