@@ -23,9 +23,10 @@ fn set_int_at(
 }
 
 /// `setsockopt` with `value` as the option's bytes: a C type the option takes (an `int`, a
-/// `sock_fprog`), which the kernel copies during the call.
+/// `sock_fprog`), which the kernel copies during the call; any socket (UDP, or a TCP stream or
+/// listener for [`super::stream_stamps`]).
 pub(crate) fn set_value<T>(
-    socket: &UdpSocket,
+    socket: &impl AsRawFd,
     level: libc::c_int,
     name: libc::c_int,
     value: &T,

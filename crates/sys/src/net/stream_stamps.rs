@@ -13,10 +13,11 @@
 //! socket may come without a stamp (`None`), as do reads of a socket that never asked.
 
 use std::io;
-use std::mem::{size_of, zeroed};
+use std::mem::zeroed;
 use std::os::fd::AsRawFd;
 
 use super::burst::rx_timestamp_ns;
+use super::options::set_value;
 
 /// Control-message space for one `SCM_TIMESTAMPING` (three timespecs) and its header, aligned
 /// as the kernel's `cmsghdr` is.
@@ -27,18 +28,7 @@ struct Control([u8; 128]);
 /// [`recv_stamped`] reads come with the time their bytes arrived.
 pub fn enable_stream_rx_timestamps(socket: &impl AsRawFd) -> io::Result<()> {
     let flags = (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
-    // SAFETY: `flags` outlives the call and its size is passed; the descriptor is open while
-    // `socket` is borrowed.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_TIMESTAMPING,
-            (&flags as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    set_value(socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags)
 }
 
 /// One read of `stream` into `buf` (`recvmsg`, blocking or not as the socket is): the bytes
