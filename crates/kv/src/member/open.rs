@@ -143,7 +143,7 @@ impl Member {
         // Its connections inherit the kernel's receive stamps, the order the loop serves them in
         // (`Member::read_in_arrival_order`). Without them (a kernel that refuses) clients are
         // served oldest connection first, which the store's answers do not depend on.
-        let _ = kairos_sys::net::stream_stamps::enable_stream_rx_timestamps(&listener);
+        let _ = kairos_sys::net::options::enable_rx_timestamps(&listener);
         let log_err = |source| MemberError::Log { dir: config.data_dir.clone(), source };
         let exists = config.data_dir.join("raft.log").exists();
         let disk = FileDisk::open(&config.data_dir).map_err(log_err)?;

@@ -317,8 +317,9 @@ fn read_socket_address(storage: &libc::sockaddr_storage, len: libc::socklen_t) -
 /// (`recvmmsg`'s and [`super::stream_stamps::recv_stamped`]'s).
 pub(crate) fn rx_timestamp_ns(msg: &libc::msghdr) -> Option<u64> {
     // SAFETY: `msg` was filled by recvmmsg or recvmsg: its control pointer and length describe
-    // a buffer its caller owns (the batch's, or the stream read's), and the CMSG_* macros walk only within `msg_controllen`; the time stamp is read
-    // unaligned because control data need not be aligned for timespec.
+    // a buffer its caller owns (the batch's, or the stream read's), and the CMSG_* macros walk
+    // only within `msg_controllen`; the time stamp is read unaligned because control data need
+    // not be aligned for timespec.
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(msg);
         while !cmsg.is_null() {

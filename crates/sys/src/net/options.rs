@@ -56,11 +56,13 @@ fn get_int_at(socket: &UdpSocket, level: libc::c_int, name: libc::c_int) -> io::
     if rc == 0 { Ok(value) } else { Err(io::Error::last_os_error()) }
 }
 
-/// Turns on the kernel's software receive time stamp of every datagram (`SO_TIMESTAMPING`,
-/// read by [`super::MmsgBatch::recv_into`] with `timestamps`).
-pub fn enable_rx_timestamps(socket: &UdpSocket) -> io::Result<()> {
-    let flags = libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE;
-    set_int(socket, libc::SO_TIMESTAMPING, flags as libc::c_int)
+/// Turns on the kernel's software receive time stamp of everything `socket` receives
+/// (`SO_TIMESTAMPING`): a UDP socket's datagrams, read by [`super::MmsgBatch::recv_into`] with
+/// `timestamps`, or a TCP stream's segments, read by [`super::stream_stamps::recv_stamped`]
+/// (on a listener, every connection it accepts inherits it).
+pub fn enable_rx_timestamps(socket: &impl AsRawFd) -> io::Result<()> {
+    let flags = (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
+    set_value(socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags)
 }
 
 /// Keeps the kernel's receive stamping on while it lives: a socket of its own (on loopback)

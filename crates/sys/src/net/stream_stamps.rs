@@ -7,29 +7,22 @@
 //! kernel stamped them with (`CLOCK_REALTIME`, taken as each segment entered the receiving
 //! stack: on loopback, in the sender's own call).
 //!
-//! Stamps are asked for on a socket with [`enable_stream_rx_timestamps`]; on a listener, every
-//! connection it accepts inherits them. The kernel stamps packets only once some socket asks,
-//! and turns that on in a work item it runs later, so the first reads after the first such
-//! socket may come without a stamp (`None`), as do reads of a socket that never asked.
+//! Stamps are asked for on a socket with [`super::options::enable_rx_timestamps`]; on a
+//! listener, every connection it accepts inherits them. The kernel stamps packets only once
+//! some socket asks, and turns that on in a work item it runs later, so the first reads after
+//! the first such socket may come without a stamp (`None`), as do reads of a socket that never
+//! asked.
 
 use std::io;
 use std::mem::zeroed;
 use std::os::fd::AsRawFd;
 
 use super::burst::rx_timestamp_ns;
-use super::options::set_value;
 
 /// Control-message space for one `SCM_TIMESTAMPING` (three timespecs) and its header, aligned
 /// as the kernel's `cmsghdr` is.
 #[repr(C, align(8))]
 struct Control([u8; 128]);
-
-/// Asks the kernel to stamp what `socket` (a TCP stream or listener) receives, so that
-/// [`recv_stamped`] reads come with the time their bytes arrived.
-pub fn enable_stream_rx_timestamps(socket: &impl AsRawFd) -> io::Result<()> {
-    let flags = (libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_SOFTWARE) as libc::c_int;
-    set_value(socket, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags)
-}
 
 /// One read of `stream` into `buf` (`recvmsg`, blocking or not as the socket is): the bytes
 /// read (0 at the end of the stream) and the receive stamp of the newest segment among them,
@@ -65,7 +58,7 @@ mod tests {
     /// A connection accepted from a stamping listener, and its client.
     fn pair() -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        enable_stream_rx_timestamps(&listener).unwrap();
+        crate::net::options::enable_rx_timestamps(&listener).unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
         server.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
