@@ -36,16 +36,21 @@ impl Member {
     /// load), and Redis serves two clients that sent one after the other in that order: a
     /// client that blocked first is served first, and a transaction sent before the write that
     /// breaks its WATCH runs before it.
-    pub(super) fn read_in_arrival_order(&mut self, mut ready: Vec<u64>) -> Vec<u64> {
-        for client in &ready {
-            if let Some(conn) = self.conns.get_mut(client) {
-                conn.read(&mut self.client_input);
-            }
-        }
-        ready.sort_unstable_by_key(|client| {
-            (self.conns.get(client).and_then(|conn| conn.arrived_ns).unwrap_or(0), *client)
-        });
-        ready
+    pub(super) fn read_in_arrival_order(&mut self, ready: Vec<u64>) -> Vec<(u64, u64)> {
+        // Each client's place found once, as it is read, not again in every comparison.
+        let mut arrived: Vec<(u64, u64)> = ready
+            .into_iter()
+            .map(|client| {
+                let conn = self.conns.get_mut(&client);
+                let at = conn.and_then(|conn| {
+                    conn.read(&mut self.client_input);
+                    conn.arrived_ns
+                });
+                (at.unwrap_or(0), client)
+            })
+            .collect();
+        arrived.sort_unstable();
+        arrived
     }
 
     /// Takes a client's requests, read by [`Self::read_in_arrival_order`], in turn.

@@ -465,7 +465,7 @@ impl Member {
                 self.accept();
             }
             let took_requests = !ready_conns.is_empty();
-            for client in self.read_in_arrival_order(ready_conns) {
+            for (_, client) in self.read_in_arrival_order(ready_conns) {
                 self.serve(client);
             }
             if took_requests && self.config.batching == Batching::Pass {
