@@ -188,13 +188,6 @@ fn blocked_clients_are_served_in_the_order_they_blocked_and_a_closed_one_takes_n
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         c
     };
-    let send = |c: &mut redis::Connection, words: &[&str]| {
-        let mut cmd = redis::cmd(words[0]);
-        words[1..].iter().for_each(|w| {
-            cmd.arg(*w);
-        });
-        c.send_packed_command(&cmd.get_packed_command()).unwrap();
-    };
     for round in 0..100 {
         let (mut rd1, mut rd2) = (deferred(), deferred());
         let _: () = redis::cmd("DEL").arg("blist").arg("target1").arg("target2").query(&mut con).unwrap();
@@ -248,9 +241,7 @@ fn a_transaction_sent_before_a_write_that_breaks_its_watch_runs_first() {
         watching.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let _: () = redis::cmd("DEL").arg("src").arg("dst").arg("somekey").query(&mut con).unwrap();
         let _: () = redis::cmd("SET").arg("somekey").arg("somevalue").query(&mut con).unwrap();
-        blocked
-            .send_packed_command(&redis::cmd("BRPOPLPUSH").arg("src").arg("dst").arg(0).get_packed_command())
-            .unwrap();
+        send(&mut blocked, &["BRPOPLPUSH", "src", "dst", "0"]);
         let is_blocked = wait_until(Duration::from_secs(10), Duration::from_millis(2), || {
             stat_in(port, "clients", "blocked_clients") == 1
         });
@@ -259,7 +250,7 @@ fn a_transaction_sent_before_a_write_that_breaks_its_watch_runs_first() {
         let _: () = redis::cmd("MULTI").query(&mut watching).unwrap();
         let queued: String = redis::cmd("GET").arg("somekey").query(&mut watching).unwrap();
         assert_eq!(queued, "QUEUED");
-        watching.send_packed_command(&redis::cmd("EXEC").get_packed_command()).unwrap();
+        send(&mut watching, &["EXEC"]);
         let _: i64 = redis::cmd("LPUSH").arg("src").arg("element").query(&mut con).unwrap();
         let exec = watching.recv_response();
         assert_eq!(
@@ -271,6 +262,16 @@ fn a_transaction_sent_before_a_write_that_breaks_its_watch_runs_first() {
         let moved = blocked.recv_response().unwrap();
         assert_eq!(moved, redis::Value::BulkString(b"element".to_vec()), "round {round}");
     }
+}
+
+/// Sends the command of `words` on `c` without reading its answer (a client that blocks, or
+/// whose answer is read later).
+fn send(c: &mut redis::Connection, words: &[&str]) {
+    let mut cmd = redis::cmd(words[0]);
+    words[1..].iter().for_each(|w| {
+        cmd.arg(*w);
+    });
+    c.send_packed_command(&cmd.get_packed_command()).unwrap();
 }
 
 /// What each member says of its Raft state and its clients, for a failure's message.
