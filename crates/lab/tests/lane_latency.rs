@@ -117,12 +117,13 @@ fn every_peer_measures_idle_and_under_the_load_and_nothing_is_left() {
         PeerSettings { from: 0, to: 1, period: Duration::from_micros(100), packets: 300, message_bytes: 64 };
     let egresses = [Egress::Host(0), Egress::SwitchPort(1)];
     let counters = || egresses.map(|e| bed.class_counters(e).unwrap());
+    let mut servers = peers::Servers::start(&bed, &Peer::ALL, 1).expect("the peers' servers");
     let mut table = Vec::new();
     for loaded in [false, true] {
         let mut load = loaded.then(|| load::start(&bed, 0, 1, 0).unwrap());
         for peer in Peer::ALL {
             let before = counters();
-            let run = peers::run(&bed, peer, &settings).unwrap_or_else(|e| panic!("{e:#}"));
+            let run = peers::run(&bed, peer, &settings, &mut servers).unwrap_or_else(|e| panic!("{e:#}"));
             let after = counters();
             let latencies = check(peer, &run, &settings, loaded);
             if peer == Peer::PriorityOnly {
@@ -192,6 +193,7 @@ fn every_peer_measures_idle_and_under_the_load_and_nothing_is_left() {
             net_p99
         );
     }
+    drop(servers);
     drop(bed);
     assert_eq!(namespaces_left(), Vec::<String>::new(), "namespaces left behind");
     assert_eq!(children_left(), Vec::<String>::new(), "child processes left behind");

@@ -19,11 +19,10 @@ use anyhow::{Context, Result, anyhow, bail};
 use kairos_io::lane_testbed::LaneTestbed;
 use kairos_sys::child::OwnedChild;
 
-/// How long a server has to bind its socket. A row under load starts its server while the
-/// flood (iperf3 at line rate) and stress-ng hold every core of a two-core machine, where
-/// `sockperf server` once took longer than 5 s to bind; a server that binds is waited for
-/// only as long as it takes, so the limit costs nothing but on a failure.
-const SERVER_START: Duration = Duration::from_secs(30);
+/// How long a server has to bind its socket. Servers start before any load (a `sockperf
+/// server` started under the flood once took longer than 5 s to bind); one that binds is
+/// waited for only as long as it takes, so the limit costs nothing but on a failure.
+const SERVER_START: Duration = Duration::from_secs(10);
 
 /// Says in one line that `program` is missing and which Debian package has it, unless an
 /// executable of that name is on `PATH`.

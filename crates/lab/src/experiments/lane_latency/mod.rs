@@ -281,6 +281,7 @@ fn measure(
     topology: &kairos_te::Topology,
     dir: &Path,
     lane_core: usize,
+    servers: &mut udp::Servers,
 ) -> Result<Measured> {
     let period = Duration::from_micros(config.period_us);
     match kind {
@@ -307,7 +308,7 @@ fn measure(
                 packets: config.packets,
                 message_bytes: config.message_bytes,
             };
-            let r = udp::run(testbed, peer, &settings)?;
+            let r = udp::run(testbed, peer, &settings, servers)?;
             Ok(Measured { samples: r.samples, sent: r.sent, bound_ns: None, notes: Vec::new() })
         }
     }
@@ -429,6 +430,17 @@ fn latency(config: &LatencyConfig, run: &mut Run<'_>) -> Result<LatencySummary> 
     // Stamping stays on from here to the last row (see `RxTimestampsHeld`): otherwise each row's
     // sockets turn it on again, late under the flood.
     let _stamping = kairos_sys::net::options::RxTimestampsHeld::new().context("asking for receive stamps")?;
+    // The peers' servers start before the first load and serve every load's rows.
+    let peers: Vec<Peer> = config
+        .rows
+        .iter()
+        .filter_map(|kind| match kind {
+            RowKind::Peer(peer) => Some(*peer),
+            _ => None,
+        })
+        .collect();
+    run.doing("starting the peers' servers");
+    let mut servers = udp::Servers::start(&testbed, &peers, TO).context("the peers' servers")?;
     let mut rows = Vec::new();
     let mut traces = Vec::new();
     for &load_kind in &config.loads {
@@ -446,7 +458,7 @@ fn latency(config: &LatencyConfig, run: &mut Run<'_>) -> Result<LatencySummary> 
             std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
             let offset = realtime_ns() as i64 - monotonic_ns() as i64;
             let watches = Watches::start(cores)?;
-            let measured = measure(config, kind, &testbed, &topology, &dir, lane_core);
+            let measured = measure(config, kind, &testbed, &topology, &dir, lane_core, &mut servers);
             let stalls = watches.finish()?;
             let measured = measured.with_context(|| format!("row {} ({})", kind.name(), load_kind.name()))?;
             if let Some(load) = load.as_mut() {
@@ -478,6 +490,7 @@ fn latency(config: &LatencyConfig, run: &mut Run<'_>) -> Result<LatencySummary> 
             run.step("");
         }
     }
+    drop(servers);
     drop(testbed);
     plots(run, &traces)?;
     let goals = goals(&rows);

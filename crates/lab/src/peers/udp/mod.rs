@@ -18,7 +18,8 @@
 //! The first three are no other program but what a user's own program does with plain sockets,
 //! done by threads of this process ([`baseline`]); sockperf is started, driven and stopped as a
 //! program of its own ([`sockperf`]). This module holds what both kinds share: the rows' names,
-//! what a run sends ([`PeerSettings`], with its limits) and what it measured ([`PeerRun`]).
+//! what a run sends ([`PeerSettings`], with its limits), the servers started before any load
+//! ([`Servers`]) and what a run measured ([`PeerRun`]).
 
 pub mod baseline;
 pub mod sockperf;
@@ -122,9 +123,31 @@ impl PeerSettings {
     }
 }
 
-/// Runs `peer` once on `testbed` with `settings`: everything it started (threads, sockperf)
-/// has ended when it returns, whatever it returns.
-pub fn run(testbed: &LaneTestbed, peer: Peer, settings: &PeerSettings) -> Result<PeerRun> {
+/// The servers the peers' rows run against, started before any load and ended on drop: the
+/// rows then measure the path under the load, not a server starting under it.
+#[derive(Debug)]
+pub struct Servers {
+    sockperf: Option<sockperf::Server>,
+}
+
+impl Servers {
+    /// Starts in host `to` the servers that `peers` need (`sockperf server` for
+    /// [`Peer::Sockperf`]; the others are threads of each run).
+    pub fn start(testbed: &LaneTestbed, peers: &[Peer], to: usize) -> Result<Self> {
+        let sockperf =
+            peers.contains(&Peer::Sockperf).then(|| sockperf::Server::start(testbed, to)).transpose()?;
+        Ok(Self { sockperf })
+    }
+}
+
+/// Runs `peer` once on `testbed` with `settings`, against `servers` (started for it): every
+/// thread and client it started has ended when it returns, whatever it returns.
+pub fn run(
+    testbed: &LaneTestbed,
+    peer: Peer,
+    settings: &PeerSettings,
+    servers: &mut Servers,
+) -> Result<PeerRun> {
     settings.check().map_err(|e| anyhow!("{}: {e}", peer.name()))?;
     for host in [settings.from, settings.to] {
         testbed.host(host)?;
@@ -133,7 +156,12 @@ pub fn run(testbed: &LaneTestbed, peer: Peer, settings: &PeerSettings) -> Result
         Peer::UdpBlocking => baseline::run(testbed, settings, Mark::None, Receive::Blocking),
         Peer::UdpBusyPoll => baseline::run(testbed, settings, Mark::None, Receive::BusyPoll),
         Peer::PriorityOnly => baseline::run(testbed, settings, Mark::Lane, Receive::Blocking),
-        Peer::Sockperf => sockperf::run(testbed, settings),
+        Peer::Sockperf => match servers.sockperf.as_mut() {
+            Some(server) => sockperf::run(testbed, settings, server),
+            None => Err(anyhow!(
+                "the sockperf row needs its server: start the servers with Peer::Sockperf among them"
+            )),
+        },
     };
     result.with_context(|| format!("the {} row, h{} to h{}", peer.name(), settings.from, settings.to))
 }

@@ -1,8 +1,12 @@
-//! The sockperf row beside the lane ([`super::Peer::Sockperf`]): `sockperf server` started in
-//! host `to` and `sockperf ping-pong` in host `from` (owned children through `ip netns exec`, the
-//! server ready once its socket is bound in its namespace), at the same size and rate as the
-//! other rows, a tool others know; its one-way latency is half a round trip, read from the
-//! client's full log by [`kairos_peers::sockperf`].
+//! The sockperf row beside the lane ([`super::Peer::Sockperf`]): `sockperf server` in host `to`
+//! ([`Server`], started before any load and ready once its socket is bound in its namespace) and
+//! `sockperf ping-pong` in host `from` (owned children through `ip netns exec`), at the same
+//! size and rate as the other rows, a tool others know; its one-way latency is half a round
+//! trip, read from the client's full log by [`kairos_peers::sockperf`].
+//!
+//! The server starts before the load because a server started under the flood (iperf3 at line
+//! rate and stress-ng on every core of a two-core machine) once took more than 5 s to bind;
+//! the row measures the path, not how fast a process starts on a loaded machine.
 //!
 //! Two ways it is not the other rows' kind of row. It is a closed loop: the client sends its
 //! next request only once the last reply is in, so `--mps` is a ceiling, and when a round
@@ -14,8 +18,9 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use kairos_io::lane_testbed::LaneTestbed;
+use kairos_sys::child::OwnedChild;
 use kairos_sys::clock::realtime_ns;
 
 use super::{PeerRun, PeerSettings};
@@ -30,16 +35,47 @@ const CLIENT_SLACK: Duration = Duration::from_secs(10);
 /// The most of the client's log read: far more than ten million rows.
 const LOG_LIMIT: u64 = 1 << 30;
 
-/// `sockperf server` in host `to`, `sockperf ping-pong` in host `from` with a full log, read.
-pub(super) fn run(testbed: &LaneTestbed, settings: &PeerSettings) -> Result<PeerRun> {
-    require_tool("sockperf", "sockperf", "the sockperf row")?;
-    let dir = OwnedDir::scratch("sockperf")?;
-    let address = testbed.host(settings.to)?.address.to_string();
+/// `sockperf server` bound in one host of the testbed, ended on drop.
+#[derive(Debug)]
+pub struct Server {
+    child: OwnedChild,
+    host: usize,
+    address: String,
+    dir: OwnedDir,
+}
+
+impl Server {
+    /// Starts `sockperf server` in host `to` and waits until its socket is bound.
+    pub fn start(testbed: &LaneTestbed, to: usize) -> Result<Self> {
+        require_tool("sockperf", "sockperf", "the sockperf row")?;
+        let dir = OwnedDir::scratch("sockperf")?;
+        let address = testbed.host(to)?.address.to_string();
+        let mut command = testbed.host_command(to, "sockperf")?;
+        command.args(["server", "-i", &address, "-p", &SOCKPERF_PORT.to_string()]);
+        let out = dir.path().join("server.out");
+        let mut child = spawn_logged(&mut command, &out, "sockperf server")?;
+        wait_bound(testbed, to, SOCKPERF_PORT, "udp", &mut child, &out)?;
+        Ok(Self { child, host: to, address, dir })
+    }
+
+    /// An error if the server has ended.
+    fn check_running(&mut self) -> Result<()> {
+        if self.child.try_wait()?.is_some() {
+            bail!("sockperf server ended: {}", last_line(&self.dir.path().join("server.out")));
+        }
+        Ok(())
+    }
+}
+
+/// `sockperf ping-pong` in host `from` against `server` (in host `to`) with a full log, read.
+pub(super) fn run(testbed: &LaneTestbed, settings: &PeerSettings, server: &mut Server) -> Result<PeerRun> {
+    if server.host != settings.to {
+        bail!("the sockperf server runs in h{}, the row asks for h{}", server.host, settings.to);
+    }
+    server.check_running()?;
+    let dir = OwnedDir::scratch("sockperf-client")?;
+    let address = server.address.clone();
     let port = SOCKPERF_PORT.to_string();
-    let mut server = testbed.host_command(settings.to, "sockperf")?;
-    server.args(["server", "-i", &address, "-p", &port]);
-    let mut server = spawn_logged(&mut server, &dir.path().join("server.out"), "sockperf server")?;
-    wait_bound(testbed, settings.to, SOCKPERF_PORT, "udp", &mut server, &dir.path().join("server.out"))?;
 
     // sockperf runs whole seconds and keeps what it sent after its warm-up and before its
     // cool-down: enough seconds for `packets` messages in between. Its rate is whole messages a
@@ -68,9 +104,7 @@ pub(super) fn run(testbed: &LaneTestbed, settings: &PeerSettings) -> Result<Peer
     if !status.success() {
         bail!("sockperf ping-pong failed ({status}): {}", last_line(&client_out));
     }
-    if server.try_wait()?.is_some() {
-        bail!("sockperf server ended during the run: {}", last_line(&dir.path().join("server.out")));
-    }
+    server.check_running().context("during the run")?;
     let text = kairos_sys::fs::read_text(&log, LOG_LIMIT)?;
     Ok(kairos_peers::sockperf::parse(&text, origin_ns)?)
 }
