@@ -185,7 +185,9 @@ fn messages_cross_the_packet_transport_with_kernel_stamps_in_the_lane_class() {
         assert!(received_ns <= read_ns, "{text}: stamped {received_ns}, read {read_ns}");
     }
     let (tx, rx) = (&reports[0].lane, &reports[1].lane);
-    assert!(tx.packets_sent >= 45 && tx.send_errors == 0, "{tx:?}");
+    // Messages, not packets: a release the sending node missed (a loaded machine) leaves its
+    // message to the next release, which carries both in one packet.
+    assert!(tx.messages_sent >= 45 && tx.packets_sent > 0 && tx.send_errors == 0, "{tx:?}");
     assert!(rx.messages_delivered >= 45 && rx.packets_dropped == 0, "{rx:?}");
     let lane = after.lane.packets - before.lane.packets;
     assert!(
