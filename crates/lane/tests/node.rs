@@ -185,7 +185,10 @@ fn messages_cross_the_lane_with_their_time_stamps() {
     let ended = sensor.events(WAIT).unwrap();
     assert!(ended.iter().any(|e| matches!(e, NodeToApp::Ended { terminated: false, .. })), "{ended:?}");
     let reports: Vec<_> = lane.nodes.drain(..).map(RunningNode::stop).collect();
-    assert!(reports[0].lane.packets_sent >= 45 && reports[1].lane.messages_delivered >= 45, "{reports:?}");
+    // Messages, not packets: a release the sending node missed leaves its message to the next
+    // release's packet (see node_packet.rs).
+    let (tx, rx) = (&reports[0].lane, &reports[1].lane);
+    assert!(tx.messages_sent >= 45 && tx.packets_sent > 0 && rx.messages_delivered >= 45, "{reports:?}");
     lane.controller.take().unwrap().stop().unwrap();
 }
 
