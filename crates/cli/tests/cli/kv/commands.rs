@@ -267,11 +267,7 @@ fn a_transaction_sent_before_a_write_that_breaks_its_watch_runs_first() {
 /// Sends the command of `words` on `c` without reading its answer (a client that blocks, or
 /// whose answer is read later).
 fn send(c: &mut redis::Connection, words: &[&str]) {
-    let mut cmd = redis::cmd(words[0]);
-    words[1..].iter().for_each(|w| {
-        cmd.arg(*w);
-    });
-    c.send_packed_command(&cmd.get_packed_command()).unwrap();
+    c.send_packed_command(&redis::cmd(words[0]).arg(&words[1..]).get_packed_command()).unwrap();
 }
 
 /// What each member says of its Raft state and its clients, for a failure's message.

@@ -74,7 +74,7 @@ pub(super) fn run(testbed: &LaneTestbed, settings: &PeerSettings, server: &mut S
     }
     server.check_running()?;
     let dir = OwnedDir::scratch("sockperf-client")?;
-    let address = server.address.clone();
+    let address = &server.address;
     let port = SOCKPERF_PORT.to_string();
 
     // sockperf runs whole seconds and keeps what it sent after its warm-up and before its
@@ -85,7 +85,7 @@ pub(super) fn run(testbed: &LaneTestbed, settings: &PeerSettings, server: &mut S
     let mps = ((1_000_000_000 + period_ns / 2) / period_ns).max(1);
     let log = dir.path().join("full.csv");
     let mut client = testbed.host_command(settings.from, "sockperf")?;
-    client.args(["ping-pong", "-i", &address, "-p", &port, "-m", &settings.message_bytes.to_string()]);
+    client.args(["ping-pong", "-i", address, "-p", &port, "-m", &settings.message_bytes.to_string()]);
     client.args(["--mps", &mps.to_string(), "-t", &seconds.to_string()]);
     client.arg("--full-log").arg(&log);
     let origin_ns = realtime_ns();
