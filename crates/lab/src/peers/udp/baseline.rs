@@ -112,7 +112,12 @@ pub(super) fn run(
         let receiving = s.spawn(|| {
             testbed.in_host(settings.to, || receive_messages(&receiver, settings, receive, &flags))
         });
-        let sent = testbed.in_host(settings.from, || send_messages(&sender, settings, &flags));
+        // Set however the sender ends, entering its namespace included: a sender that never
+        // ran must still end the receiver's wait.
+        let sent = {
+            let _done = SetOnDrop(&flags.sender_done);
+            testbed.in_host(settings.from, || send_messages(&sender, settings, &flags))
+        };
         let samples = match receiving.join() {
             Ok(samples) => samples,
             Err(_) => Ok(Err(anyhow!("the receiver thread panicked"))),
@@ -146,7 +151,6 @@ impl Drop for SetOnDrop<'_> {
 }
 
 fn send_messages(socket: &UdpSocket, settings: &PeerSettings, flags: &Flags) -> Result<u64> {
-    let _done = SetOnDrop(&flags.sender_done);
     let mut payload = vec![0u8; settings.message_bytes];
     let mut send = |seq: u64| -> Result<()> {
         payload[..8].copy_from_slice(&seq.to_le_bytes());
