@@ -31,7 +31,7 @@ use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use kairos_io::lane_testbed::{LANE_CLASS, LaneTestbed};
 use kairos_sys::clock::{monotonic_ns, realtime_ns, sleep_until_ns};
 use kairos_sys::net::{MmsgBatch, options};
@@ -52,6 +52,9 @@ const WARMUP_SPACING_NS: u64 = 1_000_000;
 const WARMUP_SEQ: u64 = u64::MAX;
 /// How long a blocked receiver sleeps before looking whether the sender has ended.
 const RECEIVE_POLL: Duration = Duration::from_millis(10);
+/// The longest a send may block on a full socket buffer (an egress that stopped moving) before
+/// the row fails, instead of waiting on it for ever.
+const SEND_LIMIT: Duration = Duration::from_secs(1);
 /// The receiver's socket buffer: a flood's delay never makes it overflow.
 const RECEIVE_BUFFER_BYTES: usize = 4 << 20;
 
@@ -99,6 +102,7 @@ pub(super) fn run(
         }
     };
     sender.connect(receiver.local_addr()?).context("connect the sender")?;
+    sender.set_write_timeout(Some(SEND_LIMIT)).context("setsockopt SO_SNDTIMEO")?;
     // Connected both ways: the receiver takes this sender's datagrams only.
     receiver.connect(sender.local_addr()?).context("connect the receiver")?;
     options::enable_rx_timestamps(&receiver).context("setsockopt SO_TIMESTAMPING")?;
@@ -156,7 +160,13 @@ fn send_messages(socket: &UdpSocket, settings: &PeerSettings, flags: &Flags) -> 
         payload[..8].copy_from_slice(&seq.to_le_bytes());
         let sent_ns = realtime_ns();
         payload[8..16].copy_from_slice(&sent_ns.to_le_bytes());
-        socket.send(&payload).with_context(|| format!("send message {seq}"))?;
+        match socket.send(&payload) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                bail!("send message {seq}: the socket's buffer stayed full for {SEND_LIMIT:?}")
+            }
+            Err(e) => return Err(e).with_context(|| format!("send message {seq}")),
+        }
         Ok(())
     };
     let warmup_end_ns = monotonic_ns() + WARMUP_LIMIT.as_nanos() as u64;
