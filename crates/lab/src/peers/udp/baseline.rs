@@ -25,7 +25,8 @@
 //!
 //! The receiver stops when every message has come, or [`RECEIVE_GRACE`] after the sender ended
 //! (however it ended); a message still in flight then is lost. A sequence number seen twice, or
-//! not one of this run's, is passed over, so lost = sent - samples.
+//! not one of this run's, is passed over, so lost = sent - samples. A send that finds the
+//! socket's buffer full for [`SEND_LIMIT`] (an egress that stopped moving) fails the row.
 
 use std::net::UdpSocket;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -113,11 +114,12 @@ pub(super) fn run(
     }
     let flags = Flags::default();
     let (sent, samples) = std::thread::scope(|s| {
+        // Each side's flag is set however that side ends, entering its namespace included: a
+        // side that never ran must still end the other's wait.
         let receiving = s.spawn(|| {
+            let _gone = SetOnDrop(&flags.receiver_gone);
             testbed.in_host(settings.to, || receive_messages(&receiver, settings, receive, &flags))
         });
-        // Set however the sender ends, entering its namespace included: a sender that never
-        // ran must still end the receiver's wait.
         let sent = {
             let _done = SetOnDrop(&flags.sender_done);
             testbed.in_host(settings.from, || send_messages(&sender, settings, &flags))
@@ -199,7 +201,6 @@ fn receive_messages(
     receive: Receive,
     flags: &Flags,
 ) -> Result<Vec<Sample>> {
-    let _gone = SetOnDrop(&flags.receiver_gone);
     let packets = settings.packets as usize;
     let mut seen = vec![false; packets];
     let mut samples = Vec::with_capacity(packets);
