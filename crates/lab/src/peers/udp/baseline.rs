@@ -141,7 +141,8 @@ pub(super) fn run(
 struct Flags {
     /// Set when the sender has ended, however it ended.
     sender_done: AtomicBool,
-    /// Set when the receiver has ended early (an error), so the sender stops.
+    /// Set when the receiver has ended, however it ended (all messages in, an error, a namespace
+    /// it could not enter), so the sender stops.
     receiver_gone: AtomicBool,
     /// Set when the receiver has had a datagram with the kernel's receive stamp.
     stamped: AtomicBool,
@@ -163,13 +164,12 @@ fn send_messages(socket: &UdpSocket, settings: &PeerSettings, flags: &Flags) -> 
         let sent_ns = realtime_ns();
         payload[8..16].copy_from_slice(&sent_ns.to_le_bytes());
         match socket.send(&payload) {
-            Ok(_) => {}
+            Ok(_) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 bail!("send message {seq}: the socket's buffer stayed full for {SEND_LIMIT:?}")
             }
-            Err(e) => return Err(e).with_context(|| format!("send message {seq}")),
+            Err(e) => Err(e).with_context(|| format!("send message {seq}")),
         }
-        Ok(())
     };
     let warmup_end_ns = monotonic_ns() + WARMUP_LIMIT.as_nanos() as u64;
     let mut warmups = 0;
