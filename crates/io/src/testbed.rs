@@ -10,6 +10,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::process::Command;
+use std::time::Duration;
 
 use kairos_sys::child;
 use kairos_sys::cleanup::{self, Registration};
@@ -84,12 +85,21 @@ pub enum ForwarderSide {
 /// administered, unicast, and carried by no interface of the testbed.
 pub const UNCLAIMED_MAC: [u8; 6] = [0x02, 0x6b, 0x61, 0x69, 0x72, 0x6f];
 
-/// Runs `program` (an iproute2 tool: `ip`, `tc`) with `args` as an owned child and returns its
-/// standard output; a failure is the command and its standard error.
+/// How long an iproute2 tool may take: each answers in milliseconds, and a busy machine
+/// creating namespaces has taken a few seconds.
+const TOOL_LIMIT: Duration = Duration::from_secs(30);
+
+/// Runs `program` (an iproute2 tool: `ip`, `tc`) with `args` as an owned child, within
+/// [`TOOL_LIMIT`], and returns its standard output; a failure is the command and its standard
+/// error.
 pub(crate) fn tool(program: &str, args: &[&str]) -> Result<String, TestbedError> {
-    let out = child::output(Command::new(program).args(args)).map_err(|source| TestbedError::Io {
-        what: format!("cannot run `{program}` (install iproute2)"),
-        source,
+    let out = child::output_within(Command::new(program).args(args), TOOL_LIMIT).map_err(|source| {
+        let what = if source.kind() == std::io::ErrorKind::TimedOut {
+            format!("`{program} {}` did not answer", args.join(" "))
+        } else {
+            format!("cannot run `{program}` (install iproute2)")
+        };
+        TestbedError::Io { what, source }
     })?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -107,14 +117,16 @@ pub(crate) fn ip(args: &[&str]) -> Result<(), TestbedError> {
 
 pub(crate) fn remove_namespaces(names: &[String]) {
     for name in names {
-        let _ = child::output(Command::new("ip").args(["netns", "del", name]));
+        let _ = child::output_within(Command::new("ip").args(["netns", "del", name]), TOOL_LIMIT);
     }
 }
 
 /// Removes the namespaces of earlier runs whose process is gone: those `owner` reads a process
 /// id from (and `None` for every name it does not recognise as its own kind).
 pub(crate) fn remove_stale_namespaces(owner: impl Fn(&str) -> Option<u32>) {
-    let Ok(out) = child::output(Command::new("ip").args(["netns", "list"])) else { return };
+    let Ok(out) = child::output_within(Command::new("ip").args(["netns", "list"]), TOOL_LIMIT) else {
+        return;
+    };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let name = line.split_whitespace().next().unwrap_or("");
         let Some(pid) = owner(name) else { continue };

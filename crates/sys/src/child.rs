@@ -185,6 +185,48 @@ pub fn output(command: &mut Command) -> io::Result<Output> {
     child.wait_with_output()
 }
 
+/// Like [`output`], but a child still running after `limit` is ended with its group (as a
+/// dropped owner is) and the answer is an error of kind `TimedOut` that says so: for tools that
+/// answer in milliseconds and must not hold their caller for ever when the system is stuck.
+pub fn output_within(command: &mut Command, limit: Duration) -> io::Result<Output> {
+    let deadline = Instant::now() + limit;
+    let mut child =
+        OwnedChild::spawn(command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()))?;
+    // Read on threads of their own, so a child that fills a pipe is not stalled by the wait.
+    fn read_to_end(
+        stream: Option<impl Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<io::Result<Vec<u8>>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut stream) = stream {
+                stream.read_to_end(&mut bytes)?;
+            }
+            Ok(bytes)
+        })
+    }
+    let join = |reader: std::thread::JoinHandle<io::Result<Vec<u8>>>| {
+        reader.join().map_err(|_| io::Error::other("a reader of the child's output panicked"))?
+    };
+    let (stdout, stderr) = (read_to_end(child.take_stdout()), read_to_end(child.take_stderr()));
+    let mut nap = Duration::from_micros(500);
+    while !exited(child.id())? {
+        if Instant::now() >= deadline {
+            let name = child.name().to_string();
+            // Ending the group closes the pipes' write ends, so the readers finish.
+            drop(child);
+            let _ = (join(stdout), join(stderr));
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("`{name}` ran past {limit:?} and was killed"),
+            ));
+        }
+        std::thread::sleep(nap.min(deadline.saturating_duration_since(Instant::now())));
+        nap = (nap * 2).min(Duration::from_millis(20));
+    }
+    let status = child.wait()?;
+    Ok(Output { status, stdout: join(stdout)?, stderr: join(stderr)? })
+}
+
 fn lock(tracked: &Mutex<Tracked>) -> MutexGuard<'_, Tracked> {
     // A panic cannot leave `Tracked` half-changed (`reaped` is set after the reap), so a
     // poisoned lock still holds the truth.
@@ -339,6 +381,34 @@ mod tests {
         assert_eq!(out.stderr, b"err\n");
         assert_eq!(out.status.code(), Some(2));
         assert!(output(&mut Command::new("/nonexistent/program")).is_err());
+    }
+
+    #[test]
+    fn output_within_its_limit_is_the_output_and_past_it_the_child_is_killed() {
+        let out = output_within(
+            Command::new("sh").args(["-c", "echo out; echo err >&2; exit 3"]),
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(
+            (out.stdout.as_slice(), out.stderr.as_slice(), out.status.code()),
+            (&b"out\n"[..], &b"err\n"[..], Some(3))
+        );
+        // A child that ignores SIGTERM and keeps its pipes open, with a grandchild holding them too.
+        let started = Instant::now();
+        let error = output_within(
+            Command::new("sh").args(["-c", "trap '' TERM; sleep 1000 & wait"]),
+            Duration::from_millis(200),
+        )
+        .unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut, "{error}");
+        assert!(error.to_string().contains("`sh` ran past 200ms and was killed"), "{error}");
+        // Within the limit plus the grace before SIGKILL, and the readers did not hang.
+        assert!(
+            started.elapsed() < Duration::from_millis(200) + GRACE + Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
