@@ -59,9 +59,11 @@ fn a_flood_of_forged_fragments_is_refused_and_held_by_no_one() {
     std::thread::sleep(Duration::from_millis(200));
 
     let mut refused = 0;
+    let mut growth = Vec::new();
     for (i, &pid) in pids.iter().enumerate() {
         let grown = resident_kb(pid).saturating_sub(before[i]);
         assert!(grown < 20_000, "member {} grew by {grown} KB under the flood", i + 1);
+        growth.push(grown);
         let info: String = redis::cmd("INFO").arg("stats").query(&mut connect(client_ports[i])).unwrap();
         let count = |f| number(&info, f);
         refused += count("raft_refused_strangers") + count("raft_refused_forged");
@@ -73,7 +75,9 @@ fn a_flood_of_forged_fragments_is_refused_and_held_by_no_one() {
     let _: () = redis::cmd("SET").arg("after").arg("flood").query(&mut con).unwrap();
     let v: Option<String> = redis::cmd("GET").arg("before").query(&mut connect(client_ports[2])).unwrap();
     assert_eq!(v.as_deref(), Some("flood"));
-    eprintln!("{refused} forged datagrams refused; resident memory before {before:?} KB");
+    eprintln!(
+        "{refused} forged datagrams refused; resident memory before {before:?} KB, grown by {growth:?} KB under the flood"
+    );
 }
 
 #[test]
