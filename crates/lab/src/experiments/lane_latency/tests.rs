@@ -49,9 +49,14 @@ fn the_figures_count_duplicates_once_and_check_the_bound() {
     assert_eq!((row.packets, row.lost), (4, 1));
     assert_eq!((row.latency_ns.min, row.latency_ns.max), (5_000, 50_000));
     assert_eq!((row.bound_violations, row.violations_with_stall), (Some(1), Some(0)));
-    let g = goals(&[row]);
-    assert_eq!(g.unexplained_violations, 1);
+    let g = goals(std::slice::from_ref(&row));
+    assert_eq!((g.unexplained_violations, g.untuned_unexplained_violations), (1, 0));
     assert_eq!(g.lane_p50_ns, None, "an idle row is not the goal's");
+    // The shared path's violations count toward the goal, the untuned row's beside it.
+    let shared = figures(RowKind::LaneShared, LoadKind::Idle, &m, &[], 0);
+    let untuned = figures(RowKind::LaneUntuned, LoadKind::Idle, &m, &[], 0);
+    let g = goals(&[row, shared, untuned]);
+    assert_eq!((g.unexplained_violations, g.untuned_unexplained_violations), (2, 1));
 }
 
 #[test]
