@@ -135,22 +135,12 @@ impl OwnedChild {
     /// Reads the child's piped standard output and error to their ends, then waits for it.
     pub fn wait_with_output(mut self) -> io::Result<Output> {
         self.stdin = None;
-        let stderr_reader = self.stderr.take().map(|mut stderr| {
-            std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                stderr.read_to_end(&mut bytes).map(|_| bytes)
-            })
-        });
+        let stderr = read_on_a_thread(self.stderr.take());
         let mut stdout = Vec::new();
         if let Some(mut out) = self.stdout.take() {
             out.read_to_end(&mut stdout)?;
         }
-        let stderr = match stderr_reader {
-            Some(reader) => {
-                reader.join().map_err(|_| io::Error::other("the standard error reader panicked"))??
-            }
-            None => Vec::new(),
-        };
+        let stderr = stderr.join()?;
         let status = self.wait()?;
         Ok(Output { status, stdout, stderr })
     }
@@ -192,29 +182,18 @@ pub fn output_within(command: &mut Command, limit: Duration) -> io::Result<Outpu
     let deadline = Instant::now() + limit;
     let mut child =
         OwnedChild::spawn(command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()))?;
-    // Read on threads of their own, so a child that fills a pipe is not stalled by the wait.
-    fn read_to_end(
-        stream: Option<impl Read + Send + 'static>,
-    ) -> std::thread::JoinHandle<io::Result<Vec<u8>>> {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut stream) = stream {
-                stream.read_to_end(&mut bytes)?;
-            }
-            Ok(bytes)
-        })
-    }
-    let join = |reader: std::thread::JoinHandle<io::Result<Vec<u8>>>| {
-        reader.join().map_err(|_| io::Error::other("a reader of the child's output panicked"))?
-    };
-    let (stdout, stderr) = (read_to_end(child.take_stdout()), read_to_end(child.take_stderr()));
+    // Both streams read on threads, so a child that fills a pipe is not stalled by the wait.
+    let (stdout, stderr) = (read_on_a_thread(child.take_stdout()), read_on_a_thread(child.take_stderr()));
     let mut nap = Duration::from_micros(500);
-    while !exited(child.id())? {
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
         if Instant::now() >= deadline {
             let name = child.name().to_string();
             // Ending the group closes the pipes' write ends, so the readers finish.
             drop(child);
-            let _ = (join(stdout), join(stderr));
+            let _ = (stdout.join(), stderr.join());
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("`{name}` ran past {limit:?} and was killed"),
@@ -222,9 +201,29 @@ pub fn output_within(command: &mut Command, limit: Duration) -> io::Result<Outpu
         }
         std::thread::sleep(nap.min(deadline.saturating_duration_since(Instant::now())));
         nap = (nap * 2).min(Duration::from_millis(20));
+    };
+    Ok(Output { status, stdout: stdout.join()?, stderr: stderr.join()? })
+}
+
+/// A child's output stream read to its end on a thread of its own (nothing when `stream` is
+/// `None`).
+struct StreamReader(std::thread::JoinHandle<io::Result<Vec<u8>>>);
+
+fn read_on_a_thread(stream: Option<impl Read + Send + 'static>) -> StreamReader {
+    StreamReader(std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(mut stream) = stream {
+            stream.read_to_end(&mut bytes)?;
+        }
+        Ok(bytes)
+    }))
+}
+
+impl StreamReader {
+    /// What the stream held, once it ended.
+    fn join(self) -> io::Result<Vec<u8>> {
+        self.0.join().map_err(|_| io::Error::other("a reader of the child's output panicked"))?
     }
-    let status = child.wait()?;
-    Ok(Output { status, stdout: join(stdout)?, stderr: join(stderr)? })
 }
 
 fn lock(tracked: &Mutex<Tracked>) -> MutexGuard<'_, Tracked> {
