@@ -69,6 +69,10 @@ pub struct KvBenchArgs {
     /// Run the kairos members without their failure detector (failover by Raft's timeout).
     #[arg(long)]
     no_fd: bool,
+    /// How long the kairos members look at their sockets without sleeping after a client's
+    /// request, microseconds, 0-10000 (0: they sleep at once); default: the members' own (200).
+    #[arg(long, value_name = "US")]
+    busy_poll_us: Option<u64>,
 }
 
 /// The configuration the flags ask for.
@@ -113,6 +117,7 @@ pub fn config(a: &KvBenchArgs) -> Result<BenchConfig> {
     c.kairos_election_ticks = a.election_ticks;
     c.kairos_fd_lambda_us = a.fd_lambda_us;
     c.kairos_no_fd = a.no_fd;
+    c.kairos_busy_poll_us = a.busy_poll_us;
     Ok(c)
 }
 

@@ -88,7 +88,7 @@ enum Command {
     /// --revert failed or was not permitted (they need root).
     Doctor(doctor::DoctorArgs),
     /// The replicated key-value store: Raft on the lane's members, and its checks.
-    Kv(kv::KvArgs),
+    Kv(Box<kv::KvArgs>),
     Fd(fd::FdArgs),
     Dispatch(dispatch::DispatchArgs),
 }

@@ -199,7 +199,7 @@ pub fn info_text(f: &Facts, sections: &[&[u8]]) -> String {
         let r = &f.replica;
         let _ = write!(
             out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_refused_strangers:{}\r\nraft_refused_forged:{}\r\nraft_refused_replayed:{}\r\nraft_refused_address:{}\r\nacl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_noauth:{}\r\nrejected_connections:{}\r\nclient_query_buffer_limit_disconnections:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nclient_protocol_errors:{}\r\nraft_late_periods:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\nraft_lease_reads:{}\r\nraft_appends_held:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\nraft_datagrams_in:{}\r\nraft_datagrams_out:{}\r\nraft_malformed:{}\r\nraft_refused_strangers:{}\r\nraft_refused_forged:{}\r\nraft_refused_replayed:{}\r\nraft_refused_address:{}\r\nacl_access_denied_auth:{}\r\nacl_access_denied_cmd:{}\r\nacl_access_denied_noauth:{}\r\nrejected_connections:{}\r\nclient_query_buffer_limit_disconnections:{}\r\nclient_output_buffer_limit_disconnections:{}\r\nclient_protocol_errors:{}\r\nraft_late_periods:{}\r\nbusy_poll_hits:{}\r\nraft_proposals:{}\r\nraft_proposal_retries:{}\r\nraft_read_rounds:{}\r\nraft_read_retries:{}\r\nraft_compactions:{}\r\nraft_snapshots_installed:{}\r\nraft_lease_reads:{}\r\nraft_appends_held:{}\r\n\r\n",
             s.connections,
             s.commands,
             s.datagrams_in,
@@ -217,6 +217,7 @@ pub fn info_text(f: &Facts, sections: &[&[u8]]) -> String {
             s.output_limit_closes,
             s.protocol_errors,
             s.late_periods,
+            s.busy_poll_hits,
             r.proposals,
             r.proposal_retries,
             r.read_rounds,

@@ -246,6 +246,7 @@ impl Member {
             command_stats: BTreeMap::new(),
             expiry_seq: 0,
             blocked_until: None,
+            busy_poll_until: 0,
             blocked: Default::default(),
             reassembler: Reassembler::new(),
             message_number: 0,
@@ -295,13 +296,13 @@ impl Member {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::member::{Batching, DEFAULT_MAX_CLIENTS, acl};
     use crate::replica::ReadMode;
     use kairos_services::lane_link::LaneLinkConfig;
 
-    fn config(dir: &std::path::Path, sync: Sync) -> MemberConfig {
+    pub(crate) fn config(dir: &std::path::Path, sync: Sync) -> MemberConfig {
         MemberConfig {
             id: 1,
             peers: BTreeMap::from([(1, "127.0.0.1:0".parse().unwrap())]),
@@ -317,6 +318,7 @@ mod tests {
             allow_faults: false,
             batching: Batching::Pass,
             thrifty: None,
+            busy_poll: None,
             raft_tos: None,
             detector: None,
             lane: None,

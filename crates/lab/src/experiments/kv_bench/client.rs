@@ -551,6 +551,7 @@ mod tests {
             kairos_election_ticks: None,
             kairos_fd_lambda_us: None,
             kairos_no_fd: false,
+            kairos_busy_poll_us: None,
             server_cores: (0..cores).collect(),
             logs: base.join("logs"),
             tmpfs: base.clone(),

@@ -58,6 +58,9 @@ pub struct BenchConfig {
     pub kairos_fd_lambda_us: Option<u64>,
     /// The kairos members run without their failure detector (`--no-fd`).
     pub kairos_no_fd: bool,
+    /// How long the kairos members busy-poll after a client's request, us (`--busy-poll-us`,
+    /// at most 10000; `None`: theirs).
+    pub kairos_busy_poll_us: Option<u64>,
     /// The `kairos` executable the members run.
     pub kairos_exe: PathBuf,
 }
@@ -88,6 +91,7 @@ impl BenchConfig {
             kairos_election_ticks: None,
             kairos_fd_lambda_us: None,
             kairos_no_fd: false,
+            kairos_busy_poll_us: None,
             kairos_exe,
         }
     }
@@ -247,6 +251,9 @@ impl Experiment for BenchConfig {
                 self.kairos_fd_lambda_us.unwrap_or_default()
             )));
         }
+        if let Some(us) = self.kairos_busy_poll_us.filter(|&us| us > 10_000) {
+            return Err(InvalidConfig::new(format!("--busy-poll-us {us} is out of range: 0 to 10000")));
+        }
         for (cores, flag) in [(&self.server_cores, "--server-cores"), (&self.client_cores, "--client-cores")]
         {
             if cores.is_empty() {
@@ -344,6 +351,7 @@ mod tests {
         assert!(refused(|c| c.kairos_members = vec![9]).contains("--members"));
         assert!(refused(|c| c.kairos_period_us = Some(1)).contains("--period-us"));
         assert!(refused(|c| c.kairos_fd_lambda_us = Some(20_000_000)).contains("--fd-lambda-us"));
+        assert!(refused(|c| c.kairos_busy_poll_us = Some(10_001)).contains("--busy-poll-us"));
         assert!(refused(|c| c.kairos_election_ticks = Some(2)).contains("--election-ticks"));
         assert!(refused(|c| c.server_cores = vec![4096]).contains("--server-cores"));
         assert!(refused(|c| c.client_cores.clear()).contains("--client-cores"));

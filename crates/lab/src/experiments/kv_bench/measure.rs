@@ -199,6 +199,7 @@ pub(super) fn bench(config: &BenchConfig, run: &mut Run<'_>) -> Result<BenchSumm
         kairos_election_ticks: config.kairos_election_ticks,
         kairos_fd_lambda_us: config.kairos_fd_lambda_us,
         kairos_no_fd: config.kairos_no_fd,
+        kairos_busy_poll_us: config.kairos_busy_poll_us,
         server_cores: config.server_cores.clone(),
         logs,
         tmpfs: tmpfs.path().to_path_buf(),

@@ -203,6 +203,8 @@ pub struct Env {
     pub kairos_fd_lambda_us: Option<u64>,
     /// The members run without their failure detector.
     pub kairos_no_fd: bool,
+    /// How long the members busy-poll after a client's request, us (`None`: their default).
+    pub kairos_busy_poll_us: Option<u64>,
     /// The servers' cores.
     pub server_cores: Vec<usize>,
     /// Where the servers' output goes.
@@ -453,6 +455,9 @@ fn kairos_members(
                 args.push("--no-fd".into());
             } else if let Some(us) = env.kairos_fd_lambda_us {
                 args.push(format!("--fd-lambda-us={us}").into());
+            }
+            if let Some(us) = env.kairos_busy_poll_us {
+                args.push(format!("--busy-poll-us={us}").into());
             }
             args.push(format!("--fsync={}", setup.fsync.name()).into());
             Ok(Member::new(
