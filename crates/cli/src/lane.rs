@@ -51,7 +51,8 @@ enum LaneCommand {
     /// Needs root, and iperf3, stress-ng and sockperf for the flood and the sockperf row. Every
     /// row sends --packets messages every --period-us; stall watches run on every core, and each
     /// lane message outside its tunnel's bound is set against them. Full run: 100,000 messages
-    /// a row (about 2.5 minutes); --quick: 3,000.
+    /// a row (4 to 15 minutes: under the flood the rows stretch as their senders lose the
+    /// core); --quick: 3,000.
     Latency(LatencyArgs),
     /// Serve the controller to node agents: admission, notices, a journal, metrics.
     ///
