@@ -9,7 +9,10 @@
 //! detector's next heartbeat round. The deadline is kept on a timer in the `epoll` set that is
 //! armed again only when a deadline comes earlier ([`Epoll::wait_until`]): a timeout at every
 //! wait costs two exits to the hypervisor on a virtual machine, and a write's path has three
-//! waits. A pass steps every message and takes every request that came, proposes the pass's writes at once (as one entry; while one is in flight, the next
+//! waits. For a while after a pass that took a client's request ([`MemberConfig::busy_poll`])
+//! the loop looks at its sockets without sleeping, yielding its core between looks, so the
+//! client's next request finds it awake rather than a halted CPU the hypervisor must run
+//! again. A pass steps every message and takes every request that came, proposes the pass's writes at once (as one entry; while one is in flight, the next
 //! gather behind it: adaptive batching), and handles Raft's Ready once for all of it, sending a
 //! leader's appends before it persists its own entries. Raft messages are cut into datagrams
 //! by [`kairos_services::frame`]. Any member takes any command: a follower's writes are
