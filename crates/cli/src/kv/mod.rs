@@ -223,8 +223,11 @@ impl RaftArgs {
         if let Some(us) = self.thrifty_us.filter(|&us| us > 100_000) {
             return Err(exit::usage(format!("--thrifty-us {us} is out of range: 0 to 100000")));
         }
-        if let Some(us) = self.busy_poll_us.filter(|&us| us > 10_000) {
-            return Err(exit::usage(format!("--busy-poll-us {us} is out of range: 0 to 10000")));
+        if let Some(us) = self.busy_poll_us.filter(|&us| us > kairos_kv::member::MAX_BUSY_POLL_US) {
+            return Err(exit::usage(format!(
+                "--busy-poll-us {us} is out of range: 0 to {}",
+                kairos_kv::member::MAX_BUSY_POLL_US
+            )));
         }
         if self.fd_probe_us > 10_000_000 {
             return Err(exit::usage(format!(
@@ -570,16 +573,12 @@ fn serve(a: &ServeArgs) -> Result<i32> {
             BatchingArg::Pass => kairos_kv::member::Batching::Pass,
             BatchingArg::Period => kairos_kv::member::Batching::Period,
         },
-        thrifty: Some(
+        thrifty: unless_zero(
             a.raft.thrifty_us.unwrap_or(kairos_kv::member::default_thrifty_us(a.lane_node.is_some())),
-        )
-        .filter(|&us| us > 0)
-        .map(Duration::from_micros),
-        busy_poll: Some(
+        ),
+        busy_poll: unless_zero(
             a.raft.busy_poll_us.unwrap_or(kairos_kv::member::default_busy_poll_us(a.lane_node.is_some())),
-        )
-        .filter(|&us| us > 0)
-        .map(Duration::from_micros),
+        ),
         raft_tos: a.lane_class.then_some(kairos_io::lane_testbed::LANE_TOS),
         detector: (!a.raft.no_fd).then_some(kairos_kv::member::watch::WatchConfig {
             period_ns: a.raft.period_us(a.lane_node.is_some()) * 1_000,
@@ -610,6 +609,11 @@ fn serve(a: &ServeArgs) -> Result<i32> {
     // as far as --fsync promises, so there is nothing to finish.
     member.run(&AtomicBool::new(false))?;
     Ok(exit::OK)
+}
+
+/// A flag's microseconds as a duration, where 0 means the mechanism is off.
+fn unless_zero(us: u64) -> Option<Duration> {
+    (us > 0).then(|| Duration::from_micros(us))
 }
 
 #[derive(Args)]

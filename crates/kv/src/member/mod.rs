@@ -113,6 +113,10 @@ pub fn default_busy_poll_us(on_lane: bool) -> u64 {
     if on_lane { 0 } else { 200 }
 }
 
+/// The longest busy-poll window a member takes, us: past a few milliseconds a client is not
+/// coming straight back, and the core is better given up.
+pub const MAX_BUSY_POLL_US: u64 = 10_000;
+
 /// Raft's election timeout a member uses unless told otherwise, ticks: 100 with the failure
 /// detector (Raft's timeout is then only its backstop, and the leader's Raft heartbeats, half
 /// of it apart, wake no one often), 10 without it (10-20 ms at the default tick).

@@ -3,8 +3,7 @@
 
 use super::open::tests::config;
 use super::*;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use crate::resp::client::{Connection, Reply, info_field};
 use std::sync::Arc;
 
 /// Runs a one-member cluster with `busy_poll`, sends `requests` PINGs one after another (each
@@ -24,31 +23,17 @@ fn busy_poll_hits(busy_poll: Option<Duration>, requests: usize) -> u64 {
     // The member's thread is stopped and joined on every way out of the exchange below.
     let exchange = || -> io::Result<u64> {
         let addr = addr_rx.recv_timeout(Duration::from_secs(10)).map_err(io::Error::other)?;
-        let mut client = TcpStream::connect(addr)?;
-        client.set_read_timeout(Some(Duration::from_secs(10)))?;
-        client.set_nodelay(true)?;
-        let mut answer = [0u8; 7];
+        let mut client = Connection::connect(addr, Duration::from_secs(10))?;
         for _ in 0..requests {
-            client.write_all(b"*1\r\n$4\r\nPING\r\n")?;
-            client.read_exact(&mut answer)?;
-            assert_eq!(&answer, b"+PONG\r\n");
-        }
-        client.write_all(b"*2\r\n$4\r\nINFO\r\n$5\r\nstats\r\n")?;
-        let mut info = Vec::new();
-        let mut buf = [0u8; 4096];
-        while !info.ends_with(b"\r\n\r\n\r\n") {
-            let n = client.read(&mut buf)?;
-            if n == 0 {
-                break;
+            match client.call(&[b"PING"])? {
+                Reply::Status(s) if s == "PONG" => {}
+                other => return Err(io::Error::other(format!("PING answered {other:?}"))),
             }
-            info.extend_from_slice(&buf[..n]);
         }
-        let info = String::from_utf8_lossy(&info).into_owned();
-        let hits = info
-            .lines()
-            .find_map(|l| l.strip_prefix("busy_poll_hits:"))
+        let info = client.info("stats")?;
+        let hits = info_field(&info, "busy_poll_hits")
             .ok_or_else(|| io::Error::other(format!("no busy_poll_hits in INFO: {info}")))?;
-        hits.trim().parse().map_err(io::Error::other)
+        hits.parse().map_err(io::Error::other)
     };
     let hits = exchange();
     stop.store(true, Ordering::Relaxed);

@@ -251,8 +251,9 @@ impl Experiment for BenchConfig {
                 self.kairos_fd_lambda_us.unwrap_or_default()
             )));
         }
-        if let Some(us) = self.kairos_busy_poll_us.filter(|&us| us > 10_000) {
-            return Err(InvalidConfig::new(format!("--busy-poll-us {us} is out of range: 0 to 10000")));
+        let most = kairos_kv::member::MAX_BUSY_POLL_US;
+        if let Some(us) = self.kairos_busy_poll_us.filter(|&us| us > most) {
+            return Err(InvalidConfig::new(format!("--busy-poll-us {us} is out of range: 0 to {most}")));
         }
         for (cores, flag) in [(&self.server_cores, "--server-cores"), (&self.client_cores, "--client-cores")]
         {

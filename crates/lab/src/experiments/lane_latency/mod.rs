@@ -510,9 +510,10 @@ fn latency(config: &LatencyConfig, run: &mut Run<'_>) -> Result<LatencySummary> 
 fn goals(rows: &[Row]) -> Goals {
     let find = |name: &str| rows.iter().find(|r| r.name == name && r.load == "flood");
     let lane = find(RowKind::Lane.name()).filter(|r| r.latency_ns.max > 0);
-    let unexplained = |which: &dyn Fn(&str) -> bool| {
+    // The untuned rows' count or the others'.
+    let unexplained = |untuned: bool| {
         rows.iter()
-            .filter(|r| which(&r.name))
+            .filter(|r| (r.name == RowKind::LaneUntuned.name()) == untuned)
             .map(|r| r.bound_violations.unwrap_or(0) - r.violations_with_stall.unwrap_or(0))
             .sum()
     };
@@ -526,8 +527,8 @@ fn goals(rows: &[Row]) -> Goals {
         lane_p999_ns: lane.map(|r| r.latency_ns.p999),
         udp_blocking_over_lane_p999: over(Peer::UdpBlocking.name()),
         priority_only_over_lane_p999: over(Peer::PriorityOnly.name()),
-        unexplained_violations: unexplained(&|name| name != RowKind::LaneUntuned.name()),
-        untuned_unexplained_violations: unexplained(&|name| name == RowKind::LaneUntuned.name()),
+        unexplained_violations: unexplained(false),
+        untuned_unexplained_violations: unexplained(true),
     }
 }
 
