@@ -125,6 +125,27 @@ impl Db {
     typed_access!(set, set_mut, Set, indexmap::IndexSet<Vec<u8>>);
     typed_access!(zset, zset_mut, ZSet, super::zset::ZSet);
 
+    /// Writes `value` over the string at `key` in place, when `key` holds a string with no
+    /// expiry (live, then): one lookup, the key kept, the old value's room reused, so a plain
+    /// SET over a key every member already has allocates nothing. Returns whether it did;
+    /// anything else at `key` (nothing, another type, an expiry) is left to [`Db::insert`].
+    pub fn overwrite_string(&mut self, key: &[u8], value: &[u8]) -> bool {
+        let stamp = self.stamp;
+        let Some(Item { value: Value::Str(old), expires_at_ms: None, version }) = self.items.get_mut(key)
+        else {
+            return false;
+        };
+        // Room far beyond the new value is given back rather than kept for the key's life.
+        if old.capacity() > 4 * value.len().max(64) {
+            *old = value.to_vec();
+        } else {
+            old.clear();
+            old.extend_from_slice(value);
+        }
+        *version = stamp;
+        true
+    }
+
     /// Puts `value` at `key` with expiry `expires_at_ms`, replacing whatever was there.
     pub fn insert(&mut self, key: Vec<u8>, value: Value, expires_at_ms: Option<u64>) {
         let item = Item { value, expires_at_ms, version: self.stamp };

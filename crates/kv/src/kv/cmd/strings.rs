@@ -102,6 +102,10 @@ fn set_inner(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Result<Reply, Reply> {
         }
         i += 1;
     }
+    // A plain SET over a string without expiry, the common write, changes it in place.
+    if !(nx || xx || get || keep_ttl) && expires.is_none() && ctx.db.overwrite_string(key, value) {
+        return Ok(Reply::Ok);
+    }
     // One lookup answers everything asked of the old item; its value is copied only for GET,
     // and a value of another type is an error only for GET (plain SET overwrites it).
     let current = ctx.db.get(key, ctx.now_ms);

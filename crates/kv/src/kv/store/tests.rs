@@ -382,3 +382,33 @@ fn waiters_survive_a_snapshot_and_a_retry_does_not_wait_twice() {
     step(&mut restored, 9, 2, "RPUSH a x", 6);
     assert_eq!(restored.read(&r("LLEN a"), 1_000), Reply::Integer(1), "no one took it");
 }
+
+#[test]
+fn a_plain_set_over_a_string_is_seen_by_watch_and_one_over_an_expiry_or_a_list_replaces_it() {
+    let mut s = Store::new();
+    s.apply_write(&w("SET a 1"), 0);
+    let Reply::Array(v) = s.read(&r("WATCH a"), 0) else { panic!("WATCH answers versions") };
+    let (Reply::Integer(mark), Reply::Integer(seen)) = (&v[0], &v[1]) else { panic!("versions") };
+    let tx = WriteOp::Transaction {
+        commands: vec![(0, vec![b"GET".to_vec(), b"a".to_vec()])],
+        watched: vec![Watched { db: 0, key: "a".into(), seen: *seen as u64, mark: *mark as u64 }],
+    };
+    // Written in place: the key's version still moves, so the watch sees the change.
+    assert_eq!(s.apply_write(&w("SET a 2"), 0), Reply::Ok);
+    assert_eq!(s.read(&r("GET a"), 0), Reply::Bulk(b"2".to_vec()));
+    assert_eq!(s.apply_write(&tx, 0), Reply::NilArray);
+    // A long value, then a short one over it: the short one alone is read back.
+    let long = "x".repeat(5_000);
+    s.apply_write(&w(&format!("SET a {long}")), 0);
+    s.apply_write(&w("SET a 3"), 0);
+    assert_eq!(s.read(&r("GET a"), 0), Reply::Bulk(b"3".to_vec()));
+    // Over a key with an expiry a plain SET drops the expiry, as Redis's does.
+    s.apply_write(&w("SET k v PX 100"), 1_000);
+    s.apply_write(&w("SET k u"), 1_010);
+    assert_eq!(s.read(&r("GET k"), 5_000), Reply::Bulk(b"u".to_vec()));
+    assert_eq!(s.read(&r("TTL k"), 5_000), Reply::Integer(-1));
+    // Over another type it replaces the value.
+    s.apply_write(&w("LPUSH l x"), 0);
+    assert_eq!(s.apply_write(&w("SET l v"), 0), Reply::Ok);
+    assert_eq!(s.read(&r("GET l"), 0), Reply::Bulk(b"v".to_vec()));
+}
