@@ -223,11 +223,8 @@ impl RaftArgs {
         if let Some(us) = self.thrifty_us.filter(|&us| us > 100_000) {
             return Err(exit::usage(format!("--thrifty-us {us} is out of range: 0 to 100000")));
         }
-        if let Some(us) = self.busy_poll_us.filter(|&us| us > kairos_kv::member::MAX_BUSY_POLL_US) {
-            return Err(exit::usage(format!(
-                "--busy-poll-us {us} is out of range: 0 to {}",
-                kairos_kv::member::MAX_BUSY_POLL_US
-            )));
+        if let Some(why) = self.busy_poll_us.and_then(kairos_kv::member::busy_poll_us_refusal) {
+            return Err(exit::usage(why));
         }
         if self.fd_probe_us > 10_000_000 {
             return Err(exit::usage(format!(

@@ -367,3 +367,33 @@ impl Db {
         other.stamp = b;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_string_without_expiry_is_overwritten_in_place_and_anything_else_is_left_to_insert() {
+        let mut db = Db::default();
+        assert!(!db.overwrite_string(b"k", b"v"), "an absent key is inserted, not overwritten");
+        db.stamp = 1;
+        db.insert(b"k".to_vec(), Value::Str(b"v".to_vec()), None);
+        db.stamp = 2;
+        assert!(db.overwrite_string(b"k", b"w"));
+        assert_eq!(db.value(b"k", 0), Some(&Value::Str(b"w".to_vec())));
+        assert_eq!(db.version(b"k", 0), 2, "stamped, so WATCH sees the change");
+        // Room far beyond the new value is given back.
+        db.insert(b"big".to_vec(), Value::Str(vec![b'x'; 10_000]), None);
+        assert!(db.overwrite_string(b"big", b"y"));
+        let Some(Item { value: Value::Str(small), .. }) = db.raw_items().get(&b"big"[..]) else {
+            panic!("a string")
+        };
+        assert!(small.capacity() < 10_000, "kept {} bytes of room for 1", small.capacity());
+        // An expiry (cleared by a plain SET) and another type go the general way.
+        db.insert(b"e".to_vec(), Value::Str(b"v".to_vec()), Some(5_000));
+        assert!(!db.overwrite_string(b"e", b"w"));
+        db.insert(b"l".to_vec(), Value::List(Box::default()), None);
+        assert!(!db.overwrite_string(b"l", b"w"));
+        assert_eq!(db.value(b"e", 0), Some(&Value::Str(b"v".to_vec())), "left as it was");
+    }
+}

@@ -117,6 +117,12 @@ pub fn default_busy_poll_us(on_lane: bool) -> u64 {
 /// coming straight back, and the core is better given up.
 pub const MAX_BUSY_POLL_US: u64 = 10_000;
 
+/// Why `--busy-poll-us` `us` is refused (past [`MAX_BUSY_POLL_US`]), in one line; `None` if
+/// it is taken. `kairos kv serve` and the bench, which passes it on to its members, say the same.
+pub fn busy_poll_us_refusal(us: u64) -> Option<String> {
+    (us > MAX_BUSY_POLL_US).then(|| format!("--busy-poll-us {us} is out of range: 0 to {MAX_BUSY_POLL_US}"))
+}
+
 /// Raft's election timeout a member uses unless told otherwise, ticks: 100 with the failure
 /// detector (Raft's timeout is then only its backstop, and the leader's Raft heartbeats, half
 /// of it apart, wake no one often), 10 without it (10-20 ms at the default tick).

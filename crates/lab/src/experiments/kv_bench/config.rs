@@ -259,9 +259,8 @@ impl Experiment for BenchConfig {
                 self.kairos_fd_lambda_us.unwrap_or_default()
             )));
         }
-        let most = kairos_kv::member::MAX_BUSY_POLL_US;
-        if let Some(us) = self.kairos_busy_poll_us.filter(|&us| us > most) {
-            return Err(InvalidConfig::new(format!("--busy-poll-us {us} is out of range: 0 to {most}")));
+        if let Some(why) = self.kairos_busy_poll_us.and_then(kairos_kv::member::busy_poll_us_refusal) {
+            return Err(InvalidConfig::new(why));
         }
         for (cores, flag) in [(&self.server_cores, "--server-cores"), (&self.client_cores, "--client-cores")]
         {
